@@ -1,0 +1,1 @@
+"""capseal.attest — TPM quotes in the hardware-evidence slot."""

@@ -1,0 +1,151 @@
+"""The ``Signer`` seam every backend implements (software, PKCS#11, TPM 2.0).
+
+Shaped after securesystemslib's signer: a small ABC, one private module per
+backend, and a scheme registry (``_registry.py``). A signer signs bytes and
+returns the signature *together with* the key id and algorithm it used, so a key
+that is rotated between two calls can never be paired with the wrong kid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from capseal.errors import UnsupportedAlgorithmError
+
+__all__ = ["Signer", "SignatureResult", "kid_for", "alg_for_public_key", "SignerSelfTest"]
+
+
+@dataclass(frozen=True)
+class SignatureResult:
+    """A signature in COSE form (raw r‖s for ECDSA) with the key that made it."""
+
+    signature: bytes
+    kid: str
+    alg: str
+
+    def __repr__(self) -> str:
+        return f"SignatureResult(alg={self.alg!r}, kid={self.kid[:16]}…, {len(self.signature)} bytes)"
+
+
+def alg_for_public_key(public_key: Any) -> str:
+    """COSE algorithm name a capseal signer uses for this kind of key."""
+    if isinstance(public_key, ed25519.Ed25519PublicKey):
+        return "EdDSA"
+    if isinstance(public_key, ec.EllipticCurvePublicKey):
+        if public_key.curve.name == "secp256r1":
+            return "ES256"
+        if public_key.curve.name == "secp384r1":
+            return "ES384"
+    if isinstance(public_key, rsa.RSAPublicKey) and public_key.key_size >= 2048:
+        return "PS256"
+    raise UnsupportedAlgorithmError(f"keys of type {type(public_key).__name__} are not supported")
+
+
+def kid_for(public_key: Any) -> str:
+    """Key id in hex. Ed25519: the raw 32-byte public key, as the AAC profile's
+    COSE ``kid`` (label 4) must be. Other keys: SHA-256 of the DER
+    SubjectPublicKeyInfo, so the kid pins the exact public key."""
+    if isinstance(public_key, ed25519.Ed25519PublicKey):
+        return public_key.public_bytes_raw().hex()
+    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(der).hexdigest()
+
+
+class Signer(ABC):
+    """A signing key. Subclasses hold a key in software, a token or a TPM.
+
+    Contract:
+      * ``sign(data)`` signs the *message* ``data`` (hashing it itself where the
+        algorithm needs a digest) and returns a :class:`SignatureResult`;
+      * ``alg`` is a COSE algorithm name (``EdDSA``, ``ES256``, ``ES384``,
+        ``PS256``); ``public_key`` is a ``cryptography`` public key; ``kid`` is
+        :func:`kid_for` of it;
+      * ``describe()`` returns the custody statement: only what was *observed*;
+      * ``uri`` never contains a PIN;
+      * raises only :class:`capseal.errors.SignerError` subclasses.
+    """
+
+    #: True when signatures come from outside this process's own crypto library
+    #: (a token or TPM): the producer then verifies every signature it gets back.
+    external_device: bool = False
+
+    @property
+    @abstractmethod
+    def alg(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def public_key(self) -> Any: ...
+
+    @property
+    def kid(self) -> str:
+        cached = getattr(self, "_kid_cache", None)
+        if cached is None:
+            cached = kid_for(self.public_key)
+            self._kid_cache = cached
+        return cached
+
+    @property
+    def public_key_raw(self) -> bytes:
+        """Raw 32-byte Ed25519 public key (the profile's kid). Only for EdDSA."""
+        key = self.public_key
+        if not isinstance(key, ed25519.Ed25519PublicKey):
+            raise UnsupportedAlgorithmError(f"{self.alg} keys have no raw Ed25519 form")
+        return key.public_bytes_raw()
+
+    def public_key_pem(self) -> str:
+        return self.public_key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ).decode("ascii")
+
+    @property
+    @abstractmethod
+    def uri(self) -> str:
+        """The key's URI with any PIN removed."""
+
+    @abstractmethod
+    def sign(self, data: bytes) -> SignatureResult: ...
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Custody statement (see capseal.keys.custody)."""
+
+    def describe_short(self) -> str:
+        return f"{type(self).__name__}({self.uri})"
+
+    def close(self) -> None:
+        """Release sessions or handles. Idempotent."""
+
+    def __enter__(self) -> "Signer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(alg={self.alg!r}, kid={self.kid[:16]}…, uri={self.uri!r})"
+
+
+class SignerSelfTest:
+    """Pairwise consistency check run once when a signer is put to use: sign a
+    fixed message and verify it with the public key. Catches a key/public-key
+    mismatch (wrong token object, wrong file) before any record depends on it."""
+
+    MESSAGE = b"capseal signer self-test v1"
+
+    @staticmethod
+    def run(signer: Signer) -> None:
+        from capseal.envelope import signature_ok
+        from capseal.errors import SignatureFailedError
+
+        result = signer.sign(SignerSelfTest.MESSAGE)
+        if not signature_ok(result.alg, signer.public_key, result.signature, SignerSelfTest.MESSAGE):
+            raise SignatureFailedError(
+                f"{signer.describe_short()} produced a signature its own public key rejects"
+            )

@@ -1,0 +1,95 @@
+"""Key URI scheme registry and ``open_signer``.
+
+``SIGNER_FOR_URI_SCHEME`` maps a URI scheme to a loader: either a class/callable
+with ``from_uri(uri, pin=…, secrets_handler=…, **options)`` or a
+``"module:attribute"`` string imported lazily, so optional backends
+(``capseal[pkcs11]``, ``capseal[tpm]``) cost nothing until used and a missing
+extra raises :class:`~capseal.errors.MissingExtraError` naming what to install.
+Users may register their own schemes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from typing import Any
+
+from capseal.errors import KeyURIError, MissingExtraError
+
+from ._base import Signer
+
+__all__ = ["SIGNER_FOR_URI_SCHEME", "open_signer", "register_scheme", "redact_uri", "SecretsHandler"]
+
+#: Called with a prompt (e.g. "PIN for token 'agents'") and returns the secret.
+SecretsHandler = Callable[[str], str]
+
+SIGNER_FOR_URI_SCHEME: dict[str, Any] = {
+    "file": "capseal.keys._software:FileSigner",
+    "ephemeral": "capseal.keys._software:UnsafeEphemeralSigner",
+    "pkcs11": "capseal.keys._pkcs11:PKCS11Signer",
+    "tpm2": "capseal.keys._tpm:TPMSigner",
+}
+
+_EXTRAS = {
+    "pkcs11": ("capseal[pkcs11]", "python-pkcs11", "softhsm2 (or your HSM's PKCS#11 module)"),
+    "tpm2": ("capseal[tpm]", "tpm2-pytss", "libtss2-dev pkg-config (build), tpm2-tools"),
+}
+
+_SECRET_QUERY = re.compile(r"(?i)([?&;]pin-value=)[^&;#]*")
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with any ``pin-value`` attribute replaced by ``***``."""
+    return _SECRET_QUERY.sub(r"\1***", uri)
+
+
+def register_scheme(scheme: str, loader: Any) -> None:
+    """Register a signer loader for ``scheme`` (overrides an existing one)."""
+    SIGNER_FOR_URI_SCHEME[scheme.lower()] = loader
+
+
+def _resolve(scheme: str) -> Any:
+    loader = SIGNER_FOR_URI_SCHEME.get(scheme)
+    if loader is None:
+        raise KeyURIError(
+            f"unknown key URI scheme {scheme!r}; known: {sorted(SIGNER_FOR_URI_SCHEME)}"
+        )
+    if isinstance(loader, str):
+        module_name, _, attr = loader.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            extra = _EXTRAS.get(scheme)
+            if extra is None:
+                raise MissingExtraError(f"cannot load the {scheme}: backend: {exc}") from None
+            raise MissingExtraError(
+                f"the {scheme}: backend needs {extra[1]} (pip install '{extra[0]}') "
+                f"and system packages: {extra[2]} ({exc})"
+            ) from None
+        loader = getattr(module, attr)
+    return loader
+
+
+def open_signer(
+    uri: str,
+    *,
+    pin: str | None = None,
+    secrets_handler: SecretsHandler | None = None,
+    **options: Any,
+) -> Signer:
+    """Open the key named by ``uri``.
+
+    Schemes: ``file:/path.pem``, ``pkcs11:…`` (RFC 7512), ``tpm2:handle=…`` /
+    ``tpm2:keyfile=…``, ``ephemeral:EdDSA`` (tests only). ``pin`` or
+    ``secrets_handler`` supply a PIN/passphrase without putting it in the URI.
+    """
+    if not isinstance(uri, str) or ":" not in uri:
+        raise KeyURIError("a key URI looks like scheme:…, e.g. file:/etc/capseal/key.pem")
+    scheme = uri.split(":", 1)[0].lower()
+    loader = _resolve(scheme)
+    factory = getattr(loader, "from_uri", loader)
+    signer = factory(uri, pin=pin, secrets_handler=secrets_handler, **options)
+    if not isinstance(signer, Signer):
+        raise KeyURIError(f"the loader for {scheme}: did not return a Signer")
+    return signer

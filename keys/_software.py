@@ -1,0 +1,169 @@
+"""Software keys: PKCS#8 PEM files and an in-memory key for tests.
+
+Both are labelled software in their custody statement. ``UnsafeEphemeralSigner``
+carries the ``Unsafe`` prefix (as in sigstore-python) because its key dies with
+the process: records it signs can be verified, but nobody can sign as it again.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError, UnsupportedAlgorithmError
+
+from ._base import SignatureResult, Signer, alg_for_public_key
+from .custody import custody_statement
+
+__all__ = ["SoftwareSigner", "FileSigner", "UnsafeEphemeralSigner", "generate_private_key", "write_pkcs8"]
+
+_ALGS = ("EdDSA", "ES256", "ES384", "PS256")
+
+
+def generate_private_key(alg: str) -> Any:
+    """A fresh software private key for a COSE algorithm name."""
+    if alg in ("EdDSA", "ed25519"):
+        return ed25519.Ed25519PrivateKey.generate()
+    if alg in ("ES256", "p256"):
+        return ec.generate_private_key(ec.SECP256R1())
+    if alg in ("ES384", "p384"):
+        return ec.generate_private_key(ec.SECP384R1())
+    if alg in ("PS256", "rsa-pss"):
+        return rsa.generate_private_key(public_exponent=65537, key_size=3072)
+    raise UnsupportedAlgorithmError(f"unknown algorithm {alg!r}; use one of {_ALGS}")
+
+
+def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | None = None) -> Path:
+    """Write ``key`` as PKCS#8 PEM with mode 0600 (created exclusively)."""
+    enc: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption()
+    )
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
+    target = Path(path)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pem)
+    return target
+
+
+class SoftwareSigner(Signer):
+    """A private key held by ``cryptography`` in this process."""
+
+    def __init__(self, private_key: Any, *, uri: str, key_store: str, extra: dict[str, Any] | None = None) -> None:
+        self._key = private_key
+        self._public = private_key.public_key()
+        self._alg = alg_for_public_key(self._public)
+        self._uri = uri
+        self._key_store = key_store
+        self._extra = extra or {}
+        self._lock = threading.Lock()  # cryptography keys are thread-safe; this guards close()
+
+    @property
+    def alg(self) -> str:
+        return self._alg
+
+    @property
+    def public_key(self) -> Any:
+        return self._public
+
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    def sign(self, data: bytes) -> SignatureResult:
+        key = self._key
+        if key is None:
+            from capseal.errors import SignerUnavailableError
+
+            raise SignerUnavailableError(f"{self.describe_short()} was closed")
+        alg = self._alg
+        if alg == "EdDSA":
+            sig = key.sign(data)
+        elif alg in ("ES256", "ES384"):
+            size = 32 if alg == "ES256" else 48
+            der = key.sign(data, ec.ECDSA(hashes.SHA256() if alg == "ES256" else hashes.SHA384()))
+            r, s = decode_dss_signature(der)
+            sig = r.to_bytes(size, "big") + s.to_bytes(size, "big")
+        else:
+            sig = key.sign(data, padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=32), hashes.SHA256())
+        return SignatureResult(sig, self.kid, alg)
+
+    def describe(self) -> dict[str, Any]:
+        return custody_statement(
+            backend="software",
+            alg=self._alg,
+            kid=self.kid,
+            software_device=True,
+            key_store=self._key_store,
+            extra=self._extra,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._key = None
+
+
+class FileSigner(SoftwareSigner):
+    """``file:/path/key.pem``: a PKCS#8 PEM private key (Ed25519, P-256, P-384,
+    RSA ≥ 2048 for PS256). An encrypted PEM takes its passphrase as ``pin``."""
+
+    def __init__(self, path: str | os.PathLike[str], *, pin: str | None = None) -> None:
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+            mode = stat.S_IMODE(p.stat().st_mode)
+        except FileNotFoundError:
+            raise KeyNotFoundError(f"no key file at {p}") from None
+        except OSError as exc:
+            raise KeyNotFoundError(f"cannot read key file {p}: {exc.strerror}") from None
+        password = pin.encode("utf-8") if pin else None
+        try:
+            key = serialization.load_pem_private_key(data, password=password)
+        except TypeError:
+            if password is None:
+                raise PinIncorrectError(f"key file {p} is encrypted; pass its passphrase as pin") from None
+            raise PinIncorrectError(f"key file {p} is not encrypted; do not pass a pin") from None
+        except ValueError:
+            if password is not None:
+                raise PinIncorrectError(f"the passphrase for key file {p} is incorrect (or the file is not PKCS#8 PEM)") from None
+            raise KeyNotFoundError(f"{p} is not a PEM private key") from None
+        except Exception as exc:  # unsupported key types raise various errors
+            raise UnsupportedAlgorithmError(f"{p}: {type(exc).__name__}") from None
+        super().__init__(
+            key,
+            uri=f"file:{p}",
+            key_store="file",
+            extra={"file_mode": f"{mode:04o}", "encrypted": password is not None},
+        )
+
+    @classmethod
+    def from_uri(cls, uri: str, *, pin: str | None = None, **_: Any) -> "FileSigner":
+        parts = urlsplit(uri)
+        if parts.scheme != "file" or parts.query or parts.fragment:
+            raise KeyURIError(f"not a file: key URI: {parts.scheme}:…")
+        if parts.netloc not in ("", "localhost"):
+            raise KeyURIError("file: key URIs must name a local path")
+        path = unquote(parts.path)
+        if not path:
+            raise KeyURIError("file: key URI has no path")
+        return cls(path, pin=pin)
+
+
+class UnsafeEphemeralSigner(SoftwareSigner):
+    """A key generated in memory for tests and demos; it dies with the process."""
+
+    def __init__(self, alg: str = "EdDSA") -> None:
+        super().__init__(generate_private_key(alg), uri="ephemeral:", key_store="memory")
+
+    @classmethod
+    def from_uri(cls, uri: str, **_: Any) -> "UnsafeEphemeralSigner":
+        alg = urlsplit(uri).path or "EdDSA"
+        return cls(alg)

@@ -1,0 +1,190 @@
+"""Canonical JSON (RFC 8785 JCS), digests and the -05 ``capsule_id``.
+
+-05 §2: a digest is the lowercase-hex SHA-256 of UTF8(JCS(value)) over the *entire*
+value; floats are forbidden and integers outside ±(2^53−1) must be strings. We check
+those rules in one walk *before* canonicalizing, so the error names the JSON path.
+
+Speed (design §6): for values made of strings, integers, booleans, null, arrays and
+objects, ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
+produces the JCS bytes except for key order when a key holds a character outside the
+BMP (JCS sorts by UTF-16 code units, Python by code points). The walk notices such
+keys and sends those values to ``rfc8785``, which stays the reference; the fast path
+is property-tested byte-equal against it (tests/test_canonical.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import rfc8785
+
+from .errors import FloatInDigestError, NonJSONValueError, UnsafeIntegerError
+
+__all__ = [
+    "MAX_SAFE_INTEGER",
+    "LOCAL_ONLY_FIELDS",
+    "check_json",
+    "canonical_bytes",
+    "canonical_bytes_reference",
+    "json_digest",
+    "raw_digest",
+    "capsule_id",
+    "capsule_id_bytes",
+    "is_hex64",
+]
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+#: Top-level members of a local record that are never part of ``capsule_id`` (-05 §5.1).
+LOCAL_ONLY_FIELDS = frozenset({"capsule_id", "signature", "key_id"})
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_hex64(value: Any) -> bool:
+    """True for a 64-character lowercase hex string (a SHA-256 digest in -05 form)."""
+    return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
+
+
+def _child(path: str, key: str) -> str:
+    if key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def check_json(value: Any, path: str = "$") -> bool:
+    """Refuse anything that cannot be canonical -05 JSON; name the path.
+
+    Returns True when some object key holds a non-BMP character (the fast
+    serializer would order it differently from JCS), so the caller must use
+    ``rfc8785``. Raises FloatInDigestError, UnsafeIntegerError or
+    NonJSONValueError otherwise.
+    """
+    slow = False
+    stack: list[tuple[Any, str]] = [(value, path)]
+    pop = stack.pop
+    push = stack.append
+    while stack:
+        v, p = pop()
+        t = type(v)
+        if t is str or v is None or t is bool:
+            continue
+        if t is int:
+            if v > MAX_SAFE_INTEGER or v < -MAX_SAFE_INTEGER:
+                raise UnsafeIntegerError(
+                    f"integer {v} is outside ±{MAX_SAFE_INTEGER}", path=p
+                )
+            continue
+        if t is dict:
+            for k, item in v.items():
+                if type(k) is not str:
+                    raise NonJSONValueError(
+                        f"object key {k!r} is not a string", path=p
+                    )
+                if not k.isascii() and max(k) > "\uffff":
+                    slow = True
+                tv = type(item)
+                if tv is str or item is None or tv is bool:
+                    continue
+                push((item, _child(p, k)))
+            continue
+        if t is list or t is tuple:
+            for i, item in enumerate(v):
+                tv = type(item)
+                if tv is str or item is None or tv is bool:
+                    continue
+                push((item, f"{p}[{i}]"))
+            continue
+        if t is float or isinstance(v, float):
+            raise FloatInDigestError(f"floating-point value {v!r}", path=p)
+        if isinstance(v, bool):  # bool subclasses are not JSON either, but be exact
+            continue
+        if isinstance(v, int):
+            raise NonJSONValueError(
+                f"integer subclass {t.__name__} is not plain JSON; pass int()", path=p
+            )
+        raise NonJSONValueError(f"value of type {t.__name__} is not JSON", path=p)
+    return slow
+
+
+def _fast(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _encode(text: str, value: Any) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise NonJSONValueError(
+            "string holds a lone UTF-16 surrogate, which has no UTF-8 form",
+            path=_surrogate_path(value, "$"),
+        ) from None
+
+
+def _surrogate_path(value: Any, path: str) -> str:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return ""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _surrogate_path(k, f"{path}<key>") or _surrogate_path(v, _child(path, k))
+            if found:
+                return found
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _surrogate_path(v, f"{path}[{i}]")
+            if found:
+                return found
+    return ""
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """UTF-8 JCS bytes of ``value`` after the -05 number and type checks."""
+    if check_json(value):
+        return canonical_bytes_reference(value)
+    return _encode(_fast(value), value)
+
+
+def canonical_bytes_reference(value: Any) -> bytes:
+    """JCS via the ``rfc8785`` package (the reference; slower). Checks first."""
+    check_json(value)
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError as exc:  # pragma: no cover - guarded above
+        raise NonJSONValueError(str(exc), path="$") from None
+    except UnicodeEncodeError:
+        raise NonJSONValueError(
+            "string holds a lone UTF-16 surrogate", path=_surrogate_path(value, "$")
+        ) from None
+
+
+def json_digest(value: Any) -> str:
+    """-05 JSON-DIGEST: lowercase-hex SHA-256 of UTF8(JCS(value))."""
+    return hashlib.sha256(canonical_bytes(value)).hexdigest()
+
+
+def raw_digest(data: bytes) -> str:
+    """Lowercase-hex SHA-256 of raw bytes (prompts, files, TPM blobs)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _preimage(capsule: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in capsule.items() if k not in LOCAL_ONLY_FIELDS}
+
+
+def capsule_id_bytes(capsule: Mapping[str, Any]) -> bytes:
+    """Raw 32-byte capsule id: SHA-256 over JCS of the capsule minus the
+    top-level ``capsule_id``, ``signature`` and ``key_id`` (-05 §5.1). Nested
+    members with those names are hashed like any other member."""
+    return hashlib.sha256(canonical_bytes(_preimage(capsule))).digest()
+
+
+def capsule_id(capsule: Mapping[str, Any]) -> str:
+    """Hex capsule id (see :func:`capsule_id_bytes`)."""
+    return capsule_id_bytes(capsule).hex()

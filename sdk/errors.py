@@ -1,0 +1,245 @@
+"""One small hierarchy of typed errors for everything capseal refuses.
+
+Why one hierarchy: callers (agent frameworks, CLIs, CI) need to tell "your input is
+wrong" from "the key device is unreachable" from "the ledger is damaged" without
+parsing messages, and every refusal must leave the ledger exactly as it was.
+
+Rules every error here follows:
+
+* the message names *what* is wrong and *where* (a JSON path, a key URI without
+  its PIN, a TCTI, a ledger path);
+* no secret (PIN, private key bytes, pin-value query) ever reaches ``str()``,
+  ``repr()`` or ``diagnostics()``;
+* verifiers never raise these: they return findings instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CapsealError",
+    "InputError",
+    "MalformedJSONError",
+    "CanonicalizationError",
+    "FloatInDigestError",
+    "UnsafeIntegerError",
+    "NonJSONValueError",
+    "CapsuleValidationError",
+    "AssuranceError",
+    "AssuranceOverclaimError",
+    "AssuranceMismatchError",
+    "SealAbortedError",
+    "SignerError",
+    "KeyURIError",
+    "MissingExtraError",
+    "SignerUnavailableError",
+    "TokenNotFoundError",
+    "KeyNotFoundError",
+    "PinIncorrectError",
+    "PinLockedError",
+    "DeviceError",
+    "TPMObjectMemoryError",
+    "UnsupportedAlgorithmError",
+    "SignatureFailedError",
+    "LedgerError",
+    "LedgerClosedError",
+    "DuplicateRecordError",
+    "LedgerCorruptError",
+    "EvidenceError",
+    "JudgmentError",
+    "JudgmentRefusedError",
+]
+
+
+class CapsealError(Exception):
+    """Base of every error capseal raises on purpose.
+
+    ``diagnostics()`` returns a longer human explanation (what to do next), in the
+    style of sigstore-python's errors; ``str()`` stays one line.
+    """
+
+    hint: str = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+    def diagnostics(self) -> str:
+        text = str(self)
+        return f"{text}\n{self.hint}" if self.hint else text
+
+
+# --------------------------------------------------------------------------- input
+
+
+class InputError(CapsealError, ValueError):
+    """The caller's input cannot become an honest capsule; nothing was written."""
+
+
+class MalformedJSONError(InputError):
+    """Bytes that were supposed to be JSON are not (or have duplicate keys)."""
+
+
+class CanonicalizationError(InputError):
+    """A value cannot be put into RFC 8785 canonical form under the -05 rules.
+
+    ``path`` is a JSONPath-like location (``$.effect.request_digest``).
+    """
+
+    def __init__(self, message: str, *, path: str, hint: str | None = None) -> None:
+        super().__init__(f"{message} at {path}", hint=hint)
+        self.path = path
+
+
+class FloatInDigestError(CanonicalizationError):
+    """-05 §2: JSON floating-point values are forbidden in digest-bearing material."""
+
+    hint = "Write amounts and quantities as exact decimal strings, e.g. \"12.50\"."
+
+
+class UnsafeIntegerError(CanonicalizationError):
+    """-05 §2: integers beyond ±(2^53−1) must be decimal strings."""
+
+    hint = "Represent integers outside ±9007199254740991 as decimal strings."
+
+
+class NonJSONValueError(CanonicalizationError):
+    """A value that is not JSON (bytes, Decimal, a non-string key, a lone surrogate)."""
+
+
+class CapsuleValidationError(InputError):
+    """The capsule (or a block of it) breaks a -05 rule the typed model enforces.
+
+    ``errors`` lists ``(path, message)`` pairs, one per broken rule.
+    """
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        shown = "; ".join(f"{p}: {m}" for p, m in errors[:5])
+        more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+        super().__init__(f"capsule refused: {shown}{more}")
+
+
+class AssuranceError(InputError):
+    """The caller supplied an assurance value that the evidence does not give."""
+
+    def __init__(self, message: str, *, field: str, claimed: Any, derived: Any) -> None:
+        super().__init__(message)
+        self.field = field
+        self.claimed = claimed
+        self.derived = derived
+
+
+class AssuranceOverclaimError(AssuranceError):
+    """-05 §5.4: a producer MUST NOT record an assurance mode it did not achieve."""
+
+    hint = "Leave `assurance` out: capseal derives every mode from the record's own evidence."
+
+
+class AssuranceMismatchError(AssuranceError):
+    """A supplied assurance value differs from the derived one (without being higher)."""
+
+    hint = "Leave `assurance` out: capseal derives every mode from the record's own evidence."
+
+
+class SealAbortedError(CapsealError):
+    """capseal's own verifier found an error in a capsule about to be sealed.
+
+    ``findings`` holds the verifier's error findings. Nothing was signed or written.
+    """
+
+    def __init__(self, message: str, findings: list[Any]) -> None:
+        super().__init__(message)
+        self.findings = findings
+
+
+# --------------------------------------------------------------------------- keys
+
+
+class SignerError(CapsealError):
+    """A key could not be opened or could not sign. Nothing was written."""
+
+
+class KeyURIError(SignerError, ValueError):
+    """A key URI is malformed or names an unknown scheme (the PIN is never echoed)."""
+
+
+class MissingExtraError(SignerError, ImportError):
+    """An optional backend's Python package or system library is missing."""
+
+
+class SignerUnavailableError(SignerError):
+    """The module, token or TPM cannot be reached right now."""
+
+
+class TokenNotFoundError(SignerError):
+    """No PKCS#11 token with the requested label/serial is present."""
+
+
+class KeyNotFoundError(SignerError):
+    """The token or TPM has no key matching the URI."""
+
+
+class PinIncorrectError(SignerError):
+    """The token refused the PIN. The PIN itself is never included."""
+
+
+class PinLockedError(SignerError):
+    """The token's PIN is locked after too many wrong attempts."""
+
+
+class DeviceError(SignerError):
+    """The token or TPM returned an error during an operation."""
+
+
+class TPMObjectMemoryError(DeviceError):
+    """The TPM has no free transient object slots (TPM_RC_OBJECT_MEMORY)."""
+
+
+class UnsupportedAlgorithmError(SignerError):
+    """The key's algorithm cannot make the requested signature or envelope."""
+
+
+class SignatureFailedError(SignerError):
+    """A signature was produced but does not verify against the key's public key."""
+
+
+# --------------------------------------------------------------------------- ledger
+
+
+class LedgerError(CapsealError):
+    """The ledger refused or could not complete an operation."""
+
+
+class LedgerClosedError(LedgerError):
+    """The ledger (or producer) was used after close()."""
+
+
+class DuplicateRecordError(LedgerError):
+    """A record with this capsule id / action id is already in the ledger."""
+
+
+class LedgerCorruptError(LedgerError):
+    """The ledger file is not a capseal ledger or its hash chain is broken."""
+
+
+# --------------------------------------------------------------------------- other
+
+
+class EvidenceError(CapsealError):
+    """A hardware quote could not be taken or did not verify; the slot stays null."""
+
+
+class JudgmentError(CapsealError):
+    """Base for judgment-record errors."""
+
+
+class JudgmentRefusedError(JudgmentError, InputError):
+    """A judgment record breaks a rule of its shape; ``rule`` names the rule."""
+
+    def __init__(self, message: str, *, rule: str, path: str = "$") -> None:
+        super().__init__(f"{rule}: {message} (at {path})")
+        self.rule = rule
+        self.path = path

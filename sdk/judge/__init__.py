@@ -1,0 +1,1 @@
+"""capseal.judge — judgment records kept apart from evidence (see issue 5)."""

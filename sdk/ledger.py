@@ -1,0 +1,550 @@
+"""The durable, append-only ledger (SQLite in WAL mode, standard library only).
+
+What it promises:
+  * **append-only**: triggers refuse UPDATE and DELETE; every row is hash-chained
+    to the one before it, so an edit made behind SQLite's back is detectable;
+  * **durable on acknowledgement**: ``append`` returns only after the COMMIT that
+    holds the row has been fsynced (WAL, ``synchronous=FULL``). A process killed
+    with SIGKILL loses nothing it acknowledged and leaves no torn row;
+  * **group commit**: concurrent writers (threads) share one transaction and
+    one fsync. The first waiting thread leads and commits everything queued;
+    a lone writer pays no thread hand-off;
+  * **one record per id**: ``record_id`` (the capsule id) and a capsule's
+    ``action_id`` are unique; a duplicate is refused with DuplicateRecordError
+    and does not disturb the other records of its group;
+  * **a store header per record** (EL -00 §4): seq, record_id, record_type,
+    epistemic_type, links and 128 bits of fresh randomness (``nonce``);
+  * **evidence beside records**: hardware evidence is appended to its own
+    table, so the slot's earlier ``null`` state stays visible in history.
+
+Export to JSON Lines and import back are byte-identical (``export_jsonl`` of an
+imported ledger equals the file it was imported from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import DuplicateRecordError, LedgerClosedError, LedgerCorruptError, LedgerError, MalformedJSONError
+from .record import SealedRecord, dumps_canonical
+
+__all__ = ["Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "LEDGER_FORMAT"]
+
+LEDGER_FORMAT = "capseal-ledger/1"
+_GENESIS = bytes(32)
+_DOMAIN = b"capseal-ledger/1\x00"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    seq INTEGER PRIMARY KEY,
+    record_id TEXT NOT NULL UNIQUE,
+    record_type TEXT NOT NULL,
+    epistemic_type TEXT NOT NULL,
+    links TEXT NOT NULL,
+    nonce TEXT NOT NULL,
+    action_id TEXT UNIQUE,
+    stream TEXT,
+    tag TEXT,
+    body BLOB NOT NULL,
+    prev_hash TEXT NOT NULL,
+    row_hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_tag ON records(tag, stream, seq) WHERE tag IS NOT NULL;
+CREATE TABLE IF NOT EXISTS evidence (
+    eid INTEGER PRIMARY KEY,
+    record_seq INTEGER NOT NULL REFERENCES records(seq),
+    record_id TEXT NOT NULL,
+    body BLOB NOT NULL,
+    prev_hash TEXT NOT NULL,
+    row_hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS evidence_record ON evidence(record_id, eid);
+CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
+    BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS records_no_delete BEFORE DELETE ON records
+    BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS evidence_no_update BEFORE UPDATE ON evidence
+    BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS evidence_no_delete BEFORE DELETE ON evidence
+    BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
+"""
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """What a writer hands the ledger. ``body`` is canonical JSON bytes."""
+
+    record_id: str
+    record_type: str
+    epistemic_type: str
+    body: bytes
+    links: tuple[dict[str, str], ...] = ()
+    action_id: str | None = None
+    stream: str | None = None
+    tag: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """A row as stored: the store header, the body and the hash chain."""
+
+    seq: int
+    record_id: str
+    record_type: str
+    epistemic_type: str
+    links: tuple[dict[str, str], ...]
+    nonce: str
+    body: bytes
+    prev_hash: str
+    row_hash: str
+    action_id: str | None = None
+    stream: str | None = None
+    tag: str | None = None
+
+    def header(self) -> dict[str, Any]:
+        """The EL -00 §4 store header of this record."""
+        return {
+            "seq": self.seq,
+            "record_id": self.record_id,
+            "record_type": self.record_type,
+            "epistemic_type": self.epistemic_type,
+            "links": [dict(link) for link in self.links],
+            "nonce": self.nonce,
+        }
+
+    def record(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class EvidenceEntry:
+    eid: int
+    record_seq: int
+    record_id: str
+    body: bytes
+    prev_hash: str
+    row_hash: str
+
+    def evidence(self) -> dict[str, Any] | None:
+        value = json.loads(self.body)
+        return value if value else None
+
+
+def _row_hash(prev_hex: str, header: dict[str, Any], body: bytes, extra: bytes = b"") -> str:
+    h = hashlib.sha256(_DOMAIN)
+    h.update(bytes.fromhex(prev_hex))
+    h.update(hashlib.sha256(dumps_canonical(header)).digest())
+    h.update(hashlib.sha256(body).digest())
+    h.update(extra)
+    return h.hexdigest()
+
+
+def _evidence_header(record_seq: int, record_id: str, eid: int) -> dict[str, Any]:
+    return {"eid": eid, "record_seq": record_seq, "record_id": record_id}
+
+
+@dataclass
+class _Pending:
+    entry: LedgerEntry
+    stored: StoredEntry | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass
+class _Stats:
+    commits: int = 0
+    records: int = 0
+    largest_group: int = 0
+    groups: list[int] = field(default_factory=list)
+
+
+class Ledger:
+    """An append-only capseal ledger in one SQLite file.
+
+    Thread-safe. Several processes may append to the same file (SQLite's write
+    lock serializes them; each transaction reads the chain head under it).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, synchronous: str = "FULL") -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError("synchronous must be FULL, EXTRA or NORMAL")
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
+        self._queue: list[_Pending] = []
+        self._leader = False
+        self._closed = False
+        self.stats = _Stats()
+        self._db = self._connect(synchronous)
+        # readers get their own connection: they never see a half-built group
+        self._rdb = self._db if readonly else sqlite3.connect(
+            str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        self._read_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ opening
+
+    def _connect(self, synchronous: str) -> sqlite3.Connection:
+        if self.readonly:
+            if not self.path.exists():
+                raise LedgerError(f"no ledger at {self.path}")
+            uri = f"file:{self.path}?mode=ro"
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        else:
+            db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0)
+        try:
+            if not self.readonly:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(f"PRAGMA synchronous={synchronous}")
+                db.execute("PRAGMA foreign_keys=ON")
+                db.executescript(_SCHEMA)
+                row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+                if row is None:
+                    db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (LEDGER_FORMAT,))
+                    row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+            else:
+                row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise LedgerCorruptError(f"{self.path} is not a capseal ledger ({exc})") from None
+        if row is None or row[0] != LEDGER_FORMAT:
+            db.close()
+            raise LedgerCorruptError(f"{self.path} is not a {LEDGER_FORMAT} ledger")
+        return db
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._closed:
+                return
+            while self._leader:
+                self._cond.wait()
+            self._closed = True
+            with self._read_lock:
+                if self._rdb is not self._db:
+                    self._rdb.close()
+            self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r}{', readonly' if self.readonly else ''})"
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, entry: LedgerEntry) -> StoredEntry:
+        """Append one record; returns once it is durable. Raises on refusal."""
+        return self.append_many([entry])[0]
+
+    def append_many(self, entries: Sequence[LedgerEntry]) -> list[StoredEntry]:
+        """Append records in order; durable on return. If any is refused, the
+        others are still stored and the first refusal is raised after."""
+        pendings = [_Pending(e) for e in entries]
+        self._run(pendings)
+        errors = [p.error for p in pendings if p.error is not None]
+        if errors:
+            raise errors[0]
+        return [p.stored for p in pendings if p.stored is not None]
+
+    def _run(self, pendings: list[_Pending]) -> None:
+        if self.readonly:
+            raise LedgerError(f"{self} is read-only")
+        with self._mutex:
+            if self._closed:
+                raise LedgerClosedError(f"{self} is closed")
+            self._queue.extend(pendings)
+            while not all(p.done for p in pendings):
+                if self._leader:
+                    self._cond.wait()
+                    continue
+                if self._closed:
+                    raise LedgerClosedError(f"{self} was closed while appending")
+                batch, self._queue = self._queue, []
+                self._leader = True
+                self._mutex.release()
+                try:
+                    self._write(batch)
+                except BaseException as exc:  # noqa: BLE001 - every waiter must learn the outcome
+                    for p in batch:
+                        if not p.done:
+                            p.error = exc if isinstance(exc, LedgerError) else LedgerError(f"append failed: {exc}")
+                            p.stored = None
+                            p.done = True
+                finally:
+                    self._mutex.acquire()
+                    self._leader = False
+                    self._cond.notify_all()
+
+    def _write(self, batch: list[_Pending]) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            head = db.execute("SELECT seq, row_hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+            seq, prev = (head[0], head[1]) if head else (0, _GENESIS.hex())
+            staged: list[tuple[_Pending, StoredEntry]] = []
+            for p in batch:
+                e = p.entry
+                nonce = os.urandom(16).hex()
+                stored = StoredEntry(
+                    seq=seq + 1, record_id=e.record_id, record_type=e.record_type,
+                    epistemic_type=e.epistemic_type, links=e.links, nonce=nonce, body=e.body,
+                    prev_hash=prev, row_hash="", action_id=e.action_id, stream=e.stream, tag=e.tag,
+                )
+                row_hash = _row_hash(prev, stored.header(), e.body)
+                try:
+                    db.execute(
+                        "INSERT INTO records(seq, record_id, record_type, epistemic_type, links, nonce,"
+                        " action_id, stream, tag, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (seq + 1, e.record_id, e.record_type, e.epistemic_type, dumps_canonical(list(e.links)).decode(),
+                         nonce, e.action_id, e.stream, e.tag, e.body, prev, row_hash),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    what = "action_id" if "action_id" in str(exc) else "record_id"
+                    value = e.action_id if what == "action_id" else e.record_id
+                    p.error = DuplicateRecordError(f"{what} {value!r} is already in {self.path.name}")
+                    continue
+                seq, prev = seq + 1, row_hash
+                staged.append((p, StoredEntry(**{**stored.__dict__, "row_hash": row_hash})))
+            db.execute("COMMIT")
+        except BaseException:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+        for p, stored in staged:
+            p.stored = stored
+        for p in batch:
+            p.done = True
+        st = self.stats
+        st.commits += 1
+        st.records += len(staged)
+        st.largest_group = max(st.largest_group, len(batch))
+
+    def add_evidence(self, record_id: str, evidence: dict[str, Any] | None) -> EvidenceEntry:
+        """Append an evidence state for ``record_id`` (a filled slot). The
+        record's earlier state stays in history. Durable on return."""
+        if evidence is not None and not evidence:
+            raise ValueError("evidence is a filled object, never {}")
+        body = dumps_canonical(evidence)
+        with self._mutex:
+            if self._closed:
+                raise LedgerClosedError(f"{self} is closed")
+            while self._leader:
+                self._cond.wait()
+            self._leader = True
+        try:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT seq FROM records WHERE record_id=?", (record_id,)).fetchone()
+                if row is None:
+                    raise LedgerError(f"no record {record_id} in {self.path.name}")
+                head = db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
+                eid, prev = (head[0] + 1, head[1]) if head else (1, _GENESIS.hex())
+                row_hash = _row_hash(prev, _evidence_header(row[0], record_id, eid), body)
+                db.execute(
+                    "INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?)",
+                    (eid, row[0], record_id, body, prev, row_hash),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise
+        finally:
+            with self._mutex:
+                self._leader = False
+                self._cond.notify_all()
+        return EvidenceEntry(eid, row[0], record_id, body, prev, row_hash)
+
+    # ------------------------------------------------------------------ reading
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        with self._read_lock:
+            if self._closed:
+                raise LedgerClosedError(f"{self} is closed")
+            return self._rdb.execute(sql, args).fetchall()
+
+    @staticmethod
+    def _stored(row: Sequence[Any]) -> StoredEntry:
+        return StoredEntry(
+            seq=row[0], record_id=row[1], record_type=row[2], epistemic_type=row[3],
+            links=tuple(json.loads(row[4])), nonce=row[5], action_id=row[6], stream=row[7], tag=row[8],
+            body=bytes(row[9]), prev_hash=row[10], row_hash=row[11],
+        )
+
+    _COLS = "seq, record_id, record_type, epistemic_type, links, nonce, action_id, stream, tag, body, prev_hash, row_hash"
+
+    def count(self) -> int:
+        return int(self._query("SELECT count(*) FROM records")[0][0])
+
+    def entries(self, *, batch: int = 2000) -> Iterator[StoredEntry]:
+        """Every record row in seq order."""
+        last = 0
+        while True:
+            rows = self._query(f"SELECT {self._COLS} FROM records WHERE seq > ? ORDER BY seq LIMIT ?", (last, batch))
+            if not rows:
+                return
+            for row in rows:
+                yield self._stored(row)
+            last = rows[-1][0]
+
+    def evidence_entries(self) -> Iterator[EvidenceEntry]:
+        for row in self._query("SELECT eid, record_seq, record_id, body, prev_hash, row_hash FROM evidence ORDER BY eid"):
+            yield EvidenceEntry(row[0], row[1], row[2], bytes(row[3]), row[4], row[5])
+
+    def entry(self, record_id: str) -> StoredEntry | None:
+        rows = self._query(f"SELECT {self._COLS} FROM records WHERE record_id=?", (record_id,))
+        return self._stored(rows[0]) if rows else None
+
+    def evidence_history(self, record_id: str) -> list[dict[str, Any] | None]:
+        """Every evidence state of a record, oldest first, starting with the
+        ``None`` it was sealed with."""
+        rows = self._query("SELECT body FROM evidence WHERE record_id=? ORDER BY eid", (record_id,))
+        return [None] + [json.loads(r[0]) or None for r in rows]
+
+    def current_evidence(self, record_id: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT body FROM evidence WHERE record_id=? ORDER BY eid DESC LIMIT 1", (record_id,))
+        return (json.loads(rows[0][0]) or None) if rows else None
+
+    def get(self, record_id: str) -> SealedRecord | None:
+        """The sealed record with its current evidence slot, or None."""
+        stored = self.entry(record_id)
+        if stored is None or stored.record_type != "capsule":
+            return None
+        record = SealedRecord.from_json(stored.record(), seq=stored.seq)
+        return record.with_evidence(self.current_evidence(record_id))
+
+    def records(self) -> Iterator[SealedRecord]:
+        """Every sealed capsule record in order, with its current evidence."""
+        evidence: dict[str, dict[str, Any] | None] = {}
+        for ev in self.evidence_entries():
+            evidence[ev.record_id] = ev.evidence()
+        for stored in self.entries():
+            if stored.record_type == "capsule":
+                rec = SealedRecord.from_json(stored.record(), seq=stored.seq)
+                yield rec.with_evidence(evidence.get(stored.record_id))
+
+    def last_tagged(self, tag: str, stream: str) -> StoredEntry | None:
+        rows = self._query(
+            f"SELECT {self._COLS} FROM records WHERE tag=? AND stream=? ORDER BY seq DESC LIMIT 1", (tag, stream)
+        )
+        return self._stored(rows[0]) if rows else None
+
+    # ------------------------------------------------------------------ integrity
+
+    def check_chain(self) -> list[str]:
+        """Recompute both hash chains; returns problems (empty when intact)."""
+        problems: list[str] = []
+        prev, expected_seq = _GENESIS.hex(), 1
+        for stored in self.entries():
+            if stored.seq != expected_seq:
+                problems.append(f"seq {stored.seq}: expected {expected_seq} (gap or reorder)")
+            if stored.prev_hash != prev:
+                problems.append(f"seq {stored.seq}: prev_hash does not match the previous row")
+            if _row_hash(stored.prev_hash, stored.header(), stored.body) != stored.row_hash:
+                problems.append(f"seq {stored.seq}: row_hash does not match its header and body")
+            prev, expected_seq = stored.row_hash, stored.seq + 1
+        prev = _GENESIS.hex()
+        for ev in self.evidence_entries():
+            if ev.prev_hash != prev or _row_hash(ev.prev_hash, _evidence_header(ev.record_seq, ev.record_id, ev.eid), ev.body) != ev.row_hash:
+                problems.append(f"evidence {ev.eid}: hash chain broken")
+            prev = ev.row_hash
+        return problems
+
+    # ------------------------------------------------------------------ export / import
+
+    def export_jsonl(self, out: IO[bytes]) -> int:
+        """Write every row as one JSON line (records, then evidence). Returns lines."""
+        n = 0
+        for stored in self.entries():
+            header = {**stored.header(), "action_id": stored.action_id, "stream": stored.stream, "tag": stored.tag,
+                      "prev_hash": stored.prev_hash, "row_hash": stored.row_hash}
+            out.write(b'{"header":' + dumps_canonical(header) + b',"kind":"record","record":' + stored.body + b"}\n")
+            n += 1
+        for ev in self.evidence_entries():
+            header = {**_evidence_header(ev.record_seq, ev.record_id, ev.eid), "prev_hash": ev.prev_hash, "row_hash": ev.row_hash}
+            out.write(b'{"evidence":' + ev.body + b',"header":' + dumps_canonical(header) + b',"kind":"evidence"}\n')
+            n += 1
+        return n
+
+    @classmethod
+    def import_jsonl(cls, src: IO[bytes], path: str | os.PathLike[str]) -> Ledger:
+        """Build a new ledger at ``path`` from an export, checking every hash.
+        Refuses (and leaves no file) if any line is malformed or the chain breaks."""
+        target = Path(path)
+        if target.exists():
+            raise LedgerError(f"{target} already exists; import builds a new ledger")
+        ledger = cls(target)
+        try:
+            ledger._import(src)
+        except BaseException:
+            ledger.close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(target) + suffix).unlink(missing_ok=True)
+            raise
+        return ledger
+
+    def _import(self, src: IO[bytes]) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        prev, eprev = _GENESIS.hex(), _GENESIS.hex()
+        try:
+            for lineno, line in enumerate(src, 1):
+                try:
+                    item = json.loads(line)
+                except ValueError as exc:
+                    raise MalformedJSONError(f"line {lineno}: not JSON ({exc})") from None
+                if not isinstance(item, dict) or item.get("kind") not in ("record", "evidence"):
+                    raise MalformedJSONError(f"line {lineno}: not a capseal ledger line")
+                h = item.get("header")
+                if not isinstance(h, dict):
+                    raise MalformedJSONError(f"line {lineno}: header missing")
+                try:
+                    if item["kind"] == "record":
+                        body = dumps_canonical(item["record"])
+                        header = {k: h[k] for k in ("seq", "record_id", "record_type", "epistemic_type", "links", "nonce")}
+                        if h["prev_hash"] != prev or _row_hash(prev, header, body) != h["row_hash"]:
+                            raise LedgerCorruptError(f"line {lineno}: hash chain broken at seq {h['seq']}")
+                        db.execute(
+                            f"INSERT INTO records({self._COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                            (h["seq"], h["record_id"], h["record_type"], h["epistemic_type"],
+                             dumps_canonical(h["links"]).decode(), h["nonce"], h.get("action_id"), h.get("stream"),
+                             h.get("tag"), body, h["prev_hash"], h["row_hash"]),
+                        )
+                        prev = h["row_hash"]
+                    else:
+                        body = dumps_canonical(item["evidence"])
+                        header = _evidence_header(h["record_seq"], h["record_id"], h["eid"])
+                        if h["prev_hash"] != eprev or _row_hash(eprev, header, body) != h["row_hash"]:
+                            raise LedgerCorruptError(f"line {lineno}: evidence hash chain broken at {h['eid']}")
+                        db.execute(
+                            "INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?)",
+                            (h["eid"], h["record_seq"], h["record_id"], body, h["prev_hash"], h["row_hash"]),
+                        )
+                        eprev = h["row_hash"]
+                except (KeyError, TypeError) as exc:
+                    raise MalformedJSONError(f"line {lineno}: missing or malformed field {exc}") from None
+                except sqlite3.IntegrityError as exc:
+                    raise LedgerCorruptError(f"line {lineno}: {exc}") from None
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise

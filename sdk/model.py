@@ -1,0 +1,419 @@
+"""Typed, strict model of a -05 capsule (pydantic v2), the producer's gate.
+
+Why a model *and* a verifier: the verifier (``verify.py``) reads arbitrary bytes
+and reports; this model refuses, before anything is signed, every capsule a
+conforming producer MUST NOT emit — including rules the Class-1 checks leave to
+the producer (the status/digest table, honest ``human_disposed``, namespaced
+extensions, registered chain relations, no ``null`` standing in for "absent").
+
+Conventions:
+  * strict mode: no silent coercion (``"1"`` is not ``1``, ``1`` is not ``True``);
+  * ``null``, ``{}`` and ``[]`` are refused where they would mean "none": leave
+    the member out (-05 §5.5.6: absent is missing information, an empty value is
+    a claim that is hashed into the id);
+  * the model validates a plain ``dict``; capseal hashes that dict, never a
+    re-serialization, so extension members are hashed exactly as given.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+
+from .errors import CapsuleValidationError
+from .vocab import (
+    CHAIN_RELATIONS,
+    CITATION_PURPOSES,
+    EFFECT_ATTESTATIONS,
+    PRODUCER_NEVER_DISPATCH,
+    REGISTRIES,
+    SPEC_VERSION,
+)
+
+__all__ = [
+    "Hex64",
+    "Timestamp",
+    "Effect",
+    "ExpiryPolicy",
+    "Disposition",
+    "Chain",
+    "Retention",
+    "LogCoordinates",
+    "Reference",
+    "TypedRef",
+    "CrossParty",
+    "ProvenanceMode",
+    "Constraint",
+    "ModelAttestation",
+    "SelfReportedReasoning",
+    "Assurance",
+    "Compliance",
+    "Capsule",
+    "validate_capsule",
+    "is_namespaced",
+]
+
+_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
+
+
+def _timestamp(value: str) -> str:
+    if not _TS.match(value):
+        raise ValueError("must be an RFC 3339 UTC timestamp ending in 'Z', e.g. 2026-10-01T12:00:00Z")
+    try:
+        datetime.fromisoformat(value[:19])
+    except ValueError:
+        raise ValueError("is not a valid calendar date/time") from None
+    return value
+
+
+def is_namespaced(value: str) -> bool:
+    """-05 §9.1: new identifiers carry a URI or reverse-DNS prefix (or ``x-``)."""
+    return value.startswith("x-") or ":" in value or ("." in value.strip(".") and not value.startswith("."))
+
+
+def _registered(registry: str, *, allow_namespaced: bool = True) -> Any:
+    seeded = REGISTRIES[registry]
+
+    def check(value: str) -> str:
+        if value in seeded or (allow_namespaced and is_namespaced(value)):
+            return value
+        extra = " or a namespaced value (x-…, com.example.…)" if allow_namespaced else ""
+        raise ValueError(f"{value!r} is not a registered {registry} value; use one of {sorted(seeded)}{extra}")
+
+    return AfterValidator(check)
+
+
+def _namespaced(value: str) -> str:
+    if not is_namespaced(value):
+        raise ValueError(f"{value!r} must be namespaced with a URI or reverse-DNS prefix (-05 §9.1)")
+    return value
+
+
+Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Timestamp = Annotated[str, AfterValidator(_timestamp)]
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+SafeInt = Annotated[int, Field(ge=-(2**53 - 1), le=2**53 - 1)]
+
+
+class _Block(BaseModel):
+    """Common strictness for every block."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_empty_values(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if value is None:
+                    raise ValueError(f"{key}: null is not 'absent'; leave the member out")
+                if isinstance(value, (dict, list)) and not value and key not in cls._empty_ok():
+                    raise ValueError(f"{key}: an empty value is hashed as a claim; leave the member out")
+        return data
+
+    @classmethod
+    def _empty_ok(cls) -> frozenset[str]:
+        return frozenset()
+
+
+class Effect(_Block):
+    """§5.3 Effect Record, with the status/digest/attestation table enforced."""
+
+    status: Literal["planned", "dispatched", "confirmed", "failed", "reverted"]
+    type: Annotated[NonEmpty, _registered("effect.type")] | None = None
+    request_digest: Hex64 | None = None
+    response_digest: Hex64 | None = None
+    external_ref: NonEmpty | None = None
+    irreversibility_class: Annotated[str, _registered("irreversibility_class", allow_namespaced=False)] | None = None
+    effect_attestation: Annotated[str, _registered("effect_attestation", allow_namespaced=False)] | None = None
+
+    @model_validator(mode="after")
+    def _table(self) -> "Effect":
+        s = self.status
+        if s == "planned":
+            if self.request_digest or self.response_digest:
+                raise ValueError("a planned effect carries no request_digest or response_digest (§5.3)")
+            if self.effect_attestation:
+                raise ValueError("a planned effect carries no effect_attestation (the planned carve, §5.3)")
+            return self
+        if s == "dispatched" and self.response_digest:
+            raise ValueError("a dispatched effect has no response_digest yet (§5.3)")
+        if s == "confirmed" and not self.response_digest:
+            raise ValueError("a confirmed effect needs response_digest over the response actually received (§5.3)")
+        if not self.effect_attestation:
+            raise ValueError(f"effect_attestation is required once an effect is {s} (§5.3); one of {sorted(EFFECT_ATTESTATIONS)}")
+        return self
+
+
+class ExpiryPolicy(_Block):
+    ttl_seconds: Annotated[int, Field(ge=0, le=2**53 - 1)]
+    on_expiry: Literal["expired", "escalated"]
+
+
+class Disposition(_Block):
+    """§5.5 disposition: closed approver set, honest human_disposed."""
+
+    decision: Annotated[str, _registered("disposition.decision", allow_namespaced=False)]
+    approver: Literal["human", "policy", "counterparty"]
+    human_disposed: bool
+    authority: NonEmpty | None = None
+    verdict_class: Annotated[str, _registered("verdict_class")] | None = None
+    reason_digest: Hex64 | None = None
+    expiry_policy: ExpiryPolicy | None = None
+
+    @model_validator(mode="after")
+    def _honest(self) -> "Disposition":
+        if self.human_disposed and self.approver != "human":
+            raise ValueError(f"human_disposed is true only when a human acted; approver is {self.approver!r} (§5.5)")
+        if self.expiry_policy is not None and "deferred" not in (self.decision, self.verdict_class):
+            raise ValueError("expiry_policy belongs to deferrals only (§5.5)")
+        return self
+
+
+class Chain(_Block):
+    """§5.5.4: exactly one parent; producers emit registered relations only."""
+
+    parent_capsule_id: Hex64
+    relation: Annotated[str, _registered("chain.relation", allow_namespaced=False)]
+
+
+class Retention(_Block):
+    declarant: NonEmpty
+    retained_until: Timestamp | None = None
+    not_retained_after: Timestamp | None = None
+
+    @model_validator(mode="after")
+    def _bound(self) -> "Retention":
+        if self.retained_until is None and self.not_retained_after is None:
+            raise ValueError("retention needs retained_until or not_retained_after (§5.5.6)")
+        return self
+
+
+class LogCoordinates(_Block):
+    log_id: NonEmpty
+    leaf_index: Annotated[int, Field(ge=0, le=2**53 - 1)]
+    inclusion_proof: list[Hex64] | NonEmpty
+
+
+class TypedRef(_Block):
+    """CPB typed digest reference ``{type, digest_alg, digest}``."""
+
+    type: NonEmpty
+    digest_alg: NonEmpty
+    digest: NonEmpty
+
+
+class Reference(_Block):
+    """§5.5.5 identity reference, optionally with purpose, retention, log coordinates
+    and namespaced extra members."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+    type: NonEmpty
+    digest_alg: NonEmpty
+    digest: NonEmpty
+    citation_purpose: Annotated[str, _registered("citation_purpose")] | None = None
+    retention: Retention | None = None
+    log_coordinates: LogCoordinates | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Reference":
+        for key in self.__pydantic_extra__ or {}:
+            if not is_namespaced(key):
+                raise ValueError(f"extra reference member {key!r} must be namespaced")
+        if self.type == "agent-action-capsule" and self.digest_alg == "SHA-256" and not re.fullmatch(r"[0-9a-f]{64}", self.digest):
+            raise ValueError("a capsule reference's digest is a 64-hex capsule id")
+        return self
+
+
+class CrossParty(_Block):
+    """§5.4.1: the rung is derived from these bytes alone."""
+
+    initiator_ref: Hex64
+    counterparty_ref: Hex64 | None = None
+    correlator: NonEmpty | None = None
+    substantive: bool | None = None
+
+    @model_validator(mode="after")
+    def _correlated(self) -> "CrossParty":
+        if self.counterparty_ref is not None and self.correlator is None:
+            raise ValueError("correlator is required with counterparty_ref (§5.4.1)")
+        if self.substantive and self.counterparty_ref is None:
+            raise ValueError("substantive is true only for a co-signed result with counterparty_ref (§5.4.1)")
+        return self
+
+
+class ProvenanceMode(_Block):
+    mode: Literal["contemporaneous", "backfilled"]
+    source_ref: TypedRef | None = None
+    source_asserted_at: Timestamp | None = None
+    import_batch: NonEmpty | None = None
+    imported_at: Timestamp | None = None
+    time_rung: Literal["self_attested", "witnessed"] | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ProvenanceMode":
+        fields = (self.source_ref, self.source_asserted_at, self.import_batch, self.imported_at)
+        if self.mode == "backfilled":
+            if any(f is None for f in fields):
+                raise ValueError("a backfilled record needs source_ref, source_asserted_at, import_batch and imported_at (§5.4.3)")
+            if self.imported_at == self.source_asserted_at:
+                raise ValueError("imported_at equal to source_asserted_at is the laundering shape (§5.4.3)")
+        elif any(f is not None for f in fields) or self.time_rung is not None:
+            raise ValueError("source fields and time_rung apply only when mode is backfilled (§5.4.3)")
+        return self
+
+
+class Constraint(_Block):
+    """§8.1 constraint result; the evaluated content enters only as a digest."""
+
+    id: Annotated[NonEmpty, AfterValidator(_namespaced)]
+    check_type: Annotated[NonEmpty, AfterValidator(_namespaced)] | None = None
+    method: NonEmpty | None = None
+    result: Literal["pass", "fail", "n/a"]
+    severity: NonEmpty
+    blocking: bool
+    evidence_digest: Hex64 | None = None
+
+
+JSONScalar = str | int | bool
+JSONValue = Any  # nested values are checked by the canonical walk (no floats)
+
+
+class ModelAttestation(_Block):
+    model_id: NonEmpty | None = None
+    provider: NonEmpty | None = None
+    compute_attestation: dict[str, JSONValue] | None = None
+
+    @model_validator(mode="after")
+    def _pair(self) -> "ModelAttestation":
+        if (self.model_id is None) != (self.provider is None):
+            raise ValueError("model_id and provider appear together or not at all")
+        if self.model_id is None and self.compute_attestation is None:
+            raise ValueError("model_attestation needs model_id/provider or compute_attestation")
+        return self
+
+
+class SelfReportedReasoning(_Block):
+    digest: Hex64
+
+
+class Assurance(_Block):
+    attestation_mode: Literal["self_attested", "anchored"]
+    effect_mode: Literal["not_applicable", "dispatched_unconfirmed", "confirmed"]
+    ledger_mode: Literal["standalone", "chained", "anchored"]
+    cross_party_rung: Literal["unilateral_fallback", "acknowledged_receipt", "full_bilateral"] | None = None
+
+
+class Compliance(_Block):
+    framework_tags: list[Annotated[NonEmpty, AfterValidator(_namespaced)]]
+
+
+class Capsule(_Block):
+    """A complete -05 capsule as capseal will seal it (``capsule_id`` optional:
+    it is computed by the sealer)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+    spec_version: Literal["draft-mih-scitt-agent-action-capsule-05"]
+    format_version: Literal["4"]
+    canonicalization_id: Literal["jcs"]
+    capsule_id: Hex64 | None = None
+    action_id: NonEmpty
+    action_type: Literal["fyi", "decide"]
+    operator: NonEmpty
+    developer: NonEmpty
+    timestamp: Timestamp
+    epoch_id: NonEmpty | None = None
+    domain: Annotated[str, AfterValidator(lambda v: _domain(v))] | None = None
+    provenance: Literal["gate", "runtime", "collector"] | None = None
+    provenance_mode: ProvenanceMode | None = None
+    effect: Effect | None = None
+    assurance: Assurance | None = None
+    disposition: Disposition | None = None
+    chain: Chain | None = None
+    cross_party: CrossParty | None = None
+    constraints: list[Constraint] | None = None
+    references: list[Reference] | None = None
+    model_attestation: ModelAttestation | None = None
+    self_reported_reasoning: SelfReportedReasoning | None = None
+    compliance: Compliance | None = None
+
+    @model_validator(mode="after")
+    def _cross_block(self) -> "Capsule":
+        for key in self.__pydantic_extra__ or {}:
+            if key in ("_sd", "_sd_alg"):
+                raise ValueError(f"{key} is reserved for selective disclosure (§9.2); capseal does not generate it")
+            if key in ("signature", "key_id"):
+                raise ValueError(f"{key} is written by the sealer, not the caller")
+            if not is_namespaced(key):
+                raise ValueError(f"unknown member {key!r}: extension members must be namespaced (x-…, com.example.…, urn:…)")
+        verdict = self.disposition.verdict_class if self.disposition else None
+        dispatched = self.effect is not None and self.effect.status != "planned"
+        if verdict in PRODUCER_NEVER_DISPATCH and dispatched:
+            raise ValueError(f"verdict_class {verdict!r} never dispatches; the effect must be absent or planned (§5.5.2)")
+        if verdict == "errored" and not dispatched:
+            raise ValueError("verdict_class 'errored' pairs with a dispatched effect (dispatched_unconfirmed, §5.5.2)")
+        if verdict == "epoch_boundary" and self.action_type != "fyi":
+            raise ValueError("an epoch-boundary capsule is action_type 'fyi' (§5.2)")
+        parent = self.chain.parent_capsule_id if self.chain else None
+        has_corroboration = False
+        for i, ref in enumerate(self.references or ()):
+            if parent is not None and ref.digest == parent and ref.digest_alg == "SHA-256":
+                raise ValueError(f"references[{i}] names the chain parent; a reference must not (§5.5.5)")
+            if ref.citation_purpose == "corroborates_source_time":
+                has_corroboration = True
+        pm = self.provenance_mode
+        if pm is not None and pm.time_rung == "witnessed" and not has_corroboration:
+            raise ValueError("time_rung 'witnessed' needs a corroborates_source_time reference (§5.4.3)")
+        return self
+
+
+def _domain(value: str) -> str:
+    if value in ("action", "memory", "reasoning") or value.startswith("x-"):
+        return value
+    raise ValueError(f"domain {value!r} is not action|memory|reasoning or an x- value")
+
+
+def _json_path(loc: tuple[int | str, ...]) -> str:
+    path = "$"
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("str", "int", "bool", "list", "dict", "function-after", "constrained-str") or part.startswith(("function-", "literal[", "nullable[")):
+            continue
+        else:
+            path += f".{part}"
+    return path
+
+
+def validate_capsule(capsule: dict[str, Any]) -> Capsule:
+    """Validate a capsule dict against the producer model.
+
+    Raises :class:`CapsuleValidationError` listing every broken rule with its path.
+    """
+    try:
+        return Capsule.model_validate(capsule)
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors(include_url=False):
+            msg = err["msg"]
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            errors.append((_json_path(tuple(err["loc"])), msg))
+        raise CapsuleValidationError(errors) from None
+
+
+# re-exported for builders
+_ = (CHAIN_RELATIONS, CITATION_PURPOSES, SPEC_VERSION)

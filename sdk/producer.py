@@ -1,0 +1,491 @@
+"""``Producer``: the API agent frameworks call to seal capsules.
+
+The sealing path, in order (design §3). Every step that can refuse runs before
+anything is signed or written, so a refusal leaves the ledger as it was:
+
+1. assemble the capsule from the caller's spec and the producer's identity;
+2. derive ``assurance`` from the capsule's own evidence; a caller's claim that
+   differs is refused (AssuranceOverclaimError / AssuranceMismatchError);
+3. canonicalize (floats and unsafe integers refused with their JSON path);
+4. validate against the strict -05 model (producer MUSTs);
+5. compute ``capsule_id`` and run capseal's Class-1 verifier: an error aborts;
+6. sign the COSE_Sign1 envelope; signatures from a token or TPM are verified
+   against the key's public key before use;
+7. append to the ledger; the call returns once the record is durable.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from capseal.keys import Signer, SignerSelfTest
+
+from .assurance import derive_assurance, enforce_claim
+from .canonical import canonical_bytes, json_digest
+from .envelope import PROFILE, Envelope, sign_envelope, verify_cose_sign1
+from .errors import InputError, LedgerClosedError, SealAbortedError, SignatureFailedError
+from .ledger import Ledger, LedgerEntry
+from .model import validate_capsule
+from .record import SealedRecord
+from .verify import verify
+from .vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
+
+__all__ = ["Producer", "epistemic_type_for_capsule", "CUSTODY_MEMBER", "SDK_NAME"]
+
+SDK_NAME = "capseal/0.1.0"
+CUSTODY_MEMBER = "x-capseal-key-custody"
+
+#: Members the producer writes itself; a spec may repeat them only with the same value.
+_PRODUCER_OWNED = ("spec_version", "format_version", "canonicalization_id", "operator", "developer")
+_NEVER_IN_SPEC = ("capsule_id", "signature", "key_id", "timestamp")
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epistemic_type_for_capsule(capsule: Mapping[str, Any]) -> str:
+    """EL -00 §4.1 type of a capsule, from its shape, fixed at commit.
+
+    An effect confirmed by the gate that executed it records an observed event;
+    everything else a producer seals about its own agent is a producer claim.
+    """
+    effect = capsule.get("effect")
+    if isinstance(effect, Mapping) and effect.get("status") == "confirmed" and effect.get("effect_attestation") == "gate_executed":
+        return "observed_event"
+    return "producer_claim"
+
+
+@dataclass
+class _Flow:
+    """What the producer remembers between the capsules of one action."""
+
+    base_action_id: str
+    effect_type: str | None
+    request_digest: str | None
+    irreversibility_class: str | None
+    external_ref: str | None
+
+
+class Producer:
+    """Seals -05 capsules for one operator and one agent (developer) identity.
+
+    ``ledger`` is a path (an embedded SQLite ledger is created) or a
+    :class:`Ledger`. On construction the producer runs a signer self-test and
+    opens an epoch: an epoch-boundary capsule describing the signing key as
+    observed (custody statement). Use as a context manager, or call close().
+    """
+
+    def __init__(
+        self,
+        operator: str,
+        developer: str,
+        signer: Signer,
+        ledger: str | os.PathLike[str] | Ledger,
+        *,
+        epoch_id: str | None = None,
+        model_id: str | None = None,
+        provider: str | None = None,
+        clock: Callable[[], str] = _utc_now,
+        verify_signatures: str = "device",
+    ) -> None:
+        if not isinstance(operator, str) or not operator or not isinstance(developer, str) or not developer:
+            raise InputError("operator and developer are non-empty strings")
+        if verify_signatures not in ("device", "always"):
+            raise ValueError("verify_signatures is 'device' (tokens and TPMs) or 'always'")
+        self.operator = operator
+        self.developer = developer
+        self.signer = signer
+        self._clock = clock
+        self._check_every_signature = verify_signatures == "always" or getattr(signer, "external_device", False)
+        self._owns_ledger = not isinstance(ledger, Ledger)
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(Path(ledger))
+        self._stream = f"{operator}\x1f{developer}"
+        self._flows: dict[str, _Flow] = {}
+        self._flows_lock = threading.Lock()
+        self._observers: list[Callable[[SealedRecord], None]] = []
+        self._closed = False
+        self._model = (model_id, provider)
+        try:
+            SignerSelfTest.run(signer)
+            self.epoch_id = epoch_id or self._new_epoch_id()
+            self.epoch_record = self._open_epoch()
+        except BaseException:
+            if self._owns_ledger:
+                self.ledger.close()
+            raise
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_ledger:
+            self.ledger.close()
+
+    def add_observer(self, callback: Callable[[SealedRecord], None]) -> None:
+        """Call ``callback(record)`` after each record is durable (e.g. the batch
+        evidence worker). It must not block; errors in it never undo a seal."""
+        self._observers.append(callback)
+
+    def _new_epoch_id(self) -> str:
+        stamp = self._clock().replace("-", "").replace(":", "")
+        return f"epoch-{stamp}-{os.urandom(4).hex()}"
+
+    def _open_epoch(self) -> SealedRecord:
+        previous = self.ledger.last_tagged("epoch_boundary", self._stream)
+        compute: dict[str, Any] = {CUSTODY_MEMBER: self.signer.describe(), "x-capseal-producer": SDK_NAME}
+        attestation: dict[str, Any] = {"compute_attestation": compute}
+        model_id, provider = self._model
+        if model_id is not None or provider is not None:
+            attestation.update(model_id=model_id, provider=provider)
+        spec: dict[str, Any] = {
+            "action_id": f"{self.epoch_id}/opens",
+            "action_type": "fyi",
+            "disposition": {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": "epoch_boundary"},
+            "model_attestation": attestation,
+        }
+        if previous is not None:
+            spec["chain"] = {"parent_capsule_id": previous.record_id, "relation": "epoch_opens"}
+        return self._seal(spec, tag="epoch_boundary")
+
+    def rotate_epoch(self, epoch_id: str | None = None) -> SealedRecord:
+        """Start a new epoch (call when the configuration or key changes)."""
+        self.epoch_id = epoch_id or self._new_epoch_id()
+        self.epoch_record = self._open_epoch()
+        return self.epoch_record
+
+    # ------------------------------------------------------------------ the general seal
+
+    def seal(self, spec: Mapping[str, Any], *, parent: SealedRecord | str | None = None, relation: str = "follows") -> SealedRecord:
+        """Seal any -05 capsule from a partial ``spec``.
+
+        The producer writes spec_version, format_version, canonicalization_id,
+        operator, developer, timestamp, epoch_id, assurance and capsule_id.
+        ``parent`` adds ``chain: {parent_capsule_id, relation}``.
+        """
+        if not isinstance(spec, Mapping):
+            raise InputError("a capsule spec is a JSON object")
+        body = dict(spec)
+        if parent is not None:
+            if "chain" in body:
+                raise InputError("give the chain either as spec['chain'] or as parent=, not both")
+            body["chain"] = {"parent_capsule_id": _id_of(parent), "relation": relation}
+        return self._seal(body)
+
+    def _seal(self, spec: dict[str, Any], *, tag: str | None = None) -> SealedRecord:
+        if self._closed:
+            raise LedgerClosedError("this producer is closed")
+        capsule = self._assemble(spec)
+        record = self._sign(capsule)
+        entry = LedgerEntry(
+            record_id=record.capsule_id,
+            record_type="capsule",
+            epistemic_type=epistemic_type_for_capsule(capsule),
+            body=record.body_bytes(),
+            action_id=capsule["action_id"],
+            stream=self._stream,
+            tag=tag,
+        )
+        stored = self.ledger.append(entry)
+        sealed = SealedRecord(record.capsule, record.envelopes, None, seq=stored.seq)
+        for callback in self._observers:
+            try:
+                callback(sealed)
+            except Exception:  # an observer never undoes a durable seal
+                pass
+        return sealed
+
+    def _assemble(self, spec: dict[str, Any]) -> dict[str, Any]:
+        for key in _NEVER_IN_SPEC:
+            if key in spec:
+                raise InputError(f"{key} is written by the producer; leave it out of the spec")
+        for key in _PRODUCER_OWNED:
+            if key in spec and spec[key] != self._owned(key):
+                raise InputError(f"{key}={spec[key]!r} does not match this producer ({self._owned(key)!r})")
+        if "epoch_id" in spec and spec["epoch_id"] != self.epoch_id:
+            raise InputError(f"epoch_id {spec['epoch_id']!r} is not the open epoch {self.epoch_id!r}; epoch ids are never back-filled")
+        claimed = spec.get("assurance")
+        capsule: dict[str, Any] = {
+            "spec_version": SPEC_VERSION,
+            "format_version": FORMAT_VERSION,
+            "canonicalization_id": CANONICALIZATION_ID,
+            "operator": self.operator,
+            "developer": self.developer,
+            "timestamp": self._clock(),
+            "epoch_id": self.epoch_id,
+        }
+        for key, value in spec.items():
+            if key != "assurance":
+                capsule[key] = value
+        derived = derive_assurance(capsule)
+        enforce_claim(claimed, derived)
+        capsule["assurance"] = derived
+        return capsule
+
+    def _owned(self, key: str) -> str:
+        return {
+            "spec_version": SPEC_VERSION,
+            "format_version": FORMAT_VERSION,
+            "canonicalization_id": CANONICALIZATION_ID,
+            "operator": self.operator,
+            "developer": self.developer,
+        }[key]
+
+    def _sign(self, capsule: dict[str, Any]) -> SealedRecord:
+        preimage = canonical_bytes(capsule)  # typed errors naming the JSON path
+        validate_capsule(capsule)
+        cid_raw = hashlib.sha256(preimage).digest()
+        cid = cid_raw.hex()
+        capsule["capsule_id"] = cid
+        result = verify(capsule)
+        if not result.ok:
+            raise SealAbortedError(
+                "capseal's verifier refused the capsule: " + "; ".join(str(f) for f in result.errors), result.errors
+            )
+        envelope = sign_envelope(self.signer, cid_raw)
+        if self._check_every_signature:
+            self._check_envelope(envelope, cid_raw)
+        if envelope.profile == PROFILE:
+            capsule["signature"] = envelope.cose.hex()
+            capsule["key_id"] = envelope.kid
+        return SealedRecord(capsule, (envelope,))
+
+    def _check_envelope(self, envelope: Envelope, cid_raw: bytes) -> None:
+        result = verify_cose_sign1(envelope.cose, self.signer.public_key, payload=cid_raw)
+        if not result.ok:
+            raise SignatureFailedError(
+                f"{self.signer.describe_short()} returned a signature that does not verify: "
+                + "; ".join(f.code for f in result.findings)
+            )
+
+    # ------------------------------------------------------------------ lifecycle helpers
+
+    def _common(self, spec: dict[str, Any], extras: Mapping[str, Any]) -> dict[str, Any]:
+        for key, value in extras.items():
+            if value is not None:
+                spec[key] = value
+        return spec
+
+    def planned(
+        self,
+        action_id: str,
+        *,
+        effect_type: str | None = None,
+        request: Any = None,
+        irreversibility_class: str | None = None,
+        external_ref: str | None = None,
+        action_type: str = "decide",
+        **extra: Any,
+    ) -> SealedRecord:
+        """Seal that an action is planned. Planned effects carry no digests
+        (-05 §5.3); ``request`` is digested now and used by the next capsule."""
+        effect: dict[str, Any] = {"status": "planned"}
+        if effect_type is not None:
+            effect["type"] = effect_type
+        if irreversibility_class is not None:
+            effect["irreversibility_class"] = irreversibility_class
+        if external_ref is not None:
+            effect["external_ref"] = external_ref
+        request_digest = json_digest(request) if request is not None else None
+        record = self._seal(self._common({"action_id": action_id, "action_type": action_type, "effect": effect}, extra))
+        self._remember(record, _Flow(action_id, effect_type, request_digest, irreversibility_class, external_ref))
+        return record
+
+    def dispatched(
+        self,
+        parent: SealedRecord | str,
+        *,
+        request: Any = None,
+        effect_attestation: str = "runtime_claimed",
+        action_id: str | None = None,
+        **extra: Any,
+    ) -> SealedRecord:
+        """Seal that the action was dispatched (follows its parent)."""
+        flow = self._flow(parent)
+        effect = self._effect(flow, "dispatched", effect_attestation, request=request)
+        spec = self._common({"action_id": action_id or f"{flow.base_action_id}/dispatched", "action_type": "decide", "effect": effect}, extra)
+        record = self._seal(self._chain(spec, parent, "follows"))
+        self._remember(record, flow)
+        return record
+
+    def confirmed(
+        self,
+        parent: SealedRecord | str,
+        *,
+        response: Any,
+        request: Any = None,
+        effect_attestation: str = "runtime_claimed",
+        action_id: str | None = None,
+        verdict_class: str | None = None,
+        **extra: Any,
+    ) -> SealedRecord:
+        """Seal that the effect is confirmed by ``response`` (the response actually
+        received; its digest is computed here). Chains with ``confirms``."""
+        if response is None:
+            raise InputError("confirmed() needs the response actually received (-05 §5.3)")
+        flow = self._flow(parent)
+        effect = self._effect(flow, "confirmed", effect_attestation, request=request, response=response)
+        spec = self._common({"action_id": action_id or f"{flow.base_action_id}/confirmed", "action_type": "decide", "effect": effect}, extra)
+        if verdict_class is not None:
+            spec.setdefault("disposition", {"decision": "accept", "approver": "policy", "human_disposed": False})
+            spec["disposition"] = {**spec["disposition"], "verdict_class": verdict_class}
+        record = self._seal(self._chain(spec, parent, "confirms"))
+        self._forget(parent)
+        return record
+
+    def failed(
+        self,
+        parent: SealedRecord | str,
+        *,
+        response: Any = None,
+        request: Any = None,
+        effect_attestation: str = "runtime_claimed",
+        verdict_class: str = "errored",
+        action_id: str | None = None,
+        **extra: Any,
+    ) -> SealedRecord:
+        """Seal that the dispatched action failed (optionally digesting the
+        failure response). Follows its parent."""
+        flow = self._flow(parent)
+        effect = self._effect(flow, "failed", effect_attestation, request=request, response=response)
+        spec = self._common({"action_id": action_id or f"{flow.base_action_id}/failed", "action_type": "decide", "effect": effect}, extra)
+        spec["disposition"] = {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": verdict_class, **spec.get("disposition", {})}
+        record = self._seal(self._chain(spec, parent, "follows"))
+        self._forget(parent)
+        return record
+
+    def refused(
+        self,
+        parent: SealedRecord | str | None = None,
+        *,
+        verdict_class: str,
+        action_id: str | None = None,
+        decision: str = "reject",
+        approver: str = "policy",
+        human_disposed: bool = False,
+        reason: Any = None,
+        authority: str | None = None,
+        **extra: Any,
+    ) -> SealedRecord:
+        """Seal a refusal (blocked, denied, timeout before dispatch, …): -05
+        §5.5.3 requires a capsule for every verdict. No effect is dispatched.
+        ``reason`` (a JSON object) is recorded as ``reason_digest`` only."""
+        disposition: dict[str, Any] = {"decision": decision, "approver": approver, "human_disposed": human_disposed, "verdict_class": verdict_class}
+        if reason is not None:
+            disposition["reason_digest"] = json_digest(reason)
+        if authority is not None:
+            disposition["authority"] = authority
+        if parent is not None:
+            flow = self._flow(parent)
+            base = action_id or f"{flow.base_action_id}/{verdict_class}"
+        elif action_id is None:
+            raise InputError("refused() needs action_id when there is no parent")
+        else:
+            base = action_id
+        spec = self._common({"action_id": base, "action_type": "decide", "disposition": disposition}, extra)
+        record = self._seal(self._chain(spec, parent, "follows") if parent is not None else spec)
+        if parent is not None:
+            self._forget(parent)
+        return record
+
+    def resolved(
+        self,
+        open_record: SealedRecord | str,
+        *,
+        decision: str,
+        approver: str = "human",
+        human_disposed: bool | None = None,
+        verdict_class: str = "resolved",
+        action_id: str | None = None,
+        reason: Any = None,
+        **extra: Any,
+    ) -> SealedRecord:
+        """Close an open item (deferred, needs_decision, hitl_dispatched, …) with
+        a new capsule chained ``supersedes`` (-05 §5.5.4)."""
+        if human_disposed is None:
+            human_disposed = approver == "human"
+        disposition: dict[str, Any] = {"decision": decision, "approver": approver, "human_disposed": human_disposed, "verdict_class": verdict_class}
+        if reason is not None:
+            disposition["reason_digest"] = json_digest(reason)
+        parent_id = _id_of(open_record)
+        spec = self._common({"action_id": action_id or f"{parent_id[:16]}/{verdict_class}", "action_type": "decide", "disposition": disposition}, extra)
+        return self._seal(self._chain(spec, open_record, "supersedes"))
+
+    # ------------------------------------------------------------------ flow bookkeeping
+
+    def _chain(self, spec: dict[str, Any], parent: SealedRecord | str, relation: str) -> dict[str, Any]:
+        if "chain" in spec:
+            raise InputError("the chain is set by the lifecycle call; seal() takes an explicit chain")
+        spec["chain"] = {"parent_capsule_id": _id_of(parent), "relation": relation}
+        return spec
+
+    def _remember(self, record: SealedRecord, flow: _Flow) -> None:
+        with self._flows_lock:
+            self._flows[record.capsule_id] = flow
+
+    def _forget(self, parent: SealedRecord | str) -> None:
+        with self._flows_lock:
+            self._flows.pop(_id_of(parent), None)
+
+    def _flow(self, parent: SealedRecord | str) -> _Flow:
+        pid = _id_of(parent)
+        with self._flows_lock:
+            flow = self._flows.get(pid)
+        if flow is not None:
+            return flow
+        capsule = parent.capsule if isinstance(parent, SealedRecord) else self._capsule_from_ledger(pid)
+        effect = capsule.get("effect") if isinstance(capsule.get("effect"), Mapping) else {}
+        return _Flow(
+            str(capsule.get("action_id", pid)).split("/")[0],
+            effect.get("type"),
+            effect.get("request_digest"),
+            effect.get("irreversibility_class"),
+            effect.get("external_ref"),
+        )
+
+    def _capsule_from_ledger(self, capsule_id: str) -> dict[str, Any]:
+        record = self.ledger.get(capsule_id)
+        if record is None:
+            raise InputError(f"parent {capsule_id} is not in this producer's ledger")
+        return record.capsule
+
+    @staticmethod
+    def _effect(flow: _Flow, status: str, attestation: str, *, request: Any = None, response: Any = None) -> dict[str, Any]:
+        effect: dict[str, Any] = {"status": status}
+        if flow.effect_type is not None:
+            effect["type"] = flow.effect_type
+        request_digest = json_digest(request) if request is not None else flow.request_digest
+        if request_digest is not None:
+            effect["request_digest"] = request_digest
+        if response is not None:
+            effect["response_digest"] = json_digest(response)
+        if flow.external_ref is not None:
+            effect["external_ref"] = flow.external_ref
+        if flow.irreversibility_class is not None:
+            effect["irreversibility_class"] = flow.irreversibility_class
+        effect["effect_attestation"] = attestation
+        return effect
+
+
+def _id_of(parent: SealedRecord | str) -> str:
+    if isinstance(parent, SealedRecord):
+        return parent.capsule_id
+    if isinstance(parent, str):
+        return parent
+    raise InputError("a parent is a SealedRecord or a capsule id")
+

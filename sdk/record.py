@@ -1,0 +1,85 @@
+"""The sealed record ``capseal-record/1``: a capsule, its envelopes, and the
+hardware-evidence slot kept *beside* the capsule (design §4).
+
+The slot is ``None`` until a TPM quote is taken. It is never ``{}`` and never
+inside the capsule: anything inside is hashed into ``capsule_id``, and a quote
+over the id cannot be part of what it covers. Adding evidence returns a new
+record with the same capsule and id.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .envelope import PROFILE, Envelope
+from .errors import MalformedJSONError
+
+__all__ = ["RECORD_VERSION", "SealedRecord", "dumps_canonical"]
+
+RECORD_VERSION = "capseal-record/1"
+
+
+def dumps_canonical(value: Any) -> bytes:
+    """Compact, key-sorted UTF-8 JSON: a fixed point of parse→dump for the
+    float-free values capseal stores, so stored bytes re-export identically."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class SealedRecord:
+    """A sealed capsule as stored and returned. Treat ``capsule`` as read-only:
+    the ledger keeps its own bytes, so editing the dict changes nothing stored."""
+
+    capsule: dict[str, Any]
+    envelopes: tuple[Envelope, ...] = ()
+    hardware_evidence: dict[str, Any] | None = None
+    seq: int | None = field(default=None, compare=False)
+
+    @property
+    def capsule_id(self) -> str:
+        return str(self.capsule["capsule_id"])
+
+    @property
+    def profile_envelope(self) -> Envelope | None:
+        for env in self.envelopes:
+            if env.profile == PROFILE:
+                return env
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "record_version": RECORD_VERSION,
+            "capsule": self.capsule,
+            "envelopes": [e.to_json() for e in self.envelopes],
+            "hardware_evidence": self.hardware_evidence,
+        }
+
+    def body_bytes(self) -> bytes:
+        """Stored form without the evidence slot (evidence rows are kept apart)."""
+        return dumps_canonical(
+            {"record_version": RECORD_VERSION, "capsule": self.capsule, "envelopes": [e.to_json() for e in self.envelopes]}
+        )
+
+    def with_evidence(self, evidence: dict[str, Any] | None) -> SealedRecord:
+        if evidence is not None and not evidence:
+            raise ValueError("hardware_evidence is a filled quote or None, never {}")
+        return replace(self, hardware_evidence=evidence)
+
+    @classmethod
+    def from_json(cls, data: Any, *, seq: int | None = None) -> SealedRecord:
+        if not isinstance(data, dict) or data.get("record_version") != RECORD_VERSION:
+            raise MalformedJSONError(f"not a {RECORD_VERSION} record")
+        capsule = data.get("capsule")
+        envelopes = data.get("envelopes", [])
+        if not isinstance(capsule, dict) or not isinstance(envelopes, list):
+            raise MalformedJSONError(f"{RECORD_VERSION}: capsule must be an object and envelopes an array")
+        try:
+            envs = tuple(Envelope.from_json(e) for e in envelopes)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedJSONError(f"{RECORD_VERSION}: malformed envelope ({exc})") from None
+        evidence = data.get("hardware_evidence")
+        if evidence is not None and (not isinstance(evidence, dict) or not evidence):
+            raise MalformedJSONError(f"{RECORD_VERSION}: hardware_evidence must be null or a filled object")
+        return cls(capsule=capsule, envelopes=envs, hardware_evidence=evidence, seq=seq)
