@@ -94,10 +94,13 @@ class Signer(ABC):
     @property
     def public_key_raw(self) -> bytes:
         """Raw 32-byte Ed25519 public key (the profile's kid). Only for EdDSA."""
-        key = self.public_key
-        if not isinstance(key, ed25519.Ed25519PublicKey):
-            raise UnsupportedAlgorithmError(f"{self.alg} keys have no raw Ed25519 form")
-        return key.public_bytes_raw()
+        cached = getattr(self, "_raw_cache", None)
+        if cached is None:
+            key = self.public_key
+            if not isinstance(key, ed25519.Ed25519PublicKey):
+                raise UnsupportedAlgorithmError(f"{self.alg} keys have no raw Ed25519 form")
+            cached = self._raw_cache = key.public_bytes_raw()
+        return cached
 
     def public_key_pem(self) -> str:
         return self.public_key.public_bytes(

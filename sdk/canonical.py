@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,12 +42,12 @@ MAX_SAFE_INTEGER = 2**53 - 1
 #: Top-level members of a local record that are never part of ``capsule_id`` (-05 §5.1).
 LOCAL_ONLY_FIELDS = frozenset({"capsule_id", "signature", "key_id"})
 
-_HEX = frozenset("0123456789abcdef")
+_HEX64 = re.compile(r"[0-9a-f]{64}").fullmatch
 
 
 def is_hex64(value: Any) -> bool:
     """True for a 64-character lowercase hex string (a SHA-256 digest in -05 form)."""
-    return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
+    return type(value) is str and _HEX64(value) is not None
 
 
 def _child(path: str, key: str) -> str:
@@ -55,59 +56,101 @@ def _child(path: str, key: str) -> str:
     return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
+def _scan(value: Any) -> bool:
+    """Fast pass with no paths: True if a non-BMP key needs the reference
+    serializer; raises a bare ``_Bad`` at the first non-canonical value."""
+    slow = False
+    stack = [value]
+    pop = stack.pop
+    push = stack.append
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is dict:
+            items = v.items()
+            for k, item in items:
+                if type(k) is not str:
+                    raise _Bad
+                if not k.isascii() and max(k) > "\uffff":
+                    slow = True
+                ti = type(item)
+                if ti is str or ti is bool or item is None:
+                    continue
+                if ti is int:
+                    if item > MAX_SAFE_INTEGER or item < -MAX_SAFE_INTEGER:
+                        raise _Bad
+                    continue
+                if ti is dict or ti is list or ti is tuple:
+                    push(item)
+                    continue
+                raise _Bad
+        elif t is list or t is tuple:
+            for item in v:
+                ti = type(item)
+                if ti is str or ti is bool or item is None:
+                    continue
+                if ti is int:
+                    if item > MAX_SAFE_INTEGER or item < -MAX_SAFE_INTEGER:
+                        raise _Bad
+                    continue
+                if ti is dict or ti is list or ti is tuple:
+                    push(item)
+                    continue
+                raise _Bad
+        elif t is str or t is bool or v is None:
+            continue
+        elif t is int:
+            if v > MAX_SAFE_INTEGER or v < -MAX_SAFE_INTEGER:
+                raise _Bad
+        else:
+            raise _Bad
+    return slow
+
+
+class _Bad(Exception):
+    pass
+
+
 def check_json(value: Any, path: str = "$") -> bool:
     """Refuse anything that cannot be canonical -05 JSON; name the path.
 
     Returns True when some object key holds a non-BMP character (the fast
     serializer would order it differently from JCS), so the caller must use
     ``rfc8785``. Raises FloatInDigestError, UnsafeIntegerError or
-    NonJSONValueError otherwise.
+    NonJSONValueError otherwise. The common case pays for no path strings:
+    paths are computed only once something is wrong.
     """
-    slow = False
-    stack: list[tuple[Any, str]] = [(value, path)]
-    pop = stack.pop
-    push = stack.append
-    while stack:
-        v, p = pop()
-        t = type(v)
-        if t is str or v is None or t is bool:
-            continue
-        if t is int:
-            if v > MAX_SAFE_INTEGER or v < -MAX_SAFE_INTEGER:
-                raise UnsafeIntegerError(
-                    f"integer {v} is outside ±{MAX_SAFE_INTEGER}", path=p
-                )
-            continue
-        if t is dict:
-            for k, item in v.items():
-                if type(k) is not str:
-                    raise NonJSONValueError(
-                        f"object key {k!r} is not a string", path=p
-                    )
-                if not k.isascii() and max(k) > "\uffff":
-                    slow = True
-                tv = type(item)
-                if tv is str or item is None or tv is bool:
-                    continue
-                push((item, _child(p, k)))
-            continue
-        if t is list or t is tuple:
-            for i, item in enumerate(v):
-                tv = type(item)
-                if tv is str or item is None or tv is bool:
-                    continue
-                push((item, f"{p}[{i}]"))
-            continue
-        if t is float or isinstance(v, float):
-            raise FloatInDigestError(f"floating-point value {v!r}", path=p)
-        if isinstance(v, bool):  # bool subclasses are not JSON either, but be exact
-            continue
-        if isinstance(v, int):
-            raise NonJSONValueError(
-                f"integer subclass {t.__name__} is not plain JSON; pass int()", path=p
-            )
-        raise NonJSONValueError(f"value of type {t.__name__} is not JSON", path=p)
-    return slow
+    try:
+        return _scan(value)
+    except _Bad:
+        _locate(value, path)
+        raise AssertionError("unreachable: _scan and _locate disagree") from None
+
+
+def _locate(v: Any, p: str) -> None:
+    """Walk with paths and raise the typed error for the first bad value."""
+    t = type(v)
+    if t is str or v is None or t is bool:
+        return
+    if t is int:
+        if v > MAX_SAFE_INTEGER or v < -MAX_SAFE_INTEGER:
+            raise UnsafeIntegerError(f"integer {v} is outside ±{MAX_SAFE_INTEGER}", path=p)
+        return
+    if t is dict:
+        for k, item in v.items():
+            if type(k) is not str:
+                raise NonJSONValueError(f"object key {k!r} is not a string", path=p)
+            _locate(item, _child(p, k))
+        return
+    if t is list or t is tuple:
+        for i, item in enumerate(v):
+            _locate(item, f"{p}[{i}]")
+        return
+    if isinstance(v, float):
+        raise FloatInDigestError(f"floating-point value {v!r}", path=p)
+    if isinstance(v, int):
+        raise NonJSONValueError(f"integer subclass {t.__name__} is not plain JSON; pass int()", path=p)
+    raise NonJSONValueError(f"value of type {t.__name__} is not JSON", path=p)
 
 
 def _fast(value: Any) -> str:

@@ -17,6 +17,7 @@ Verification never raises: it returns findings whose codes follow the reference'
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -89,11 +90,13 @@ class EnvelopeResult:
         return self
 
 
+@functools.lru_cache(maxsize=64)
 def profile_protected(public_key_raw: bytes) -> bytes:
     """The 76-byte protected header of the AAC profile (-05 §3.1)."""
     return b"\xa3\x01\x27\x03" + enc_text(CONTENT_TYPE) + b"\x04" + enc_bytes(public_key_raw)
 
 
+@functools.lru_cache(maxsize=64)
 def _plain_protected(alg: str, kid: bytes) -> bytes:
     # labels 1 (alg) then 4 (kid): already in canonical order
     return b"\xa2\x01" + enc_int(COSE_ALG[alg]) + b"\x04" + enc_bytes(kid)

@@ -28,8 +28,9 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -152,12 +153,26 @@ def _evidence_header(record_seq: int, record_id: str, eid: int) -> dict[str, Any
     return {"eid": eid, "record_seq": record_seq, "record_id": record_id}
 
 
-@dataclass
-class _Pending:
-    entry: LedgerEntry
-    stored: StoredEntry | None = None
-    error: BaseException | None = None
-    done: bool = False
+class PendingAppend:
+    """A record handed to the committer. ``result()`` returns the stored entry
+    once its transaction is fsynced: that is the acknowledgement."""
+
+    __slots__ = ("entry", "stored", "error", "done", "_ledger", "on_durable")
+
+    def __init__(self, entry: LedgerEntry, ledger: Ledger, on_durable: Callable[[StoredEntry], None] | None = None) -> None:
+        self.entry = entry
+        self.on_durable = on_durable
+        self.stored: StoredEntry | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self._ledger = ledger
+
+    def result(self, timeout: float | None = None) -> StoredEntry:
+        self._ledger._wait([self], timeout)
+        if self.error is not None:
+            raise self.error
+        assert self.stored is not None
+        return self.stored
 
 
 @dataclass
@@ -165,7 +180,10 @@ class _Stats:
     commits: int = 0
     records: int = 0
     largest_group: int = 0
-    groups: list[int] = field(default_factory=list)
+
+
+class _StaleHead(Exception):
+    """Our cached chain head is behind the file (another process appended)."""
 
 
 class Ledger:
@@ -182,8 +200,12 @@ class Ledger:
             raise ValueError("synchronous must be FULL, EXTRA or NORMAL")
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
-        self._queue: list[_Pending] = []
-        self._leader = False
+        self._queue: list[PendingAppend] = []
+        self._in_flight: list[PendingAppend] = []
+        self._committer: threading.Thread | None = None
+        self._head: tuple[int, str] | None = None
+        self._write_lock = threading.Lock()  # one transaction at a time on self._db
+        self._closing = False
         self._closed = False
         self.stats = _Stats()
         self._db = self._connect(synchronous)
@@ -224,12 +246,19 @@ class Ledger:
         return db
 
     def close(self) -> None:
+        """Drain what was submitted (it becomes durable), then close."""
         with self._mutex:
             if self._closed:
                 return
-            while self._leader:
-                self._cond.wait()
-            self._closed = True
+            self._closing = True
+            self._cond.notify_all()
+            committer = self._committer
+        if committer is not None:
+            committer.join()
+        with self._write_lock:
+            self._drain()
+            with self._mutex:
+                self._closed = True
             with self._read_lock:
                 if self._rdb is not self._db:
                     self._rdb.close()
@@ -248,88 +277,164 @@ class Ledger:
 
     def append(self, entry: LedgerEntry) -> StoredEntry:
         """Append one record; returns once it is durable. Raises on refusal."""
-        return self.append_many([entry])[0]
+        pending = self._enqueue(entry, None, wake=False)
+        self._wait([pending], None)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.stored is not None
+        return pending.stored
 
     def append_many(self, entries: Sequence[LedgerEntry]) -> list[StoredEntry]:
         """Append records in order; durable on return. If any is refused, the
         others are still stored and the first refusal is raised after."""
-        pendings = [_Pending(e) for e in entries]
-        self._run(pendings)
+        pendings = [self._enqueue(e, None, wake=False) for e in entries]
+        self._wait(pendings, None)
         errors = [p.error for p in pendings if p.error is not None]
         if errors:
             raise errors[0]
         return [p.stored for p in pendings if p.stored is not None]
 
-    def _run(self, pendings: list[_Pending]) -> None:
+    def submit(self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None = None) -> PendingAppend:
+        """Queue a record and return at once; a committer thread writes queued
+        records in groups (one fsync per group). The record is acknowledged —
+        durable — only when ``result()`` returns. ``on_durable`` runs on the
+        committing thread right after the commit (keep it short)."""
+        return self._enqueue(entry, on_durable, wake=True)
+
+    def _enqueue(self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None, *, wake: bool) -> PendingAppend:
         if self.readonly:
             raise LedgerError(f"{self} is read-only")
+        pending = PendingAppend(entry, self, on_durable)
         with self._mutex:
-            if self._closed:
+            if self._closed or self._closing:
                 raise LedgerClosedError(f"{self} is closed")
-            self._queue.extend(pendings)
-            while not all(p.done for p in pendings):
-                if self._leader:
-                    self._cond.wait()
-                    continue
-                if self._closed:
-                    raise LedgerClosedError(f"{self} was closed while appending")
-                batch, self._queue = self._queue, []
-                self._leader = True
-                self._mutex.release()
-                try:
-                    self._write(batch)
-                except BaseException as exc:  # noqa: BLE001 - every waiter must learn the outcome
-                    for p in batch:
-                        if not p.done:
-                            p.error = exc if isinstance(exc, LedgerError) else LedgerError(f"append failed: {exc}")
-                            p.stored = None
-                            p.done = True
-                finally:
-                    self._mutex.acquire()
-                    self._leader = False
-                    self._cond.notify_all()
+            self._queue.append(pending)
+            if wake:
+                if self._committer is None:
+                    self._committer = threading.Thread(
+                        target=self._commit_loop, name=f"capseal-ledger:{self.path.name}", daemon=True
+                    )
+                    self._committer.start()
+                self._cond.notify_all()
+        return pending
 
-    def _write(self, batch: list[_Pending]) -> None:
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything submitted so far is durable (or refused)."""
+        with self._mutex:
+            pendings = list(self._queue) + list(self._in_flight)
+        self._wait(pendings, timeout)
+
+    def _wait(self, pendings: Sequence[PendingAppend], timeout: float | None) -> None:
+        """Wait for ``pendings``; when nobody is writing, commit the queue on
+        this thread (group-commit leader) instead of handing it to another."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._mutex:
+                if all(p.done for p in pendings):
+                    return
+            if self._write_lock.acquire(blocking=False):
+                try:
+                    self._drain()
+                finally:
+                    self._write_lock.release()
+                continue
+            with self._mutex:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise LedgerError(f"{self}: append not acknowledged within {timeout} s")
+                self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
+
+    def _commit_loop(self) -> None:
+        while True:
+            with self._mutex:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue and self._closing:
+                    return
+            with self._write_lock:
+                self._drain()
+
+    def _drain(self) -> None:
+        """Commit everything queued right now. The caller holds _write_lock."""
+        with self._mutex:
+            batch, self._queue = self._queue, []
+            self._in_flight = batch
+        if not batch:
+            return
+        try:
+            self._write(batch)
+        except BaseException as exc:  # noqa: BLE001 - every waiter must learn the outcome
+            self._head = None
+            failure = exc if isinstance(exc, LedgerError) else LedgerError(f"append to {self.path.name} failed: {exc}")
+            for p in batch:
+                p.error, p.stored = failure, None
+        for p in batch:
+            if p.stored is not None and p.on_durable is not None:
+                try:
+                    p.on_durable(p.stored)
+                except Exception:  # a callback never undoes a durable append
+                    pass
+        with self._mutex:
+            for p in batch:
+                p.done = True
+            self._in_flight = []
+            self._cond.notify_all()
+
+    def _write(self, batch: list[PendingAppend]) -> None:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            head = db.execute("SELECT seq, row_hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
-            seq, prev = (head[0], head[1]) if head else (0, _GENESIS.hex())
-            staged: list[tuple[_Pending, StoredEntry]] = []
+            if self._head is None:
+                row = db.execute("SELECT seq, row_hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+                self._head = (row[0], row[1]) if row else (0, _GENESIS.hex())
+            seq, prev = self._head
+            staged: list[tuple[PendingAppend, StoredEntry]] = []
             for p in batch:
                 e = p.entry
                 nonce = os.urandom(16).hex()
-                stored = StoredEntry(
-                    seq=seq + 1, record_id=e.record_id, record_type=e.record_type,
-                    epistemic_type=e.epistemic_type, links=e.links, nonce=nonce, body=e.body,
-                    prev_hash=prev, row_hash="", action_id=e.action_id, stream=e.stream, tag=e.tag,
-                )
-                row_hash = _row_hash(prev, stored.header(), e.body)
+                header = {"seq": seq + 1, "record_id": e.record_id, "record_type": e.record_type,
+                          "epistemic_type": e.epistemic_type, "links": [dict(x) for x in e.links], "nonce": nonce}
+                row_hash = _row_hash(prev, header, e.body)
                 try:
                     db.execute(
                         "INSERT INTO records(seq, record_id, record_type, epistemic_type, links, nonce,"
                         " action_id, stream, tag, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (seq + 1, e.record_id, e.record_type, e.epistemic_type, dumps_canonical(list(e.links)).decode(),
+                        (seq + 1, e.record_id, e.record_type, e.epistemic_type, dumps_canonical(header["links"]).decode(),
                          nonce, e.action_id, e.stream, e.tag, e.body, prev, row_hash),
                     )
                 except sqlite3.IntegrityError as exc:
-                    what = "action_id" if "action_id" in str(exc) else "record_id"
+                    text = str(exc)
+                    if "records.seq" in text:
+                        # another process appended since our cached head: re-read and retry the group
+                        raise _StaleHead from None
+                    what = "action_id" if "action_id" in text else "record_id"
                     value = e.action_id if what == "action_id" else e.record_id
                     p.error = DuplicateRecordError(f"{what} {value!r} is already in {self.path.name}")
                     continue
+                staged.append((p, StoredEntry(
+                    seq=seq + 1, record_id=e.record_id, record_type=e.record_type, epistemic_type=e.epistemic_type,
+                    links=e.links, nonce=nonce, body=e.body, prev_hash=prev, row_hash=row_hash,
+                    action_id=e.action_id, stream=e.stream, tag=e.tag,
+                )))
                 seq, prev = seq + 1, row_hash
-                staged.append((p, StoredEntry(**{**stored.__dict__, "row_hash": row_hash})))
             db.execute("COMMIT")
+        except _StaleHead:
+            db.execute("ROLLBACK")
+            self._head = None
+            for p in batch:
+                p.error = None
+            self._write(batch)
+            return
         except BaseException:
+            self._head = None
             try:
                 db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
             raise
+        self._head = (seq, prev)
         for p, stored in staged:
             p.stored = stored
-        for p in batch:
-            p.done = True
         st = self.stats
         st.commits += 1
         st.records += len(staged)
@@ -341,13 +446,9 @@ class Ledger:
         if evidence is not None and not evidence:
             raise ValueError("evidence is a filled object, never {}")
         body = dumps_canonical(evidence)
-        with self._mutex:
-            if self._closed:
+        with self._write_lock:
+            if self._closed or self._closing:
                 raise LedgerClosedError(f"{self} is closed")
-            while self._leader:
-                self._cond.wait()
-            self._leader = True
-        try:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -368,10 +469,6 @@ class Ledger:
                 except sqlite3.Error:
                     pass
                 raise
-        finally:
-            with self._mutex:
-                self._leader = False
-                self._cond.notify_all()
         return EvidenceEntry(eid, row[0], record_id, body, prev, row_hash)
 
     # ------------------------------------------------------------------ reading

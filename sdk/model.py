@@ -77,27 +77,21 @@ def _timestamp(value: str) -> str:
     return value
 
 
+_NAMESPACED_RE = r"^(x-.+|[^:]+:.+|[A-Za-z0-9-]+(\.[A-Za-z0-9_-]+)+)$"
+_is_namespaced = re.compile(_NAMESPACED_RE).match
+Namespaced = Annotated[str, StringConstraints(pattern=_NAMESPACED_RE)]
+
+
 def is_namespaced(value: str) -> bool:
     """-05 §9.1: new identifiers carry a URI or reverse-DNS prefix (or ``x-``)."""
-    return value.startswith("x-") or ":" in value or ("." in value.strip(".") and not value.startswith("."))
+    return _is_namespaced(value) is not None
 
 
 def _registered(registry: str, *, allow_namespaced: bool = True) -> Any:
-    seeded = REGISTRIES[registry]
-
-    def check(value: str) -> str:
-        if value in seeded or (allow_namespaced and is_namespaced(value)):
-            return value
-        extra = " or a namespaced value (x-…, com.example.…)" if allow_namespaced else ""
-        raise ValueError(f"{value!r} is not a registered {registry} value; use one of {sorted(seeded)}{extra}")
-
-    return AfterValidator(check)
-
-
-def _namespaced(value: str) -> str:
-    if not is_namespaced(value):
-        raise ValueError(f"{value!r} must be namespaced with a URI or reverse-DNS prefix (-05 §9.1)")
-    return value
+    """A registry value: one of the seeded values (validated natively, no Python
+    call on the hot path), or — where new values are allowed — a namespaced one."""
+    seeded = Literal[tuple(sorted(REGISTRIES[registry]))]  # type: ignore[valid-type]
+    return (seeded | Namespaced) if allow_namespaced else seeded
 
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -107,36 +101,28 @@ SafeInt = Annotated[int, Field(ge=-(2**53 - 1), le=2**53 - 1)]
 
 
 class _Block(BaseModel):
-    """Common strictness for every block."""
+    """Common strictness for every block.
+
+    Optional members are typed without ``None`` and default to ``None``: pydantic
+    does not validate defaults, so an absent member is fine while an explicit
+    ``null`` fails the strict type check ("absent" and ``null`` are different
+    capsules). Containers carry ``min_length=1`` so ``[]``/``{}`` cannot stand
+    in for "none" either.
+    """
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_empty_values(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key, value in data.items():
-                if value is None:
-                    raise ValueError(f"{key}: null is not 'absent'; leave the member out")
-                if isinstance(value, (dict, list)) and not value and key not in cls._empty_ok():
-                    raise ValueError(f"{key}: an empty value is hashed as a claim; leave the member out")
-        return data
-
-    @classmethod
-    def _empty_ok(cls) -> frozenset[str]:
-        return frozenset()
 
 
 class Effect(_Block):
     """§5.3 Effect Record, with the status/digest/attestation table enforced."""
 
     status: Literal["planned", "dispatched", "confirmed", "failed", "reverted"]
-    type: Annotated[NonEmpty, _registered("effect.type")] | None = None
-    request_digest: Hex64 | None = None
-    response_digest: Hex64 | None = None
-    external_ref: NonEmpty | None = None
-    irreversibility_class: Annotated[str, _registered("irreversibility_class", allow_namespaced=False)] | None = None
-    effect_attestation: Annotated[str, _registered("effect_attestation", allow_namespaced=False)] | None = None
+    type: _registered("effect.type") = None  # type: ignore[assignment]
+    request_digest: Hex64 = None  # type: ignore[assignment]
+    response_digest: Hex64 = None  # type: ignore[assignment]
+    external_ref: NonEmpty = None  # type: ignore[assignment]
+    irreversibility_class: _registered("irreversibility_class", allow_namespaced=False) = None  # type: ignore[assignment]
+    effect_attestation: _registered("effect_attestation", allow_namespaced=False) = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _table(self) -> "Effect":
@@ -164,13 +150,13 @@ class ExpiryPolicy(_Block):
 class Disposition(_Block):
     """§5.5 disposition: closed approver set, honest human_disposed."""
 
-    decision: Annotated[str, _registered("disposition.decision", allow_namespaced=False)]
+    decision: _registered("disposition.decision", allow_namespaced=False)
     approver: Literal["human", "policy", "counterparty"]
     human_disposed: bool
-    authority: NonEmpty | None = None
-    verdict_class: Annotated[str, _registered("verdict_class")] | None = None
-    reason_digest: Hex64 | None = None
-    expiry_policy: ExpiryPolicy | None = None
+    authority: NonEmpty = None  # type: ignore[assignment]
+    verdict_class: _registered("verdict_class") = None  # type: ignore[assignment]
+    reason_digest: Hex64 = None  # type: ignore[assignment]
+    expiry_policy: ExpiryPolicy = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _honest(self) -> "Disposition":
@@ -185,13 +171,13 @@ class Chain(_Block):
     """§5.5.4: exactly one parent; producers emit registered relations only."""
 
     parent_capsule_id: Hex64
-    relation: Annotated[str, _registered("chain.relation", allow_namespaced=False)]
+    relation: _registered("chain.relation", allow_namespaced=False)
 
 
 class Retention(_Block):
     declarant: NonEmpty
-    retained_until: Timestamp | None = None
-    not_retained_after: Timestamp | None = None
+    retained_until: Timestamp = None  # type: ignore[assignment]
+    not_retained_after: Timestamp = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _bound(self) -> "Retention":
@@ -203,7 +189,7 @@ class Retention(_Block):
 class LogCoordinates(_Block):
     log_id: NonEmpty
     leaf_index: Annotated[int, Field(ge=0, le=2**53 - 1)]
-    inclusion_proof: list[Hex64] | NonEmpty
+    inclusion_proof: Annotated[list[Hex64], Field(min_length=1)] | NonEmpty
 
 
 class TypedRef(_Block):
@@ -223,9 +209,9 @@ class Reference(_Block):
     type: NonEmpty
     digest_alg: NonEmpty
     digest: NonEmpty
-    citation_purpose: Annotated[str, _registered("citation_purpose")] | None = None
-    retention: Retention | None = None
-    log_coordinates: LogCoordinates | None = None
+    citation_purpose: _registered("citation_purpose") = None  # type: ignore[assignment]
+    retention: Retention = None  # type: ignore[assignment]
+    log_coordinates: LogCoordinates = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _shape(self) -> "Reference":
@@ -241,9 +227,9 @@ class CrossParty(_Block):
     """§5.4.1: the rung is derived from these bytes alone."""
 
     initiator_ref: Hex64
-    counterparty_ref: Hex64 | None = None
-    correlator: NonEmpty | None = None
-    substantive: bool | None = None
+    counterparty_ref: Hex64 = None  # type: ignore[assignment]
+    correlator: NonEmpty = None  # type: ignore[assignment]
+    substantive: bool = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _correlated(self) -> "CrossParty":
@@ -256,11 +242,11 @@ class CrossParty(_Block):
 
 class ProvenanceMode(_Block):
     mode: Literal["contemporaneous", "backfilled"]
-    source_ref: TypedRef | None = None
-    source_asserted_at: Timestamp | None = None
-    import_batch: NonEmpty | None = None
-    imported_at: Timestamp | None = None
-    time_rung: Literal["self_attested", "witnessed"] | None = None
+    source_ref: TypedRef = None  # type: ignore[assignment]
+    source_asserted_at: Timestamp = None  # type: ignore[assignment]
+    import_batch: NonEmpty = None  # type: ignore[assignment]
+    imported_at: Timestamp = None  # type: ignore[assignment]
+    time_rung: Literal["self_attested", "witnessed"] = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _complete(self) -> "ProvenanceMode":
@@ -278,13 +264,13 @@ class ProvenanceMode(_Block):
 class Constraint(_Block):
     """§8.1 constraint result; the evaluated content enters only as a digest."""
 
-    id: Annotated[NonEmpty, AfterValidator(_namespaced)]
-    check_type: Annotated[NonEmpty, AfterValidator(_namespaced)] | None = None
-    method: NonEmpty | None = None
+    id: Namespaced
+    check_type: Namespaced = None  # type: ignore[assignment]
+    method: NonEmpty = None  # type: ignore[assignment]
     result: Literal["pass", "fail", "n/a"]
     severity: NonEmpty
     blocking: bool
-    evidence_digest: Hex64 | None = None
+    evidence_digest: Hex64 = None  # type: ignore[assignment]
 
 
 JSONScalar = str | int | bool
@@ -292,9 +278,9 @@ JSONValue = Any  # nested values are checked by the canonical walk (no floats)
 
 
 class ModelAttestation(_Block):
-    model_id: NonEmpty | None = None
-    provider: NonEmpty | None = None
-    compute_attestation: dict[str, JSONValue] | None = None
+    model_id: NonEmpty = None  # type: ignore[assignment]
+    provider: NonEmpty = None  # type: ignore[assignment]
+    compute_attestation: Annotated[dict[str, JSONValue], Field(min_length=1)] = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _pair(self) -> "ModelAttestation":
@@ -313,11 +299,11 @@ class Assurance(_Block):
     attestation_mode: Literal["self_attested", "anchored"]
     effect_mode: Literal["not_applicable", "dispatched_unconfirmed", "confirmed"]
     ledger_mode: Literal["standalone", "chained", "anchored"]
-    cross_party_rung: Literal["unilateral_fallback", "acknowledged_receipt", "full_bilateral"] | None = None
+    cross_party_rung: Literal["unilateral_fallback", "acknowledged_receipt", "full_bilateral"] = None  # type: ignore[assignment]
 
 
 class Compliance(_Block):
-    framework_tags: list[Annotated[NonEmpty, AfterValidator(_namespaced)]]
+    framework_tags: Annotated[list[Namespaced], Field(min_length=1)]
 
 
 class Capsule(_Block):
@@ -329,26 +315,26 @@ class Capsule(_Block):
     spec_version: Literal["draft-mih-scitt-agent-action-capsule-05"]
     format_version: Literal["4"]
     canonicalization_id: Literal["jcs"]
-    capsule_id: Hex64 | None = None
+    capsule_id: Hex64 = None  # type: ignore[assignment]
     action_id: NonEmpty
     action_type: Literal["fyi", "decide"]
     operator: NonEmpty
     developer: NonEmpty
     timestamp: Timestamp
-    epoch_id: NonEmpty | None = None
-    domain: Annotated[str, AfterValidator(lambda v: _domain(v))] | None = None
-    provenance: Literal["gate", "runtime", "collector"] | None = None
-    provenance_mode: ProvenanceMode | None = None
-    effect: Effect | None = None
-    assurance: Assurance | None = None
-    disposition: Disposition | None = None
-    chain: Chain | None = None
-    cross_party: CrossParty | None = None
-    constraints: list[Constraint] | None = None
-    references: list[Reference] | None = None
-    model_attestation: ModelAttestation | None = None
-    self_reported_reasoning: SelfReportedReasoning | None = None
-    compliance: Compliance | None = None
+    epoch_id: NonEmpty = None  # type: ignore[assignment]
+    domain: Annotated[str, AfterValidator(lambda v: _domain(v))] = None  # type: ignore[assignment]
+    provenance: Literal["gate", "runtime", "collector"] = None  # type: ignore[assignment]
+    provenance_mode: ProvenanceMode = None  # type: ignore[assignment]
+    effect: Effect = None  # type: ignore[assignment]
+    assurance: Assurance = None  # type: ignore[assignment]
+    disposition: Disposition = None  # type: ignore[assignment]
+    chain: Chain = None  # type: ignore[assignment]
+    cross_party: CrossParty = None  # type: ignore[assignment]
+    constraints: Annotated[list[Constraint], Field(min_length=1)] = None  # type: ignore[assignment]
+    references: Annotated[list[Reference], Field(min_length=1)] = None  # type: ignore[assignment]
+    model_attestation: ModelAttestation = None  # type: ignore[assignment]
+    self_reported_reasoning: SelfReportedReasoning = None  # type: ignore[assignment]
+    compliance: Compliance = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _cross_block(self) -> "Capsule":
@@ -359,6 +345,9 @@ class Capsule(_Block):
                 raise ValueError(f"{key} is written by the sealer, not the caller")
             if not is_namespaced(key):
                 raise ValueError(f"unknown member {key!r}: extension members must be namespaced (x-…, com.example.…, urn:…)")
+            value = (self.__pydantic_extra__ or {})[key]
+            if value is None or (isinstance(value, (dict, list)) and not value):
+                raise ValueError(f"{key}: null or an empty value is hashed as a claim; leave the member out")
         verdict = self.disposition.verdict_class if self.disposition else None
         dispatched = self.effect is not None and self.effect.status != "planned"
         if verdict in PRODUCER_NEVER_DISPATCH and dispatched:

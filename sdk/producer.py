@@ -16,10 +16,10 @@ anything is signed or written, so a refusal leaves the ledger as it was:
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +31,13 @@ from .assurance import derive_assurance, enforce_claim
 from .canonical import canonical_bytes, json_digest
 from .envelope import PROFILE, Envelope, sign_envelope, verify_cose_sign1
 from .errors import InputError, LedgerClosedError, SealAbortedError, SignatureFailedError
-from .ledger import Ledger, LedgerEntry
+from .ledger import Ledger, LedgerEntry, PendingAppend, StoredEntry
 from .model import validate_capsule
 from .record import SealedRecord
-from .verify import verify
+from .verify import verify_for_seal
 from .vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
 
-__all__ = ["Producer", "epistemic_type_for_capsule", "CUSTODY_MEMBER", "SDK_NAME"]
+__all__ = ["Producer", "PendingRecord", "epistemic_type_for_capsule", "CUSTODY_MEMBER", "SDK_NAME"]
 
 SDK_NAME = "capseal/0.1.0"
 CUSTODY_MEMBER = "x-capseal-key-custody"
@@ -47,8 +47,16 @@ _PRODUCER_OWNED = ("spec_version", "format_version", "canonicalization_id", "ope
 _NEVER_IN_SPEC = ("capsule_id", "signature", "key_id", "timestamp")
 
 
+_last_stamp: tuple[int, str] = (-1, "")
+
+
 def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 UTC, whole seconds (the ledger's seq orders records within a second)."""
+    global _last_stamp
+    now = int(time.time())
+    if _last_stamp[0] != now:
+        _last_stamp = (now, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
+    return _last_stamp[1]
 
 
 def epistemic_type_for_capsule(capsule: Mapping[str, Any]) -> str:
@@ -61,6 +69,26 @@ def epistemic_type_for_capsule(capsule: Mapping[str, Any]) -> str:
     if isinstance(effect, Mapping) and effect.get("status") == "confirmed" and effect.get("effect_attestation") == "gate_executed":
         return "observed_event"
     return "producer_claim"
+
+
+class PendingRecord:
+    """A signed record on its way into the ledger (see :meth:`Producer.submit`)."""
+
+    __slots__ = ("_record", "_pending")
+
+    def __init__(self, record: SealedRecord, pending: PendingAppend) -> None:
+        self._record = record
+        self._pending = pending
+
+    @property
+    def capsule_id(self) -> str:
+        return self._record.capsule_id
+
+    def result(self, timeout: float | None = None) -> SealedRecord:
+        """The sealed record, once durable. Raises if the ledger refused it
+        (e.g. DuplicateRecordError for a reused action_id)."""
+        stored = self._pending.result(timeout)
+        return SealedRecord(self._record.capsule, self._record.envelopes, None, seq=stored.seq)
 
 
 @dataclass
@@ -176,7 +204,17 @@ class Producer:
 
         The producer writes spec_version, format_version, canonicalization_id,
         operator, developer, timestamp, epoch_id, assurance and capsule_id.
-        ``parent`` adds ``chain: {parent_capsule_id, relation}``.
+        ``parent`` adds ``chain: {parent_capsule_id, relation}``. Returns once
+        the record is durable in the ledger.
+        """
+        return self.submit(spec, parent=parent, relation=relation).result()
+
+    def submit(self, spec: Mapping[str, Any], *, parent: SealedRecord | str | None = None, relation: str = "follows") -> PendingRecord:
+        """Like :meth:`seal`, but return as soon as the record is signed and
+        queued. Every refusal (bad input, overclaim, signer failure) is still
+        raised here, before anything is queued. The record is acknowledged —
+        durable — only when ``result()`` returns (or after :meth:`flush`);
+        meanwhile the ledger commits queued records in groups, one fsync each.
         """
         if not isinstance(spec, Mapping):
             raise InputError("a capsule spec is a JSON object")
@@ -185,9 +223,16 @@ class Producer:
             if "chain" in body:
                 raise InputError("give the chain either as spec['chain'] or as parent=, not both")
             body["chain"] = {"parent_capsule_id": _id_of(parent), "relation": relation}
-        return self._seal(body)
+        return self._submit(body)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every submitted record is durable."""
+        self.ledger.flush(timeout)
 
     def _seal(self, spec: dict[str, Any], *, tag: str | None = None) -> SealedRecord:
+        return self._submit(spec, tag=tag).result()
+
+    def _submit(self, spec: dict[str, Any], *, tag: str | None = None) -> PendingRecord:
         if self._closed:
             raise LedgerClosedError("this producer is closed")
         capsule = self._assemble(spec)
@@ -201,14 +246,15 @@ class Producer:
             stream=self._stream,
             tag=tag,
         )
-        stored = self.ledger.append(entry)
-        sealed = SealedRecord(record.capsule, record.envelopes, None, seq=stored.seq)
+        return PendingRecord(record, self.ledger.submit(entry, self._notify if self._observers else None))
+
+    def _notify(self, stored: StoredEntry) -> None:
+        record = SealedRecord.from_json(stored.record(), seq=stored.seq)
         for callback in self._observers:
             try:
-                callback(sealed)
+                callback(record)
             except Exception:  # an observer never undoes a durable seal
                 pass
-        return sealed
 
     def _assemble(self, spec: dict[str, Any]) -> dict[str, Any]:
         for key in _NEVER_IN_SPEC:
@@ -252,7 +298,7 @@ class Producer:
         cid_raw = hashlib.sha256(preimage).digest()
         cid = cid_raw.hex()
         capsule["capsule_id"] = cid
-        result = verify(capsule)
+        result = verify_for_seal(capsule, cid)
         if not result.ok:
             raise SealAbortedError(
                 "capseal's verifier refused the capsule: " + "; ".join(str(f) for f in result.errors), result.errors

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .assurance import derive_cross_party_rung, derive_effect_mode
-from .canonical import MAX_SAFE_INTEGER, capsule_id, is_hex64
+from .canonical import MAX_SAFE_INTEGER, _Bad, _scan, capsule_id, is_hex64
 from .errors import FloatInDigestError, UnsafeIntegerError
 from .findings import Finding, VerificationResult
 from .vocab import (
@@ -31,7 +31,7 @@ from .vocab import (
     TIME_RUNGS,
 )
 
-__all__ = ["verify", "verify_store"]
+__all__ = ["verify", "verify_store", "verify_for_seal"]
 
 _REQUIRED = (
     "spec_version", "format_version", "capsule_id", "action_id", "action_type",
@@ -64,8 +64,14 @@ _RETENTION_STRINGS = ("declarant", "retained_until", "not_retained_after")
 _BACKFILL_REQUIRED = ("source_ref", "source_asserted_at", "import_batch", "imported_at")
 
 
+def _is_map(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _block(capsule: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     value = capsule.get(key)
+    if type(value) is dict:
+        return value
     return value if isinstance(value, Mapping) else None
 
 
@@ -101,7 +107,7 @@ def _retention(retention: Any, path: str) -> list[Finding]:
     return out
 
 
-def _references(capsule: Mapping[str, Any]) -> dict[int, list[Finding]]:
+def _references(capsule: Mapping[str, Any], chain: Mapping[str, Any] | None) -> dict[int, list[Finding]]:
     """§5.5.5 findings by check number (1, 6, 8); cited records are never resolved."""
     by_check: dict[int, list[Finding]] = {1: [], 6: [], 8: []}
     if capsule.get("format_version") != FORMAT_VERSION or "references" not in capsule:
@@ -110,7 +116,6 @@ def _references(capsule: Mapping[str, Any]) -> dict[int, list[Finding]]:
     if not isinstance(refs, list):
         by_check[1].append(Finding("references_malformed", "references must be an array (§5.5.5)", check=1))
         return by_check
-    chain = _block(capsule, "chain")
     parent = chain.get("parent_capsule_id") if chain else None
     for i, ref in enumerate(refs):
         path = f"references[{i}]"
@@ -173,7 +178,19 @@ def verify(capsule: Any, store: Iterable[Any] | None = None) -> VerificationResu
         return VerificationResult(ok=False, findings=findings)
 
 
-def _check1(capsule: Mapping[str, Any], findings: list[Finding]) -> tuple[str | None, Any]:
+def verify_for_seal(capsule: Mapping[str, Any], computed_id: str) -> VerificationResult:
+    """The sealer's self-check: every Class-1 check, except that the id and the
+    number rules are taken from the canonicalization the sealer just did on the
+    same dict (recomputing them would re-run identical code on identical bytes)."""
+    findings: list[Finding] = []
+    try:
+        return _verify(capsule, None, findings, computed_id=computed_id)
+    except Exception as exc:  # the verifier never throws (§6)
+        findings.append(Finding("verifier_internal_error", f"{type(exc).__name__}: {exc}"))
+        return VerificationResult(ok=False, findings=findings)
+
+
+def _check1(capsule: Mapping[str, Any], findings: list[Finding], blocks: dict[str, Any], numbers_checked: bool) -> tuple[str | None, Any]:
     add = findings.append
     for name in _REQUIRED:
         if name not in capsule:
@@ -198,7 +215,7 @@ def _check1(capsule: Mapping[str, Any], findings: list[Finding]) -> tuple[str | 
         elif capsule["canonicalization_id"] != CANONICALIZATION_ID:
             add(Finding("canonicalization_profile_mismatch", "format 4 requires canonicalization_id 'jcs' (§2)", check=1))
     for name in _BLOCKS:
-        if name in capsule and not isinstance(capsule[name], Mapping):
+        if name in capsule and not _is_map(capsule[name]):
             add(Finding("block_not_object", f"{name} must be an object when present", check=1))
     for name in ("domain", "provenance"):
         if name in capsule and not isinstance(capsule[name], str):
@@ -207,12 +224,16 @@ def _check1(capsule: Mapping[str, Any], findings: list[Finding]) -> tuple[str | 
         add(Finding("constraints_not_array", "constraints must be an array when present (§8.1)", check=1))
     floats: list[str] = []
     unsafe: list[str] = []
-    _bad_numbers(capsule, "", floats, unsafe)
+    if not numbers_checked:
+        try:
+            _scan(capsule)
+        except _Bad:
+            _bad_numbers(capsule, "", floats, unsafe)
     for path in floats:
         add(Finding("float_in_digest_field", f"floating-point value at {path} (§2)", check=1))
     for path in unsafe:
         add(Finding("unsafe_integer_in_digest_field", f"integer outside ±{MAX_SAFE_INTEGER} at {path} (§2)", check=1))
-    disposition = _block(capsule, "disposition")
+    disposition = blocks["disposition"]
     if disposition is not None:
         approver = disposition.get("approver")
         if approver is None:
@@ -231,32 +252,35 @@ def _check1(capsule: Mapping[str, Any], findings: list[Finding]) -> tuple[str | 
     if "epoch_id" in capsule and not isinstance(capsule["epoch_id"], str):
         add(Finding("field_not_string", "epoch_id must be a string when present (§5.1)", check=1))
     for block_name, member in _STRING_MEMBERS:
-        block = _block(capsule, block_name)
+        block = blocks[block_name]
         if block is not None and member in block and not isinstance(block[member], str):
             add(Finding("field_not_string", f"{block_name}.{member} must be a string when present", check=1))
     return carried, fv
 
 
-def _verify(capsule: Any, store: Iterable[Any] | None, findings: list[Finding]) -> VerificationResult:
+def _verify(
+    capsule: Any, store: Iterable[Any] | None, findings: list[Finding], *, computed_id: str | None = None
+) -> VerificationResult:
     if not isinstance(capsule, Mapping):
         findings.append(Finding("not_an_object", "a capsule is a JSON object", check=1))
         return VerificationResult(ok=False, findings=findings)
     add = findings.append
-    effect = _block(capsule, "effect")
-    disposition = _block(capsule, "disposition")
-    chain = _block(capsule, "chain")
-    cross_party = _block(capsule, "cross_party")
-    refs = _references(capsule)
+    blocks = {name: _block(capsule, name) for name in ("effect", "disposition", "chain", "cross_party", "assurance", "provenance_mode")}
+    effect = blocks["effect"]
+    disposition = blocks["disposition"]
+    chain = blocks["chain"]
+    cross_party = blocks["cross_party"]
+    refs = _references(capsule, chain)
 
     # ---- check 1: structure
-    carried, fv = _check1(capsule, findings)
+    carried, fv = _check1(capsule, findings, blocks, computed_id is not None)
     findings.extend(refs[1])
 
     # ---- check 2: identity (profile validated first; no id computed otherwise)
     recomputed: str | None = None
     if carried is not None and fv == FORMAT_VERSION and capsule.get("canonicalization_id") == CANONICALIZATION_ID:
         try:
-            recomputed = capsule_id(dict(capsule))
+            recomputed = computed_id if computed_id is not None else capsule_id(dict(capsule))
         except (FloatInDigestError, UnsafeIntegerError):
             recomputed = None  # already reported by check 1
         except Exception as exc:
@@ -311,7 +335,7 @@ def _verify(capsule: Any, store: Iterable[Any] | None, findings: list[Finding]) 
 
     # ---- check 8: unregistered values are informational
     for registry, block_name, member in _REGISTRY_FIELDS:
-        block = _block(capsule, block_name)
+        block = blocks[block_name]
         value = block.get(member) if block is not None else None
         if not isinstance(value, str) or value in REGISTRIES[registry]:
             continue
@@ -321,7 +345,7 @@ def _verify(capsule: Any, store: Iterable[Any] | None, findings: list[Finding]) 
     findings.extend(refs[8])
 
     # ---- check 9: provenance_mode
-    _provenance_mode(capsule, derived, findings)
+    _provenance_mode(capsule, blocks["provenance_mode"], derived, findings)
 
     # ---- domain / provenance seeded values (informational, not a §6 check)
     domain = capsule.get("domain")
@@ -356,9 +380,8 @@ def _overclaims(stated: Mapping[str, Any], derived: dict[str, str], rung: str | 
         add(Finding("assurance_overclaim", f"claimed cross_party_rung {claimed!r}, derived {rung!r} (§5.4.1)", severity="info", check=7))
 
 
-def _provenance_mode(capsule: Mapping[str, Any], derived: dict[str, str], findings: list[Finding]) -> None:
+def _provenance_mode(capsule: Mapping[str, Any], pm: Mapping[str, Any] | None, derived: dict[str, str], findings: list[Finding]) -> None:
     add = findings.append
-    pm = _block(capsule, "provenance_mode")
     if pm is None:
         return
     mode = pm.get("mode")
