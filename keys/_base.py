@@ -13,10 +13,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from capseal.errors import UnsupportedAlgorithmError
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-
-from capseal.errors import UnsupportedAlgorithmError
 
 __all__ = ["Signer", "SignatureResult", "kid_for", "alg_for_public_key", "SignerSelfTest"]
 
@@ -125,7 +124,7 @@ class Signer(ABC):
     def close(self) -> None:
         """Release sessions or handles. Idempotent."""
 
-    def __enter__(self) -> "Signer":
+    def __enter__(self) -> Signer:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -49,26 +49,33 @@ def register_scheme(scheme: str, loader: Any) -> None:
     SIGNER_FOR_URI_SCHEME[scheme.lower()] = loader
 
 
+def load_target(scheme: str, target: str) -> Any:
+    """Import ``"module:attribute"`` for a backend, turning a missing optional
+    dependency into MissingExtraError that names the extra and system packages."""
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        extra = _EXTRAS.get(scheme)
+        if extra is None:
+            raise MissingExtraError(f"cannot load the {scheme}: backend: {exc}") from None
+        raise MissingExtraError(
+            f"the {scheme}: backend needs {extra[1]} (pip install '{extra[0]}') "
+            f"and system packages: {extra[2]} ({exc})"
+        ) from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise KeyURIError(f"the {scheme}: backend has no {attr}") from None
+
+
 def _resolve(scheme: str) -> Any:
     loader = SIGNER_FOR_URI_SCHEME.get(scheme)
     if loader is None:
         raise KeyURIError(
             f"unknown key URI scheme {scheme!r}; known: {sorted(SIGNER_FOR_URI_SCHEME)}"
         )
-    if isinstance(loader, str):
-        module_name, _, attr = loader.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            extra = _EXTRAS.get(scheme)
-            if extra is None:
-                raise MissingExtraError(f"cannot load the {scheme}: backend: {exc}") from None
-            raise MissingExtraError(
-                f"the {scheme}: backend needs {extra[1]} (pip install '{extra[0]}') "
-                f"and system packages: {extra[2]} ({exc})"
-            ) from None
-        loader = getattr(module, attr)
-    return loader
+    return load_target(scheme, loader) if isinstance(loader, str) else loader
 
 
 def open_signer(

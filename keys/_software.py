@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError, UnsupportedAlgorithmError
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
-
-from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError, UnsupportedAlgorithmError
 
 from ._base import SignatureResult, Signer, alg_for_public_key
 from .custody import custody_statement
@@ -101,6 +100,7 @@ class SoftwareSigner(Signer):
             backend="software",
             alg=self._alg,
             kid=self.kid,
+            public_key=self._public,
             software_device=True,
             key_store=self._key_store,
             extra=self._extra,
@@ -145,7 +145,14 @@ class FileSigner(SoftwareSigner):
         )
 
     @classmethod
-    def from_uri(cls, uri: str, *, pin: str | None = None, **_: Any) -> "FileSigner":
+    def from_uri(cls, uri: str, *, pin: str | None = None, secrets_handler: Any = None, **_: Any) -> FileSigner:
+        path = cls.path_of(uri)
+        if pin is None and secrets_handler is not None and _is_encrypted(path):
+            pin = secrets_handler(f"passphrase for {path}")
+        return cls(path, pin=pin)
+
+    @staticmethod
+    def path_of(uri: str) -> str:
         parts = urlsplit(uri)
         if parts.scheme != "file" or parts.query or parts.fragment:
             raise KeyURIError(f"not a file: key URI: {parts.scheme}:…")
@@ -154,7 +161,15 @@ class FileSigner(SoftwareSigner):
         path = unquote(parts.path)
         if not path:
             raise KeyURIError("file: key URI has no path")
-        return cls(path, pin=pin)
+        return path
+
+
+def _is_encrypted(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return b"ENCRYPTED PRIVATE KEY" in fh.read(64)
+    except OSError:
+        return False
 
 
 class UnsafeEphemeralSigner(SoftwareSigner):
@@ -164,6 +179,29 @@ class UnsafeEphemeralSigner(SoftwareSigner):
         super().__init__(generate_private_key(alg), uri="ephemeral:", key_store="memory")
 
     @classmethod
-    def from_uri(cls, uri: str, **_: Any) -> "UnsafeEphemeralSigner":
+    def from_uri(cls, uri: str, **_: Any) -> UnsafeEphemeralSigner:
         alg = urlsplit(uri).path or "EdDSA"
         return cls(alg)
+
+
+def create_file_key(uri: str, alg: str, *, pin: str | None = None, **_: Any) -> FileSigner:
+    """``capseal keys create file:/path --alg …``: a new PKCS#8 PEM (mode 0600,
+    never overwriting), encrypted with ``pin`` when one is given."""
+    path = FileSigner.path_of(uri)
+    write_pkcs8(generate_private_key(alg), path, passphrase=pin.encode("utf-8") if pin else None)
+    return FileSigner(path, pin=pin)
+
+
+def list_file_keys(uri: str, *, pin: str | None = None, **_: Any) -> list[dict[str, Any]]:
+    """PEM private keys in a directory (``file:/dir``) or the one file named."""
+    target = Path(FileSigner.path_of(uri))
+    files = sorted(target.glob("*.pem")) if target.is_dir() else [target]
+    out: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            signer = FileSigner(f, pin=pin)
+        except Exception as exc:  # list what can be listed; say why the rest cannot
+            out.append({"uri": f"file:{f}", "error": type(exc).__name__})
+            continue
+        out.append({"uri": signer.uri, "alg": signer.alg, "kid": signer.kid})
+    return out

@@ -9,12 +9,15 @@ strings. Rules:
 * ``software_device`` is ``True`` for keys held by software: files, process
   memory, SoftHSM2 and swtpm. It is ``False`` only when the device identified
   itself as something else. Unknown is ``None``, never ``False``.
-* No value is ever a float; no secret (PIN, key bytes) ever appears.
+* No value is ever a float; no secret (PIN, private key bytes) ever appears.
+* ``public_key`` (DER SubjectPublicKeyInfo, hex) lets verifiers resolve a kid.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from cryptography.hazmat.primitives import serialization
 
 __all__ = ["CUSTODY_SCHEMA", "custody_statement", "SOFTWARE_TOKEN_MANUFACTURERS"]
 
@@ -29,18 +32,26 @@ def custody_statement(
     backend: str,
     alg: str,
     kid: str,
+    public_key: Any,
     software_device: bool | None,
     key_store: str,
     device: dict[str, Any] | None = None,
     key_attributes: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build a custody statement; absent facts are left out, never nulled."""
+    """Build a custody statement; absent facts are left out, never nulled.
+
+    ``public_key`` (a ``cryptography`` public key) is recorded as hex DER
+    SubjectPublicKeyInfo, so verifiers can check ES256/PS256 envelopes whose
+    kid is a hash of that key.
+    """
+    spki = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     out: dict[str, Any] = {
         "schema": CUSTODY_SCHEMA,
         "backend": backend,
         "alg": alg,
         "kid": kid,
+        "public_key": spki.hex(),
         "key_store": key_store,
     }
     if software_device is not None:

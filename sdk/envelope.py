@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from .cbor import CBORError, Tagged, decode_strict, enc_bytes, enc_head, enc_int, enc_text, plain_map
+from .cbor import CBORError, Tagged, decode_strict, enc_bytes, enc_int, enc_text, plain_map
 from .errors import SignatureFailedError, UnsupportedAlgorithmError
 from .findings import Finding
 
@@ -70,7 +70,7 @@ class Envelope:
         return {"profile": self.profile, "alg": self.alg, "kid": self.kid, "cose": self.cose.hex()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Envelope":
+    def from_json(cls, data: dict[str, Any]) -> Envelope:
         return cls(str(data["profile"]), str(data["alg"]), str(data["kid"]), bytes.fromhex(str(data["cose"])))
 
 
@@ -84,7 +84,7 @@ class EnvelopeResult:
     alg: str | None = None
     kid: bytes | None = None
 
-    def fail(self, code: str, detail: str) -> "EnvelopeResult":
+    def fail(self, code: str, detail: str) -> EnvelopeResult:
         self.findings.append(Finding(code, detail))
         self.ok = False
         return self
@@ -111,7 +111,7 @@ def _assemble(protected: bytes, payload: bytes, signature: bytes) -> bytes:
     return b"\xd2\x84" + enc_bytes(protected) + b"\xa0" + enc_bytes(payload) + enc_bytes(signature)
 
 
-def sign_envelope(signer: "Signer", capsule_id_raw: bytes) -> Envelope:
+def sign_envelope(signer: Signer, capsule_id_raw: bytes) -> Envelope:
     """Sign ``capsule_id_raw`` with ``signer``: the AAC profile for Ed25519 keys,
     a plain COSE_Sign1 otherwise. Raises SignerError subclasses; the result is
     checked against the profile shape before it is returned."""

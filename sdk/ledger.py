@@ -294,12 +294,15 @@ class Ledger:
             raise errors[0]
         return [p.stored for p in pendings if p.stored is not None]
 
-    def submit(self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None = None) -> PendingAppend:
+    def submit(
+        self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True
+    ) -> PendingAppend:
         """Queue a record and return at once; a committer thread writes queued
         records in groups (one fsync per group). The record is acknowledged —
         durable — only when ``result()`` returns. ``on_durable`` runs on the
-        committing thread right after the commit (keep it short)."""
-        return self._enqueue(entry, on_durable, wake=True)
+        committing thread right after the commit (keep it short). With
+        ``wake=False`` the caller commits it itself when it waits on ``result()``."""
+        return self._enqueue(entry, on_durable, wake=wake)
 
     def _enqueue(self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None, *, wake: bool) -> PendingAppend:
         if self.readonly:

@@ -125,7 +125,7 @@ class Effect(_Block):
     effect_attestation: _registered("effect_attestation", allow_namespaced=False) = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _table(self) -> "Effect":
+    def _table(self) -> Effect:
         s = self.status
         if s == "planned":
             if self.request_digest or self.response_digest:
@@ -159,7 +159,7 @@ class Disposition(_Block):
     expiry_policy: ExpiryPolicy = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _honest(self) -> "Disposition":
+    def _honest(self) -> Disposition:
         if self.human_disposed and self.approver != "human":
             raise ValueError(f"human_disposed is true only when a human acted; approver is {self.approver!r} (§5.5)")
         if self.expiry_policy is not None and "deferred" not in (self.decision, self.verdict_class):
@@ -180,7 +180,7 @@ class Retention(_Block):
     not_retained_after: Timestamp = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _bound(self) -> "Retention":
+    def _bound(self) -> Retention:
         if self.retained_until is None and self.not_retained_after is None:
             raise ValueError("retention needs retained_until or not_retained_after (§5.5.6)")
         return self
@@ -214,7 +214,7 @@ class Reference(_Block):
     log_coordinates: LogCoordinates = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _shape(self) -> "Reference":
+    def _shape(self) -> Reference:
         for key in self.__pydantic_extra__ or {}:
             if not is_namespaced(key):
                 raise ValueError(f"extra reference member {key!r} must be namespaced")
@@ -232,7 +232,7 @@ class CrossParty(_Block):
     substantive: bool = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _correlated(self) -> "CrossParty":
+    def _correlated(self) -> CrossParty:
         if self.counterparty_ref is not None and self.correlator is None:
             raise ValueError("correlator is required with counterparty_ref (§5.4.1)")
         if self.substantive and self.counterparty_ref is None:
@@ -249,7 +249,7 @@ class ProvenanceMode(_Block):
     time_rung: Literal["self_attested", "witnessed"] = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _complete(self) -> "ProvenanceMode":
+    def _complete(self) -> ProvenanceMode:
         fields = (self.source_ref, self.source_asserted_at, self.import_batch, self.imported_at)
         if self.mode == "backfilled":
             if any(f is None for f in fields):
@@ -283,7 +283,7 @@ class ModelAttestation(_Block):
     compute_attestation: Annotated[dict[str, JSONValue], Field(min_length=1)] = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _pair(self) -> "ModelAttestation":
+    def _pair(self) -> ModelAttestation:
         if (self.model_id is None) != (self.provider is None):
             raise ValueError("model_id and provider appear together or not at all")
         if self.model_id is None and self.compute_attestation is None:
@@ -337,7 +337,7 @@ class Capsule(_Block):
     compliance: Compliance = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _cross_block(self) -> "Capsule":
+    def _cross_block(self) -> Capsule:
         for key in self.__pydantic_extra__ or {}:
             if key in ("_sd", "_sd_alg"):
                 raise ValueError(f"{key} is reserved for selective disclosure (§9.2); capseal does not generate it")

@@ -141,10 +141,12 @@ class Producer:
         self._observers: list[Callable[[SealedRecord], None]] = []
         self._closed = False
         self._model = (model_id, provider)
+        self._epoch_lock = threading.Lock()
+        self._epoch_entry: LedgerEntry | None = None
         try:
             SignerSelfTest.run(signer)
             self.epoch_id = epoch_id or self._new_epoch_id()
-            self.epoch_record = self._open_epoch()
+            self.epoch_record = self._prepare_epoch()
         except BaseException:
             if self._owns_ledger:
                 self.ledger.close()
@@ -174,7 +176,10 @@ class Producer:
         stamp = self._clock().replace("-", "").replace(":", "")
         return f"epoch-{stamp}-{os.urandom(4).hex()}"
 
-    def _open_epoch(self) -> SealedRecord:
+    def _prepare_epoch(self) -> SealedRecord:
+        """Sign the epoch-boundary capsule now; it is appended to the ledger
+        together with (just before) the first record of the epoch, so opening a
+        producer and failing to seal anything leaves the ledger unchanged."""
         previous = self.ledger.last_tagged("epoch_boundary", self._stream)
         compute: dict[str, Any] = {CUSTODY_MEMBER: self.signer.describe(), "x-capseal-producer": SDK_NAME}
         attestation: dict[str, Any] = {"compute_attestation": compute}
@@ -189,12 +194,17 @@ class Producer:
         }
         if previous is not None:
             spec["chain"] = {"parent_capsule_id": previous.record_id, "relation": "epoch_opens"}
-        return self._seal(spec, tag="epoch_boundary")
+        record = self._sign(self._assemble(spec))
+        with self._epoch_lock:
+            self._epoch_entry = self._entry(record, tag="epoch_boundary")
+        return record
 
     def rotate_epoch(self, epoch_id: str | None = None) -> SealedRecord:
-        """Start a new epoch (call when the configuration or key changes)."""
+        """Start a new epoch (call when the configuration or key changes). The
+        new boundary capsule is appended with the epoch's first record."""
+        self.flush()
         self.epoch_id = epoch_id or self._new_epoch_id()
-        self.epoch_record = self._open_epoch()
+        self.epoch_record = self._prepare_epoch()
         return self.epoch_record
 
     # ------------------------------------------------------------------ the general seal
@@ -223,21 +233,23 @@ class Producer:
             if "chain" in body:
                 raise InputError("give the chain either as spec['chain'] or as parent=, not both")
             body["chain"] = {"parent_capsule_id": _id_of(parent), "relation": relation}
-        return self._submit(body)
+        return self._submit(body, wake=True)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every submitted record is durable."""
         self.ledger.flush(timeout)
 
-    def _seal(self, spec: dict[str, Any], *, tag: str | None = None) -> SealedRecord:
-        return self._submit(spec, tag=tag).result()
+    @property
+    def epoch_opened(self) -> bool:
+        """True once the current epoch's boundary capsule is in the ledger queue."""
+        return self._epoch_entry is None
 
-    def _submit(self, spec: dict[str, Any], *, tag: str | None = None) -> PendingRecord:
-        if self._closed:
-            raise LedgerClosedError("this producer is closed")
-        capsule = self._assemble(spec)
-        record = self._sign(capsule)
-        entry = LedgerEntry(
+    def _seal(self, spec: dict[str, Any]) -> SealedRecord:
+        return self._submit(spec, wake=False).result()
+
+    def _entry(self, record: SealedRecord, *, tag: str | None = None) -> LedgerEntry:
+        capsule = record.capsule
+        return LedgerEntry(
             record_id=record.capsule_id,
             record_type="capsule",
             epistemic_type=epistemic_type_for_capsule(capsule),
@@ -246,7 +258,19 @@ class Producer:
             stream=self._stream,
             tag=tag,
         )
-        return PendingRecord(record, self.ledger.submit(entry, self._notify if self._observers else None))
+
+    def _submit(self, spec: dict[str, Any], *, wake: bool = True) -> PendingRecord:
+        if self._closed:
+            raise LedgerClosedError("this producer is closed")
+        record = self._sign(self._assemble(spec))  # every refusal happens here, before the ledger
+        entry = self._entry(record)
+        callback = self._notify if self._observers else None
+        with self._epoch_lock:  # the epoch boundary goes in first, once
+            if self._epoch_entry is not None:
+                self.ledger.submit(self._epoch_entry, callback, wake=wake)
+                self._epoch_entry = None
+            pending = self.ledger.submit(entry, callback, wake=wake)
+        return PendingRecord(record, pending)
 
     def _notify(self, stored: StoredEntry) -> None:
         record = SealedRecord.from_json(stored.record(), seq=stored.seq)

@@ -1,0 +1,25 @@
+# capseal — the two commands a fresh machine needs (see README):
+#   make demo   install what is missing, then seal capsules into a ledger and verify them
+#   make test   install what is missing, then run the whole test suite (SoftHSM2 + swtpm included)
+.PHONY: demo test deps bench lint
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+deps:
+	@PYTHON=$(PYTHON) ./hardware/install-deps.sh
+
+demo: deps
+	$(PY) examples/demo.py
+
+test: deps
+	$(PY) -m pytest
+
+bench: deps
+	$(PY) bench/seal.py
+	$(PY) bench/keys.py
+	$(PY) bench/evidence.py
+
+lint: deps
+	$(VENV)/bin/ruff check sdk keys attest tests examples bench

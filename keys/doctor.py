@@ -1,0 +1,141 @@
+"""``capseal doctor``: is this machine ready to sign, and if not, what to do.
+
+Each check says what it looked at and, when it fails, the fix. Backend modules
+add deeper checks (token present, PIN works, TPM answers) through a
+``doctor_checks(uri_or_tcti, pin)`` function; the system-level checks here need
+no optional package.
+"""
+
+from __future__ import annotations
+
+import grp
+import importlib
+import importlib.util
+import os
+import pwd
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+__all__ = ["Check", "run_doctor"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+
+
+def _python_package(module: str, extra: str, apt: str) -> Check:
+    if importlib.util.find_spec(module) is not None:
+        return Check(f"python package {module}", True, "importable")
+    return Check(f"python package {module}", False, "not installed", f"pip install '{extra}' (system packages: {apt})")
+
+
+def _module_path(uri: str) -> str | None:
+    if "module-path=" not in uri:
+        return None
+    value = uri.split("module-path=", 1)[1].split("&", 1)[0]
+    return unquote(value)
+
+
+def _pkcs11_system(uri: str | None) -> list[Check]:
+    checks = [_python_package("pkcs11", "capseal[pkcs11]", "a PKCS#11 module, e.g. softhsm2")]
+    path = _module_path(uri) if uri else None
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            checks.append(Check("PKCS#11 module", False, f"{path} does not exist",
+                                "install the token's PKCS#11 module (SoftHSM2: apt-get install softhsm2) and fix module-path"))
+        elif not os.access(p, os.R_OK):
+            checks.append(Check("PKCS#11 module", False, f"{path} is not readable by this user", f"chmod o+r {path} or run as a user who can read it"))
+        else:
+            checks.append(Check("PKCS#11 module", True, f"{path} is readable"))
+        if "softhsm" in path:
+            conf = os.environ.get("SOFTHSM2_CONF", "/etc/softhsm/softhsm2.conf")
+            ok = Path(conf).is_file()
+            checks.append(Check("SoftHSM2 config", ok, f"{conf} {'exists' if ok else 'is missing'}",
+                                "" if ok else "set SOFTHSM2_CONF to your softhsm2.conf (capseal token init writes one)"))
+    return checks
+
+
+def _tpm_system(tcti: str) -> list[Check]:
+    checks = [_python_package("tpm2_pytss", "capseal[tpm]", "libtss2-dev pkg-config gcc (build), libtss2-esys")]
+    libs = [p for p in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib")
+            if list(Path(p).glob("libtss2-esys.so*"))]
+    checks.append(Check("libtss2-esys", bool(libs), f"found in {libs[0]}" if libs else "not found",
+                        "" if libs else "apt-get install libtss2-esys-3.0.2-0 (or libtss2-dev)"))
+    if tcti.startswith("device:"):
+        dev = tcti.split(":", 1)[1] or "/dev/tpmrm0"
+        p = Path(dev)
+        if not p.exists():
+            checks.append(Check("TPM device", False, f"{dev} does not exist",
+                                "enable the TPM in firmware; the kernel's resource manager is /dev/tpmrm0 (tpm_tis/tpm_crb)"))
+        else:
+            readable = os.access(p, os.R_OK | os.W_OK)
+            checks.append(Check("TPM device", readable, f"{dev} {'is' if readable else 'is not'} readable and writable",
+                                "" if readable else "add this user to the 'tss' group: usermod -aG tss $USER (then log in again)"))
+        try:
+            members = grp.getgrnam("tss")
+            user = pwd.getpwuid(os.getuid()).pw_name
+            in_group = user in members.gr_mem or os.getgid() == members.gr_gid or os.getuid() == 0
+            checks.append(Check("tss group", in_group, f"user {user} {'is' if in_group else 'is not'} in group tss",
+                                "" if in_group else f"usermod -aG tss {user}"))
+        except KeyError:
+            checks.append(Check("tss group", False, "no 'tss' group on this system", "apt-get install tpm-udev (creates the tss group and udev rules)"))
+    return checks
+
+
+def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | None = None) -> list[Check]:
+    """Run every check relevant to ``uri`` (or the default TPM when none)."""
+    checks: list[Check] = []
+    scheme = uri.split(":", 1)[0].lower() if uri else None
+    if scheme == "pkcs11":
+        checks += _pkcs11_system(uri)
+        checks += _backend_checks("capseal.keys._pkcs11", uri, pin)
+    elif scheme == "tpm2":
+        from capseal.keys._registry import redact_uri
+
+        tcti = tcti or _tcti_of(uri or "") or "device:/dev/tpmrm0"
+        checks += _tpm_system(tcti)
+        checks += _backend_checks("capseal.keys._tpm", redact_uri(uri or ""), pin)
+    elif scheme == "file":
+        from capseal.keys import open_signer
+
+        try:
+            with open_signer(uri or "", pin=pin) as signer:
+                checks.append(Check("key file", True, f"{signer.alg} key {signer.kid[:16]}… opens"))
+        except Exception as exc:
+            checks.append(Check("key file", False, str(exc), "check the path and passphrase"))
+    else:
+        checks += _pkcs11_system(None)
+        tcti = tcti or "device:/dev/tpmrm0"
+        checks += _tpm_system(tcti)
+        checks += _backend_checks("capseal.keys._tpm", None, pin, tcti=tcti)
+    return checks
+
+
+def _tcti_of(uri: str) -> str | None:
+    if "tcti=" not in uri:
+        return None
+    return unquote(uri.split("tcti=", 1)[1].split("&", 1)[0])
+
+
+def _backend_checks(module: str, uri: str | None, pin: str | None, **kw: Any) -> list[Check]:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        return [Check(module, False, f"cannot import: {exc}", "install the extra named above")]
+    fn = getattr(mod, "doctor_checks", None)
+    if fn is None:
+        return []
+    try:
+        return list(fn(uri, pin=pin, **kw))
+    except Exception as exc:  # the doctor reports, it does not crash
+        return [Check(module, False, f"{type(exc).__name__}: {exc}")]

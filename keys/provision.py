@@ -1,0 +1,71 @@
+"""Operator provisioning: create, show and list keys by URI, whatever the backend.
+
+Each backend module exposes ``create_key(uri, alg, *, pin, secrets_handler, **opts)
+-> Signer`` and ``list_keys(uri, *, pin, secrets_handler, **opts) -> list[dict]``;
+this module dispatches on the URI scheme like ``open_signer`` does, so optional
+backends stay lazy. Keys created on tokens and TPMs are non-extractable and
+sensitive; ``show_key`` reports what the device says about them (custody).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capseal.errors import KeyURIError
+
+from ._base import Signer
+from ._registry import SecretsHandler, load_target, open_signer
+
+__all__ = ["ALG_ALIASES", "create_key", "show_key", "list_keys", "normalize_alg"]
+
+#: CLI spellings → COSE algorithm names.
+ALG_ALIASES = {"ed25519": "EdDSA", "eddsa": "EdDSA", "p256": "ES256", "es256": "ES256",
+               "p384": "ES384", "es384": "ES384", "rsa-pss": "PS256", "ps256": "PS256"}
+
+_PROVISIONERS = {
+    "file": "capseal.keys._software:create_file_key",
+    "pkcs11": "capseal.keys._pkcs11:create_key",
+    "tpm2": "capseal.keys._tpm:create_key",
+}
+_LISTERS = {
+    "file": "capseal.keys._software:list_file_keys",
+    "pkcs11": "capseal.keys._pkcs11:list_keys",
+    "tpm2": "capseal.keys._tpm:list_keys",
+}
+
+
+def normalize_alg(alg: str) -> str:
+    name = ALG_ALIASES.get(alg.lower(), alg)
+    if name not in ("EdDSA", "ES256", "ES384", "PS256"):
+        raise KeyURIError(f"unknown algorithm {alg!r}; use ed25519, p256, p384 or rsa-pss")
+    return name
+
+
+def _backend(table: dict[str, str], uri: str) -> Any:
+    scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
+    target = table.get(scheme)
+    if target is None:
+        raise KeyURIError(f"cannot provision keys for scheme {scheme!r}; known: {sorted(table)}")
+    return load_target(scheme, target)
+
+
+def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None, **opts: Any) -> Signer:
+    """Create a new key at ``uri`` (refusing to overwrite one) and open it."""
+    return _backend(_PROVISIONERS, uri)(uri, normalize_alg(alg), pin=pin, secrets_handler=secrets_handler, **opts)
+
+
+def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None, **opts: Any) -> list[dict[str, Any]]:
+    """Keys visible at ``uri`` (a token, a TPM, a directory)."""
+    return list(_backend(_LISTERS, uri)(uri, pin=pin, secrets_handler=secrets_handler, **opts))
+
+
+def show_key(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None, **opts: Any) -> dict[str, Any]:
+    """Public key, kid and custody statement of the key at ``uri``."""
+    with open_signer(uri, pin=pin, secrets_handler=secrets_handler, **opts) as signer:
+        return {
+            "uri": signer.uri,
+            "alg": signer.alg,
+            "kid": signer.kid,
+            "public_key_pem": signer.public_key_pem(),
+            "custody": signer.describe(),
+        }

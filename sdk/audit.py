@@ -1,0 +1,296 @@
+"""Ledger verification: every record, every signature, the hash chains. Never raises.
+
+``verify_ledger(path)`` runs, for a capseal ledger:
+  * the ledger's own integrity: both hash chains (records and evidence), seq
+    continuity, header/body agreement (record id = capsule id, epistemic type);
+  * Class-1 verification of each capsule with the store-level checks (parent
+    existence, concurrent supersedes, duplicates) — see ``verify.py``;
+  * each signature: the inline AAC profile envelope (``signature``/``key_id``)
+    and every envelope in ``envelopes[]``; a plain COSE_Sign1 is verified under
+    the key its kid names, looked up in the custody statements the ledger's own
+    epoch-boundary capsules carry, or in ``trusted_keys``;
+  * optionally (``evidence=True``) the hardware-evidence slot of each record.
+
+Authorization is policy (-05 §3.2): the report names the key that signed each
+record; pass ``trusted_keys`` to turn an unknown signer into an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+
+from .canonical import capsule_id, is_hex64
+from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
+from .findings import Finding
+from .ledger import Ledger, StoredEntry
+from .verify import verify_store
+
+__all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS"]
+
+#: record_type prefix -> "module:function(entry, context) -> RecordReport" for non-capsule records.
+RECORD_VERIFIERS: dict[str, str] = {"judge:": "capseal.judge.verify:verify_entry"}
+
+
+@dataclass
+class RecordReport:
+    """What the verifier concluded about one stored record."""
+
+    seq: int
+    record_id: str
+    record_type: str
+    ok: bool
+    findings: list[Finding] = field(default_factory=list)
+    signature: str = "unclaimed"  # authored | invalid | unclaimed | unverifiable
+    signer_kid: str | None = None
+    evidence: str | None = None  # set when evidence was checked (capseal.attest)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "seq": self.seq, "record_id": self.record_id, "record_type": self.record_type, "ok": self.ok,
+            "signature": self.signature, "signer_kid": self.signer_kid,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        if self.evidence is not None:
+            out["evidence"] = self.evidence
+        return out
+
+
+@dataclass
+class LedgerReport:
+    path: str
+    ok: bool
+    records: list[RecordReport] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out = {"records": len(self.records), "ok": sum(r.ok for r in self.records)}
+        out["not_ok"] = out["records"] - out["ok"]
+        for r in self.records:
+            out[f"signature:{r.signature}"] = out.get(f"signature:{r.signature}", 0) + 1
+            if r.evidence is not None:
+                out[f"evidence:{r.evidence}"] = out.get(f"evidence:{r.evidence}", 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "ok": self.ok, "counts": self.counts(),
+            "findings": [f.to_dict() for f in self.findings],
+            "records": [r.to_dict() for r in self.records],
+        }
+
+
+class KeyDirectory:
+    """kid (hex) -> public key, from custody statements and caller-trusted keys."""
+
+    def __init__(self, trusted: Iterable[Any] = ()) -> None:
+        self._keys: dict[str, Any] = {}
+        self.trusted: set[str] | None = None
+        trusted = list(trusted)
+        if trusted:
+            from capseal.keys import kid_for
+
+            self.trusted = set()
+            for key in trusted:
+                if isinstance(key, (str, bytes)):
+                    key = serialization.load_pem_public_key(key.encode() if isinstance(key, str) else key)
+                kid = kid_for(key)
+                self._keys[kid] = key
+                self.trusted.add(kid)
+
+    def learn_from_custody(self, custody: Any) -> None:
+        if not isinstance(custody, Mapping):
+            return
+        kid, spki = custody.get("kid"), custody.get("public_key")
+        if not isinstance(kid, str) or not isinstance(spki, str) or kid in self._keys:
+            return
+        try:
+            from capseal.keys import kid_for
+
+            key = serialization.load_der_public_key(bytes.fromhex(spki))
+            if kid_for(key) == kid:  # a custody statement cannot introduce a key under another kid
+                self._keys[kid] = key
+        except (ValueError, TypeError):
+            return
+
+    def get(self, kid: str) -> Any:
+        return self._keys.get(kid)
+
+
+def _custody_of(capsule: Mapping[str, Any]) -> Any:
+    ma = capsule.get("model_attestation")
+    ca = ma.get("compute_attestation") if isinstance(ma, Mapping) else None
+    return ca.get("x-capseal-key-custody") if isinstance(ca, Mapping) else None
+
+
+def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: KeyDirectory) -> tuple[str, str | None, list[Finding]]:
+    """Verify a capsule record's inline profile envelope and its envelopes[].
+    Returns (verdict, signer kid, findings). Never raises."""
+    findings: list[Finding] = []
+    try:
+        cid = capsule_id(capsule)
+    except Exception as exc:
+        return "invalid", None, [Finding("signature_uncheckable", f"capsule id cannot be computed: {exc}")]
+    verdict, kid = "unclaimed", None
+    has_sig, has_kid = "signature" in capsule, "key_id" in capsule
+    if has_sig != has_kid:
+        findings.append(Finding("envelope_malformed", "signature and key_id appear together or not at all"))
+        verdict = "invalid"
+    elif has_sig:
+        sig, key_id = capsule.get("signature"), capsule.get("key_id")
+        try:
+            data = bytes.fromhex(sig) if isinstance(sig, str) else None
+        except ValueError:
+            data = None
+        result = verify_profile_envelope(cid, data)
+        if not result.ok:
+            findings.extend(result.findings)
+            verdict = "invalid"
+        elif not (isinstance(key_id, str) and result.public_key is not None and result.public_key.hex() == key_id):
+            findings.append(Finding("key_id_mismatch", "key_id is not the key that signed the envelope"))
+            verdict = "invalid"
+        else:
+            verdict, kid = "authored", key_id
+    for i, env in enumerate(envelopes):
+        if not isinstance(env, Mapping):
+            findings.append(Finding("envelope_malformed", f"envelopes[{i}] is not an object"))
+            verdict = "invalid"
+            continue
+        try:
+            cose = bytes.fromhex(str(env.get("cose", "")))
+        except ValueError:
+            findings.append(Finding("envelope_malformed", f"envelopes[{i}].cose is not hex"))
+            verdict = "invalid"
+            continue
+        profile, env_kid = env.get("profile"), env.get("kid")
+        if profile == PROFILE:
+            result = verify_profile_envelope(cid, cose)
+            if not result.ok or result.public_key is None or result.public_key.hex() != env_kid:
+                findings.extend(result.findings or [Finding("key_id_mismatch", f"envelopes[{i}].kid is not the signing key")])
+                verdict = "invalid"
+            elif has_sig and capsule.get("signature") != env.get("cose"):
+                findings.append(Finding("envelope_inconsistent", f"envelopes[{i}] differs from the inline signature"))
+                verdict = "invalid"
+            elif verdict == "unclaimed":
+                verdict, kid = "authored", env_kid
+        elif profile == PLAIN:
+            key = keys.get(env_kid) if isinstance(env_kid, str) else None
+            if key is None:
+                findings.append(Finding("signer_key_unknown", f"envelopes[{i}]: no public key known for kid {env_kid}; pass it as a trusted key", severity="warning"))
+                if verdict == "unclaimed":
+                    verdict = "unverifiable"
+                continue
+            result = verify_cose_sign1(cose, key, payload=bytes.fromhex(cid))
+            if not result.ok:
+                findings.extend(result.findings)
+                verdict = "invalid"
+            elif result.kid is not None and result.kid.hex() != env_kid:
+                findings.append(Finding("key_id_mismatch", f"envelopes[{i}] protected kid differs from the record's kid"))
+                verdict = "invalid"
+            elif verdict in ("unclaimed", "unverifiable"):
+                verdict, kid = "authored", env_kid
+        else:
+            findings.append(Finding("envelope_profile_unknown", f"envelopes[{i}].profile {profile!r} is not known", severity="warning"))
+    if verdict == "authored" and keys.trusted is not None and kid not in keys.trusted:
+        findings.append(Finding("signer_not_trusted", f"signed by {kid}, which is not among the trusted keys"))
+    return verdict, kid, findings
+
+
+def verify_ledger(
+    path: str | Path,
+    *,
+    trusted_keys: Iterable[Any] = (),
+    evidence: bool = False,
+    evidence_trust: Any = None,
+) -> LedgerReport:
+    """Verify a whole ledger file. Never raises; ``ok`` gates everything."""
+    report = LedgerReport(path=str(path), ok=False)
+    try:
+        with Ledger(path, readonly=True) as ledger:
+            _verify_open_ledger(ledger, report, KeyDirectory(trusted_keys), evidence, evidence_trust)
+    except Exception as exc:  # never raise: report why it could not run
+        report.findings.append(Finding("ledger_unreadable", f"{type(exc).__name__}: {exc}"))
+        report.ok = False
+        return report
+    report.ok = not any(f.severity == "error" for f in report.findings) and all(r.ok for r in report.records)
+    return report
+
+
+def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory, evidence: bool, evidence_trust: Any) -> None:
+    for problem in ledger.check_chain():
+        report.findings.append(Finding("ledger_chain_broken", problem))
+    entries: list[StoredEntry] = list(ledger.entries())
+    capsule_entries = [e for e in entries if e.record_type == "capsule"]
+    capsules: list[dict[str, Any]] = []
+    bodies: dict[int, dict[str, Any]] = {}
+    for e in capsule_entries:
+        try:
+            body = e.record()
+        except ValueError:
+            body = {}
+        bodies[e.seq] = body
+        capsule = body.get("capsule") if isinstance(body, dict) else None
+        capsules.append(capsule if isinstance(capsule, dict) else {})
+        custody = _custody_of(capsules[-1])
+        if custody is not None:
+            keys.learn_from_custody(custody)
+    results = verify_store(capsules)
+    by_seq: dict[int, RecordReport] = {}
+    for e, capsule, result in zip(capsule_entries, capsules, results):
+        rr = RecordReport(seq=e.seq, record_id=e.record_id, record_type=e.record_type, ok=True, findings=list(result.findings))
+        if not result.ok:
+            rr.ok = False
+        if capsule.get("capsule_id") != e.record_id or not is_hex64(e.record_id):
+            rr.findings.append(Finding("header_mismatch", "the store header's record_id is not the capsule's id"))
+        body = bodies.get(e.seq, {})
+        envelopes = body.get("envelopes", []) if isinstance(body, dict) else []
+        verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)
+        rr.signature, rr.signer_kid = verdict, kid
+        rr.findings.extend(sig_findings)
+        if verdict == "unclaimed":
+            rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
+        by_seq[e.seq] = rr
+    if evidence:
+        _check_evidence(ledger, capsule_entries, by_seq, evidence_trust)
+    for e in entries:
+        if e.record_type == "capsule":
+            rr = by_seq[e.seq]
+        else:
+            rr = _verify_other(e, ledger, keys)
+        rr.ok = not any(f.severity == "error" for f in rr.findings) and rr.signature in ("authored",)
+        report.records.append(rr)
+
+
+def _verify_other(entry: StoredEntry, ledger: Ledger, keys: KeyDirectory) -> RecordReport:
+    for prefix, target in RECORD_VERIFIERS.items():
+        if entry.record_type.startswith(prefix):
+            try:
+                module_name, _, fn_name = target.partition(":")
+                fn: Callable[..., RecordReport] = getattr(importlib.import_module(module_name), fn_name)
+                return fn(entry, ledger=ledger, keys=keys)
+            except Exception as exc:  # never raise
+                return RecordReport(entry.seq, entry.record_id, entry.record_type, False,
+                                    [Finding("verifier_internal_error", f"{type(exc).__name__}: {exc}")])
+    return RecordReport(entry.seq, entry.record_id, entry.record_type, False,
+                        [Finding("record_type_unknown", f"no verifier for record type {entry.record_type!r}")])
+
+
+def _check_evidence(ledger: Ledger, entries: list[StoredEntry], by_seq: dict[int, RecordReport], trust: Any) -> None:
+    try:
+        from capseal.attest import evidence_status  # type: ignore[attr-defined]
+    except (ImportError, AttributeError) as exc:
+        for rr in by_seq.values():
+            rr.evidence = "not-checked"
+            rr.findings.append(Finding("evidence_unavailable", f"capseal.attest cannot check evidence here: {exc}", severity="warning"))
+        return
+    for e in entries:
+        rr = by_seq[e.seq]
+        record = ledger.get(e.record_id)
+        status, findings = evidence_status(record, trust=trust)
+        rr.evidence = status
+        rr.findings.extend(findings)

@@ -1,0 +1,414 @@
+"""``capseal`` command line. Subcommands mirror the API.
+
+Exit codes (as the reference verifier's CLI): 0 ok, 1 not ok (a verification
+found an error), 2 could not run (bad input, missing device, …). Never a bare
+traceback: errors print one line (and a hint) to stderr. PINs are read from an
+environment variable or a file, never from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import CapsealError, MalformedJSONError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_NOT_OK, EXIT_ERROR = 0, 1, 2
+
+
+class _CLIError(CapsealError):
+    pass
+
+
+def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
+    if getattr(args, "pin_file", None):
+        try:
+            return Path(args.pin_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise _CLIError(f"cannot read PIN file {args.pin_file}: {exc.strerror}") from None
+    env = getattr(args, "pin_env", None) or "CAPSEAL_PIN"
+    if env in os.environ:
+        return os.environ[env]
+    if getattr(args, "pin_prompt", False) and sys.stdin.isatty():
+        return getpass.getpass(f"{prompt}: ")
+    return None
+
+
+def _load_json_file(path: str) -> Any:
+    try:
+        raw = Path(path).read_bytes() if path != "-" else sys.stdin.buffer.read()
+    except OSError as exc:
+        raise _CLIError(f"cannot read {path}: {exc.strerror}") from None
+    return _parse_json(raw, path)
+
+
+def _parse_json(raw: bytes, where: str) -> Any:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise MalformedJSONError(f"{where}: duplicate member {k!r}")
+            out[k] = v
+        return out
+
+    try:
+        return json.loads(raw, object_pairs_hook=no_duplicates, parse_constant=_no_constant)
+    except MalformedJSONError:
+        raise
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedJSONError(f"{where} is not valid JSON: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise MalformedJSONError(f"{name} is not JSON")
+
+
+def _emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _add_pin_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pin-env", metavar="VAR", help="environment variable holding the PIN (default CAPSEAL_PIN)")
+    p.add_argument("--pin-file", metavar="FILE", help="file holding the PIN")
+    p.add_argument("--pin-prompt", action="store_true", help="ask for the PIN on the terminal")
+
+
+# ---------------------------------------------------------------------------- seal
+
+
+def cmd_seal(args: argparse.Namespace) -> int:
+    from capseal.keys import open_signer
+
+    from .producer import Producer
+
+    specs = _load_json_file(args.spec)
+    items = specs if isinstance(specs, list) else [specs]
+    if not items or not all(isinstance(s, dict) for s in items):
+        raise MalformedJSONError(f"{args.spec}: a spec is a JSON object (or an array of them)")
+    signer = open_signer(args.key, pin=_read_pin(args))
+    with signer, Producer(args.operator, args.developer, signer, args.ledger) as producer:
+        sealed = []
+        for spec in items:
+            record = producer.seal(spec)
+            sealed.append(record.to_json() if args.record else record.capsule)
+    _emit(sealed if isinstance(specs, list) else sealed[0])
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- verify
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .audit import verify_ledger
+
+    trusted = [Path(p).read_bytes() for p in args.trust or []]
+    path = Path(args.target)
+    if not path.exists() and args.target != "-":
+        raise _CLIError(f"no such file: {args.target}")
+    if args.target != "-" and _is_sqlite(path):
+        report = verify_ledger(path, trusted_keys=trusted, evidence=args.evidence, evidence_trust=_evidence_trust(args))
+        if args.json:
+            _emit(report.to_dict())
+        else:
+            _print_ledger_report(report, verbose=args.verbose)
+        if any(f.code == "ledger_unreadable" for f in report.findings):
+            return EXIT_ERROR
+        return EXIT_OK if report.ok else EXIT_NOT_OK
+    return _verify_json_file(args, trusted)
+
+
+def _evidence_trust(args: argparse.Namespace) -> Any:
+    if not getattr(args, "ak", None):
+        return None
+    return [Path(p).read_bytes() for p in args.ak]
+
+
+def _verify_json_file(args: argparse.Namespace, trusted: list[bytes]) -> int:
+    from .audit import KeyDirectory, check_signatures
+    from .verify import verify, verify_store
+
+    data = _load_json_file(args.target)
+    items = data if isinstance(data, list) else [data]
+    capsules, envelopes = [], []
+    for item in items:
+        if isinstance(item, dict) and item.get("record_version") == "capseal-record/1":
+            capsules.append(item.get("capsule"))
+            envelopes.append(item.get("envelopes", []))
+        else:
+            capsules.append(item)
+            envelopes.append([])
+    results = verify_store(capsules) if len(capsules) > 1 else [verify(capsules[0])]
+    keys = KeyDirectory(trusted)
+    out, all_ok = [], True
+    for capsule, envs, result in zip(capsules, envelopes, results):
+        entry = result.to_dict()
+        if isinstance(capsule, dict) and ("signature" in capsule or envs):
+            verdict, kid, findings = check_signatures(capsule, envs if isinstance(envs, list) else [], keys)
+            entry["signature"], entry["signer_kid"] = verdict, kid
+            entry["findings"] += [f.to_dict() for f in findings]
+            if verdict == "invalid" or any(f.severity == "error" for f in findings):
+                entry["ok"] = False
+        all_ok &= bool(entry["ok"])
+        out.append(entry)
+    if args.json:
+        _emit(out if isinstance(data, list) else out[0])
+    else:
+        for entry in out:
+            print(f"{'ok' if entry['ok'] else 'NOT OK'}  capsule_id={entry['capsule_id_recomputed']}  "
+                  f"derived={json.dumps(entry['derived'], sort_keys=True)}  signature={entry.get('signature', 'unclaimed')}")
+            for f in entry["findings"]:
+                if args.verbose or f["severity"] != "info":
+                    print(f"    [{f['severity']}] check {f['check']} {f['code']}: {f['detail']}")
+    return EXIT_OK if all_ok else EXIT_NOT_OK
+
+
+def _print_ledger_report(report: Any, *, verbose: bool) -> None:
+    counts = report.counts()
+    print(f"{'ok' if report.ok else 'NOT OK'}  {report.path}: {counts['records']} records, "
+          f"{counts['ok']} ok, {counts['not_ok']} not ok")
+    for f in report.findings:
+        print(f"  [{f.severity}] {f.code}: {f.detail}")
+    for r in report.records:
+        problems = [f for f in r.findings if f.severity != "info" or verbose]
+        if r.ok and not problems and not verbose and r.evidence is None:
+            continue
+        ev = f" evidence={r.evidence}" if r.evidence is not None else ""
+        print(f"  seq {r.seq} {r.record_type} {r.record_id[:16]}… {'ok' if r.ok else 'NOT OK'} signature={r.signature}{ev}")
+        for f in problems:
+            print(f"      [{f.severity}] {f.code}: {f.detail}")
+    if report.records and any(r.evidence is not None for r in report.records):
+        tally = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("evidence:")}
+        print("  evidence: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.items())))
+
+
+# ---------------------------------------------------------------------------- ledger
+
+
+def cmd_ledger_show(args: argparse.Namespace) -> int:
+    from .ledger import Ledger
+
+    with Ledger(args.ledger, readonly=True) as ledger:
+        rows = []
+        for e in ledger.entries():
+            if args.id and e.record_id != args.id:
+                continue
+            item: dict[str, Any] = {"header": e.header(), "record": e.record()}
+            if e.record_type == "capsule":
+                item["hardware_evidence"] = ledger.current_evidence(e.record_id)
+            rows.append(item)
+    if args.json:
+        _emit(rows)
+        return EXIT_OK
+    for item in rows:
+        h = item["header"]
+        rec = item["record"]
+        cap = rec.get("capsule", {}) if isinstance(rec, dict) else {}
+        verdict = (cap.get("disposition") or {}).get("verdict_class", "")
+        status = (cap.get("effect") or {}).get("status", "")
+        ev = "evidence" if item.get("hardware_evidence") else "no-evidence"
+        print(f"{h['seq']:>6}  {h['record_type']:<10} {h['record_id'][:16]}…  {h['epistemic_type']:<15} "
+              f"{cap.get('action_id', ''):<32} {status:<10} {verdict:<14} {ev if h['record_type'] == 'capsule' else ''}")
+    return EXIT_OK
+
+
+def cmd_ledger_export(args: argparse.Namespace) -> int:
+    from .ledger import Ledger
+
+    with Ledger(args.ledger, readonly=True) as ledger:
+        if args.output in (None, "-"):
+            n = ledger.export_jsonl(sys.stdout.buffer)
+        else:
+            with open(args.output, "wb") as fh:
+                n = ledger.export_jsonl(fh)
+    print(f"exported {n} lines", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_ledger_import(args: argparse.Namespace) -> int:
+    from .ledger import Ledger
+
+    with open(args.jsonl, "rb") as fh, Ledger.import_jsonl(fh, args.ledger) as ledger:
+        print(f"imported {ledger.count()} records into {args.ledger}", file=sys.stderr)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- keys
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from capseal.keys.provision import create_key
+
+    with create_key(args.uri, args.alg, pin=_read_pin(args)) as signer:
+        _emit({"uri": signer.uri, "alg": signer.alg, "kid": signer.kid,
+               "public_key_pem": signer.public_key_pem(), "custody": signer.describe()})
+    return EXIT_OK
+
+
+def cmd_keys_show(args: argparse.Namespace) -> int:
+    from capseal.keys.provision import show_key
+
+    info = show_key(args.uri, pin=_read_pin(args))
+    if args.json:
+        _emit(info)
+    else:
+        print(info["public_key_pem"], end="")
+        print(f"kid: {info['kid']}\nalg: {info['alg']}\ncustody: {json.dumps(info['custody'], indent=2)}")
+    return EXIT_OK
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from capseal.keys.provision import list_keys
+
+    _emit(list_keys(args.uri, pin=_read_pin(args)))
+    return EXIT_OK
+
+
+def cmd_token_init(args: argparse.Namespace) -> int:
+    from capseal.keys._pkcs11 import init_softhsm_token  # type: ignore[attr-defined]
+
+    so_pin = os.environ.get(args.so_pin_env) if args.so_pin_env else None
+    info = init_softhsm_token(Path(args.dir), args.label, pin=_read_pin(args), so_pin=so_pin)
+    _emit(info)
+    return EXIT_OK
+
+
+def cmd_tpm_provision(args: argparse.Namespace) -> int:
+    from capseal.keys._tpm import provision  # type: ignore[attr-defined]
+
+    info = provision(args.tcti, signing_handle=int(args.handle, 0), ak_handle=int(args.ak_handle, 0),
+                     alg=args.alg, force=args.force)
+    _emit(info)
+    return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from capseal.keys.doctor import run_doctor
+
+    checks = run_doctor(uri=args.uri, pin=_read_pin(args), tcti=args.tcti)
+    if args.json:
+        _emit([c.to_dict() for c in checks])
+    else:
+        for c in checks:
+            print(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+            if not c.ok and c.fix:
+                print(f"       fix: {c.fix}")
+    return EXIT_OK if all(c.ok for c in checks) else EXIT_NOT_OK
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="capseal", description="Seal and verify Agent Action Capsules (draft -05).")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("seal", help="seal capsule(s) from a JSON spec into a ledger")
+    p.add_argument("spec", help="JSON file with a capsule spec (or an array of specs); - for stdin")
+    p.add_argument("--key", required=True, help="signing key URI (file:, pkcs11:, tpm2:)")
+    p.add_argument("--ledger", required=True, help="ledger file (created if missing)")
+    p.add_argument("--operator", required=True)
+    p.add_argument("--developer", required=True)
+    p.add_argument("--record", action="store_true", help="print the whole sealed record, not only the capsule")
+    _add_pin_args(p)
+    p.set_defaults(fn=cmd_seal)
+
+    p = sub.add_parser("verify", help="verify a capsule/record JSON file or a ledger")
+    p.add_argument("target", help="capsule or record JSON (or an array), or a ledger file")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--evidence", action="store_true", help="also verify hardware evidence (TPM quotes)")
+    p.add_argument("--ak", action="append", metavar="PEM", help="trusted attestation key (PEM); repeatable")
+    p.add_argument("--trust", action="append", metavar="PEM", help="trusted signing key (PEM); repeatable")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(fn=cmd_verify)
+
+    ledger = sub.add_parser("ledger", help="inspect, export and import ledgers").add_subparsers(dest="ledger_cmd", required=True)
+    p = ledger.add_parser("show", help="list records")
+    p.add_argument("ledger")
+    p.add_argument("--id", help="only this record id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_ledger_show)
+    p = ledger.add_parser("export", help="export to JSON Lines")
+    p.add_argument("ledger")
+    p.add_argument("-o", "--output", help="output file (default stdout)")
+    p.set_defaults(fn=cmd_ledger_export)
+    p = ledger.add_parser("import", help="build a new ledger from a JSON Lines export")
+    p.add_argument("jsonl")
+    p.add_argument("ledger")
+    p.set_defaults(fn=cmd_ledger_import)
+
+    keys = sub.add_parser("keys", help="provision signing keys").add_subparsers(dest="keys_cmd", required=True)
+    p = keys.add_parser("create", help="create a non-extractable key at URI")
+    p.add_argument("uri")
+    p.add_argument("--alg", required=True, choices=["ed25519", "p256", "p384", "rsa-pss"])
+    _add_pin_args(p)
+    p.set_defaults(fn=cmd_keys_create)
+    p = keys.add_parser("show", help="public key, kid and custody of the key at URI")
+    p.add_argument("uri")
+    p.add_argument("--json", action="store_true")
+    _add_pin_args(p)
+    p.set_defaults(fn=cmd_keys_show)
+    p = keys.add_parser("list", help="keys on a token, TPM or directory")
+    p.add_argument("uri")
+    _add_pin_args(p)
+    p.set_defaults(fn=cmd_keys_list)
+
+    token = sub.add_parser("token", help="development tokens").add_subparsers(dest="token_cmd", required=True)
+    p = token.add_parser("init", help="create a SoftHSM2 token in a private directory (software, for development)")
+    p.add_argument("--dir", required=True, help="directory for softhsm2.conf and the token store")
+    p.add_argument("--label", required=True)
+    p.add_argument("--so-pin-env", metavar="VAR", help="environment variable holding the SO PIN")
+    _add_pin_args(p)
+    p.set_defaults(fn=cmd_token_init)
+
+    tpm = sub.add_parser("tpm", help="TPM 2.0 provisioning").add_subparsers(dest="tpm_cmd", required=True)
+    p = tpm.add_parser("provision", help="create a primary, a persistent signing key and an attestation key")
+    p.add_argument("--tcti", default="device:/dev/tpmrm0")
+    p.add_argument("--handle", default="0x81000101", help="persistent handle for the signing key")
+    p.add_argument("--ak-handle", default="0x81000102", help="persistent handle for the attestation key")
+    p.add_argument("--alg", default="p256", choices=["p256", "rsa-pss", "ed25519"])
+    p.add_argument("--force", action="store_true", help="replace keys already at those handles")
+    p.set_defaults(fn=cmd_tpm_provision)
+
+    p = sub.add_parser("doctor", help="check that keys and devices are usable, and say how to fix what is not")
+    p.add_argument("uri", nargs="?", help="a key URI to check (pkcs11:…, tpm2:…, file:…)")
+    p.add_argument("--tcti", help="TPM TCTI to check (default device:/dev/tpmrm0)")
+    p.add_argument("--json", action="store_true")
+    _add_pin_args(p)
+    p.set_defaults(fn=cmd_doctor)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except CapsealError as exc:
+        print(f"capseal: error: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(f"capseal: hint: {exc.hint}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_ERROR
+    except Exception as exc:  # never a bare traceback
+        print(f"capseal: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

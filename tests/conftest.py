@@ -1,0 +1,176 @@
+"""Shared fixtures: a real SoftHSM2 token and a real swtpm, each in a temp dir.
+
+Both are started by the project's own scripts in ``hardware/``. When a tool is
+missing the hardware tests *fail* (they never skip): ``make test`` installs
+everything they need. At the end of the run a summary line says how many
+SoftHSM2 and swtpm tests ran.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HARDWARE = ROOT / "hardware"
+VECTORS = Path(__file__).resolve().parent / "vectors"
+
+os.environ.setdefault("TSS2_LOG", "all+NONE")  # expected TPM failures must not spam stderr
+
+# Hypothesis: a fixed profile so the suite's time stays bounded on 2 cores.
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("capseal", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "capseal"))
+except ImportError:  # pragma: no cover
+    pass
+
+
+def _run(args: list[str], **kw: object) -> dict[str, str]:
+    proc = subprocess.run(args, check=False, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}\n"
+                    "Run `make test` (it installs softhsm2, swtpm and the Python extras).")
+    out: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        if "=" in line:
+            k, _, v = line.partition("=")
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _require(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.fail(f"{tool} is not installed; run `make test` (hardware tests never skip)")
+
+
+@dataclass
+class SoftHSM:
+    """A private SoftHSM2 token (module, config, label and PINs)."""
+
+    dir: Path
+    conf: str
+    module: str
+    label: str
+    pin: str = "1234"
+    so_pin: str = "12345678"
+    extra_tokens: list[str] = field(default_factory=list)
+
+    def uri(self, obj: str | None = None, *, label: str | None = None, pin_in_uri: bool = False, **attrs: str) -> str:
+        path = [f"token={label or self.label}"]
+        if obj is not None:
+            path.append(f"object={obj}")
+        path += [f"{k}={v}" for k, v in attrs.items()]
+        query = f"module-path={self.module}"
+        if pin_in_uri:
+            query += f"&pin-value={self.pin}"
+        return "pkcs11:" + ";".join(path) + "?" + query
+
+    def add_token(self, label: str, pin: str = "1234") -> None:
+        subprocess.run(
+            ["softhsm2-util", "--init-token", "--free", "--label", label, "--so-pin", self.so_pin, "--pin", pin],
+            check=True, capture_output=True, env={**os.environ, "SOFTHSM2_CONF": self.conf},
+        )
+        self.extra_tokens.append(label)
+
+
+@pytest.fixture(scope="session")
+def softhsm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SoftHSM]:
+    """One SoftHSM2 token for the session, under a private SOFTHSM2_CONF."""
+    _require("softhsm2-util")
+    d = tmp_path_factory.mktemp("softhsm")
+    env = _run([str(HARDWARE / "softhsm-token.sh"), str(d), "capseal-test", "1234", "12345678"])
+    os.environ["SOFTHSM2_CONF"] = env["SOFTHSM2_CONF"]  # read by SoftHSM2 at C_Initialize
+    yield SoftHSM(dir=d, conf=env["SOFTHSM2_CONF"], module=env["PKCS11_MODULE"], label=env["TOKEN_LABEL"])
+
+
+@dataclass
+class SwTPM:
+    """A running swtpm on loopback; ``stop()``/``start()`` keep its state."""
+
+    state: Path
+    port: int
+    pid: int
+
+    @property
+    def tcti(self) -> str:
+        return f"swtpm:host=127.0.0.1,port={self.port}"
+
+    def stop(self) -> None:
+        subprocess.run([str(HARDWARE / "swtpm.sh"), "stop", str(self.state)], check=True, capture_output=True)
+
+    def start(self) -> None:
+        env = _run([str(HARDWARE / "swtpm.sh"), "start", str(self.state), str(self.port)])
+        self.pid = int(env["SWTPM_PID"])
+
+
+def _start_swtpm(state: Path) -> SwTPM:
+    _require("swtpm")
+    env = _run([str(HARDWARE / "swtpm.sh"), "start", str(state)])
+    return SwTPM(state=state, port=int(env["SWTPM_PORT"]), pid=int(env["SWTPM_PID"]))
+
+
+@pytest.fixture(scope="session")
+def swtpm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwTPM]:
+    """One swtpm for the session (fresh state: all-zero PCRs, no EK cert)."""
+    tpm = _start_swtpm(tmp_path_factory.mktemp("swtpm"))
+    try:
+        yield tpm
+    finally:
+        tpm.stop()
+
+
+@pytest.fixture()
+def fresh_swtpm(tmp_path: Path) -> Iterator[SwTPM]:
+    """A swtpm of its own, for tests that fill slots, lock out or restart it."""
+    tpm = _start_swtpm(tmp_path / "swtpm")
+    try:
+        yield tpm
+    finally:
+        tpm.stop()
+
+
+@pytest.fixture()
+def python() -> str:
+    return sys.executable
+
+
+_HW_COUNTS: dict[str, dict[str, int]] = {"softhsm": {}, "swtpm": {}}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+        return
+    for marker in ("softhsm", "swtpm"):
+        if marker in report.keywords:
+            counts = _HW_COUNTS[marker]
+            counts[report.outcome] = counts.get(report.outcome, 0) + 1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "softhsm" in fixtures:
+            item.add_marker(pytest.mark.softhsm)
+        if "swtpm" in fixtures or "fresh_swtpm" in fixtures:
+            item.add_marker(pytest.mark.swtpm)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    tr = terminalreporter
+    tr.section("hardware tests (real SoftHSM2 token, real swtpm)")
+    for marker, label in (("softhsm", "SoftHSM2"), ("swtpm", "swtpm")):
+        counts = _HW_COUNTS[marker]
+        ran = sum(counts.values())
+        tr.write_line(
+            f"{label}: {ran} ran — {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+            f"{counts.get('skipped', 0)} skipped"
+        )
