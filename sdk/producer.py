@@ -123,6 +123,7 @@ class Producer:
         provider: str | None = None,
         clock: Callable[[], str] = _utc_now,
         verify_signatures: str = "device",
+        cite_epoch: bool = False,
     ) -> None:
         if not isinstance(operator, str) or not operator or not isinstance(developer, str) or not developer:
             raise InputError("operator and developer are non-empty strings")
@@ -141,6 +142,9 @@ class Producer:
         self._observers: list[Callable[[SealedRecord], None]] = []
         self._closed = False
         self._model = (model_id, provider)
+        # -05 §5.5.5 ran_under: each capsule cites the epoch-boundary capsule
+        # (the platform record a TPM quote binds); see capseal.attest.
+        self.cite_epoch = cite_epoch
         self._epoch_lock = threading.Lock()
         self._epoch_entry: LedgerEntry | None = None
         try:
@@ -302,10 +306,23 @@ class Producer:
         for key, value in spec.items():
             if key != "assurance":
                 capsule[key] = value
+        if self.cite_epoch and getattr(self, "epoch_record", None) is not None:
+            self._add_epoch_citation(capsule)
         derived = derive_assurance(capsule)
         enforce_claim(claimed, derived)
         capsule["assurance"] = derived
         return capsule
+
+    def _add_epoch_citation(self, capsule: dict[str, Any]) -> None:
+        epoch_cid = self.epoch_record.capsule_id
+        chain = capsule.get("chain")
+        if isinstance(chain, Mapping) and chain.get("parent_capsule_id") == epoch_cid:
+            return  # a reference must not name the chain parent (-05 §5.5.5)
+        refs = list(capsule.get("references") or [])
+        if any(isinstance(r, Mapping) and r.get("digest") == epoch_cid for r in refs):
+            return
+        refs.append({"type": "agent-action-capsule", "digest_alg": "SHA-256", "digest": epoch_cid, "citation_purpose": "ran_under"})
+        capsule["references"] = refs
 
     def _owned(self, key: str) -> str:
         return {
