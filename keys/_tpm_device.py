@@ -1,0 +1,555 @@
+"""One TPM, one worker thread, one ESAPI context: callers queue.
+
+Why a worker thread: an ESAPI context is not thread-safe, and a TPM executes
+one command at a time anyway. Every caller (signers, ``capseal.attest`` quotes,
+provisioning) hands a function to :meth:`TPMDevice.call`; the worker runs it
+with the context it owns and hands back the result or the exception. Callers
+never touch the context outside such a function.
+
+Why the connection care:
+
+* swtpm (and ``/dev/tpm0``) have no resource manager. Transient objects left
+  loaded by a crashed process stay loaded, and swtpm has only three slots, so
+  on every connect the worker flushes leftover transient objects and loaded
+  sessions. Objects capseal loads are flushed in ``finally`` blocks, or kept in
+  a per-connection memo (:meth:`TPMDevice.memo`) and flushed on close.
+  (Consequence: on a TPM without a resource manager, capseal assumes one
+  process uses it at a time. ``/dev/tpmrm0`` isolates processes.)
+* When the TPM goes away (swtpm stopped, device reset) the call fails with
+  :class:`~capseal.errors.SignerUnavailableError` naming the TCTI and the
+  context is dropped; the next call reconnects, so a restarted TPM is used
+  again without restarting the process. A call whose function is idempotent
+  (the default) is retried once on a fresh connection, which covers "the TPM
+  restarted between two calls".
+
+Interface (stable; ``capseal.attest`` uses it for TPM2_Quote)::
+
+    dev = get_device("swtpm:host=127.0.0.1,port=2321")   # process-wide, one per TCTI
+    info = dev.info()                                     # TPMInfo: manufacturer, vendor, firmware, software
+    name = dev.call(lambda ectx: ectx.read_public(ectx.tr_from_tpmpublic(0x81000102))[1])
+    # inside a call: dev.memo(key, factory, flush=...) keeps a handle for this connection only
+
+Errors: every ``TSS2_Exception`` leaves :meth:`call` as a typed
+:mod:`capseal.errors` exception (see :func:`map_tss_error`) whose message names
+the TCTI. Exceptions that are already capseal errors pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as _FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+os.environ.setdefault("TSS2_LOG", "all+NONE")  # expected failures (probing a handle) must not spam stderr
+
+from capseal.errors import (  # noqa: E402
+    CapsealError,
+    DeviceError,
+    KeyNotFoundError,
+    PinIncorrectError,
+    PinLockedError,
+    SignerUnavailableError,
+    TPMObjectMemoryError,
+)
+
+try:  # noqa: E402
+    from tpm2_pytss import ESAPI, TSS2_Exception
+    from tpm2_pytss.constants import TPM2_CAP, TPM2_HC, TPM2_PT
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    from capseal.errors import MissingExtraError
+
+    raise MissingExtraError(
+        "the tpm2: backend needs tpm2-pytss (pip install 'capseal[tpm]') and system packages: "
+        f"libtss2-dev pkg-config (build), libtss2-esys ({_exc})"
+    ) from None
+
+__all__ = [
+    "DEFAULT_TCTI",
+    "TPMDevice",
+    "TPMInfo",
+    "get_device",
+    "close_all",
+    "map_tss_error",
+    "is_transport_error",
+    "classify_software",
+]
+
+T = TypeVar("T")
+
+DEFAULT_TCTI = "device:/dev/tpmrm0"
+
+# TSS2 layer of a response code: 0 = the TPM itself, others = software layers.
+_LAYER_MASK = 0xFF0000
+_TCTI_LAYER = 0x0A0000
+_ESYS_BAD_SEQUENCE = 0x070007  # the context is mid-command after a transport failure
+_RC_OBJECT_MEMORY = 0x902
+_RC_SESSION_MEMORY = 0x903
+_RC_MEMORY = 0x904
+_RC_LOCKOUT = 0x921
+_RC_RETRY = 0x922
+_RC_YIELDED = 0x908
+_RC_CANCELED = 0x909
+_RC_TESTING = 0x90A
+_RC_HANDLE = 0x08B  # fmt1 error number (handle index stripped)
+_RC_AUTH_FAIL = 0x08E
+_RC_BAD_AUTH = 0x0A2
+_RC_REFERENCE_H0 = 0x910  # warning: a handle refers to an object that is not loaded
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """True when ``exc`` means the TPM could not be talked to (the connection is
+    unusable and must be replaced), as opposed to the TPM refusing a command."""
+    if not isinstance(exc, TSS2_Exception):
+        return False
+    rc = int(exc.rc)
+    return (rc & _LAYER_MASK) == _TCTI_LAYER or rc == _ESYS_BAD_SEQUENCE
+
+
+def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> CapsealError:
+    """A typed capseal error for a TSS2 failure during ``what`` on ``tcti``.
+
+    Mapping: transport failures → SignerUnavailableError; TPM_RC_OBJECT_MEMORY →
+    TPMObjectMemoryError; TPM_RC_HANDLE → KeyNotFoundError; auth failures →
+    PinIncorrectError; lockout → PinLockedError; anything else → DeviceError.
+    The TSS2 decoded message is included; it never contains auth values.
+    """
+    if isinstance(exc, CapsealError):
+        return exc
+    if not isinstance(exc, TSS2_Exception):
+        return DeviceError(f"{what} on TPM {tcti} failed: {type(exc).__name__}: {exc}")
+    rc = int(exc.rc)
+    err = int(exc.error)
+    text = f"{what} on TPM {tcti} failed: {exc} (rc 0x{rc:x})"
+    if is_transport_error(exc):
+        return SignerUnavailableError(
+            f"TPM {tcti} is not reachable: {what} failed: {exc} (rc 0x{rc:x})",
+            hint="Is the TPM (or swtpm) running and is the TCTI right? capseal reconnects on the next call.",
+        )
+    if (rc & _LAYER_MASK) != 0:
+        return DeviceError(text)
+    if rc == _RC_OBJECT_MEMORY or err == _RC_OBJECT_MEMORY:
+        return TPMObjectMemoryError(
+            f"TPM {tcti} has no free object slots (TPM_RC_OBJECT_MEMORY) during {what}",
+            hint="Another process holds transient objects on a TPM without a resource manager. Use /dev/tpmrm0, "
+            "stop that process, or flush them (tpm2_flushcontext -t).",
+        )
+    if err in (_RC_SESSION_MEMORY, _RC_MEMORY):
+        return TPMObjectMemoryError(f"TPM {tcti} is out of memory during {what}: {exc} (rc 0x{rc:x})")
+    if err == _RC_LOCKOUT:
+        return PinLockedError(
+            f"TPM {tcti} is in dictionary-attack lockout during {what}",
+            hint="Wait for the lockout interval or reset it with the lockout authorization (tpm2_dictionarylockout -c).",
+        )
+    if err in (_RC_AUTH_FAIL, _RC_BAD_AUTH):
+        return PinIncorrectError(f"TPM {tcti} refused the authorization value during {what} (rc 0x{rc:x})")
+    if err == _RC_HANDLE or err == _RC_REFERENCE_H0:
+        return KeyNotFoundError(f"{what} on TPM {tcti}: no such object ({exc}, rc 0x{rc:x})")
+    if err in (_RC_RETRY, _RC_YIELDED, _RC_CANCELED, _RC_TESTING):
+        return SignerUnavailableError(f"TPM {tcti} is busy: {what} returned {exc} (rc 0x{rc:x}); try again")
+    return DeviceError(text)
+
+
+# ---------------------------------------------------------------------------- what the TPM says it is
+
+#: TCG vendor IDs (TPM_PT_MANUFACTURER) of companies that make TPM chips or
+#: firmware TPMs inside a CPU/SoC. A TPM reporting one of these is recorded as
+#: not a software device (design: False only when the device says so).
+HARDWARE_MANUFACTURERS = frozenset(
+    {"AMD", "ATML", "BRCM", "CSCO", "HISI", "IFX", "INTC", "NSM", "NTC", "NTZ", "QCOM", "ROCC", "SMSC",
+     "SMSN", "SNS", "STM", "TXN", "WEC"}
+)
+#: Hypervisor TPMs (Hyper-V, Google Compute Engine): neither a chip nor a local emulator.
+VIRTUAL_MANUFACTURERS = frozenset({"MSFT", "GOOG"})
+
+
+def classify_software(manufacturer: str, vendor: str, tcti: str) -> tuple[bool | None, str]:
+    """``(software_device, reason)`` from what the TPM reported.
+
+    * ``IBM`` + vendor string ``SW TPM``: the TCG reference implementation as
+      shipped by libtpms/swtpm (and the IBM/Microsoft simulators) → True;
+    * a ``swtpm:`` or ``mssim:`` TCTI only ever reaches a simulator → True;
+    * a chip or firmware-TPM vendor → False; anything else → None (unknown).
+    """
+    kind = tcti.split(":", 1)[0].strip().lower()
+    if manufacturer == "IBM" and " ".join(vendor.split()) == "SW TPM":
+        return True, "manufacturer IBM with vendor string 'SW TPM': the TCG reference TPM in software (libtpms/swtpm)"
+    if kind in ("swtpm", "mssim"):
+        return True, f"reached over the {kind} simulator protocol"
+    if manufacturer in HARDWARE_MANUFACTURERS:
+        return False, f"manufacturer {manufacturer} makes TPM chips or firmware TPMs"
+    if manufacturer in VIRTUAL_MANUFACTURERS:
+        return None, f"manufacturer {manufacturer} is a hypervisor (virtual) TPM"
+    return None, f"manufacturer {manufacturer!r} is not one capseal recognises"
+
+
+def _fourcc(value: int) -> str:
+    return value.to_bytes(4, "big").rstrip(b"\x00").decode("ascii", "replace")
+
+
+@dataclass(frozen=True)
+class TPMInfo:
+    """What the TPM reported about itself (TPM_CAP_TPM_PROPERTIES, TPM_CAP_ALGS)."""
+
+    tcti: str
+    manufacturer: str
+    vendor: str  # VENDOR_STRING_1..4 concatenated, NULs removed
+    firmware_version_1: int
+    firmware_version_2: int
+    spec_family: str
+    spec_level: int
+    spec_revision: int  # e.g. 164 for 1.64
+    spec_year: int
+    spec_day_of_year: int
+    algorithms: frozenset[int] = field(repr=False)
+    software: bool | None = None
+    software_reason: str = ""
+
+    @property
+    def firmware(self) -> str:
+        """Dotted firmware version: the two 32-bit words split into 16-bit halves
+        (the convention tpm2-tools and fwupd use)."""
+        v1, v2 = self.firmware_version_1, self.firmware_version_2
+        return f"{v1 >> 16}.{v1 & 0xFFFF}.{v2 >> 16}.{v2 & 0xFFFF}"
+
+    @property
+    def spec_version(self) -> str:
+        return f"{self.spec_family} rev {self.spec_revision // 100}.{self.spec_revision % 100:02d}"
+
+    def supports(self, alg_id: int) -> bool:
+        """Does the TPM list ``alg_id`` (a TPM2_ALG value) in TPM_CAP_ALGS?"""
+        return int(alg_id) in self.algorithms
+
+    def evidence_device(self) -> dict[str, Any]:
+        """The ``device`` member of the evidence slot (design §4)."""
+        return {"manufacturer": self.manufacturer, "vendor": self.vendor, "firmware": self.firmware,
+                "software": self.software}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Custody-statement form; no floats, no secrets."""
+        return {
+            "manufacturer": self.manufacturer,
+            "vendor": self.vendor,
+            "firmware": self.firmware,
+            "firmware_version_1": f"0x{self.firmware_version_1:08x}",
+            "firmware_version_2": f"0x{self.firmware_version_2:08x}",
+            "spec": self.spec_version,
+            "spec_level": self.spec_level,
+            "spec_date": f"{self.spec_year}/{self.spec_day_of_year}",
+            "software": self.software,
+            "software_reason": self.software_reason,
+        }
+
+
+def _read_info(ectx: Any, tcti: str) -> TPMInfo:
+    props: dict[int, int] = {}
+    more, prop = True, int(TPM2_PT.FIXED)
+    while more:
+        more, data = ectx.get_capability(TPM2_CAP.TPM_PROPERTIES, prop, 64)
+        items = list(data.data.tpmProperties)
+        for p in items:
+            props[int(p.property)] = int(p.value)
+        if not items:
+            break
+        prop = int(items[-1].property) + 1
+        if prop >= int(TPM2_PT.FIXED) + 0x100:
+            break
+    algs: set[int] = set()
+    more, alg = True, 0
+    while more:
+        more, data = ectx.get_capability(TPM2_CAP.ALGS, alg, 128)
+        items = list(data.data.algorithms)
+        algs.update(int(a.alg) for a in items)
+        if not items:
+            break
+        alg = int(items[-1].alg) + 1
+    base = int(TPM2_PT.FIXED)
+    manufacturer = _fourcc(props.get(base + 5, 0))
+    vendor = "".join(_fourcc(props.get(base + i, 0)) for i in (6, 7, 8, 9))
+    software, reason = classify_software(manufacturer, vendor, tcti)
+    return TPMInfo(
+        tcti=tcti,
+        manufacturer=manufacturer,
+        vendor=vendor,
+        firmware_version_1=props.get(base + 11, 0),
+        firmware_version_2=props.get(base + 12, 0),
+        spec_family=_fourcc(props.get(base + 0, 0)),
+        spec_level=props.get(base + 1, 0),
+        spec_revision=props.get(base + 2, 0),
+        spec_year=props.get(base + 4, 0),
+        spec_day_of_year=props.get(base + 3, 0),
+        algorithms=frozenset(algs),
+        software=software,
+        software_reason=reason,
+    )
+
+
+# ---------------------------------------------------------------------------- the device
+
+
+class _Stop:
+    pass
+
+
+_STOP = _Stop()
+
+
+class TPMDevice:
+    """The single owner of one TCTI's ESAPI context (see the module docstring).
+
+    Obtain with :func:`get_device`; do not construct directly unless you want
+    a private connection (tests that fill slots use plain ESAPI instead).
+    """
+
+    def __init__(self, tcti: str) -> None:
+        self.tcti = tcti
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._ectx: Any = None
+        self._memo: dict[Hashable, tuple[Any, bool]] = {}
+        self._info: TPMInfo | None = None
+        self._generation = 0
+        self._closed = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._worker, name=f"capseal-tpm[{tcti}]", daemon=True)
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("connected" if self._ectx is not None else "idle")
+        return f"TPMDevice({self.tcti!r}, {state})"
+
+    # ------------------------------------------------------------------ public
+
+    def call(self, fn: Callable[[Any], T], *, what: str | None = None, timeout: float | None = None,
+             retry: bool = True) -> T:
+        """Run ``fn(ectx)`` on the worker thread and return its result.
+
+        ``what`` names the operation in error messages (default: ``fn.__name__``).
+
+        ``retry``: when the connection turns out to be dead, reconnect and run
+        ``fn`` once more (only for idempotent work; provisioning passes False).
+        ``timeout``: seconds to wait for the worker (a hung TPM); on expiry
+        SignerUnavailableError is raised and the job is abandoned.
+        Raises typed capseal errors only (see :func:`map_tss_error`).
+        """
+        what = what or getattr(fn, "__name__", "TPM command").strip("<>")
+        if threading.current_thread() is self._thread:  # re-entrant use from inside a job
+            return self._run(fn, retry, what)
+        if self._closed:
+            raise SignerUnavailableError(f"TPM {self.tcti}: this device handle was closed")
+        fut: Future[T] = Future()
+        self._jobs.put((fn, retry, what, fut))
+        try:
+            return fut.result(timeout)
+        except _FutureTimeout:
+            fut.cancel()
+            raise SignerUnavailableError(f"TPM {self.tcti} did not answer within {timeout} s") from None
+
+    def info(self) -> TPMInfo:
+        """What the TPM reports about itself (read once per connection)."""
+        return self.call(lambda _ectx: self._current_info(), what="reading TPM properties")
+
+    def memo(self, key: Hashable, factory: Callable[[Any], Any], *, flush: bool = False) -> Any:
+        """Per-connection memo, for use *inside* a :meth:`call` function only.
+
+        ``factory(ectx)`` runs once per connection; a reconnect forgets the
+        value (an ESYS_TR from an old context means nothing in a new one).
+        ``flush=True`` marks the value as a transient object this device must
+        flush when it forgets it (close, reconnect, :meth:`forget`).
+        """
+        self._assert_worker()
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit[0]
+        value = factory(self._ectx)
+        self._memo[key] = (value, flush)
+        return value
+
+    def forget(self, key: Hashable) -> None:
+        """Drop a memo entry (flushing it if it is a transient); inside a call only."""
+        self._assert_worker()
+        hit = self._memo.pop(key, None)
+        if hit is not None and hit[1]:
+            self._flush_quietly(hit[0])
+
+    @property
+    def generation(self) -> int:
+        """Incremented on every (re)connect; lets callers notice a reconnect."""
+        return self._generation
+
+    def close(self) -> None:
+        """Flush what this device loaded, close the context, stop the worker. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        with _REGISTRY_LOCK:
+            if _REGISTRY.get(self.tcti) is self:
+                del _REGISTRY[self.tcti]
+        if threading.current_thread() is self._thread:
+            self._disconnect(flush=True)
+            return
+        done: Future[None] = Future()
+        self._jobs.put((_STOP, False, "close", done))
+        try:
+            done.result(10)
+        except Exception:  # a hung TPM must not hang interpreter shutdown
+            pass
+
+    # ------------------------------------------------------------------ worker side
+
+    def _assert_worker(self) -> None:
+        if threading.current_thread() is not self._thread:
+            raise RuntimeError("TPMDevice.memo/forget may only be used inside TPMDevice.call")
+
+    def _worker(self) -> None:
+        while True:
+            fn, retry, what, fut = self._jobs.get()
+            if fn is _STOP:
+                self._disconnect(flush=True)
+                fut.set_result(None)
+                self._drain_after_close()
+                return
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                result = self._run(fn, retry, what)
+            except BaseException as exc:  # handed to the caller, never lost
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+    def _drain_after_close(self) -> None:
+        while True:
+            try:
+                _fn, _retry, _what, fut = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(SignerUnavailableError(f"TPM {self.tcti}: this device handle was closed"))
+
+    def _run(self, fn: Callable[[Any], T], retry: bool, what: str) -> T:
+        attempts = 2 if retry else 1
+        for attempt in range(attempts):
+            had_connection = self._ectx is not None
+            ectx = self._connect()
+            try:
+                return fn(ectx)
+            except TSS2_Exception as exc:
+                if is_transport_error(exc):
+                    self._disconnect(flush=False)
+                    # a stale connection (TPM restarted since) earns one retry
+                    if attempt + 1 < attempts and had_connection:
+                        continue
+                raise map_tss_error(exc, self.tcti, what) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _connect(self) -> Any:
+        if self._ectx is not None:
+            return self._ectx
+        try:
+            ectx = ESAPI(self.tcti)
+        except TSS2_Exception as exc:
+            raise map_tss_error(exc, self.tcti, "connect") from None
+        except Exception as exc:  # bad TCTI string, missing TCTI library
+            raise SignerUnavailableError(f"cannot open TCTI {self.tcti}: {type(exc).__name__}: {exc}") from None
+        try:
+            self._flush_leftovers(ectx)
+        except TSS2_Exception as exc:
+            _close_quietly(ectx)
+            raise map_tss_error(exc, self.tcti, "flushing leftover transient objects") from None
+        self._ectx = ectx
+        self._memo = {}
+        self._info = None
+        self._generation += 1
+        return ectx
+
+    @staticmethod
+    def _flush_leftovers(ectx: Any) -> None:
+        """Flush transient objects and loaded sessions nobody owns any more (a
+        crashed run on a TPM without a resource manager)."""
+        for first in (int(TPM2_HC.TRANSIENT_FIRST), int(TPM2_HC.LOADED_SESSION_FIRST)):
+            _more, data = ectx.get_capability(TPM2_CAP.HANDLES, first, 64)
+            for handle in list(data.data.handles):
+                if (int(handle) >> 24) != (first >> 24):
+                    continue
+                try:
+                    ectx.flush_context(ectx.tr_from_tpmpublic(int(handle)) if first == int(TPM2_HC.TRANSIENT_FIRST)
+                                       else _session_tr(ectx, int(handle)))
+                except TSS2_Exception:
+                    pass  # already gone
+
+    def _current_info(self) -> TPMInfo:
+        if self._info is None:
+            self._info = _read_info(self._ectx, self.tcti)
+        return self._info
+
+    def _flush_quietly(self, tr: Any) -> None:
+        if self._ectx is None:
+            return
+        try:
+            self._ectx.flush_context(tr)
+        except Exception:
+            pass
+
+    def _disconnect(self, *, flush: bool) -> None:
+        ectx, self._ectx = self._ectx, None
+        memo, self._memo = self._memo, {}
+        if ectx is None:
+            return
+        if flush:
+            for value, is_transient in memo.values():
+                if is_transient:
+                    try:
+                        ectx.flush_context(value)
+                    except Exception:
+                        pass
+        _close_quietly(ectx)
+
+
+def _session_tr(ectx: Any, handle: int) -> Any:
+    # ESAPI can only flush a session it knows; a leftover session is reached
+    # through tr_from_tpmpublic as well (ESYS accepts session handles there).
+    return ectx.tr_from_tpmpublic(handle)
+
+
+def _close_quietly(ectx: Any) -> None:
+    try:
+        ectx.close()
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------- registry
+
+_REGISTRY: dict[str, TPMDevice] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def get_device(tcti: str | None = None) -> TPMDevice:
+    """The process-wide :class:`TPMDevice` for ``tcti`` (default ``device:/dev/tpmrm0``).
+
+    Created on first use; it connects lazily, on the first call.
+    """
+    key = (tcti or DEFAULT_TCTI).strip()
+    with _REGISTRY_LOCK:
+        dev = _REGISTRY.get(key)
+        if dev is None or dev._closed:
+            dev = TPMDevice(key)
+            _REGISTRY[key] = dev
+        return dev
+
+
+def close_all() -> None:
+    """Close every device (flushes what capseal loaded). Registered with atexit."""
+    with _REGISTRY_LOCK:
+        devices = list(_REGISTRY.values())
+    for dev in devices:
+        dev.close()
+
+
+atexit.register(close_all)
