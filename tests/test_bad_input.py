@@ -1,0 +1,178 @@
+"""Bad input: each refusal is a clear, typed error, and the ledger's record count
+and bytes are unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capseal import Producer
+from capseal.errors import (
+    AssuranceOverclaimError,
+    CapsuleValidationError,
+    DeviceError,
+    FloatInDigestError,
+    InputError,
+    MalformedJSONError,
+    SignatureFailedError,
+    UnsafeIntegerError,
+)
+from capseal.keys import SignatureResult, SoftwareSigner, UnsafeEphemeralSigner, generate_private_key
+
+CLI = str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "capseal")
+
+
+class BrokenSigner(SoftwareSigner):
+    """A real software key whose device fails in one of two ways (fault injection)."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(generate_private_key("EdDSA"), uri="ephemeral:broken", key_store="memory")
+        self.mode = mode
+        self.armed = False
+
+    def sign(self, data: bytes) -> SignatureResult:
+        result = super().sign(data)
+        if not self.armed:
+            return result
+        if self.mode == "raise":
+            raise DeviceError("token returned CKR_DEVICE_ERROR (injected)")
+        return SignatureResult(bytes(64), result.kid, result.alg)  # a well-formed but wrong signature
+
+
+def _state(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    for suffix in ("", "-wal"):
+        p = Path(str(path) + suffix)
+        digest.update(p.read_bytes() if p.exists() else b"")
+    import sqlite3
+
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        count = db.execute("SELECT count(*) FROM records").fetchone()[0]
+    return count, digest.hexdigest()
+
+
+@pytest.fixture()
+def producer(tmp_path: Path) -> Iterator[Producer]:
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as p:
+        p.seal({"action_id": "first", "action_type": "fyi"})  # the ledger holds the epoch + one record
+        yield p
+
+
+GOOD_EFFECT = {"status": "confirmed", "response_digest": "b" * 64, "effect_attestation": "gate_executed"}
+
+BAD_SPECS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
+    ("float", {"action_id": "f", "action_type": "decide", "x-order": {"amount": 12.5}}, FloatInDigestError, "$[\"x-order\"].amount"),
+    ("unsafe-int", {"action_id": "u", "action_type": "decide", "x-order": {"qty": 2**53}}, UnsafeIntegerError, "$[\"x-order\"].qty"),
+    ("approver", {"action_id": "a", "action_type": "decide",
+                  "disposition": {"decision": "accept", "approver": "robot", "human_disposed": False}},
+     CapsuleValidationError, "$.disposition.approver"),
+    ("human-disposed", {"action_id": "h", "action_type": "decide",
+                        "disposition": {"decision": "accept", "approver": "policy", "human_disposed": True}},
+     CapsuleValidationError, "human_disposed is true only when a human acted"),
+    ("overclaim", {"action_id": "o", "action_type": "decide", "effect": {"status": "planned"},
+                   "assurance": {"attestation_mode": "self_attested", "effect_mode": "confirmed", "ledger_mode": "standalone"}},
+     AssuranceOverclaimError, "assurance.effect_mode='confirmed' overclaims"),
+    ("anchored", {"action_id": "n", "action_type": "decide", "effect": GOOD_EFFECT,
+                  "assurance": {"attestation_mode": "anchored", "effect_mode": "confirmed", "ledger_mode": "standalone"}},
+     AssuranceOverclaimError, "attestation_mode"),
+    ("cross-party-overclaim", {"action_id": "c", "action_type": "decide", "cross_party": {"initiator_ref": "a" * 64},
+                               "assurance": {"attestation_mode": "self_attested", "effect_mode": "not_applicable",
+                                             "ledger_mode": "standalone", "cross_party_rung": "full_bilateral"}},
+     AssuranceOverclaimError, "cross_party_rung"),
+    ("confirmed-no-response", {"action_id": "r", "action_type": "decide",
+                               "effect": {"status": "confirmed", "effect_attestation": "gate_executed"}},
+     CapsuleValidationError, "response_digest"),
+    ("null-for-absent", {"action_id": "z", "action_type": "decide", "effect": {"status": "planned", "type": None}},
+     CapsuleValidationError, "$.effect.type"),
+]
+
+
+@pytest.mark.parametrize(("name", "spec", "error", "says"), BAD_SPECS, ids=[b[0] for b in BAD_SPECS])
+def test_refused_and_ledger_unchanged(producer: Producer, name: str, spec: dict[str, Any], error: type[Exception], says: str) -> None:
+    before = _state(producer.ledger.path)
+    with pytest.raises(error) as info:
+        producer.seal(spec)
+    assert says in str(info.value)
+    assert isinstance(info.value, InputError)
+    assert _state(producer.ledger.path) == before
+
+
+def test_failing_signer_raises_and_writes_nothing(tmp_path: Path) -> None:
+    signer = BrokenSigner("raise")
+    with Producer("acme", "agent@1", signer, tmp_path / "l.db") as producer:
+        producer.seal({"action_id": "ok", "action_type": "fyi"})
+        before = _state(producer.ledger.path)
+        signer.armed = True
+        with pytest.raises(DeviceError, match="CKR_DEVICE_ERROR"):
+            producer.seal({"action_id": "fails", "action_type": "fyi"})
+        assert _state(producer.ledger.path) == before
+        signer.armed = False
+        producer.seal({"action_id": "fails", "action_type": "fyi"})  # same action id: nothing was taken
+        assert producer.ledger.count() == before[0] + 1
+
+
+def test_wrong_signature_is_caught_before_writing(tmp_path: Path) -> None:
+    signer = BrokenSigner("garbage")
+    with Producer("acme", "agent@1", signer, tmp_path / "l.db", verify_signatures="always") as producer:
+        producer.seal({"action_id": "ok", "action_type": "fyi"})
+        before = _state(producer.ledger.path)
+        signer.armed = True
+        with pytest.raises(SignatureFailedError):
+            producer.seal({"action_id": "bad-sig", "action_type": "fyi"})
+        assert _state(producer.ledger.path) == before
+
+
+def test_failed_first_seal_leaves_a_new_ledger_empty(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as producer:
+        with pytest.raises(FloatInDigestError):
+            producer.seal({"action_id": "x", "action_type": "fyi", "x-v": 0.5})
+        assert producer.ledger.count() == 0  # not even the epoch boundary
+        producer.seal({"action_id": "x", "action_type": "fyi"})
+        assert producer.ledger.count() == 2
+
+
+def test_duplicate_action_id_refused_and_unchanged(producer: Producer) -> None:
+    from capseal.errors import DuplicateRecordError
+
+    before = _state(producer.ledger.path)
+    with pytest.raises(DuplicateRecordError, match="first"):
+        producer.seal({"action_id": "first", "action_type": "fyi"})
+    assert _state(producer.ledger.path) == before
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b'{"action_id": "a", "action_type": ', b'{"action_id": "a", "action_id": "b", "action_type": "fyi"}',
+     b'{"action_id": "a", "action_type": "fyi", "x-n": NaN}', b"\xff\xfe", b'{"action_id": "a", "action_type": "fyi", "x-v": 1.5}'],
+    ids=["truncated", "duplicate-key", "nan", "not-utf8", "float"],
+)
+def test_cli_refuses_bad_json_and_leaves_ledger_unchanged(tmp_path: Path, payload: bytes) -> None:
+    key = tmp_path / "k.pem"
+    subprocess.run([CLI, "keys", "create", f"file:{key}", "--alg", "ed25519"], check=True, capture_output=True)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"action_id": "g", "action_type": "fyi"}))
+    ledger = tmp_path / "l.db"
+    base = [CLI, "seal", "--key", f"file:{key}", "--ledger", str(ledger), "--operator", "acme", "--developer", "a@1"]
+    subprocess.run([*base, str(good)], check=True, capture_output=True)
+    before = _state(ledger)
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(payload)
+    proc = subprocess.run([*base, str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("capseal: error:")
+    assert "Traceback" not in proc.stderr
+    assert _state(ledger) == before
+
+
+def test_malformed_json_error_is_typed() -> None:
+    from capseal.cli import _parse_json
+
+    with pytest.raises(MalformedJSONError, match="duplicate member 'a'"):
+        _parse_json(b'{"a": 1, "a": 2}', "spec.json")

@@ -1,0 +1,160 @@
+"""The ledger: append-only, hash-chained, durable, safe under concurrent writers,
+and exported/imported byte for byte."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import capseal
+from capseal import Ledger, Producer
+from capseal.errors import LedgerCorruptError, LedgerError, MalformedJSONError
+from capseal.keys import UnsafeEphemeralSigner
+
+
+def _fill(path: Path, n: int = 20) -> list[capseal.SealedRecord]:
+    out = []
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as p:
+        for i in range(n):
+            planned = p.planned(f"po-{i}", effect_type="write_order", request={"sku": f"A{i}", "qty": i})
+            out += [planned, p.confirmed(planned, response={"order": f"O-{i}"})]
+    return out
+
+
+def test_rows_cannot_be_updated_or_deleted(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    _fill(path, 2)
+    with sqlite3.connect(path) as db:
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            db.execute("UPDATE records SET body = x'00' WHERE seq = 1")
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            db.execute("DELETE FROM records WHERE seq = 2")
+
+
+def test_tampering_behind_the_triggers_is_detected(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    _fill(path, 3)
+    assert capseal.verify_ledger(path).ok
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TRIGGER records_no_update")
+        body = db.execute("SELECT body FROM records WHERE seq = 3").fetchone()[0]
+        db.execute("UPDATE records SET body = ? WHERE seq = 3", (body.replace(b"po-0", b"po-9"),))
+    report = capseal.verify_ledger(path)
+    assert not report.ok
+    assert any(f.code == "ledger_chain_broken" and "seq 3" in f.detail for f in report.findings)
+    bad = [r for r in report.records if not r.ok]
+    assert [r.seq for r in bad] == [3]  # the edited capsule no longer matches its id or signature
+    assert {f.code for f in bad[0].findings} >= {"capsule_id_mismatch"}
+
+
+def test_export_import_is_byte_identical(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    records = _fill(path, 5)
+    with Ledger(path) as ledger:
+        ledger.add_evidence(records[1].capsule_id, {"kind": "test-evidence", "note": "beside, not inside"})
+        first = io.BytesIO()
+        ledger.export_jsonl(first)
+    with Ledger.import_jsonl(io.BytesIO(first.getvalue()), tmp_path / "copy.db") as copy:
+        second = io.BytesIO()
+        copy.export_jsonl(second)
+        assert copy.evidence_history(records[1].capsule_id) == [None, {"kind": "test-evidence", "note": "beside, not inside"}]
+    assert first.getvalue() == second.getvalue()
+    assert capseal.verify_ledger(tmp_path / "copy.db").ok
+
+
+def test_import_refuses_a_tampered_export_and_leaves_no_file(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    _fill(path, 3)
+    buf = io.BytesIO()
+    with Ledger(path) as ledger:
+        ledger.export_jsonl(buf)
+    lines = buf.getvalue().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b"po-0", b"po-7")
+    with pytest.raises(LedgerCorruptError, match="line 3"):
+        Ledger.import_jsonl(io.BytesIO(b"".join(lines)), tmp_path / "bad.db")
+    assert not (tmp_path / "bad.db").exists()
+    with pytest.raises(MalformedJSONError, match="line 1"):
+        Ledger.import_jsonl(io.BytesIO(b"{not json\n"), tmp_path / "bad2.db")
+
+
+def test_evidence_slot_history_is_append_only(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    records = _fill(path, 1)
+    cid = records[0].capsule_id
+    with Ledger(path) as ledger:
+        assert ledger.get(cid).hardware_evidence is None
+        with pytest.raises(ValueError, match="never"):
+            ledger.add_evidence(cid, {})
+        ledger.add_evidence(cid, {"kind": "k", "n": 1})
+        ledger.add_evidence(cid, {"kind": "k", "n": 2})
+        assert ledger.get(cid).hardware_evidence == {"kind": "k", "n": 2}
+        assert ledger.evidence_history(cid) == [None, {"kind": "k", "n": 1}, {"kind": "k", "n": 2}]
+        assert ledger.get(cid).capsule == records[0].capsule  # the capsule itself never changes
+        with pytest.raises(LedgerError, match="no record"):
+            ledger.add_evidence("0" * 64, {"kind": "k"})
+
+
+def test_threads_share_group_commits(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as p:
+        errors: list[BaseException] = []
+
+        def worker(t: int) -> None:
+            try:
+                for i in range(150):
+                    p.seal({"action_id": f"t{t}-{i}", "action_type": "fyi"})
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        # pipelined submits from one thread share fsyncs too
+        pendings = [p.submit({"action_id": f"s{i}", "action_type": "fyi"}) for i in range(300)]
+        p.flush()
+        assert all(x.result().seq is not None for x in pendings)
+        stats = p.ledger.stats
+        assert stats.records == 8 * 150 + 300 + 1
+        assert stats.commits < stats.records  # several records per fsynced commit
+    with Ledger(path) as ledger:
+        assert ledger.count() == 8 * 150 + 300 + 1
+        assert [e.seq for e in ledger.entries()] == list(range(1, ledger.count() + 1))
+        assert ledger.check_chain() == []
+
+
+def test_two_processes_append_to_one_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    script = (
+        "import sys; from capseal import Producer; from capseal.keys import UnsafeEphemeralSigner\n"
+        "with Producer('acme', sys.argv[2], UnsafeEphemeralSigner(), sys.argv[1]) as p:\n"
+        "    for i in range(150): p.seal({'action_id': f'{sys.argv[2]}-{i}', 'action_type': 'fyi'})\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(path), f"agent-{k}"]) for k in range(2)]
+    assert [proc.wait(timeout=120) for proc in procs] == [0, 0]
+    with Ledger(path) as ledger:
+        assert ledger.count() == 2 * 151
+        assert ledger.check_chain() == []
+    assert capseal.verify_ledger(path).ok
+
+
+def test_not_a_ledger(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite at all" * 100)
+    with pytest.raises(LedgerCorruptError):
+        Ledger(junk)
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t(x)")
+    with pytest.raises(LedgerCorruptError):
+        Ledger(other, readonly=True)
+    report = capseal.verify_ledger(junk)
+    assert not report.ok and report.findings[0].code == "ledger_unreadable"
