@@ -509,8 +509,8 @@ class Producer:
         disposition: dict[str, Any] = {"decision": decision, "approver": approver, "human_disposed": human_disposed, "verdict_class": verdict_class}
         if reason is not None:
             disposition["reason_digest"] = json_digest(reason)
-        parent_id = _id_of(open_record)
-        spec = self._common({"action_id": action_id or f"{parent_id[:16]}/{verdict_class}", "action_type": "decide", "disposition": disposition}, extra)
+        base = self._flow(open_record).base_action_id
+        spec = self._common({"action_id": action_id or f"{base}/{verdict_class}", "action_type": "decide", "disposition": disposition}, extra)
         return self._seal(self._chain(spec, open_record, "supersedes"))
 
     # ------------------------------------------------------------------ flow bookkeeping
