@@ -1,0 +1,209 @@
+"""The filled evidence slot (design §4): a TPM2_Quote, what it covers and whose it is.
+
+A slot is ``None`` until a quote is taken and verified; when filled it is::
+
+    {"kind": "tpm2-quote",
+     "binding": {"capsule_id": hex}                       # quote over this capsule's id
+              | {"merkle_root": hex, "leaf_index": i,     # quote over an RFC 9162 root
+                 "tree_size": n, "inclusion_proof": [hex, …]},
+     "attest": b64 TPMS_ATTEST, "signature": b64 TPMT_SIGNATURE,
+     "pcr_selection": "sha256:0,1,2,3,4,5,6,7", "pcr_values": {"sha256": {"0": hex, …}},
+     "ak_public": PEM, "ak_name": hex, "ak_tpm_public": b64 TPMT_PUBLIC, "ak_qualified_name": hex,
+     "device": {"manufacturer", "vendor", "firmware", "software": bool},
+     "taken_at": RFC 3339,
+     "tpm_clock": {"clock", "reset_count", "restart_count", "safe",
+                   "firmware_version" (16 hex digits), "obfuscated": [...]}}
+
+Why the extra AK members: ``ak_tpm_public`` lets a verifier recompute the AK's
+TPM name and see that it is a *restricted* signing key (only then does
+``TPM_GENERATED_VALUE`` mean the TPM made the structure); ``ak_qualified_name``
+is what the TPM writes into every quote as ``qualifiedSigner``, so a quote made
+by another TPM's key is told apart from a damaged signature. ``tpm_clock``
+repeats what the attest says, as read: for an AK outside the endorsement and
+platform hierarchies the TPM obfuscates resetCount, restartCount and
+firmwareVersion, so they are listed under ``obfuscated`` and never compared
+across quotes. ``device`` is read with TPM2_GetCapability by the producer and
+is not signed: it can only lower a claim (``software: true``), never raise one.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import tpmwire
+from .tpmwire import PCRBank
+
+__all__ = [
+    "KIND",
+    "DEFAULT_PCRS",
+    "PCRSelection",
+    "AKIdentity",
+    "Quote",
+    "evidence_for_capsule",
+    "evidence_for_batch",
+    "is_software_device",
+    "pcr_digest",
+    "rfc3339_ms",
+]
+
+KIND = "tpm2-quote"
+DEFAULT_PCRS = "sha256:0,1,2,3,4,5,6,7"
+
+#: Members an owner-hierarchy AK's quote carries obfuscated (TPM 2.0 Part 1 §36.7).
+OBFUSCATED_COUNTS = ["firmware_version", "reset_count", "restart_count"]
+
+_BANK = re.compile(r"^(sha1|sha256|sha384|sha512):([0-9,\-]+)$")
+
+
+@dataclass(frozen=True)
+class PCRSelection:
+    """A PCR selection, written like tpm2-tools: ``sha256:0-7`` or
+    ``sha256:0,1,2+sha1:0``. ``str()`` gives the canonical form stored in
+    evidence (indices listed, ascending)."""
+
+    banks: tuple[PCRBank, ...]
+
+    @classmethod
+    def parse(cls, text: str | PCRSelection) -> PCRSelection:
+        if isinstance(text, PCRSelection):
+            return text
+        if not isinstance(text, str) or not text:
+            raise ValueError("a PCR selection is a string like 'sha256:0-7'")
+        banks: list[PCRBank] = []
+        seen: set[str] = set()
+        for part in text.split("+"):
+            m = _BANK.match(part.strip())
+            if not m or m.group(1) in seen:
+                raise ValueError(f"bad PCR selection {text!r}")
+            seen.add(m.group(1))
+            pcrs: set[int] = set()
+            for item in m.group(2).split(","):
+                lo, _, hi = item.partition("-")
+                if not lo.isdigit() or (hi and not hi.isdigit()):
+                    raise ValueError(f"bad PCR selection {text!r}")
+                start, stop = int(lo), int(hi or lo)
+                if start > stop or stop > 23:
+                    raise ValueError(f"bad PCR range {item!r} in {text!r} (PCRs are 0–23)")
+                pcrs.update(range(start, stop + 1))
+            banks.append(PCRBank(tpmwire.HASH_ALGS[m.group(1)], tuple(sorted(pcrs))))
+        return cls(tuple(banks))
+
+    def __str__(self) -> str:
+        return "+".join(f"{b.hash_name}:{','.join(str(i) for i in b.pcrs)}" for b in self.banks)
+
+    def same_as(self, banks: tuple[PCRBank, ...]) -> bool:
+        """Same banks, same order, same PCRs (the bitmap size may differ)."""
+        return [(b.hash_alg, b.pcrs) for b in self.banks] == [(b.hash_alg, b.pcrs) for b in banks]
+
+
+def pcr_digest(selection: PCRSelection, values: Mapping[str, Mapping[str, str]], hash_name: str) -> bytes:
+    """The quote's pcrDigest: H(concatenation of the selected PCR values, banks
+    in selection order, indices ascending), H being the signing scheme's hash.
+    Raises KeyError/ValueError when a value is missing or not hex."""
+    import hashlib
+
+    h = hashlib.new(hash_name)
+    for bank in selection.banks:
+        bank_values = values[bank.hash_name]
+        for i in bank.pcrs:
+            h.update(bytes.fromhex(bank_values[str(i)]))
+    return h.digest()
+
+
+def rfc3339_ms(t: float | None = None) -> str:
+    """UTC RFC 3339 with milliseconds (``taken_at``)."""
+    t = time.time() if t is None else t
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+@dataclass(frozen=True)
+class AKIdentity:
+    """Who signs quotes: the AK's public key and TPM names, and the device it
+    was read from. What a relying party pins is ``public_pem`` (or ``name``)."""
+
+    public_pem: str
+    name: str  # hex TPM name (nameAlg || H(TPMT_PUBLIC))
+    tpm_public: bytes  # marshaled TPMT_PUBLIC
+    qualified_name: str  # hex; the qualifiedSigner the TPM writes into quotes
+    device: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def software(self) -> bool:
+        return is_software_device(self.device)
+
+
+@dataclass(frozen=True)
+class Quote:
+    """One TPM2_Quote as taken, with the PCR values read beside it."""
+
+    attest: bytes
+    signature: bytes  # marshaled TPMT_SIGNATURE
+    pcr_selection: str
+    pcr_values: Mapping[str, Mapping[str, str]]
+    ak: AKIdentity
+    taken_at: str
+
+    def shared_members(self) -> dict[str, Any]:
+        """Every evidence member except ``binding`` (the same for each record a
+        batch quote covers, so it is built once per batch)."""
+        a = tpmwire.parse_attest(self.attest)
+        return {
+            "kind": KIND,
+            "attest": base64.b64encode(self.attest).decode(),
+            "signature": base64.b64encode(self.signature).decode(),
+            "pcr_selection": self.pcr_selection,
+            "pcr_values": {bank: dict(vals) for bank, vals in self.pcr_values.items()},
+            "ak_public": self.ak.public_pem,
+            "ak_name": self.ak.name,
+            "ak_tpm_public": base64.b64encode(self.ak.tpm_public).decode(),
+            "ak_qualified_name": self.ak.qualified_name,
+            "device": dict(self.ak.device),
+            "taken_at": self.taken_at,
+            "tpm_clock": {
+                "clock": a.clock,
+                "reset_count": a.reset_count,
+                "restart_count": a.restart_count,
+                "safe": a.safe,
+                "firmware_version": f"{a.firmware_version:016x}",  # 64-bit: hex, not a JSON number
+                "obfuscated": list(OBFUSCATED_COUNTS),
+            },
+        }
+
+
+def evidence_for_capsule(quote: Quote, capsule_id: str, shared: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The slot for a quote whose qualifyingData is this capsule's id."""
+    out = dict(shared if shared is not None else quote.shared_members())
+    out["binding"] = {"capsule_id": capsule_id}
+    return out
+
+
+def evidence_for_batch(
+    shared: Mapping[str, Any], merkle_root: bytes, leaf_index: int, tree_size: int, proof: tuple[bytes, ...]
+) -> dict[str, Any]:
+    """The slot for a record whose id is leaf ``leaf_index`` of a quoted root."""
+    out = dict(shared)
+    out["binding"] = {
+        "merkle_root": merkle_root.hex(),
+        "leaf_index": leaf_index,
+        "tree_size": tree_size,
+        "inclusion_proof": [p.hex() for p in proof],
+    }
+    return out
+
+
+_SOFTWARE_VENDORS = ("SW TPM", "SWTPM", "SW_TPM")
+
+
+def is_software_device(device: Any) -> bool:
+    """True unless the device says, explicitly, that it is not software and its
+    vendor strings are not a known software TPM's. Missing information never
+    becomes a hardware claim."""
+    if not isinstance(device, Mapping) or device.get("software") is not False:
+        return True
+    vendor = " ".join(str(device.get("vendor", "")).split()).upper()
+    return any(v in vendor for v in _SOFTWARE_VENDORS)

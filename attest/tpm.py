@@ -1,0 +1,189 @@
+"""The attestation key on a TPM, and quotes taken with it.
+
+All TPM access goes through :class:`capseal.keys._tpm_device.TPMDevice`: one
+worker thread per TCTI owns the ESAPI context, so a quote never races a
+signature on the same TPM, swtpm's three transient slots are not exhausted
+(the AK is persistent; nothing transient is loaded), and a restarted TPM is
+reconnected to on the next call.
+
+The AK is named by a ``tpm2:`` URI, as the signing keys are::
+
+    tpm2:handle=0x81000102?tcti=swtpm:host=127.0.0.1,port=2321
+
+It must be a restricted, fixedTPM signing key (``capseal tpm provision``
+creates one from the ``ecc256:ecdsa-sha256:null`` template); anything else is
+refused, since only a restricted key makes TPM_GENERATED_VALUE meaningful.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from cryptography.hazmat.primitives import serialization
+
+from capseal.errors import CapsealError, EvidenceError, KeyURIError
+
+from . import tpmwire
+from .evidence import AKIdentity, PCRSelection, Quote, rfc3339_ms
+
+os.environ.setdefault("TSS2_LOG", "all+NONE")
+
+__all__ = ["AKRef", "parse_ak_uri", "AttestationKey"]
+
+DEFAULT_TCTI = "device:/dev/tpmrm0"
+
+
+@dataclass(frozen=True)
+class AKRef:
+    """A parsed ``tpm2:`` URI naming a persistent AK."""
+
+    handle: int
+    tcti: str
+
+    def uri(self) -> str:
+        return f"tpm2:handle=0x{self.handle:08x}?tcti={self.tcti}"
+
+
+def parse_ak_uri(uri: str) -> AKRef:
+    """``tpm2:handle=0x81000102[;…]?tcti=…`` → :class:`AKRef`.
+
+    The TCTI value keeps its own ``:``, ``,`` and ``=``; only ``&`` separates
+    query members. Percent-escapes are decoded.
+    """
+    if not isinstance(uri, str) or not uri.startswith("tpm2:"):
+        raise KeyURIError(f"an attestation key is named by a tpm2: URI, not {uri!r}")
+    path, _, query = uri[5:].partition("?")
+    attrs: dict[str, str] = {}
+    for part in [p for p in path.split(";") if p]:
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise KeyURIError(f"{uri}: path attribute {part!r} is not key=value")
+        attrs[key.strip().lower()] = unquote(value.strip())
+    for part in [p for p in query.split("&") if p]:
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise KeyURIError(f"{uri}: query member {part!r} is not key=value")
+        attrs[key.strip().lower()] = unquote(value.strip())
+    if "handle" not in attrs:
+        raise KeyURIError(f"{uri}: an attestation key needs handle=0x81…… (a persistent handle)")
+    try:
+        handle = int(attrs["handle"], 0)
+    except ValueError:
+        raise KeyURIError(f"{uri}: handle {attrs['handle']!r} is not a number") from None
+    if not 0x81000000 <= handle <= 0x81FFFFFF:
+        raise KeyURIError(f"{uri}: 0x{handle:x} is not a persistent handle (0x81000000–0x81FFFFFF)")
+    return AKRef(handle, attrs.get("tcti") or DEFAULT_TCTI)
+
+
+def _device(tcti: str) -> Any:
+    from capseal.keys._tpm_device import get_device
+
+    return get_device(tcti)
+
+
+class AttestationKey:
+    """A persistent AK on a TPM. ``identity`` is what a relying party pins:
+    the public key (PEM), the TPM name and the qualified name, plus the device
+    as the TPM reports it (``software: True`` for swtpm)."""
+
+    def __init__(self, uri: str | AKRef, *, device: Any = None) -> None:
+        self.ref = uri if isinstance(uri, AKRef) else parse_ak_uri(uri)
+        self.device = device if device is not None else _device(self.ref.tcti)
+        self.identity = self._read_identity()
+
+    def __repr__(self) -> str:
+        return f"AttestationKey({self.ref.uri()!r}, name={self.identity.name[:16]}…)"
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def public_pem(self) -> str:
+        return self.identity.public_pem
+
+    @property
+    def name(self) -> str:
+        return self.identity.name
+
+    @property
+    def qualified_name(self) -> str:
+        return self.identity.qualified_name
+
+    @property
+    def software(self) -> bool:
+        return self.identity.software
+
+    def _handle(self, ectx: Any) -> Any:
+        handle = self.ref.handle
+        return self.device.memo(("capseal.attest.ak", handle), lambda e: e.tr_from_tpmpublic(handle))
+
+    def _read_identity(self) -> AKIdentity:
+        def read(ectx: Any) -> tuple[bytes, bytes, bytes]:
+            pub, name, qname = ectx.read_public(self._handle(ectx))
+            return bytes(pub.publicArea.marshal()), bytes(name), bytes(qname)
+
+        try:
+            tpmt, name, qname = self.device.call(read, what=f"reading AK 0x{self.ref.handle:08x}")
+            info = self.device.info()
+        except CapsealError as exc:
+            raise EvidenceError(f"cannot read attestation key {self.ref.uri()}: {exc}") from None
+        try:
+            area = tpmwire.parse_public(tpmt)
+        except tpmwire.WireError as exc:
+            raise EvidenceError(f"{self.ref.uri()}: the AK's public area cannot be read ({exc})") from None
+        if not area.is_restricted_signing_key:
+            raise EvidenceError(
+                f"{self.ref.uri()} is not an attestation key: it must be a restricted, fixedTPM signing key",
+                hint="Create one with `capseal tpm provision` (template ecc256:ecdsa-sha256:null).",
+            )
+        if area.name != name:
+            raise EvidenceError(f"{self.ref.uri()}: the TPM's name for the AK does not match its public area")
+        pem = area.public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        return AKIdentity(
+            public_pem=pem.decode(),
+            name=name.hex(),
+            tpm_public=tpmt,
+            qualified_name=qname.hex(),
+            device=info.evidence_device(),
+        )
+
+    # ------------------------------------------------------------------ quoting
+
+    def quote(self, nonce: bytes, selection: PCRSelection | str) -> Quote:
+        """TPM2_Quote over ``selection`` with qualifyingData ``nonce`` and the
+        PCR values read right after, in one job on the TPM's worker thread (no
+        other capseal command runs in between). Not verified here: see
+        :class:`capseal.attest.TPMQuoter`, which verifies before returning."""
+        if not isinstance(nonce, bytes) or not 0 < len(nonce) <= 64:
+            raise EvidenceError("qualifyingData is 1–64 bytes (a raw 32-byte capsule id or Merkle root)")
+        sel = PCRSelection.parse(selection)
+
+        def take(ectx: Any) -> tuple[bytes, bytes, dict[str, dict[str, str]]]:
+            from tpm2_pytss.constants import TPM2_ALG
+            from tpm2_pytss.types import TPML_PCR_SELECTION, TPMT_SIG_SCHEME
+
+            attest, sig = ectx.quote(self._handle(ectx), TPML_PCR_SELECTION.parse(str(sel)), nonce,
+                                     TPMT_SIG_SCHEME(scheme=TPM2_ALG.NULL))
+            values: dict[str, dict[str, str]] = {}
+            for bank in sel.banks:
+                got = values.setdefault(bank.hash_name, {})
+                for i in range(0, len(bank.pcrs), 8):  # TPML_DIGEST holds at most 8 values
+                    chunk = bank.pcrs[i : i + 8]
+                    _, out_sel, digests = ectx.pcr_read(
+                        TPML_PCR_SELECTION.parse(f"{bank.hash_name}:{','.join(map(str, chunk))}"))
+                    if out_sel.count != 1 or len(digests) != len(chunk):
+                        raise EvidenceError(f"TPM {self.ref.tcti} did not return {bank.hash_name} PCRs {list(chunk)}")
+                    for idx, d in zip(chunk, digests):
+                        got[str(idx)] = bytes(d).hex()
+            return bytes(attest), bytes(sig.marshal()), values
+
+        try:
+            attest, signature, values = self.device.call(take, what="TPM2_Quote")
+        except CapsealError as exc:
+            if isinstance(exc, EvidenceError):
+                raise
+            raise EvidenceError(f"TPM2_Quote with {self.ref.uri()} failed: {exc}") from None
+        return Quote(attest=attest, signature=signature, pcr_selection=str(sel), pcr_values=values,
+                     ak=self.identity, taken_at=rfc3339_ms())

@@ -1,0 +1,384 @@
+"""Verify a record's hardware-evidence slot. Never raises.
+
+Every check has its own finding code, so an auditor can tell *what* is wrong:
+
+==================================  =====================================================
+``evidence_malformed``              a member is missing or not of its type
+``evidence_attest_malformed``       ``attest`` is not a TPMS_ATTEST
+``evidence_signature_malformed``    ``signature`` is not a TPMT_SIGNATURE
+``evidence_ak_inconsistent``        ak_public / ak_name / ak_tpm_public name different keys
+``evidence_ak_not_restricted``      the AK is not a restricted, fixedTPM signing key
+``evidence_not_tpm_generated``      magic is not TPM_GENERATED_VALUE
+``evidence_not_a_quote``            type is not TPM_ST_ATTEST_QUOTE
+``evidence_foreign_quote``          the attest's qualifiedSigner is not the named AK
+                                    (a quote from another TPM or another key)
+``evidence_attest_altered``         the attest disagrees with the clock/firmware fields
+                                    recorded when it was verified at write time
+``evidence_signature_invalid``      the AK's signature does not verify over the attest
+``evidence_nonce_mismatch``         extraData is not this capsule's id (or the batch
+                                    root): a quote of another record, i.e. a replay
+``evidence_inclusion_invalid``      the inclusion proof does not lead from this id's
+                                    leaf to the quoted root
+``evidence_pcr_selection_mismatch`` the recorded PCR selection is not the quoted one
+``evidence_pcr_mismatch``           the recorded PCR values do not hash to pcrDigest
+``evidence_ak_untrusted``           the AK is not in the trust policy
+``evidence_ek_chain_invalid``       an EK certificate chain is required or present and fails
+``evidence_ak_not_pinned``          (warning) no trust policy was given: the quote is
+                                    self-consistent, but nothing says whose AK it is
+==================================  =====================================================
+
+Statuses (``capseal verify --evidence``): ``no-evidence`` (slot null: missing
+information, never a negative claim), ``verified``, ``verified-software-tpm``
+(the device is, or may be, software — swtpm always is), or the code of the
+first failure in the order above.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+
+from capseal.findings import Finding
+
+from . import merkle, tpmwire
+from .evidence import KIND, PCRSelection, is_software_device, pcr_digest
+from .trust import TrustPolicy
+
+__all__ = ["EvidenceResult", "verify_evidence", "evidence_status", "FAILURE_ORDER", "VERIFIED", "VERIFIED_SOFTWARE", "NO_EVIDENCE"]
+
+NO_EVIDENCE = "no-evidence"
+VERIFIED = "verified"
+VERIFIED_SOFTWARE = "verified-software-tpm"
+
+FAILURE_ORDER = (
+    "evidence_malformed",
+    "evidence_attest_malformed",
+    "evidence_signature_malformed",
+    "evidence_ak_inconsistent",
+    "evidence_ak_not_restricted",
+    "evidence_not_tpm_generated",
+    "evidence_not_a_quote",
+    "evidence_foreign_quote",
+    "evidence_attest_altered",
+    "evidence_signature_invalid",
+    "evidence_nonce_mismatch",
+    "evidence_inclusion_invalid",
+    "evidence_pcr_selection_mismatch",
+    "evidence_pcr_mismatch",
+    "evidence_ak_untrusted",
+    "evidence_ek_chain_invalid",
+    "evidence_ak_not_pinned",
+)
+
+_HASHES = {"sha1": hashes.SHA1(), "sha256": hashes.SHA256(), "sha384": hashes.SHA384(), "sha512": hashes.SHA512()}
+
+
+@dataclass
+class EvidenceResult:
+    """What the verifier concluded about one slot. ``ok`` is True only for
+    ``verified`` and ``verified-software-tpm``."""
+
+    status: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (VERIFIED, VERIFIED_SOFTWARE)
+
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+
+class _Stop(Exception):
+    """A check failed in a way that makes the later checks meaningless."""
+
+
+def _parts(record: Any, evidence: Any) -> tuple[str | None, Any]:
+    """(capsule id, evidence) from a SealedRecord, a record dict or a capsule id."""
+    if isinstance(record, str):
+        return record, evidence
+    if isinstance(record, Mapping):
+        capsule = record.get("capsule", record)
+        cid = capsule.get("capsule_id") if isinstance(capsule, Mapping) else None
+        ev = evidence if evidence is not None else record.get("hardware_evidence")
+        return (cid if isinstance(cid, str) else None), ev
+    cid = getattr(record, "capsule_id", None)
+    ev = evidence if evidence is not None else getattr(record, "hardware_evidence", None)
+    return (cid if isinstance(cid, str) else None), ev
+
+
+def verify_evidence(record: Any, trust: Any = None, *, evidence: Any = None) -> EvidenceResult:
+    """Verify the slot of ``record`` (a SealedRecord, a ``capseal-record/1``
+    dict, or a capsule id with ``evidence=``) under ``trust`` (see
+    :meth:`TrustPolicy.coerce`). Never raises."""
+    try:
+        return _verify(record, trust, evidence)
+    except Exception as exc:  # a verifier reports, it does not raise
+        return EvidenceResult("evidence_malformed", [Finding("evidence_malformed", f"{type(exc).__name__}: {exc}")])
+
+
+def evidence_status(record: Any, trust: Any = None) -> tuple[str, list[Finding]]:
+    """``(status, findings)`` for ``capseal verify --evidence`` (see module doc)."""
+    result = verify_evidence(record, trust)
+    return result.status, result.findings
+
+
+def _verify(record: Any, trust: Any, evidence_arg: Any) -> EvidenceResult:
+    cid, ev = _parts(record, evidence_arg)
+    if ev is None:
+        return EvidenceResult(NO_EVIDENCE, [])
+    findings: list[Finding] = []
+
+    def fail(code: str, detail: str, severity: str = "error") -> None:
+        findings.append(Finding(code, detail, severity=severity))  # type: ignore[arg-type]
+
+    try:
+        policy = TrustPolicy.coerce(trust)
+    except (TypeError, ValueError) as exc:
+        fail("evidence_malformed", f"the trust policy cannot be used: {exc}")
+        return _result(findings, None, ev)
+    try:
+        _check(cid, ev, policy, fail)
+    except _Stop:
+        pass
+    return _result(findings, policy, ev)
+
+
+def _result(findings: list[Finding], policy: TrustPolicy | None, ev: Any) -> EvidenceResult:
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        rank = {code: i for i, code in enumerate(FAILURE_ORDER)}
+        first = min(errors, key=lambda f: rank.get(f.code, len(rank)))
+        return EvidenceResult(first.code, findings)
+    if any(f.code == "evidence_ak_not_pinned" for f in findings):
+        return EvidenceResult("evidence_ak_not_pinned", findings)
+    software = any(f.code == "evidence_software_tpm" for f in findings)
+    return EvidenceResult(VERIFIED_SOFTWARE if software else VERIFIED, findings)
+
+
+def _b64(ev: Mapping[str, Any], key: str) -> bytes:
+    value = ev.get(key)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key} is missing")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{key} is not base64") from None
+
+
+def _hex(value: Any, key: str, size: int | None = None) -> bytes:
+    if not isinstance(value, str):
+        raise ValueError(f"{key} is not a hex string")
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raise ValueError(f"{key} is not hex") from None
+    if size is not None and len(raw) != size:
+        raise ValueError(f"{key} is not {size} bytes")
+    return raw
+
+
+def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> None:
+    # ---- shape
+    if not isinstance(ev, Mapping) or not ev:
+        fail("evidence_malformed", "the slot is filled but is not a non-empty object (never {})")
+        raise _Stop
+    if ev.get("kind") != KIND:
+        fail("evidence_malformed", f"kind {ev.get('kind')!r} is not {KIND!r}")
+        raise _Stop
+    try:
+        cid_raw = _hex(cid, "the record's capsule_id", 32)
+        attest_bytes = _b64(ev, "attest")
+        sig_bytes = _b64(ev, "signature")
+        ak_tpm_public = _b64(ev, "ak_tpm_public")
+        ak_pem = ev.get("ak_public")
+        if not isinstance(ak_pem, str):
+            raise ValueError("ak_public is not a PEM string")
+        ak_key = serialization.load_pem_public_key(ak_pem.encode())
+        ak_name = _hex(ev.get("ak_name"), "ak_name")
+        ak_qn = _hex(ev.get("ak_qualified_name"), "ak_qualified_name")
+        selection = PCRSelection.parse(ev.get("pcr_selection"))  # type: ignore[arg-type]
+        pcr_values = ev.get("pcr_values")
+        if not isinstance(pcr_values, Mapping):
+            raise ValueError("pcr_values is not an object")
+        binding = ev.get("binding")
+        if not isinstance(binding, Mapping):
+            raise ValueError("binding is not an object")
+        clock = ev.get("tpm_clock")
+        if not isinstance(clock, Mapping):
+            raise ValueError("tpm_clock is not an object")
+    except (ValueError, TypeError) as exc:
+        fail("evidence_malformed", str(exc))
+        raise _Stop from None
+
+    # ---- structures
+    try:
+        attest = tpmwire.parse_attest(attest_bytes)
+    except tpmwire.WireError as exc:
+        fail("evidence_attest_malformed", f"attest is not a TPMS_ATTEST: {exc}")
+        raise _Stop from None
+    try:
+        sig = tpmwire.parse_signature(sig_bytes)
+    except tpmwire.WireError as exc:
+        fail("evidence_signature_malformed", f"signature is not a TPMT_SIGNATURE: {exc}")
+        raise _Stop from None
+
+    # ---- the AK: one key under three names, and restricted
+    spki = ak_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    try:
+        area = tpmwire.parse_public(ak_tpm_public)
+        area_spki = area.public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        if area_spki != spki:
+            fail("evidence_ak_inconsistent", "ak_public is not the key in ak_tpm_public")
+        if area.name != ak_name:
+            fail("evidence_ak_inconsistent", f"ak_name {ak_name.hex()} is not the name of ak_tpm_public ({area.name.hex()})")
+        if not area.is_restricted_signing_key:
+            fail("evidence_ak_not_restricted",
+                 "the AK is not a restricted fixedTPM signing key, so TPM_GENERATED_VALUE proves nothing")
+    except tpmwire.WireError as exc:
+        fail("evidence_ak_inconsistent", f"ak_tpm_public is not a TPMT_PUBLIC: {exc}")
+
+    # ---- the attest header
+    if attest.magic != tpmwire.TPM_GENERATED_VALUE:
+        fail("evidence_not_tpm_generated", f"magic 0x{attest.magic:08x} is not TPM_GENERATED_VALUE")
+    if attest.type != tpmwire.TPM_ST_ATTEST_QUOTE:
+        fail("evidence_not_a_quote", f"attest type 0x{attest.type:04x} is not TPM_ST_ATTEST_QUOTE")
+        raise _Stop
+    pin = policy.match(spki, ak_name.hex()) if policy is not None else None
+    expected_qn = {ak_qn}
+    if pin is not None and pin.qualified_name:
+        expected_qn.add(bytes.fromhex(pin.qualified_name))
+    if any(attest.qualified_signer != qn for qn in expected_qn):
+        fail("evidence_foreign_quote",
+             f"the quote was made by key {attest.qualified_signer.hex()[:20]}… (qualifiedSigner), not by the named AK "
+             f"{ak_qn.hex()[:20]}…: a quote from another TPM or another key")
+    recorded = {k: clock.get(k) for k in ("clock", "reset_count", "restart_count", "safe", "firmware_version")}
+    actual = {"clock": attest.clock, "reset_count": attest.reset_count, "restart_count": attest.restart_count,
+              "safe": attest.safe, "firmware_version": f"{attest.firmware_version:016x}"}
+    differing = sorted(k for k in actual if recorded[k] != actual[k])
+    if differing:
+        fail("evidence_attest_altered",
+             f"the attest's {', '.join(differing)} differ from the values recorded when it was verified")
+
+    # ---- the signature
+    hash_name = tpmwire.HASH_NAMES.get(sig.hash_alg)
+    if hash_name is None:
+        fail("evidence_signature_malformed", f"signature hash 0x{sig.hash_alg:04x} is not supported")
+        raise _Stop
+    if not _signature_ok(ak_key, sig, attest_bytes, hash_name):
+        fail("evidence_signature_invalid", "the AK's signature does not verify over the attest bytes")
+
+    # ---- the binding: extraData is this id, or a root this id is a leaf of
+    if "capsule_id" in binding:
+        if binding.get("capsule_id") != cid or attest.extra_data != cid_raw:
+            fail("evidence_nonce_mismatch",
+                 f"the quote's qualifyingData {attest.extra_data.hex()[:16]}… is not this capsule's id {cid[:16]}…"  # type: ignore[index]
+                 " (a quote of another record)")
+    elif "merkle_root" in binding:
+        try:
+            root = _hex(binding.get("merkle_root"), "binding.merkle_root", 32)
+            index, size = binding.get("leaf_index"), binding.get("tree_size")
+            proof_hex = binding.get("inclusion_proof")
+            if not isinstance(proof_hex, list):
+                raise ValueError("binding.inclusion_proof is not a list")
+            proof = [_hex(p, "binding.inclusion_proof[]", 32) for p in proof_hex]
+        except ValueError as exc:
+            fail("evidence_malformed", str(exc))
+            raise _Stop from None
+        if attest.extra_data != root:
+            fail("evidence_nonce_mismatch",
+                 f"the quote's qualifyingData {attest.extra_data.hex()[:16]}… is not the batch root {root.hex()[:16]}…")
+        if not merkle.verify_inclusion(cid_raw, index, size, proof, root):  # type: ignore[arg-type]
+            fail("evidence_inclusion_invalid",
+                 f"the inclusion proof does not lead from this capsule's leaf (index {index} of {size}) to the quoted root")
+    else:
+        fail("evidence_malformed", "binding names neither capsule_id nor merkle_root")
+
+    # ---- PCRs
+    if not selection.same_as(attest.pcr_select):
+        fail("evidence_pcr_selection_mismatch",
+             f"recorded selection {selection} is not the quoted one "
+             f"({'+'.join(f'{b.hash_name}:{list(b.pcrs)}' for b in attest.pcr_select)})")
+    else:
+        try:
+            digest = pcr_digest(selection, pcr_values, hash_name)  # type: ignore[arg-type]
+        except (KeyError, ValueError, TypeError) as exc:
+            fail("evidence_pcr_mismatch", f"the recorded PCR values are incomplete or not hex ({exc})")
+        else:
+            if digest != attest.pcr_digest:
+                fail("evidence_pcr_mismatch", "the recorded PCR values do not hash to the quoted pcrDigest")
+
+    # ---- trust
+    software = is_software_device(ev.get("device"))
+    if policy is None:
+        fail("evidence_ak_not_pinned", "no trust policy: the quote is self-consistent, but nothing says whose AK this is",
+             "warning")
+    elif pin is None:
+        fail("evidence_ak_untrusted", f"AK {ak_name.hex()[:20]}… is not in the trust policy")
+    else:
+        software = software or pin.software is True
+        _check_ek(ev, policy, fail)
+    if software:
+        fail("evidence_software_tpm", "the quote comes from a software TPM (or a device not shown to be hardware)", "info")
+    elif pin is not None and not ev.get("ek_certificates"):
+        fail("evidence_hardware_by_pin",
+             "hardware rests on the pinned AK; the device strings are read by the producer and not signed", "info")
+
+
+def _signature_ok(key: Any, sig: tpmwire.Signature, data: bytes, hash_name: str) -> bool:
+    algo = _HASHES[hash_name]
+    try:
+        if sig.sig_alg == tpmwire.ALG.ECDSA and isinstance(key, ec.EllipticCurvePublicKey):
+            key.verify(sig.der, data, ec.ECDSA(algo))
+        elif sig.sig_alg == tpmwire.ALG.RSASSA and isinstance(key, rsa.RSAPublicKey):
+            key.verify(sig.raw, data, padding.PKCS1v15(), algo)
+        elif sig.sig_alg == tpmwire.ALG.RSAPSS and isinstance(key, rsa.RSAPublicKey):
+            key.verify(sig.raw, data, padding.PSS(padding.MGF1(algo), algo.digest_size), algo)
+        else:
+            return False
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def _check_ek(ev: Mapping[str, Any], policy: TrustPolicy, fail: Any) -> None:
+    """An EK chain (leaf first, b64 DER) up to one of ``policy.ek_roots``.
+
+    It proves the TPM's make, not that the AK lives in it: that binding is the
+    relying party's enrollment (credential activation), which is why the AK
+    must still be pinned. swtpm here has no EK certificate.
+    """
+    chain_b64 = ev.get("ek_certificates")
+    if not chain_b64:
+        if policy.require_ek_chain:
+            fail("evidence_ek_chain_invalid", "the trust policy requires an EK certificate chain; the evidence has none")
+        return
+    if not policy.ek_roots:
+        return
+    try:
+        chain = [x509.load_der_x509_certificate(base64.b64decode(c, validate=True)) for c in chain_b64]
+    except Exception as exc:  # noqa: BLE001
+        fail("evidence_ek_chain_invalid", f"ek_certificates cannot be read: {exc}")
+        return
+    for child, parent in zip(chain, chain[1:]):
+        if not _issued_by(child, parent):
+            fail("evidence_ek_chain_invalid", f"{child.subject.rfc4514_string()} is not signed by the next certificate")
+            return
+    if not any(_issued_by(chain[-1], root) or chain[-1] == root for root in policy.ek_roots):
+        fail("evidence_ek_chain_invalid", "the EK chain does not end at a trusted root")
+
+
+def _issued_by(child: x509.Certificate, parent: x509.Certificate) -> bool:
+    try:
+        child.verify_directly_issued_by(parent)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
