@@ -474,6 +474,46 @@ class Ledger:
                 raise
         return EvidenceEntry(eid, row[0], record_id, body, prev, row_hash)
 
+    def add_evidence_many(self, items: Sequence[tuple[str, dict[str, Any]]]) -> list[EvidenceEntry]:
+        """Append the evidence states of several records in ONE transaction
+        (one fsync): all are written or none are (a batch quote's slots are
+        never half-written). Refused as a whole if any record is unknown."""
+        bodies: list[tuple[str, bytes]] = []
+        for record_id, evidence in items:
+            if not evidence:
+                raise ValueError("evidence is a filled object, never {} or None")
+            bodies.append((record_id, dumps_canonical(evidence)))
+        out: list[EvidenceEntry] = []
+        if not bodies:
+            return out
+        with self._write_lock:
+            if self._closed or self._closing:
+                raise LedgerClosedError(f"{self} is closed")
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                head = db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
+                eid, prev = (head[0] + 1, head[1]) if head else (1, _GENESIS.hex())
+                for record_id, body in bodies:
+                    row = db.execute("SELECT seq FROM records WHERE record_id=?", (record_id,)).fetchone()
+                    if row is None:
+                        raise LedgerError(f"no record {record_id} in {self.path.name}")
+                    row_hash = _row_hash(prev, _evidence_header(row[0], record_id, eid), body)
+                    db.execute(
+                        "INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?)",
+                        (eid, row[0], record_id, body, prev, row_hash),
+                    )
+                    out.append(EvidenceEntry(eid, row[0], record_id, body, prev, row_hash))
+                    eid, prev = eid + 1, row_hash
+                db.execute("COMMIT")
+            except BaseException:
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise
+        return out
+
     # ------------------------------------------------------------------ reading
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
