@@ -1,0 +1,98 @@
+"""The ``capseal`` CLI: exit codes 0 ok / 1 not ok / 2 could not run, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = str(Path(sys.executable).parent / "capseal")
+
+
+def run(*args: str, ok: bool | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@pytest.fixture()
+def sealed(tmp_path: Path) -> tuple[Path, Path, Path]:
+    key = tmp_path / "k.pem"
+    assert run("keys", "create", f"file:{key}", "--alg", "ed25519").returncode == 0
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps([
+        {"action_id": "po-1", "action_type": "decide", "effect": {"status": "planned", "type": "write_order"}},
+        {"action_id": "po-1/confirmed", "action_type": "decide",
+         "effect": {"status": "confirmed", "type": "write_order", "response_digest": "b" * 64, "effect_attestation": "gate_executed"}},
+    ]))
+    ledger = tmp_path / "l.db"
+    proc = run("seal", str(spec), "--key", f"file:{key}", "--ledger", str(ledger), "--operator", "acme", "--developer", "a@1", "--record")
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(proc.stdout)
+    assert [r["capsule"]["action_id"] for r in records] == ["po-1", "po-1/confirmed"]
+    assert all(r["hardware_evidence"] is None for r in records)
+    out = tmp_path / "record.json"
+    out.write_text(json.dumps(records[1]))
+    return key, ledger, out
+
+
+def test_verify_ledger_and_record(sealed: tuple[Path, Path, Path]) -> None:
+    _, ledger, record = sealed
+    proc = run("verify", str(ledger), "--json")
+    assert proc.returncode == 0
+    report = json.loads(proc.stdout)
+    assert report["ok"] and report["counts"]["records"] == 3 and report["counts"]["signature:authored"] == 3
+    proc = run("verify", str(record), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["signature"] == "authored"
+    human = run("verify", str(ledger))
+    assert human.returncode == 0 and human.stdout.startswith("ok ")
+
+
+def test_verify_reports_tampering_with_exit_1(sealed: tuple[Path, Path, Path]) -> None:
+    _, ledger, record = sealed
+    data = json.loads(record.read_text())
+    data["capsule"]["effect"]["type"] = "send_payment"  # content changed after sealing
+    record.write_text(json.dumps(data))
+    proc = run("verify", str(record), "--json")
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    codes = {f["code"] for f in result["findings"]}
+    assert not result["ok"] and "capsule_id_mismatch" in codes and result["signature"] == "invalid"
+    with sqlite3.connect(ledger) as db:
+        db.execute("DROP TRIGGER records_no_update")
+        db.execute("UPDATE records SET nonce = 'ff' WHERE seq = 2")
+    proc = run("verify", str(ledger))
+    assert proc.returncode == 1 and "ledger_chain_broken" in proc.stdout
+
+
+def test_could_not_run_is_exit_2(tmp_path: Path) -> None:
+    assert run("verify", str(tmp_path / "absent.json")).returncode == 2
+    (tmp_path / "bad.json").write_text("{")
+    proc = run("verify", str(tmp_path / "bad.json"))
+    assert proc.returncode == 2 and proc.stderr.startswith("capseal: error:")
+    proc = run("seal", str(tmp_path / "bad.json"), "--key", "nope:x", "--ledger", str(tmp_path / "l.db"), "--operator", "o", "--developer", "d")
+    assert proc.returncode == 2
+
+
+def test_ledger_show_export_import(sealed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    _, ledger, _ = sealed
+    shown = json.loads(run("ledger", "show", str(ledger), "--json").stdout)
+    assert [row["header"]["seq"] for row in shown] == [1, 2, 3]
+    assert all(row["hardware_evidence"] is None for row in shown)
+    export = tmp_path / "e.jsonl"
+    assert run("ledger", "export", str(ledger), "-o", str(export)).returncode == 0
+    assert run("ledger", "import", str(export), str(tmp_path / "copy.db")).returncode == 0
+    export2 = tmp_path / "e2.jsonl"
+    assert run("ledger", "export", str(tmp_path / "copy.db"), "-o", str(export2)).returncode == 0
+    assert export.read_bytes() == export2.read_bytes()
+    assert run("ledger", "import", str(export), str(tmp_path / "copy.db")).returncode == 2  # never overwrites
+
+
+def test_doctor_for_a_file_key(sealed: tuple[Path, Path, Path]) -> None:
+    key, _, _ = sealed
+    proc = run("doctor", f"file:{key}", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)[0]["ok"] is True

@@ -1,0 +1,113 @@
+"""Software keys, the URI registry and plain COSE_Sign1 envelopes (ES256/PS256),
+checked with pycose and scitt-cose as independent verifiers."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from pycose.keys import EC2Key, OKPKey, RSAKey
+from pycose.keys.curves import P256, Ed25519
+from pycose.messages import CoseMessage
+from scitt_cose.cose_sign1 import CoseError, verify_sign1
+
+import capseal
+from capseal import Producer
+from capseal.envelope import PLAIN, PROFILE, verify_cose_sign1
+from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError
+from capseal.keys import FileSigner, UnsafeEphemeralSigner, generate_private_key, kid_for, open_signer, redact_uri, write_pkcs8
+
+
+def _pycose_key(public_key: object) -> object:
+    if isinstance(public_key, ed25519.Ed25519PublicKey):
+        return OKPKey(crv=Ed25519, x=public_key.public_bytes_raw())
+    if isinstance(public_key, ec.EllipticCurvePublicKey):
+        n = public_key.public_numbers()
+        return EC2Key(crv=P256, x=n.x.to_bytes(32, "big"), y=n.y.to_bytes(32, "big"))
+    assert isinstance(public_key, rsa.RSAPublicKey)
+    n = public_key.public_numbers()
+    return RSAKey(n=n.n.to_bytes((n.n.bit_length() + 7) // 8, "big"), e=n.e.to_bytes(3, "big"))
+
+
+@pytest.mark.parametrize("alg", ["EdDSA", "ES256", "PS256"])
+def test_envelopes_verify_with_independent_libraries(tmp_path: Path, alg: str) -> None:
+    signer = UnsafeEphemeralSigner(alg)
+    with Producer("acme", "agent@1", signer, tmp_path / "l.db") as producer:
+        record = producer.seal({"action_id": "a", "action_type": "fyi"})
+    env = record.envelopes[0]
+    assert env.alg == alg and env.kid == signer.kid == kid_for(signer.public_key)
+    if alg == "EdDSA":
+        assert env.profile == PROFILE and record.capsule["signature"] == env.cose.hex()
+    else:
+        assert env.profile == PLAIN and "signature" not in record.capsule  # never inline: the reference would call it invalid
+    msg = CoseMessage.decode(env.cose)
+    msg.key = _pycose_key(signer.public_key)
+    assert msg.verify_signature()
+    assert msg.payload == bytes.fromhex(record.capsule_id)
+    if alg == "PS256":
+        # scitt-cose (0.5.0, the newest release) verifies only EdDSA and ES256/ES384:
+        # it refuses PS256 as unsupported rather than misjudging it
+        with pytest.raises(CoseError, match="unsupported alg code point -37"):
+            verify_sign1(env.cose, public_key_pem=signer.public_key_pem())
+    else:
+        verify_sign1(env.cose, public_key_pem=signer.public_key_pem())
+    assert verify_cose_sign1(env.cose, signer.public_key, payload=bytes.fromhex(record.capsule_id)).ok
+    tampered = bytearray(env.cose)
+    tampered[-1] ^= 1
+    assert not verify_cose_sign1(bytes(tampered), signer.public_key).ok
+    # the ledger learns the public key from the epoch custody statement and checks the envelope
+    report = capseal.verify_ledger(tmp_path / "l.db")
+    assert report.ok and all(r.signature == "authored" for r in report.records)
+
+
+def test_encrypted_file_key_and_pin_hygiene(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "correct-horse-battery-staple"
+    path = tmp_path / "k.pem"
+    write_pkcs8(generate_private_key("ES256"), path, passphrase=secret.encode())
+    signer = open_signer(f"file:{path}", pin=secret)
+    assert signer.alg == "ES256"
+    with pytest.raises(PinIncorrectError) as wrong:
+        open_signer(f"file:{path}", pin="not-it")
+    with pytest.raises(PinIncorrectError) as missing:
+        FileSigner(path)
+    assert open_signer(f"file:{path}", secrets_handler=lambda prompt: secret).kid == signer.kid
+    for text in (str(wrong.value), repr(wrong.value), str(missing.value), repr(signer), str(signer.describe()), caplog.text):
+        assert secret not in text and "not-it" not in text
+    assert signer.describe()["encrypted"] is True and signer.describe()["file_mode"] == "0600"
+
+
+def test_file_key_errors(tmp_path: Path) -> None:
+    with pytest.raises(KeyNotFoundError, match="no key file"):
+        open_signer(f"file:{tmp_path}/absent.pem")
+    (tmp_path / "junk.pem").write_text("not a key")
+    with pytest.raises(KeyNotFoundError, match="not a PEM private key"):
+        open_signer(f"file:{tmp_path}/junk.pem")
+    with pytest.raises(FileExistsError):
+        write_pkcs8(generate_private_key("EdDSA"), tmp_path / "junk.pem")  # never overwrites
+
+
+def test_registry_and_redaction() -> None:
+    with pytest.raises(KeyURIError, match="unknown key URI scheme"):
+        open_signer("gpg:whatever")
+    with pytest.raises(KeyURIError):
+        open_signer("no-scheme-here")
+    uri = "pkcs11:token=t;object=k?module-path=/m.so&pin-value=1234"
+    assert "1234" not in redact_uri(uri) and "pin-value=***" in redact_uri(uri)
+
+
+def test_cli_keys_file_roundtrip(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    cli = Path(sys.executable).parent / "capseal"
+    created = json.loads(subprocess.run([str(cli), "keys", "create", f"file:{tmp_path}/a.pem", "--alg", "p256"],
+                                        check=True, capture_output=True, text=True).stdout)
+    shown = json.loads(subprocess.run([str(cli), "keys", "show", f"file:{tmp_path}/a.pem", "--json"],
+                                      check=True, capture_output=True, text=True).stdout)
+    listed = json.loads(subprocess.run([str(cli), "keys", "list", f"file:{tmp_path}"], check=True, capture_output=True, text=True).stdout)
+    assert created["kid"] == shown["kid"] == listed[0]["kid"] and shown["alg"] == "ES256"
+    assert shown["custody"]["software_device"] is True

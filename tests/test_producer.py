@@ -1,0 +1,140 @@
+"""The Producer: lifecycle chains, derived assurance, epochs, custody, citing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import agent_action_capsule as ref
+import pytest
+
+import capseal
+from capseal import Producer
+from capseal.errors import AssuranceMismatchError, DuplicateRecordError, InputError
+from capseal.keys import UnsafeEphemeralSigner
+
+
+@pytest.fixture()
+def producer(tmp_path: Path):
+    with Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), tmp_path / "l.db") as p:
+        yield p
+
+
+def test_lifecycle_relations_and_digests(producer: Producer) -> None:
+    order = {"sku": "A-1", "qty": 2}
+    planned = producer.planned("po-1", effect_type="write_order", request=order, irreversibility_class="one_way_recoverable")
+    assert planned.capsule["effect"] == {"status": "planned", "type": "write_order", "irreversibility_class": "one_way_recoverable"}
+    assert "chain" not in planned.capsule  # a flow's first capsule stands alone
+    dispatched = producer.dispatched(planned)
+    assert dispatched.capsule["chain"] == {"parent_capsule_id": planned.capsule_id, "relation": "follows"}
+    assert dispatched.capsule["effect"]["request_digest"] == capseal.json_digest(order)
+    assert dispatched.capsule["effect"]["effect_attestation"] == "runtime_claimed"  # the honest default
+    confirmed = producer.confirmed(dispatched, response={"id": "O-1"}, effect_attestation="gate_executed")
+    assert confirmed.capsule["chain"]["relation"] == "confirms"
+    assert confirmed.capsule["effect"]["response_digest"] == capseal.json_digest({"id": "O-1"})
+    assert confirmed.capsule["assurance"] == {"attestation_mode": "self_attested", "effect_mode": "confirmed", "ledger_mode": "chained"}
+    assert [r.capsule["action_id"] for r in (planned, dispatched, confirmed)] == ["po-1", "po-1/dispatched", "po-1/confirmed"]
+    failed_plan = producer.planned("po-2", effect_type="send_payment")
+    failed = producer.failed(producer.dispatched(failed_plan), response={"error": "card declined"})
+    assert failed.capsule["assurance"]["effect_mode"] == "dispatched_unconfirmed"
+    assert failed.capsule["disposition"]["verdict_class"] == "errored"
+    assert failed.capsule["chain"]["relation"] == "follows"
+
+
+def test_refusal_and_resolution(producer: Producer) -> None:
+    planned = producer.planned("pay-1", effect_type="send_payment")
+    blocked = producer.refused(planned, verdict_class="blocked", reason={"limit": "exceeded"})
+    assert blocked.capsule["disposition"]["reason_digest"] == capseal.json_digest({"limit": "exceeded"})
+    assert "effect" not in blocked.capsule and blocked.capsule["assurance"]["effect_mode"] == "not_applicable"
+    resolved = producer.resolved(blocked, decision="accept")
+    assert resolved.capsule["chain"] == {"parent_capsule_id": blocked.capsule_id, "relation": "supersedes"}
+    assert resolved.capsule["disposition"] == {"decision": "accept", "approver": "human", "human_disposed": True, "verdict_class": "resolved"}
+    with pytest.raises(InputError, match="needs action_id"):
+        producer.refused(verdict_class="denied")
+
+
+def test_confirmed_requires_the_response(producer: Producer) -> None:
+    planned = producer.planned("p", effect_type="write_order")
+    with pytest.raises(InputError, match="response actually received"):
+        producer.confirmed(planned, response=None)
+
+
+def test_assurance_is_derived_never_accepted(producer: Producer) -> None:
+    derived = {"attestation_mode": "self_attested", "effect_mode": "not_applicable", "ledger_mode": "standalone"}
+    record = producer.seal({"action_id": "same", "action_type": "fyi", "assurance": derived})  # equal: accepted
+    assert record.capsule["assurance"] == derived
+    with pytest.raises(AssuranceMismatchError):  # lower-but-different is refused too: leave it out
+        producer.seal({"action_id": "x", "action_type": "fyi", "effect": {"status": "dispatched", "effect_attestation": "runtime_claimed"},
+                       "assurance": {**derived, "effect_mode": "not_applicable"}})
+
+
+def test_producer_owned_members(producer: Producer) -> None:
+    for spec in ({"capsule_id": "0" * 64}, {"timestamp": "2026-01-01T00:00:00Z"}, {"operator": "other"},
+                 {"epoch_id": "epoch-old"}, {"signature": "00"}):
+        with pytest.raises(InputError):
+            producer.seal({"action_id": "o", "action_type": "fyi", **spec})
+
+
+def test_epoch_boundary_custody_and_rotation(tmp_path: Path) -> None:
+    signer = UnsafeEphemeralSigner()
+    path = tmp_path / "l.db"
+    with Producer("acme", "agent@1", signer, path, model_id="m-1", provider="p") as producer:
+        first = producer.seal({"action_id": "a", "action_type": "fyi"})
+        boundary = producer.epoch_record.capsule
+        assert boundary["disposition"]["verdict_class"] == "epoch_boundary" and boundary["action_type"] == "fyi"
+        assert "chain" not in boundary  # the first epoch of this stream
+        custody = boundary["model_attestation"]["compute_attestation"]["x-capseal-key-custody"]
+        assert custody["kid"] == signer.kid and custody["software_device"] is True and custody["key_store"] == "memory"
+        assert boundary["model_attestation"]["model_id"] == "m-1"
+        assert first.capsule["epoch_id"] == boundary["epoch_id"]
+        old = producer.epoch_record
+        new = producer.rotate_epoch()
+        second = producer.seal({"action_id": "b", "action_type": "fyi"})
+        assert new.capsule["chain"] == {"parent_capsule_id": old.capsule_id, "relation": "epoch_opens"}
+        assert second.capsule["epoch_id"] == new.capsule["epoch_id"] != first.capsule["epoch_id"]
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as again:  # a new process: a new epoch
+        again.seal({"action_id": "c", "action_type": "fyi"})
+        assert again.epoch_record.capsule["chain"]["parent_capsule_id"] == new.capsule_id
+    assert capseal.verify_ledger(path).ok
+
+
+def test_cite_epoch_adds_ran_under(tmp_path: Path) -> None:
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", cite_epoch=True) as producer:
+        record = producer.seal({"action_id": "a", "action_type": "fyi"})
+        assert record.capsule["references"] == [{"type": "agent-action-capsule", "digest_alg": "SHA-256",
+                                                 "digest": producer.epoch_record.capsule_id, "citation_purpose": "ran_under"}]
+        assert "references" not in producer.epoch_record.capsule
+        assert ref.verify(record.capsule).ok
+
+
+def test_observers_see_durable_records(tmp_path: Path) -> None:
+    seen: list[str] = []
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
+        producer.add_observer(lambda r: seen.append(r.capsule_id))
+        producer.add_observer(lambda r: 1 / 0)  # a failing observer never undoes a seal
+        a = producer.seal({"action_id": "a", "action_type": "fyi"})
+        b = producer.submit({"action_id": "b", "action_type": "fyi"}).result()
+    assert seen == [producer.epoch_record.capsule_id, a.capsule_id, b.capsule_id]
+
+
+def test_submit_refuses_before_queueing(tmp_path: Path) -> None:
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
+        with pytest.raises(capseal.errors.FloatInDigestError):
+            producer.submit({"action_id": "f", "action_type": "fyi", "x-v": 1.5})
+        ok = producer.submit({"action_id": "g", "action_type": "fyi"})
+        dup = producer.submit({"action_id": "g", "action_type": "fyi"})
+        producer.flush()
+        assert ok.result().seq is not None
+        with pytest.raises(DuplicateRecordError):
+            dup.result()
+        assert producer.ledger.count() == 2
+
+
+def test_ledger_records_read_back_equal(tmp_path: Path) -> None:
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
+        sealed = producer.seal({"action_id": "a", "action_type": "fyi"})
+        stored = producer.ledger.get(sealed.capsule_id)
+        assert stored is not None and stored.capsule == sealed.capsule and stored.envelopes == sealed.envelopes
+        entry = producer.ledger.entry(sealed.capsule_id)
+        header = entry.header()
+        assert header["record_type"] == "capsule" and header["epistemic_type"] == "producer_claim"
+        assert len(bytes.fromhex(header["nonce"])) == 16  # 128 bits of fresh randomness per record
