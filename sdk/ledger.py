@@ -558,7 +558,9 @@ class Ledger:
         """Every evidence state of a record, oldest first, starting with the
         ``None`` it was sealed with."""
         rows = self._query("SELECT body FROM evidence WHERE record_id=? ORDER BY eid", (record_id,))
-        return [None] + [json.loads(r[0]) or None for r in rows]
+        history: list[dict[str, Any] | None] = [None]
+        history += [json.loads(r[0]) or None for r in rows]
+        return history
 
     def current_evidence(self, record_id: str) -> dict[str, Any] | None:
         rows = self._query("SELECT body FROM evidence WHERE record_id=? ORDER BY eid DESC LIMIT 1", (record_id,))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -87,11 +87,23 @@ def is_namespaced(value: str) -> bool:
     return _is_namespaced(value) is not None
 
 
-def _registered(registry: str, *, allow_namespaced: bool = True) -> Any:
-    """A registry value: one of the seeded values (validated natively, no Python
-    call on the hot path), or — where new values are allowed — a namespaced one."""
-    seeded = Literal[tuple(sorted(REGISTRIES[registry]))]  # type: ignore[valid-type]
-    return (seeded | Namespaced) if allow_namespaced else seeded
+# Registry values as native Literal types (validated in Rust, no Python call per
+# field); tests/test_vocab.py holds them equal to ``vocab.REGISTRIES``. Where a
+# registry admits new values, a namespaced one (x-…, com.example.…, urn:…) passes.
+EffectType = Union[Literal["inference_completion", "send_payment", "write_order"], Namespaced]
+Irreversibility = Literal["one_way_consequential", "one_way_recoverable", "one_way_terminal", "two_way"]
+EffectAttestation = Literal["gate_executed", "host_served_observed", "runtime_claimed"]
+Decision = Literal["accept", "deferred", "needs_input", "reject"]
+VerdictClass = Union[
+    Literal["blocked", "deferred", "denied", "engine_failure", "epoch_boundary", "errored", "escalated", "executed",
+            "expired", "hitl_dispatched", "needs_decision", "resolved", "timeout"],
+    Namespaced,
+]
+Relation = Literal["confirms", "duplicates", "epoch_opens", "follows", "supersedes"]
+CitationPurpose = Union[
+    Literal["acted_on", "corroborates_source_time", "counterparty_half", "counterparty_inclusion", "ran_under", "responds_to"],
+    Namespaced,
+]
 
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -117,12 +129,12 @@ class Effect(_Block):
     """§5.3 Effect Record, with the status/digest/attestation table enforced."""
 
     status: Literal["planned", "dispatched", "confirmed", "failed", "reverted"]
-    type: _registered("effect.type") = None  # type: ignore[assignment]
+    type: EffectType = None  # type: ignore[assignment]
     request_digest: Hex64 = None  # type: ignore[assignment]
     response_digest: Hex64 = None  # type: ignore[assignment]
     external_ref: NonEmpty = None  # type: ignore[assignment]
-    irreversibility_class: _registered("irreversibility_class", allow_namespaced=False) = None  # type: ignore[assignment]
-    effect_attestation: _registered("effect_attestation", allow_namespaced=False) = None  # type: ignore[assignment]
+    irreversibility_class: Irreversibility = None  # type: ignore[assignment]
+    effect_attestation: EffectAttestation = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _table(self) -> Effect:
@@ -150,11 +162,11 @@ class ExpiryPolicy(_Block):
 class Disposition(_Block):
     """§5.5 disposition: closed approver set, honest human_disposed."""
 
-    decision: _registered("disposition.decision", allow_namespaced=False)
+    decision: Decision
     approver: Literal["human", "policy", "counterparty"]
     human_disposed: bool
     authority: NonEmpty = None  # type: ignore[assignment]
-    verdict_class: _registered("verdict_class") = None  # type: ignore[assignment]
+    verdict_class: VerdictClass = None  # type: ignore[assignment]
     reason_digest: Hex64 = None  # type: ignore[assignment]
     expiry_policy: ExpiryPolicy = None  # type: ignore[assignment]
 
@@ -171,7 +183,7 @@ class Chain(_Block):
     """§5.5.4: exactly one parent; producers emit registered relations only."""
 
     parent_capsule_id: Hex64
-    relation: _registered("chain.relation", allow_namespaced=False)
+    relation: Relation
 
 
 class Retention(_Block):
@@ -209,7 +221,7 @@ class Reference(_Block):
     type: NonEmpty
     digest_alg: NonEmpty
     digest: NonEmpty
-    citation_purpose: _registered("citation_purpose") = None  # type: ignore[assignment]
+    citation_purpose: CitationPurpose = None  # type: ignore[assignment]
     retention: Retention = None  # type: ignore[assignment]
     log_coordinates: LogCoordinates = None  # type: ignore[assignment]
 

@@ -536,7 +536,8 @@ class Producer:
         if flow is not None:
             return flow
         capsule = parent.capsule if isinstance(parent, SealedRecord) else self._capsule_from_ledger(pid)
-        effect = capsule.get("effect") if isinstance(capsule.get("effect"), Mapping) else {}
+        raw_effect = capsule.get("effect")
+        effect: Mapping[str, Any] = raw_effect if isinstance(raw_effect, Mapping) else {}
         return _Flow(
             str(capsule.get("action_id", pid)).split("/")[0],
             effect.get("type"),
