@@ -1,0 +1,314 @@
+"""``pkcs11:`` keys: a signer for keys held in a PKCS#11 token (HSM, smart card,
+SoftHSM2), and the provisioning functions ``capseal keys`` and ``capseal token``
+call.
+
+    signer = open_signer("pkcs11:token=agents;object=seal-key"
+                         "?module-path=/usr/lib/softhsm/libsofthsm2.so", pin=pin)
+
+* Ed25519 keys sign with ``CKM_EDDSA`` (→ ``EdDSA``: the AAC profile envelope);
+  P-256/P-384 with ``CKM_ECDSA`` over a digest computed here (→ ``ES256`` /
+  ``ES384``, raw r‖s as COSE wants); RSA with RSA-PSS, SHA-256, MGF1-SHA-256,
+  salt 32 (→ ``PS256``).
+* All signers of one token share one logged-in session and every PKCS#11
+  call runs under one process-wide lock (``_pkcs11_session``); a session that
+  dies is reopened, logged in again and the call retried once.
+* ``external_device = True``: the producer verifies every signature the token
+  returns before it is used.
+* The PIN comes from ``pin=``, the URI's ``pin-value`` or ``pin-source`` (a
+  file), or ``secrets_handler``; it never appears in a message, ``repr``, the
+  signer's ``uri`` or an exception chain.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import replace
+from typing import Any
+
+from capseal.errors import DeviceError, KeyURIError, SignerUnavailableError
+
+from ._base import SignatureResult, Signer, alg_for_public_key, kid_for
+from ._pkcs11_keys import (
+    KeyPair,
+    find_private_keys,
+    find_public_key,
+    generate_keypair,
+    key_attributes,
+    load_keypair,
+    mechanism_for,
+    objects_with,
+    public_key_of,
+)
+from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token, run
+from ._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
+from ._registry import SecretsHandler
+from .custody import SOFTWARE_TOKEN_MANUFACTURERS, custody_statement
+
+__all__ = [
+    "PKCS11Signer",
+    "PKCS11URI",
+    "parse_pkcs11_uri",
+    "create_key",
+    "list_keys",
+    "doctor_checks",
+    "init_softhsm_token",
+]
+
+
+def pin_for(uri: PKCS11URI, pin: str | None) -> str | None:
+    """The PIN to log in with: the ``pin`` argument, else the URI's
+    ``pin-value``, else the file its ``pin-source`` names; None when none."""
+    if pin is not None:
+        return pin
+    if uri.pin_value is not None:
+        return uri.pin_value
+    if uri.pin_source is not None:
+        return read_pin_source(uri.pin_source)
+    return None
+
+
+def _parse(uri: str | PKCS11URI) -> PKCS11URI:
+    return uri if isinstance(uri, PKCS11URI) else parse_pkcs11_uri(uri)
+
+
+class PKCS11Signer(Signer):
+    """A private key on a PKCS#11 token. Open with :meth:`from_uri` (or
+    ``capseal.keys.open_signer``); close when done (the last signer of a token
+    closes its session and logs out)."""
+
+    external_device = True
+
+    def __init__(
+        self,
+        uri: str | PKCS11URI,
+        *,
+        pin: str | None = None,
+        secrets_handler: SecretsHandler | None = None,
+        module_allowlist: Any = None,
+    ) -> None:
+        parsed = _parse(uri)
+        ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
+        self._ts: TokenSession | None = ts
+        self._release = weakref.finalize(self, release_token, ts)  # also closes on garbage collection
+        try:
+            pair: KeyPair = run(ts, lambda s: load_keypair(s, parsed, ts.name), ts.name)
+            mechanisms = run(ts, lambda s: _mechanisms(ts), ts.name)
+            self._mech = mechanism_for(pair.alg, mechanisms)
+        except BaseException:
+            self._release()
+            raise
+        self._uri = parsed.without_pin()
+        # how to find this exact key again after a reconnect
+        self._refind = PKCS11URI(object=pair.label if pair.label else None, id=pair.key_id or None) \
+            if (pair.label or pair.key_id) else PKCS11URI()
+        self._where = f"{ts.name}, key {self._uri.describe_key()}"
+        self._public = pair.public_key
+        self._alg = pair.alg
+        self._private = pair.private
+        self._epoch = ts.epoch
+        self._kid_cache = kid_for(pair.public_key)
+
+    @classmethod
+    def from_uri(
+        cls,
+        uri: str,
+        *,
+        pin: str | None = None,
+        secrets_handler: SecretsHandler | None = None,
+        module_allowlist: Any = None,
+        **_options: Any,
+    ) -> PKCS11Signer:
+        """``open_signer`` entry point. ``module_allowlist`` (a list of paths or a
+        colon-separated string) restricts which modules may be loaded, on top
+        of ``CAPSEAL_PKCS11_MODULES``."""
+        return cls(uri, pin=pin, secrets_handler=secrets_handler, module_allowlist=module_allowlist)
+
+    # ------------------------------------------------------------------ Signer
+
+    @property
+    def alg(self) -> str:
+        return self._alg
+
+    @property
+    def public_key(self) -> Any:
+        return self._public
+
+    @property
+    def uri(self) -> str:
+        return self._uri.to_string()
+
+    @property
+    def token_session(self) -> TokenSession:
+        """The shared session this signer uses (diagnostics and tests)."""
+        if self._ts is None:
+            raise SignerUnavailableError(f"{self.describe_short()} was closed")
+        return self._ts
+
+    def describe_short(self) -> str:
+        return f"PKCS11Signer({self._uri.describe_token()}, {self._uri.describe_key()})"
+
+    def _key(self, session: Any) -> Any:
+        """The private-key handle for the current session; found again (and
+        checked to be the same key) after a reconnect. Lock held."""
+        ts = self._ts
+        assert ts is not None
+        if self._epoch != ts.epoch:
+            pair = load_keypair(session, self._refind, ts.name)
+            if kid_for(pair.public_key) != self.kid:
+                raise DeviceError(f"{self._where}: after reconnecting, the key found is a different key")
+            self._private, self._epoch = pair.private, ts.epoch
+        return self._private
+
+    def sign(self, data: bytes) -> SignatureResult:
+        ts = self._ts
+        if ts is None:
+            raise SignerUnavailableError(f"{self.describe_short()} was closed")
+        mech = self._mech
+        payload = mech.prehash(data).digest() if mech.prehash is not None else bytes(data)
+        mechanism, param = mech.mechanism, mech.param
+
+        def call(session: Any) -> bytes:
+            return self._key(session).sign(payload, mechanism=mechanism, mechanism_param=param)
+
+        signature = run(ts, call, self._where)
+        if mech.size is not None and len(signature) != mech.size:
+            raise DeviceError(f"{self._where}: {self._alg} signature is {len(signature)} bytes, expected {mech.size}")
+        return SignatureResult(signature, self._kid_cache, self._alg)
+
+    def describe(self) -> dict[str, Any]:
+        """Custody statement from what the token reports *now*: token and
+        library identity, and the key's CKA_SENSITIVE, CKA_NEVER_EXTRACTABLE,
+        CKA_LOCAL, … ``software_device`` is true for SoftHSM2, unknown (left
+        out) for anything else: a token's name is not evidence of hardware."""
+        ts = self._ts
+        if ts is None:
+            raise SignerUnavailableError(f"{self.describe_short()} was closed")
+        attributes, device = run(ts, lambda s: (key_attributes(self._key(s)), ts.device_info()), self._where)
+        software = True if device.get("manufacturer") in SOFTWARE_TOKEN_MANUFACTURERS else None
+        return custody_statement(
+            backend="pkcs11",
+            alg=self._alg,
+            kid=self.kid,
+            public_key=self._public,
+            software_device=software,
+            key_store="pkcs11-token",
+            device=device,
+            key_attributes=attributes,
+            extra={"key_uri": self.uri},
+        )
+
+    def close(self) -> None:
+        """Let go of the token session (the last user closes it). Idempotent."""
+        with P11_LOCK:
+            self._ts = None
+            self._private = None
+        self._release()
+
+
+def _mechanisms(ts: TokenSession) -> set[Any] | None:
+    try:
+        return set(ts.token.slot.get_mechanisms())
+    except Exception:  # a module that cannot list mechanisms: try the call itself
+        return None
+
+
+# ---------------------------------------------------------------------- provisioning
+
+
+def create_key(
+    uri: str,
+    alg: str,
+    *,
+    pin: str | None = None,
+    secrets_handler: SecretsHandler | None = None,
+    module_allowlist: Any = None,
+    rsa_bits: int = 3072,
+    **_opts: Any,
+) -> PKCS11Signer:
+    """Generate a key pair on the token and open it (``capseal keys create``).
+
+    The private key is a token object, private, sensitive, not extractable
+    and sign-only; the attributes are read back and the key is destroyed and
+    the call refused if the token did not honour them. ``object`` (CKA_LABEL)
+    is required; ``id`` (CKA_ID) is taken from the URI or made random. A key
+    that already uses the label or id is never overwritten.
+    """
+    parsed = _parse(uri)
+    if parsed.type not in (None, "private"):
+        raise KeyURIError("capseal keys create makes a private key: drop type= or use type=private")
+    if not parsed.object:
+        raise KeyURIError("name the new key: add object=<label> to the pkcs11 URI")
+    key_id = parsed.id if parsed.id is not None else os.urandom(8)
+    if not key_id:
+        raise KeyURIError("pkcs11 URI: id= is empty; leave it out to get a random id")
+    secret = pin_for(parsed, pin)
+    ts = open_token(parsed, pin=secret, module_allowlist=module_allowlist, pin_prompt=secrets_handler)
+    where = f"{ts.name}, new key object={parsed.object!r} id={key_id.hex()}"
+    try:
+        def make(session: Any) -> None:
+            clash = objects_with(session, label=parsed.object, key_id=key_id)
+            if clash:
+                raise KeyURIError(f"{where}: an object with that label or id already exists; capseal never overwrites keys")
+            rw = ts.token.open(rw=True)  # PIN-less: shares the login of the session above
+            try:
+                generate_keypair(rw, alg, parsed.object or "", key_id, rsa_bits=rsa_bits)
+                new = find_private_keys(rw, PKCS11URI(object=parsed.object, id=key_id))
+                attrs = key_attributes(new[0]) if len(new) == 1 else {}
+                if not (attrs.get("CKA_SENSITIVE") and attrs.get("CKA_NEVER_EXTRACTABLE")
+                        and attrs.get("CKA_EXTRACTABLE") is False):
+                    for obj in objects_with(rw, label=parsed.object, key_id=key_id):
+                        obj.destroy()
+                    raise DeviceError(f"{where}: the token did not make the key sensitive and non-extractable; destroyed it")
+            finally:
+                rw.close()
+
+        run(ts, make, where)
+    finally:
+        release_token(ts)
+    target = parsed.with_id(key_id)
+    return PKCS11Signer(target, pin=secret, module_allowlist=module_allowlist)
+
+
+def list_keys(
+    uri: str,
+    *,
+    pin: str | None = None,
+    secrets_handler: SecretsHandler | None = None,
+    module_allowlist: Any = None,
+    **_opts: Any,
+) -> list[dict[str, Any]]:
+    """Private keys on the token (filtered by the URI's object/id), each with
+    its URI, algorithm, kid and custody attributes (``capseal keys list``)."""
+    parsed = _parse(uri)
+    ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
+    try:
+        def collect(session: Any) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            base = PKCS11URI(token=ts.label, serial=ts.serial, module_path=parsed.module_path,
+                             module_name=parsed.module_name, pin_source=parsed.pin_source)
+            for private in find_private_keys(session, PKCS11URI(object=parsed.object, id=parsed.id, type=parsed.type)):
+                attrs = key_attributes(private)
+                label, key_id = attrs.get("CKA_LABEL"), attrs.get("CKA_ID")
+                entry: dict[str, Any] = {
+                    "uri": replace(base, object=label, id=bytes.fromhex(key_id) if key_id else None).to_string(),
+                    "label": label,
+                    "id": key_id,
+                }
+                try:
+                    public_obj = find_public_key(session, private)
+                    public_key = public_key_of(public_obj if public_obj is not None else private, ts.name)
+                    entry["alg"] = alg_for_public_key(public_key)
+                    entry["kid"] = kid_for(public_key)
+                except Exception as exc:  # list what can be listed; say why the rest cannot
+                    entry["error"] = type(exc).__name__
+                entry["attributes"] = {k: v for k, v in attrs.items() if k not in ("CKA_LABEL", "CKA_ID")}
+                out.append(entry)
+            return out
+
+        return run(ts, collect, ts.name)
+    finally:
+        release_token(ts)
+
+
+from ._pkcs11_tools import doctor_checks, init_softhsm_token  # noqa: E402  (they use the signer above)

@@ -1,0 +1,529 @@
+"""Process-wide PKCS#11 state: loaded modules, one logged-in session per token, one lock.
+
+Why this shape (measured, ``hardware-notes.md`` §2):
+
+* python-pkcs11 0.10.1 calls ``C_Initialize(NULL)``, which tells SoftHSM2 (and
+  other modules) that the application will not call it from several threads
+  at once; SoftHSM2 then disables its own mutexes and **segfaults** when two
+  threads call it together, even on separate sessions. So *every*
+  python-pkcs11 call — load, slot/token listing, open, login, find, attribute
+  reads, sign, close — runs under :data:`P11_LOCK`. python-pkcs11 releases the
+  GIL inside each C call, so other threads still run Python (canonical form,
+  hashing, the ledger) while the token signs.
+* Login state is per token per process: a second ``C_Login`` fails with
+  ``UserAlreadyLoggedIn``. So there is one :class:`TokenSession` per
+  (module real path, token serial), shared by every signer; it holds one
+  logged-in session, never one per signature.
+* Sessions die underneath us (``C_CloseAllSessions`` elsewhere in the process,
+  a token pulled out, a module reset). A :class:`TokenSession` notices,
+  reconnects (find token, open, log in again) and the caller retries once.
+* Search iterators are always drained under the lock: an abandoned one calls
+  ``C_FindObjectsFinal`` from its finaliser, i.e. from whatever thread the
+  garbage collector runs in, outside the lock.
+
+The PIN is kept (to log in again after a reconnect) inside a :class:`_Secret`
+whose ``repr`` hides it; errors are raised ``from None`` so no python-pkcs11
+exception (or frame holding the PIN) is chained to them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import hmac
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from capseal.errors import (
+    DeviceError,
+    KeyURIError,
+    MissingExtraError,
+    PinIncorrectError,
+    PinLockedError,
+    SignerError,
+    SignerUnavailableError,
+    TokenNotFoundError,
+)
+
+from ._pkcs11_uri import PKCS11URI, check_module_allowed, resolve_module
+
+try:
+    import pkcs11
+    from pkcs11 import exceptions as p11x
+    from pkcs11.constants import TokenFlag
+except ImportError as exc:  # pragma: no cover - the registry turns this into MissingExtraError
+    raise MissingExtraError(
+        f"the pkcs11: backend needs python-pkcs11 (pip install 'capseal[pkcs11]'): {exc}"
+    ) from None
+
+__all__ = ["P11_LOCK", "Module", "TokenSession", "load_module", "open_token", "RECONNECT_ERRORS", "device_error", "log"]
+
+log = logging.getLogger("capseal.keys.pkcs11")
+
+#: The one lock every python-pkcs11 call in this process runs under.
+P11_LOCK = threading.RLock()
+
+#: Errors after which the session (or the key handle) is gone but the token may
+#: still be there: reconnect and retry once.
+RECONNECT_ERRORS: tuple[type[BaseException], ...] = (
+    p11x.SessionClosed,
+    p11x.SessionHandleInvalid,
+    p11x.DeviceRemoved,
+    p11x.TokenNotPresent,
+    p11x.ObjectHandleInvalid,
+    p11x.KeyHandleInvalid,
+    p11x.UserNotLoggedIn,
+)
+
+_T = TypeVar("_T")
+_HMAC_KEY = os.urandom(32)  # PINs are compared by HMAC under a per-process key
+_shutdown = False
+
+
+class _Secret:
+    """A PIN held for re-login. Never printed."""
+
+    __slots__ = ("_value", "digest")
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+        self.digest = hmac.new(_HMAC_KEY, value.encode("utf-8"), hashlib.sha256).digest()
+
+    def reveal(self) -> str:
+        return self._value
+
+    def matches(self, other: _Secret | None) -> bool:
+        return other is not None and hmac.compare_digest(self.digest, other.digest)
+
+    def __repr__(self) -> str:
+        return "<PIN redacted>"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:  # never pickled
+        raise TypeError("a PIN is not picklable")
+
+
+def device_error(exc: BaseException, where: str) -> SignerError:
+    """A typed capseal error for a python-pkcs11 exception (no chaining)."""
+    name = type(exc).__name__
+    if isinstance(exc, p11x.PinIncorrect):
+        return PinIncorrectError(f"{where}: the token refused the PIN")
+    if isinstance(exc, p11x.PinLocked):
+        return PinLockedError(f"{where}: the user PIN is locked (too many wrong attempts)",
+                              hint="unlock it with the SO PIN (e.g. pkcs11-tool --init-pin --login-type so)")
+    if isinstance(exc, (p11x.PinExpired, p11x.UserPinNotInitialized)):
+        return PinLockedError(f"{where}: the user PIN is {'expired' if isinstance(exc, p11x.PinExpired) else 'not initialised'}",
+                              hint="set a user PIN with the token's SO PIN (pkcs11-tool --init-pin)")
+    if isinstance(exc, RECONNECT_ERRORS):
+        return SignerUnavailableError(f"{where}: the token went away ({name})")
+    return DeviceError(f"{where}: the token returned {name}")
+
+
+# ---------------------------------------------------------------------- modules
+
+
+def _version(pair: tuple[int, int]) -> str:
+    """``(2, 6)`` → ``"2.6"``: a string, never a float (custody statements are hashed JSON)."""
+    return f"{pair[0]}.{pair[1]}"
+
+
+@dataclass
+class Module:
+    """A loaded PKCS#11 module. ``generation`` grows each time the module is
+    re-initialised; session handles from an older generation are dead."""
+
+    path: str
+    real: str
+    lib: Any
+    generation: int = 0
+
+    def info(self) -> dict[str, str]:
+        lib = self.lib
+        return {
+            "library_manufacturer": lib.manufacturer_id,
+            "library_description": lib.library_description,
+            "library_version": _version(lib.library_version),
+            "cryptoki_version": _version(lib.cryptoki_version),
+        }
+
+    def reinitialize(self) -> None:
+        """``C_Finalize`` + ``C_Initialize``: SoftHSM2 (and some other modules)
+        see tokens created, and recover from storage that vanished, only then.
+        Every session of this module in the process dies; the generation bump
+        tells each TokenSession to reconnect instead of using a dead handle."""
+        self.generation += 1
+        log.info("re-initialising PKCS#11 module %s", self.path)
+        try:
+            if self.lib.initialized:
+                self.lib.finalize()
+            self.lib.initialize()
+        except p11x.PKCS11Error as exc:
+            raise SignerUnavailableError(
+                f"PKCS#11 module {self.path} cannot be initialised ({type(exc).__name__})",
+                hint=_module_hint(self.path),
+            ) from None
+
+    def ensure_initialized(self) -> None:
+        if not self.lib.initialized:  # an earlier re-initialisation failed
+            self.reinitialize()
+
+
+_MODULES: dict[str, Module] = {}
+
+
+def _module_hint(path: str) -> str:
+    if "softhsm" in path.lower():
+        conf = os.environ.get("SOFTHSM2_CONF", "/etc/softhsm/softhsm2.conf")
+        return f"SoftHSM2 reads {conf} (SOFTHSM2_CONF): check that it exists and that its tokendir is there"
+    return "check the module's own configuration and that the device is connected"
+
+
+def load_module(path: str, allowlist: object = None) -> Module:
+    """Load (once per real path) the module at ``path``, after the allow-list check."""
+    real = check_module_allowed(path, allowlist)  # before anything is loaded
+    with P11_LOCK:
+        _check_alive()
+        module = _MODULES.get(real)
+        if module is not None:
+            module.ensure_initialized()
+            return module
+        if not os.path.exists(path):
+            raise SignerUnavailableError(f"PKCS#11 module {path} does not exist",
+                                         hint="install the token's PKCS#11 module and fix module-path")
+        if not os.path.isfile(real) or not os.access(real, os.R_OK):
+            raise SignerUnavailableError(f"PKCS#11 module {path} is not a readable file")
+        # pkcs11.lib caches by the string it is given; two spellings of one
+        # file would C_Initialize it twice. Reuse any object for the same file.
+        lib = None
+        for so, existing in list(getattr(pkcs11, "_loaded", {}).items()):
+            if os.path.realpath(so) == real:
+                lib = existing
+        try:
+            lib = lib if lib is not None else pkcs11.lib(real)
+            if not lib.initialized:
+                lib.initialize()
+        except p11x.PKCS11Error as exc:
+            detail = str(exc).replace(real, path) if str(exc) else type(exc).__name__
+            raise SignerUnavailableError(f"cannot load PKCS#11 module {path}: {detail}",
+                                         hint=_module_hint(path)) from None
+        module = Module(path=path, real=real, lib=lib)
+        _MODULES[real] = module
+        return module
+
+
+# ---------------------------------------------------------------------- tokens
+
+
+def _serial(token: Any) -> str:
+    raw = token.serial
+    return (raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)).strip()
+
+
+def _token_matches(token: Any, uri: PKCS11URI) -> bool:
+    slot = token.slot
+    checks = (
+        (uri.token, token.label),
+        (uri.manufacturer, token.manufacturer_id),
+        (uri.serial, _serial(token)),
+        (uri.model, token.model),
+        (uri.slot_description, slot.slot_description),
+        (uri.slot_manufacturer, slot.manufacturer_id),
+    )
+    if any(want is not None and want != have for want, have in checks):
+        return False
+    return uri.slot_id is None or uri.slot_id == slot.slot_id
+
+
+def _library_matches(module: Module, uri: PKCS11URI) -> bool:
+    lib = module.lib
+    if uri.library_manufacturer is not None and uri.library_manufacturer != lib.manufacturer_id:
+        return False
+    if uri.library_description is not None and uri.library_description != lib.library_description:
+        return False
+    if uri.library_version is not None:
+        major, _, minor = uri.library_version.partition(".")
+        have = lib.library_version
+        if int(major) != have[0] or int(minor or 0) != have[1]:
+            return False
+    return True
+
+
+def _list_tokens(module: Module) -> list[Any]:
+    """Tokens present in the module's slots (under the lock)."""
+    tokens = []
+    for slot in module.lib.get_slots(token_present=True):
+        try:
+            tokens.append(slot.get_token())
+        except (p11x.TokenNotPresent, p11x.TokenNotRecognised):
+            continue
+    return tokens
+
+
+def _find_tokens(module: Module, uri: PKCS11URI) -> list[Any]:
+    """Matching initialised tokens. SoftHSM2 only sees tokens that existed at
+    ``C_Initialize``, and a module whose storage vanished answers
+    ``GeneralError``: in both cases re-initialise once and look again."""
+    module.ensure_initialized()
+    try:
+        found = [t for t in _list_tokens(module) if _token_matches(t, uri)]
+    except p11x.PKCS11Error:
+        found = []
+    if found:
+        return found
+    module.reinitialize()
+    try:
+        return [t for t in _list_tokens(module) if _token_matches(t, uri)]
+    except p11x.PKCS11Error as exc:
+        raise SignerUnavailableError(
+            f"PKCS#11 module {module.path} cannot list its tokens ({type(exc).__name__})", hint=_module_hint(module.path)
+        ) from None
+
+
+class TokenSession:
+    """The one logged-in session this process holds on one token.
+
+    Every method must be called with :data:`P11_LOCK` held. ``epoch`` grows at
+    each (re)connect, so signers know when their key handles are stale.
+    """
+
+    def __init__(self, module: Module, token: Any, uri: PKCS11URI, pin: _Secret | None) -> None:
+        self.module = module
+        self.serial = _serial(token)
+        self.label = token.label
+        self.token = token
+        self._pin = pin
+        self._match = PKCS11URI(token=token.label, serial=self.serial)
+        self.session: Any = None
+        self.generation = -1
+        self.epoch = 0
+        self.users = 0
+        self.reconnects = 0
+
+    # -- identity and description
+
+    @property
+    def name(self) -> str:
+        return f"token {self.label!r} (serial {self.serial}, module {self.module.path})"
+
+    def device_info(self) -> dict[str, Any]:
+        token, slot = self.token, self.token.slot
+        info: dict[str, Any] = {
+            "token_label": token.label,
+            "manufacturer": token.manufacturer_id,
+            "model": token.model,
+            "serial": self.serial,
+            "hardware_version": _version(token.hardware_version),
+            "firmware_version": _version(token.firmware_version),
+            "slot_description": slot.slot_description,
+            "module": os.path.basename(self.module.path),
+        }
+        info.update(self.module.info())
+        return info
+
+    def __repr__(self) -> str:
+        return f"<TokenSession {self.name} {'open' if self.session is not None else 'closed'}>"
+
+    # -- connection
+
+    def live(self) -> bool:
+        return self.session is not None and self.generation == self.module.generation
+
+    def ensure(self) -> Any:
+        """The logged-in session, reconnecting if it is gone."""
+        _check_alive()
+        if not self.live():
+            self.connect()
+        return self.session
+
+    def connect(self) -> None:
+        """Find the token again (by label and serial), open a session, log in."""
+        self._drop()
+        found = _find_tokens(self.module, self._match)
+        if not found:
+            raise TokenNotFoundError(f"{self.name} is not present")
+        token = found[0]
+        self.token = token
+        self.session = _open_logged_in(token, self._pin, self.name)
+        self.generation = self.module.generation
+        self.epoch += 1
+
+    def invalidate(self, exc: BaseException) -> None:
+        """The session (or a key handle) failed with ``exc``: forget it so the
+        next call reconnects. A handle that is already dead is not closed
+        (its number may by now belong to someone else's session)."""
+        self.reconnects += 1
+        log.warning("%s: %s; reconnecting", self.name, type(exc).__name__)
+        dead = isinstance(exc, (p11x.SessionClosed, p11x.SessionHandleInvalid, p11x.DeviceRemoved, p11x.TokenNotPresent))
+        if dead:
+            self.session = None
+        else:
+            self._drop()
+
+    def _drop(self) -> None:
+        session, self.session = self.session, None
+        if session is not None and self.generation == self.module.generation:
+            try:
+                session.close()
+            except p11x.PKCS11Error:
+                pass
+
+    def pin_matches(self, pin: _Secret | None) -> bool:
+        if self._pin is None or pin is None:
+            return self._pin is None and pin is None
+        return self._pin.matches(pin)
+
+    def check_pin(self, pin: _Secret | None) -> None:
+        """A second signer on a logged-in token: the token cannot be asked
+        again (``UserAlreadyLoggedIn``), so compare with the PIN that worked."""
+        if self._pin is None or pin is None:
+            if self._pin is not pin:
+                raise PinIncorrectError(f"{self.name} is logged in with a PIN; this caller gave none")
+            return
+        if not self._pin.matches(pin):
+            raise PinIncorrectError(
+                f"{self.name}: the PIN given differs from the one this process logged in with"
+            )
+
+    def close(self) -> None:
+        self._drop()
+
+
+def _open_logged_in(token: Any, pin: _Secret | None, name: str) -> Any:
+    flags = token.flags
+    if flags & TokenFlag.USER_PIN_LOCKED:
+        raise PinLockedError(f"{name}: the user PIN is locked (too many wrong attempts)",
+                             hint="unlock it with the SO PIN (pkcs11-tool --init-pin --login-type so)")
+    try:
+        if pin is not None:
+            return token.open(user_pin=pin.reveal())
+        if flags & TokenFlag.PROTECTED_AUTHENTICATION_PATH:
+            return token.open(user_pin=pkcs11.PROTECTED_AUTH)
+        if not flags & TokenFlag.LOGIN_REQUIRED:
+            return token.open()
+    except p11x.UserAlreadyLoggedIn:
+        # someone else in this process logged in to this token: the login
+        # state is shared, so a PIN-less session can sign
+        return token.open()
+    except p11x.PKCS11Error as exc:
+        raise device_error(exc, name) from None
+    raise PinIncorrectError(
+        f"{name} needs a PIN: pass pin=, add pin-source= to the URI, or set CAPSEAL_PIN for the CLI"
+    )
+
+
+_TOKENS: dict[tuple[str, str], TokenSession] = {}
+
+
+def open_token(uri: PKCS11URI, *, pin: str | None, module_allowlist: object = None,
+               pin_prompt: Callable[[str], str | None] | None = None) -> TokenSession:
+    """The shared :class:`TokenSession` for the token ``uri`` names, logged in.
+
+    Raises TokenNotFoundError (no token matches), KeyURIError (several match),
+    PinIncorrectError / PinLockedError, SignerUnavailableError (module)."""
+    module = load_module(resolve_module(uri), module_allowlist)
+    with P11_LOCK:
+        _check_alive()
+        if not _library_matches(module, uri):
+            raise TokenNotFoundError(f"PKCS#11 module {module.path} is not the library the URI names "
+                                     "(library-manufacturer/description/version)")
+        found = _find_tokens(module, uri)
+        found = [t for t in found if t.flags & TokenFlag.TOKEN_INITIALIZED]
+        if not found:
+            try:
+                seen = sorted({t.label for t in _list_tokens(module) if t.label})
+            except p11x.PKCS11Error:
+                seen = []
+            raise TokenNotFoundError(
+                f"no {uri.describe_token()} in PKCS#11 module {module.path}"
+                + (f" (tokens present: {', '.join(repr(s) for s in seen)})" if seen else " (no initialised tokens)"),
+                hint="check token= in the URI; for development create one with `capseal token init`",
+            )
+        if len(found) > 1:
+            raise KeyURIError(
+                f"{len(found)} tokens match {uri.describe_token()} in {module.path}; add serial= to the URI"
+            )
+        token = found[0]
+        key = (module.real, _serial(token))
+        existing = _TOKENS.get(key)
+    # the prompt may block on a terminal: never while holding the lock
+    secret = _secret_for(pin, existing, token.label, pin_prompt)
+    with P11_LOCK:
+        existing = _TOKENS.get(key)
+        if existing is not None:
+            if existing.pin_matches(secret):
+                existing.ensure()
+            elif existing.live():
+                existing.check_pin(secret)  # raises: the token cannot be asked again
+            else:  # its session is gone and this caller has another PIN: ask the token
+                old, existing._pin = existing._pin, secret
+                try:
+                    existing.connect()
+                except BaseException:
+                    existing._pin = old
+                    raise
+            existing.users += 1
+            return existing
+        ts = TokenSession(module, token, uri, secret)
+        ts.connect()
+        ts.users += 1
+        _TOKENS[key] = ts
+        return ts
+
+
+def _secret_for(pin: str | None, existing: TokenSession | None, label: str,
+                prompt: Callable[[str], str | None] | None) -> _Secret | None:
+    if pin is None and prompt is not None:
+        pin = prompt(f"PIN for PKCS#11 token {label!r}")
+    return _Secret(pin) if pin is not None else None
+
+
+def release_token(ts: TokenSession) -> None:
+    """A user of ``ts`` is done; the last one closes the session (logging out)."""
+    with P11_LOCK:
+        ts.users -= 1
+        if ts.users <= 0:
+            ts.users = 0
+            ts.close()
+            key = (ts.module.real, ts.serial)
+            if _TOKENS.get(key) is ts:
+                del _TOKENS[key]
+
+
+def run(ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
+    """``fn(session)`` under the lock, reconnecting once if the session died."""
+    with P11_LOCK:
+        for attempt in (0, 1):
+            session = ts.ensure()
+            try:
+                return fn(session)
+            except RECONNECT_ERRORS as exc:
+                ts.invalidate(exc)
+                if attempt:
+                    raise SignerUnavailableError(
+                        f"{where}: {ts.name} failed again after reconnecting ({type(exc).__name__})"
+                    ) from None
+            except p11x.PKCS11Error as exc:
+                raise device_error(exc, where) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _check_alive() -> None:
+    if _shutdown:
+        raise SignerUnavailableError("the interpreter is shutting down; PKCS#11 sessions are closed")
+
+
+@atexit.register
+def _close_all() -> None:
+    """Close sessions before python-pkcs11's finaliser calls ``C_Finalize``,
+    and stop late calls from daemon threads reaching a finalised module."""
+    global _shutdown
+    with P11_LOCK:
+        _shutdown = True
+        for ts in list(_TOKENS.values()):
+            ts.close()
+        _TOKENS.clear()

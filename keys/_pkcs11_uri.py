@@ -1,0 +1,407 @@
+"""RFC 7512 ``pkcs11:`` URIs: parse strictly, print without secrets, find the module.
+
+Why strict: a key URI decides *which key signs*. A URI this module cannot fully
+honour (an unknown path attribute, a repeated attribute, an unencoded space, a
+query attribute in the path) is refused with :class:`KeyURIError` instead of
+being read loosely and maybe matching a key the operator did not mean.
+
+Grammar (RFC 7512 §2.3)::
+
+    pk11-URI   = "pkcs11:" pk11-path [ "?" pk11-query ]
+    pk11-path  = [ pk11-pattr *(";" pk11-pattr) ]
+    pk11-query = [ pk11-qattr *("&" pk11-qattr) ]
+
+Path attributes: token, manufacturer, serial, model, library-manufacturer,
+library-description, library-version, object, type, id, slot-manufacturer,
+slot-description, slot-id. Query attributes: pin-source, pin-value,
+module-name, module-path (vendor query attributes are accepted and ignored:
+they say how to reach a token, never which key). Values are pct-decoded;
+``id`` is raw bytes, everything else UTF-8 text.
+
+Secrets: ``pin-value`` is never echoed in an error, ``repr`` or
+:meth:`PKCS11URI.to_string` (unless asked explicitly), and errors about query
+values never quote the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sysconfig
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import unquote_to_bytes, urlsplit
+
+from capseal.errors import KeyURIError, SignerUnavailableError
+
+__all__ = [
+    "PKCS11URI",
+    "parse_pkcs11_uri",
+    "pct_encode",
+    "resolve_module",
+    "check_module_allowed",
+    "module_allowlist",
+    "read_pin_source",
+    "MODULE_ALLOWLIST_ENV",
+    "KNOWN_MODULES",
+]
+
+SCHEME = "pkcs11:"
+MODULE_ALLOWLIST_ENV = "CAPSEAL_PKCS11_MODULES"
+
+PATH_ATTRS = (
+    "token", "manufacturer", "serial", "model",
+    "library-manufacturer", "library-description", "library-version",
+    "object", "type", "id",
+    "slot-manufacturer", "slot-description", "slot-id",
+)
+QUERY_ATTRS = ("pin-source", "pin-value", "module-name", "module-path")
+TYPES = ("public", "private", "cert", "secret-key", "data")
+
+_UNRESERVED = "A-Za-z0-9\\-._~"
+# RFC 7512: pk11-res-avail = ":" / "[" / "]" / "@" / "!" / "$" / "'" / "(" / ")" / "*" / "+" / "," / "="
+_RES_AVAIL = ":\\[\\]@!$'()*+,="
+_PCT = "%[0-9A-Fa-f]{2}"
+_PATH_VALUE = re.compile(f"(?:[{_UNRESERVED}{_RES_AVAIL}&]|{_PCT})*")
+_QUERY_VALUE = re.compile(f"(?:[{_UNRESERVED}{_RES_AVAIL}/?|]|{_PCT})*")
+_ATTR_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_DIGITS = re.compile(r"[0-9]+")
+_LIB_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_SECRET_QUERY = frozenset({"pin-value"})
+
+# characters printed unencoded by to_string(); everything else is %XX
+_SAFE_PATH = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:[]@!$'()*+,=&")
+_SAFE_QUERY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:[]@!$'()*+,=/?|")
+
+#: Where common PKCS#11 modules live (Debian/Ubuntu paths first). For the README
+#: and ``doctor``; capseal never loads one that the URI does not name.
+KNOWN_MODULES = {
+    "SoftHSM2": "/usr/lib/softhsm/libsofthsm2.so",
+    "YubiHSM 2": "/usr/lib/x86_64-linux-gnu/pkcs11/yubihsm_pkcs11.so",
+    "Nitrokey HSM (OpenSC)": "/usr/lib/x86_64-linux-gnu/opensc-pkcs11.so",
+    "OpenSC": "/usr/lib/x86_64-linux-gnu/opensc-pkcs11.so",
+    "p11-kit proxy": "/usr/lib/x86_64-linux-gnu/p11-kit-proxy.so",
+    "tpm2-pkcs11": "/usr/lib/x86_64-linux-gnu/pkcs11/libtpm2_pkcs11.so",
+}
+
+
+def pct_encode(value: str | bytes, *, query: bool = False, all_bytes: bool = False) -> str:
+    """Percent-encode a value for a path (default) or query attribute.
+    ``all_bytes`` encodes every byte (RFC 7512's advice for ``id``)."""
+    raw = value.encode("utf-8") if isinstance(value, str) else value
+    safe = _SAFE_QUERY if query else _SAFE_PATH
+    out = []
+    for b in raw:
+        ch = chr(b)
+        out.append(ch if (not all_bytes and b < 0x80 and ch in safe) else f"%{b:02X}")
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class PKCS11URI:
+    """A parsed ``pkcs11:`` URI. Text attributes are decoded; ``id`` is bytes."""
+
+    token: str | None = None
+    manufacturer: str | None = None
+    serial: str | None = None
+    model: str | None = None
+    library_manufacturer: str | None = None
+    library_description: str | None = None
+    library_version: str | None = None
+    object: str | None = None
+    type: str | None = None
+    id: bytes | None = None
+    slot_manufacturer: str | None = None
+    slot_description: str | None = None
+    slot_id: int | None = None
+    module_path: str | None = None
+    module_name: str | None = None
+    pin_source: str | None = None
+    pin_value: str | None = field(default=None, repr=False, compare=False)
+    vendor_query: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    # ------------------------------------------------------------------ printing
+
+    def to_string(self, *, include_pin: bool = False) -> str:
+        """The URI in canonical form (path attributes in RFC order). The
+        ``pin-value`` is left out unless ``include_pin`` is true."""
+        path: list[str] = []
+        for name in PATH_ATTRS:
+            value = getattr(self, name.replace("-", "_"))
+            if value is None:
+                continue
+            if name == "id":
+                path.append(f"id={pct_encode(value, all_bytes=True)}")
+            elif name == "slot-id":
+                path.append(f"slot-id={value}")
+            else:
+                path.append(f"{name}={pct_encode(value)}")
+        query: list[str] = []
+        for name in QUERY_ATTRS:
+            value = getattr(self, name.replace("-", "_"))
+            if value is None or (name == "pin-value" and not include_pin):
+                continue
+            query.append(f"{name}={pct_encode(value, query=True)}")
+        return SCHEME + ";".join(path) + ("?" + "&".join(query) if query else "")
+
+    def __str__(self) -> str:
+        return self.to_string()
+
+    def without_pin(self) -> PKCS11URI:
+        return replace(self, pin_value=None)
+
+    def with_id(self, key_id: bytes) -> PKCS11URI:
+        return replace(self, id=key_id)
+
+    def describe_key(self) -> str:
+        """``object='k1' id=01`` — how the key is named, for error messages."""
+        parts = []
+        if self.object is not None:
+            parts.append(f"object={self.object!r}")
+        if self.id is not None:
+            parts.append(f"id={self.id.hex()}")
+        return " ".join(parts) or "any private key"
+
+    def describe_token(self) -> str:
+        """``token 'agents'`` (or serial/model) — how the token is named."""
+        if self.token is not None:
+            return f"token {self.token!r}"
+        for attr in ("serial", "model", "manufacturer"):
+            value = getattr(self, attr)
+            if value is not None:
+                return f"token with {attr} {value!r}"
+        return "the module's only token"
+
+
+def _decode(value: str, name: str, *, secret: bool) -> bytes:
+    try:
+        return unquote_to_bytes(value)
+    except Exception:  # pragma: no cover - unquote_to_bytes is lenient; validated before
+        raise KeyURIError(f"pkcs11 URI: cannot pct-decode {name}") from None
+
+
+def _text(raw: bytes, name: str, *, secret: bool) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        what = name if secret else f"{name} value"
+        raise KeyURIError(f"pkcs11 URI: {what} is not UTF-8 after pct-decoding") from None
+
+
+def _what_is_wrong(value: str, allowed: re.Pattern[str]) -> str:
+    for i, c in enumerate(value):
+        if c == "%":
+            if not re.fullmatch(_PCT, value[i : i + 3]):
+                return f"has a bad pct escape {value[i:i + 3]!r} (want %XX with two hex digits)"
+        elif not allowed.fullmatch(c):
+            return f"contains {c!r}, which must be pct-encoded (e.g. a space is %20)"
+    return "is malformed"  # pragma: no cover
+
+
+def _split_attr(attr: str, where: str) -> tuple[str, str]:
+    if attr == "":
+        sep = ";" if where == "path" else "&"
+        raise KeyURIError(f"pkcs11 URI: empty attribute in the {where} (a stray {sep!r})")
+    name, eq, value = attr.partition("=")
+    if not eq:
+        raise KeyURIError(f"pkcs11 URI: {where} attribute {name[:40]!r} has no '=value'")
+    if not _ATTR_NAME.fullmatch(name):
+        raise KeyURIError(f"pkcs11 URI: {name[:40]!r} is not an attribute name (letters, digits, '-', '_')")
+    return name.lower() if name.lower() in PATH_ATTRS + QUERY_ATTRS else name, value
+
+
+def parse_pkcs11_uri(uri: str) -> PKCS11URI:
+    """Parse ``uri`` per RFC 7512, refusing anything malformed or ambiguous.
+
+    Refused: a missing ``pkcs11:`` scheme, a fragment, empty attributes, a
+    standard attribute given twice, a query attribute in the path (or the
+    reverse), an unknown path attribute (capseal cannot honour it), a character
+    RFC 3986 requires to be pct-encoded (e.g. a space), a bad pct escape,
+    ``type`` outside RFC 7512's list, non-numeric ``slot-id`` or
+    ``library-version``, and both ``pin-source`` and ``pin-value`` (RFC 7512:
+    such a URI SHOULD be refused). The error never quotes a ``pin-value``.
+    """
+    if not isinstance(uri, str):
+        raise KeyURIError("a pkcs11 URI is a string")
+    text = uri.strip()
+    if text[: len(SCHEME)].lower() != SCHEME:
+        raise KeyURIError("a PKCS#11 key URI starts with 'pkcs11:' (RFC 7512)")
+    body = text[len(SCHEME):]
+    if "#" in body:
+        raise KeyURIError("pkcs11 URI: a fragment ('#') is not allowed; pct-encode '#' as %23")
+    path_part, qmark, query_part = body.partition("?")
+    values: dict[str, object] = {}
+    vendor_query: list[tuple[str, str]] = []
+
+    if path_part:
+        for attr in path_part.split(";"):
+            name, value = _split_attr(attr, "path")
+            if name in QUERY_ATTRS:
+                raise KeyURIError(f"pkcs11 URI: {name} is a query attribute; put it after '?'")
+            if name not in PATH_ATTRS:
+                raise KeyURIError(
+                    f"pkcs11 URI: unknown path attribute {name!r}; capseal refuses URIs it cannot fully honour "
+                    f"(known: {', '.join(PATH_ATTRS)})"
+                )
+            if not _PATH_VALUE.fullmatch(value):
+                raise KeyURIError(f"pkcs11 URI: {name} {_what_is_wrong(value, _PATH_VALUE)}")
+            key = name.replace("-", "_")
+            if key in values:
+                raise KeyURIError(f"pkcs11 URI: path attribute {name} appears more than once")
+            raw = _decode(value, name, secret=False)
+            if name == "id":
+                values[key] = raw
+            elif name == "slot-id":
+                if not _DIGITS.fullmatch(value):
+                    raise KeyURIError("pkcs11 URI: slot-id is a decimal number")
+                values[key] = int(value)
+            elif name == "library-version":
+                if not _LIB_VERSION.fullmatch(value):
+                    raise KeyURIError("pkcs11 URI: library-version is M or M.N (digits)")
+                values[key] = value
+            elif name == "type":
+                if value not in TYPES:
+                    raise KeyURIError(f"pkcs11 URI: type must be one of {', '.join(TYPES)}")
+                values[key] = value
+            else:
+                values[key] = _text(raw, name, secret=False)
+
+    if qmark and query_part:
+        for attr in query_part.split("&"):
+            name, value = _split_attr(attr, "query")
+            if name in PATH_ATTRS:
+                raise KeyURIError(f"pkcs11 URI: {name} is a path attribute; put it before '?'")
+            secret = name in _SECRET_QUERY
+            if not _QUERY_VALUE.fullmatch(value):
+                if secret:  # never quote any part of a PIN
+                    raise KeyURIError(f"pkcs11 URI: {name} has a bad pct escape or a character that must be pct-encoded")
+                raise KeyURIError(f"pkcs11 URI: {name} {_what_is_wrong(value, _QUERY_VALUE)}")
+            if name not in QUERY_ATTRS:
+                vendor_query.append((name, value))  # how to reach a token; never which key
+                continue
+            key = name.replace("-", "_")
+            if key in values:
+                raise KeyURIError(f"pkcs11 URI: query attribute {name} appears more than once")
+            values[key] = _text(_decode(value, name, secret=secret), name, secret=secret)
+
+    if "pin_source" in values and "pin_value" in values:
+        raise KeyURIError("pkcs11 URI: give pin-source or pin-value, not both (RFC 7512 §2.3)")
+    module_path = values.get("module_path")
+    if isinstance(module_path, str) and not os.path.isabs(module_path):
+        raise KeyURIError("pkcs11 URI: module-path must be an absolute path")
+    module_name = values.get("module_name")
+    if isinstance(module_name, str) and ("/" in module_name or module_name in ("", ".", "..")):
+        raise KeyURIError("pkcs11 URI: module-name is a file name without '/', e.g. softhsm2")
+    return PKCS11URI(**values, vendor_query=tuple(vendor_query))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- modules
+
+
+def _module_dirs() -> list[str]:
+    multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+    return [
+        f"/usr/lib/{multiarch}/pkcs11", "/usr/lib/pkcs11", "/usr/lib64/pkcs11", "/usr/local/lib/pkcs11",
+        "/usr/lib/softhsm", f"/usr/lib/{multiarch}/softhsm", f"/usr/lib/{multiarch}", "/usr/lib64", "/usr/local/lib",
+    ]
+
+
+def _candidates(directory: str, name: str) -> list[Path]:
+    names = [name] if name.endswith(".so") or ".so." in name else [f"lib{name}.so", f"{name}.so", f"{name}-pkcs11.so", name]
+    return [Path(directory) / n for n in names]
+
+
+def resolve_module(uri: PKCS11URI) -> str:
+    """The module file the URI names: ``module-path`` (a file, or a directory
+    searched for ``module-name``), else ``module-name`` in the usual module
+    directories. RFC 7512 leaves using both implementation-specific; here
+    module-path wins and module-name only picks a file inside a directory."""
+    if uri.module_path is not None:
+        p = Path(uri.module_path)
+        if p.is_dir():
+            if uri.module_name is None:
+                raise KeyURIError(f"pkcs11 URI: module-path {p} is a directory; add module-name= to pick the module in it")
+            for cand in _candidates(str(p), uri.module_name):
+                if cand.is_file():
+                    return str(cand)
+            raise SignerUnavailableError(f"PKCS#11 module {uri.module_name!r} not found in {p}")
+        return str(p)
+    if uri.module_name is not None:
+        for directory in _module_dirs():
+            for cand in _candidates(directory, uri.module_name):
+                if cand.is_file():
+                    return str(cand)
+        raise SignerUnavailableError(
+            f"PKCS#11 module {uri.module_name!r} not found in {', '.join(_module_dirs()[:5])}, …; give module-path="
+        )
+    raise KeyURIError(
+        "pkcs11 URI names no module: add ?module-path=/path/to/module.so "
+        f"(SoftHSM2: {KNOWN_MODULES['SoftHSM2']})"
+    )
+
+
+def module_allowlist(explicit: object = None) -> list[list[str]]:
+    """The allow-lists in force: the ``module_allowlist=`` argument and the
+    ``CAPSEAL_PKCS11_MODULES`` environment variable (colon-separated). A module
+    must be on *every* list that is set, so a caller cannot widen what the
+    operator's environment allows."""
+    lists: list[list[str]] = []
+    if explicit is not None:
+        if isinstance(explicit, str):
+            items = [s for s in explicit.split(os.pathsep) if s]
+        else:
+            items = [str(s) for s in explicit]  # type: ignore[attr-defined]
+        lists.append(items)
+    env = os.environ.get(MODULE_ALLOWLIST_ENV)
+    if env is not None:
+        lists.append([s for s in env.split(os.pathsep) if s])
+    return lists
+
+
+def check_module_allowed(path: str, explicit: object = None) -> str:
+    """Refuse ``path`` unless it is on every allow-list in force, comparing
+    real paths (symlinks resolved). Runs *before* the module is loaded: loading
+    a shared object runs its code. Returns the module's real path."""
+    real = os.path.realpath(path)
+    for allowed in module_allowlist(explicit):
+        reals = {os.path.realpath(a) for a in allowed}
+        if real not in reals:
+            raise SignerUnavailableError(
+                f"PKCS#11 module {path} is not on the module allow-list "
+                f"({MODULE_ALLOWLIST_ENV} or module_allowlist=); refusing to load it",
+                hint=f"add {real} to {MODULE_ALLOWLIST_ENV} (colon-separated) if this module is trusted",
+            )
+    return real
+
+
+# ---------------------------------------------------------------------- PIN files
+
+
+def read_pin_source(source: str) -> str:
+    """The PIN from a ``pin-source``: a ``file:`` URI or a file path. The file
+    holds the PIN (one trailing newline is dropped). Program sources
+    (``|command``) are refused: capseal does not run commands named in URIs."""
+    if source.startswith("|"):
+        raise KeyURIError("pkcs11 URI: pin-source programs ('|command') are not supported; use a file")
+    if source.lower().startswith("file:"):
+        parts = urlsplit(source)
+        if parts.netloc not in ("", "localhost"):
+            raise KeyURIError("pkcs11 URI: pin-source file: URIs must name a local file")
+        path = unquote_to_bytes(parts.path).decode("utf-8", "strict")
+    else:
+        path = source
+    if not path:
+        raise KeyURIError("pkcs11 URI: pin-source names no file")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise KeyURIError(f"pkcs11 URI: cannot read pin-source {path}: {exc.strerror}") from None
+    try:
+        pin = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise KeyURIError(f"pkcs11 URI: pin-source {path} is not UTF-8 text") from None
+    if pin.endswith("\r\n"):
+        pin = pin[:-2]
+    elif pin.endswith("\n"):
+        pin = pin[:-1]
+    return pin
