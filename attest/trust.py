@@ -34,9 +34,9 @@ def _spki(key: Any) -> bytes:
 class PinnedAK:
     """One enrolled AK. ``spki`` is its DER SubjectPublicKeyInfo; ``name`` and
     ``qualified_name`` (hex), when known, pin it further; ``software`` is what
-    the relying party knows about the device (``True`` for swtpm; ``None`` when
-    it does not say — then the evidence's device strings decide, and they can
-    only lower the claim)."""
+    the relying party knows from enrolling the AK: ``False`` = a hardware TPM
+    (the only way, besides an EK chain, to get the status ``verified``),
+    ``True`` = software, ``None`` = not said (reported as software)."""
 
     spki: bytes | None = None
     name: str | None = None

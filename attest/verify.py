@@ -28,9 +28,15 @@ Every check has its own finding code, so an auditor can tell *what* is wrong:
 ==================================  =====================================================
 
 Statuses (``capseal verify --evidence``): ``no-evidence`` (slot null: missing
-information, never a negative claim), ``verified``, ``verified-software-tpm``
-(the device is, or may be, software — swtpm always is), or the code of the
-first failure in the order above.
+information, never a negative claim), ``verified``, ``verified-software-tpm``,
+or the code of the first failure in the order above.
+
+``verified`` (a hardware TPM) needs more than a valid quote: the device strings
+in the slot are read by the producer and unsigned, so they can only *lower*
+the claim. Hardware is reported only when the device does not say software
+AND something the verifier trusts says hardware: the AK pinned with
+``software=False`` (enrolled as a hardware AK) or a valid EK certificate
+chain. Everything else — swtpm always — is ``verified-software-tpm``.
 """
 
 from __future__ import annotations
@@ -316,21 +322,23 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
             if digest != attest.pcr_digest:
                 fail("evidence_pcr_mismatch", "the recorded PCR values do not hash to the quoted pcrDigest")
 
-    # ---- trust
-    software = is_software_device(ev.get("device"))
+    # ---- trust, and what kind of device: hardware only when something the
+    # relying party trusts says so (a pin enrolled as hardware, or an EK chain)
     if policy is None:
         fail("evidence_ak_not_pinned", "no trust policy: the quote is self-consistent, but nothing says whose AK this is",
              "warning")
-    elif pin is None:
+        return
+    if pin is None:
         fail("evidence_ak_untrusted", f"AK {ak_name.hex()[:20]}… is not in the trust policy")
-    else:
-        software = software or pin.software is True
-        _check_ek(ev, policy, fail)
-    if software:
-        fail("evidence_software_tpm", "the quote comes from a software TPM (or a device not shown to be hardware)", "info")
-    elif pin is not None and not ev.get("ek_certificates"):
-        fail("evidence_hardware_by_pin",
-             "hardware rests on the pinned AK; the device strings are read by the producer and not signed", "info")
+        return
+    ek_ok = _check_ek(ev, policy, fail)
+    if is_software_device(ev.get("device")) or pin.software is True:
+        fail("evidence_software_tpm", "the quote comes from a software TPM (swtpm), or the device does not say it is hardware",
+             "info")
+    elif pin.software is not False and not ek_ok:
+        fail("evidence_software_tpm",
+             "reported as a software TPM: the device strings say hardware, but they are producer-reported and unsigned; "
+             "nothing the verifier trusts (an AK pinned as hardware, an EK certificate chain) says so", "info")
 
 
 def _signature_ok(key: Any, sig: tpmwire.Signature, data: bytes, hash_name: str) -> bool:
@@ -349,8 +357,9 @@ def _signature_ok(key: Any, sig: tpmwire.Signature, data: bytes, hash_name: str)
     return True
 
 
-def _check_ek(ev: Mapping[str, Any], policy: TrustPolicy, fail: Any) -> None:
-    """An EK chain (leaf first, b64 DER) up to one of ``policy.ek_roots``.
+def _check_ek(ev: Mapping[str, Any], policy: TrustPolicy, fail: Any) -> bool:
+    """An EK chain (leaf first, b64 DER) up to one of ``policy.ek_roots``;
+    True only when one is present and valid.
 
     It proves the TPM's make, not that the AK lives in it: that binding is the
     relying party's enrollment (credential activation), which is why the AK
@@ -360,20 +369,22 @@ def _check_ek(ev: Mapping[str, Any], policy: TrustPolicy, fail: Any) -> None:
     if not chain_b64:
         if policy.require_ek_chain:
             fail("evidence_ek_chain_invalid", "the trust policy requires an EK certificate chain; the evidence has none")
-        return
+        return False
     if not policy.ek_roots:
-        return
+        return False
     try:
         chain = [x509.load_der_x509_certificate(base64.b64decode(c, validate=True)) for c in chain_b64]
     except Exception as exc:  # noqa: BLE001
         fail("evidence_ek_chain_invalid", f"ek_certificates cannot be read: {exc}")
-        return
+        return False
     for child, parent in zip(chain, chain[1:]):
         if not _issued_by(child, parent):
             fail("evidence_ek_chain_invalid", f"{child.subject.rfc4514_string()} is not signed by the next certificate")
-            return
+            return False
     if not any(_issued_by(chain[-1], root) or chain[-1] == root for root in policy.ek_roots):
         fail("evidence_ek_chain_invalid", "the EK chain does not end at a trusted root")
+        return False
+    return True
 
 
 def _issued_by(child: x509.Certificate, parent: x509.Certificate) -> bool:
