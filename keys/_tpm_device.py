@@ -12,7 +12,8 @@ Why the connection care:
   loaded by a crashed process stay loaded, and swtpm has only three slots, so
   on every connect the worker flushes leftover transient objects and loaded
   sessions. Objects capseal loads are flushed in ``finally`` blocks, or kept in
-  a per-connection memo (:meth:`TPMDevice.memo`) and flushed on close.
+  a per-connection memo (:meth:`TPMDevice.memo`) and flushed on close (or
+  when the slots run out, to be reloaded on demand).
   (Consequence: on a TPM without a resource manager, capseal assumes one
   process uses it at a time. ``/dev/tpmrm0`` isolates processes.)
 * When the TPM goes away (swtpm stopped, device reset) the call fails with
@@ -109,6 +110,10 @@ def is_transport_error(exc: BaseException) -> bool:
         return False
     rc = int(exc.rc)
     return (rc & _LAYER_MASK) == _TCTI_LAYER or rc == _ESYS_BAD_SEQUENCE
+
+
+def _is_object_memory(exc: TSS2_Exception) -> bool:
+    return int(exc.rc) == _RC_OBJECT_MEMORY or int(exc.error) == _RC_OBJECT_MEMORY
 
 
 def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> CapsealError:
@@ -359,7 +364,11 @@ class TPMDevice:
         ``factory(ectx)`` runs once per connection; a reconnect forgets the
         value (an ESYS_TR from an old context means nothing in a new one).
         ``flush=True`` marks the value as a transient object this device must
-        flush when it forgets it (close, reconnect, :meth:`forget`).
+        flush when it forgets it (close, reconnect, :meth:`forget`). Such
+        entries are also flushed when a call fails with TPM_RC_OBJECT_MEMORY
+        (swtpm has three slots); the call is then run once more and
+        ``factory`` loads the object again, so ``fn`` must fetch handles
+        through ``memo`` rather than keep them between calls.
         """
         self._assert_worker()
         hit = self._memo.get(key)
@@ -375,6 +384,13 @@ class TPMDevice:
         hit = self._memo.pop(key, None)
         if hit is not None and hit[1]:
             self._flush_quietly(hit[0])
+
+    def make_room(self) -> None:
+        """Flush this device's cached transient objects (they reload on demand),
+        so a job that needs several slots (provisioning: SRK + key) gets them.
+        Inside a call only."""
+        self._assert_worker()
+        self._evict_cached_transients()
 
     @property
     def generation(self) -> int:
@@ -445,6 +461,8 @@ class TPMDevice:
                     # a stale connection (TPM restarted since) earns one retry
                     if attempt + 1 < attempts and had_connection:
                         continue
+                elif _is_object_memory(exc) and attempt + 1 < attempts and self._evict_cached_transients():
+                    continue  # our own cached objects filled the slots: they reload on demand
                 raise map_tss_error(exc, self.tcti, what) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -482,6 +500,14 @@ class TPMDevice:
                                        else _session_tr(ectx, int(handle)))
                 except TSS2_Exception:
                     pass  # already gone
+
+    def _evict_cached_transients(self) -> bool:
+        """Flush every memoized transient (``flush=True``); True if there was one."""
+        victims = [k for k, (_v, is_transient) in self._memo.items() if is_transient]
+        for key in victims:
+            value, _ = self._memo.pop(key)
+            self._flush_quietly(value)
+        return bool(victims)
 
     def _current_info(self) -> TPMInfo:
         if self._info is None:

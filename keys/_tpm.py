@@ -1,0 +1,493 @@
+"""``tpm2:`` signing keys: persistent handles and ``TSS2 PRIVATE KEY`` files.
+
+The key never leaves the TPM: capseal hashes the message in Python and the TPM
+signs the digest (TPM2_Sign with a null hashcheck ticket, which unrestricted
+signing keys accept). All TPM work runs on the device's worker thread
+(:mod:`._tpm_device`), so any number of producer threads can share one key.
+
+Algorithms: ECC P-256 → ES256 and P-384 → ES384 (ECDSA; R and S left-padded
+to the curve size, the raw r‖s COSE form), RSA ≥ 2048 → PS256 (RSASSA-PSS,
+salt = hash length = 32, which TPMs use and COSE requires). EdDSA needs a TPM
+that lists TPM_ALG_EDDSA (0x0060) *and* TPM2_SignSequenceComplete (TPM 2.0
+rev 1.83), which neither swtpm 0.7 nor libtss2 3.2 has: such requests are
+refused with UnsupportedAlgorithmError saying which part is missing.
+
+Provisioning (``create_key``, ``list_keys``, ``provision``) and the doctor
+checks live in :mod:`._tpm_provision` and are re-exported here, where the
+registries look for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from tpm2_pytss import TSS2_Exception
+from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_ECC, TPM2_RH, TPM2_ST, TPMA_OBJECT
+from tpm2_pytss.types import (
+    TPM2B_DIGEST,
+    TPM2B_PRIVATE,
+    TPM2B_PUBLIC,
+    TPM2B_SENSITIVE_CREATE,
+    TPMT_SIG_SCHEME,
+    TPMT_TK_HASHCHECK,
+)
+
+from capseal.errors import (
+    KeyNotFoundError,
+    KeyURIError,
+    PinIncorrectError,
+    SignatureFailedError,
+    SignerUnavailableError,
+    UnsupportedAlgorithmError,
+)
+
+from ._base import SignatureResult, Signer
+from ._registry import SecretsHandler
+from ._tpm_device import TPMDevice, TPMInfo, get_device
+from ._tpm_uri import TPM_RH_OWNER, TPMKeyFile, TPMKeyURI, format_handle, parse_tpm_uri
+from .custody import custody_statement
+
+__all__ = [
+    "TPMSigner",
+    "TPM_ALG_EDDSA",
+    "SRK_TEMPLATE",
+    "srk_template",
+    "key_attributes",
+    "eddsa_refusal",
+    "create_key",
+    "list_keys",
+    "provision",
+    "doctor_checks",
+]
+
+#: TPM_ALG_EDDSA (TPM 2.0 rev 1.83); tpm2-pytss 3.0 has no constant for it.
+TPM_ALG_EDDSA = 0x0060
+TPM_ECC_ED25519 = 0x0040
+SRK_TEMPLATE = "ecc256:aes128cfb"
+_SRK_ATTRS = (TPMA_OBJECT.RESTRICTED | TPMA_OBJECT.DECRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT
+              | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH | TPMA_OBJECT.NODA)
+_RC_HANDLE = 0x08B
+_RC_REFERENCE_H0 = 0x910
+_RC_AUTH_FAIL = 0x08E
+_RC_BAD_AUTH = 0x0A2
+_DEFAULT_TIMEOUT = 60.0
+
+_ATTRIBUTE_NAMES = (
+    ("fixedTPM", TPMA_OBJECT.FIXEDTPM),
+    ("stClear", TPMA_OBJECT.STCLEAR),
+    ("fixedParent", TPMA_OBJECT.FIXEDPARENT),
+    ("sensitiveDataOrigin", TPMA_OBJECT.SENSITIVEDATAORIGIN),
+    ("userWithAuth", TPMA_OBJECT.USERWITHAUTH),
+    ("adminWithPolicy", TPMA_OBJECT.ADMINWITHPOLICY),
+    ("noDA", TPMA_OBJECT.NODA),
+    ("encryptedDuplication", TPMA_OBJECT.ENCRYPTEDDUPLICATION),
+    ("restricted", TPMA_OBJECT.RESTRICTED),
+    ("decrypt", TPMA_OBJECT.DECRYPT),
+    ("sign", TPMA_OBJECT.SIGN_ENCRYPT),
+)
+
+
+def srk_template() -> TPM2B_PUBLIC:
+    """The TCG storage root key template (ECC P-256, AES-128-CFB, empty unique):
+    the parent ``0x40000001`` means in a TSS2 PRIVATE KEY, as tpm2-tss-engine,
+    tpm2-openssl and ``tpm2_pytss.tsskey`` create it. Primaries are
+    deterministic per seed and template, so any process gets the same SRK."""
+    return TPM2B_PUBLIC.parse(SRK_TEMPLATE, objectAttributes=_SRK_ATTRS)
+
+
+def key_attributes(public: TPM2B_PUBLIC) -> dict[str, bool]:
+    """TPMA_OBJECT bits of a public area, by their TPM specification names."""
+    attrs = public.publicArea.objectAttributes
+    return {name: bool(attrs & bit) for name, bit in _ATTRIBUTE_NAMES}
+
+
+def eddsa_refusal(info: TPMInfo) -> UnsupportedAlgorithmError:
+    """Why this TPM cannot make capseal an Ed25519 key (always an error today)."""
+    who = f"TPM {info.tcti} ({info.manufacturer} {info.vendor.strip()})"
+    if not info.supports(TPM_ALG_EDDSA):
+        return UnsupportedAlgorithmError(
+            f"{who} does not list TPM_ALG_EDDSA (0x0060) in TPM_CAP_ALGS, so it cannot hold an Ed25519 key; "
+            "use p256 (ES256) or rsa-pss (PS256)")
+    return UnsupportedAlgorithmError(
+        f"{who} lists TPM_ALG_EDDSA, but pure EdDSA needs TPM2_SignSequenceComplete (TPM 2.0 rev 1.83), which "
+        "libtss2 3.2 / tpm2-pytss 3.0 do not provide; use p256 (ES256)")
+
+
+class _KeyShape:
+    """How to sign with a given public area: COSE alg, hash, TPM scheme, sizes."""
+
+    __slots__ = ("alg", "hash_name", "scheme", "size", "public_key", "is_rsa")
+
+    def __init__(self, public: TPM2B_PUBLIC, info: TPMInfo, where: str) -> None:
+        area = public.publicArea
+        attrs = area.objectAttributes
+        if not attrs & TPMA_OBJECT.SIGN_ENCRYPT:
+            raise UnsupportedAlgorithmError(f"{where} is not a signing key (attributes {attrs})")
+        if attrs & TPMA_OBJECT.RESTRICTED:
+            raise UnsupportedAlgorithmError(
+                f"{where} is a restricted signing key (an attestation key): it signs only TPM-generated data, "
+                "not capsules; use the unrestricted signing key")
+        self.is_rsa = int(area.type) == int(TPM2_ALG.RSA)
+        if int(area.type) == int(TPM2_ALG.ECC):
+            curve = int(area.parameters.eccDetail.curveID)
+            if curve == int(TPM2_ECC.NIST_P256):
+                self.alg, self.hash_name, hash_alg, self.size = "ES256", "sha256", TPM2_ALG.SHA256, 32
+            elif curve == int(TPM2_ECC.NIST_P384):
+                self.alg, self.hash_name, hash_alg, self.size = "ES384", "sha384", TPM2_ALG.SHA384, 48
+            elif curve == TPM_ECC_ED25519:
+                raise eddsa_refusal(info)
+            else:
+                raise UnsupportedAlgorithmError(f"{where} is on ECC curve 0x{curve:04x}; capseal signs with P-256 or P-384")
+            fixed = area.parameters.eccDetail.scheme
+            if int(fixed.scheme) not in (int(TPM2_ALG.NULL), int(TPM2_ALG.ECDSA)) or (
+                int(fixed.scheme) == int(TPM2_ALG.ECDSA) and int(fixed.details.anySig.hashAlg) != int(hash_alg)
+            ):
+                raise UnsupportedAlgorithmError(f"{where} has signing scheme {fixed.scheme}; {self.alg} needs ECDSA "
+                                                f"with {self.hash_name.upper()} (or no fixed scheme)")
+            self.scheme = TPMT_SIG_SCHEME(scheme=TPM2_ALG.ECDSA)
+        elif self.is_rsa:
+            bits = int(area.parameters.rsaDetail.keyBits)
+            if bits < 2048:
+                raise UnsupportedAlgorithmError(f"{where} is RSA-{bits}; PS256 needs at least 2048 bits")
+            fixed = area.parameters.rsaDetail.scheme
+            if int(fixed.scheme) not in (int(TPM2_ALG.NULL), int(TPM2_ALG.RSAPSS)) or (
+                int(fixed.scheme) == int(TPM2_ALG.RSAPSS) and int(fixed.details.anySig.hashAlg) != int(TPM2_ALG.SHA256)
+            ):
+                raise UnsupportedAlgorithmError(f"{where} has RSA scheme {fixed.scheme}; PS256 needs RSASSA-PSS with "
+                                                "SHA-256 (or no fixed scheme)")
+            self.alg, self.hash_name, hash_alg, self.size = "PS256", "sha256", TPM2_ALG.SHA256, bits // 8
+            self.scheme = TPMT_SIG_SCHEME(scheme=TPM2_ALG.RSAPSS)
+        else:
+            raise UnsupportedAlgorithmError(f"{where} is a TPM object of type {area.type}, not an ECC or RSA key")
+        self.scheme.details.any.hashAlg = hash_alg
+        self.public_key = serialization.load_der_public_key(public.to_der())
+
+
+class TPMSigner(Signer):
+    """A signing key inside a TPM 2.0, named by a ``tpm2:`` URI.
+
+    Thread-safe: ``sign`` may be called from any number of threads; the TPM
+    work is queued on the device worker. The auth value (``pin``) is kept only
+    in memory and never appears in ``uri``, ``repr`` or messages.
+    """
+
+    external_device = True
+
+    def __init__(
+        self,
+        ref: TPMKeyURI,
+        *,
+        auth: bytes | None = None,
+        device: TPMDevice | None = None,
+        timeout: float | None = _DEFAULT_TIMEOUT,
+    ) -> None:
+        if not ref.names_key:
+            raise KeyURIError("a tpm2: signing key URI names handle=0x81…… or keyfile=/path")
+        self._ref = ref
+        self._auth = auth or None
+        self._timeout = timeout
+        self._device = device or get_device(ref.tcti)
+        self._token = object()  # this signer's entries in the device's per-connection memo
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._keyfile: TPMKeyFile | None = None
+        if ref.keyfile is not None:
+            self._keyfile = _read_keyfile(ref.keyfile)
+            if not self._keyfile.empty_auth and self._auth is None:
+                raise PinIncorrectError(f"{ref.describe_key()} has an auth value; pass it as pin= (or a secrets handler)")
+        self._pinned_name: bytes | None = None
+        public, name, info = self._device.call(self._open_on_worker, what=f"opening {ref.describe_key()}",
+                                               timeout=timeout)
+        self._public_area = public
+        self._pinned_name = name
+        self._info = info
+        try:
+            self._shape = _KeyShape(public, info, ref.describe_key())
+        except BaseException:
+            self.close()  # flush a loaded key file we cannot use
+            raise
+        self._digest = getattr(hashlib, self._shape.hash_name)
+        self._ticket = TPMT_TK_HASHCHECK(tag=TPM2_ST.HASHCHECK, hierarchy=TPM2_RH.NULL)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_uri(
+        cls,
+        uri: str,
+        *,
+        pin: str | None = None,
+        secrets_handler: SecretsHandler | None = None,
+        tcti: str | None = None,
+        ak_handle: int | str | None = None,
+        timeout: float | None = _DEFAULT_TIMEOUT,
+        **options: Any,
+    ) -> TPMSigner:
+        """Open ``tpm2:handle=…`` or ``tpm2:keyfile=…``. ``pin`` is the key's
+        auth value (when it has one); ``secrets_handler`` is asked only for key
+        files that declare a non-empty auth."""
+        if options:
+            raise KeyURIError(f"unknown options for a tpm2: key: {sorted(options)}")
+        ak = int(ak_handle, 0) if isinstance(ak_handle, str) else ak_handle
+        ref = parse_tpm_uri(uri, tcti=tcti, ak_handle=ak)
+        if pin is None and secrets_handler is not None and ref.keyfile is not None:
+            kf = _read_keyfile(ref.keyfile)
+            if not kf.empty_auth:
+                pin = secrets_handler(f"auth value for {ref.describe_key()}")
+        return cls(ref, auth=pin.encode("utf-8") if pin else None, timeout=timeout)
+
+    def _open_on_worker(self, ectx: Any) -> tuple[TPM2B_PUBLIC, bytes, TPMInfo]:
+        info = self._device.info()
+        tr = self._key_tr(ectx)
+        public, name, _ = ectx.read_public(tr)
+        return public, bytes(name), info
+
+    # ------------------------------------------------------------------ the key handle, per connection
+
+    def _key_tr(self, ectx: Any) -> Any:
+        return self._device.memo((self._token, "key"), self._resolve, flush=self._keyfile is not None)
+
+    def _resolve(self, ectx: Any) -> Any:
+        ref = self._ref
+        if self._keyfile is not None:
+            tr = self._load_keyfile(ectx, self._keyfile)
+        else:
+            assert ref.handle is not None
+            try:
+                tr = ectx.tr_from_tpmpublic(ref.handle)
+            except TSS2_Exception as exc:
+                if int(exc.error) in (_RC_HANDLE, _RC_REFERENCE_H0):
+                    raise KeyNotFoundError(
+                        f"no key at persistent handle {format_handle(ref.handle)} on TPM {ref.tcti}",
+                        hint=f"Create one: capseal tpm provision --tcti '{ref.tcti}' --handle {format_handle(ref.handle)}",
+                    ) from None
+                raise
+        if self._pinned_name is not None:
+            _pub, name, _ = ectx.read_public(tr)
+            if bytes(name) != self._pinned_name:
+                if self._keyfile is not None:
+                    ectx.flush_context(tr)
+                raise KeyNotFoundError(f"{ref.describe_key()} is no longer the key this signer opened "
+                                       f"(TPM name {bytes(name).hex()[:16]}…, expected {self._pinned_name.hex()[:16]}…)")
+        if self._auth is not None:
+            ectx.tr_set_auth(tr, self._auth)
+        return tr
+
+    def _load_keyfile(self, ectx: Any, kf: TPMKeyFile) -> Any:
+        where = self._ref.describe_key()
+        try:
+            public, used = TPM2B_PUBLIC.unmarshal(kf.public)
+            private, used2 = TPM2B_PRIVATE.unmarshal(kf.private)
+        except TSS2_Exception:
+            raise KeyURIError(f"{where}: pubkey/privkey are not TPM2B_PUBLIC/TPM2B_PRIVATE") from None
+        if used != len(kf.public) or used2 != len(kf.private):
+            raise KeyURIError(f"{where}: trailing bytes after the TPM2B blobs")
+        if kf.parent == TPM_RH_OWNER:
+            parent, _, _, _, _ = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
+            transient_parent = True
+        else:
+            parent = ectx.tr_from_tpmpublic(kf.parent)
+            transient_parent = False
+        try:
+            return ectx.load(parent, private, public)
+        finally:
+            if transient_parent:
+                ectx.flush_context(parent)
+
+    # ------------------------------------------------------------------ Signer
+
+    @property
+    def alg(self) -> str:
+        return self._shape.alg
+
+    @property
+    def public_key(self) -> Any:
+        return self._shape.public_key
+
+    @property
+    def uri(self) -> str:
+        return self._ref.to_uri()
+
+    @property
+    def device(self) -> TPMDevice:
+        return self._device
+
+    @property
+    def public_area(self) -> TPM2B_PUBLIC:
+        """The key's TPM2B_PUBLIC as read at open (attributes, parameters)."""
+        return self._public_area
+
+    @property
+    def tpm_name(self) -> bytes:
+        """The key's TPM name (nameAlg ‖ H(public area)), as read at open."""
+        assert self._pinned_name is not None
+        return self._pinned_name
+
+    def sign(self, data: bytes) -> SignatureResult:
+        if self._closed:
+            raise SignerUnavailableError(f"{self.describe_short()} was closed")
+        digest = self._digest(data).digest()
+        raw = self._device.call(lambda ectx: self._sign_on_worker(ectx, digest),
+                                what=f"signing with {self._ref.describe_key()}", timeout=self._timeout)
+        return SignatureResult(raw, self.kid, self._shape.alg)
+
+    def _sign_on_worker(self, ectx: Any, digest: bytes) -> bytes:
+        shape = self._shape
+        for attempt in (0, 1):
+            tr = self._key_tr(ectx)
+            try:
+                sig = ectx.sign(tr, TPM2B_DIGEST(digest), shape.scheme, self._ticket)
+            except TSS2_Exception as exc:
+                err = int(exc.error)
+                if self._keyfile is not None and attempt == 0 and err in (_RC_HANDLE, _RC_REFERENCE_H0):
+                    # our loaded copy was flushed behind our back (another process on a TPM
+                    # without a resource manager): load it again, once
+                    self._device.forget((self._token, "key"))
+                    continue
+                if err in (_RC_AUTH_FAIL, _RC_BAD_AUTH):
+                    raise PinIncorrectError(
+                        f"{self._ref.describe_key()} refused its auth value (wrong or missing pin)") from None
+                raise
+            if shape.is_rsa:
+                out = bytes(sig.signature.rsapss.sig)
+                return out.rjust(shape.size, b"\x00")
+            ecdsa = sig.signature.ecdsa  # keep `sig` alive while reading its buffers
+            r, s = bytes(ecdsa.signatureR), bytes(ecdsa.signatureS)
+            if len(r) > shape.size or len(s) > shape.size:
+                raise SignatureFailedError(f"{self._ref.describe_key()} returned an oversized ECDSA component")
+            return r.rjust(shape.size, b"\x00") + s.rjust(shape.size, b"\x00")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def describe(self) -> dict[str, Any]:
+        """Custody statement from what the TPM reports now: device properties,
+        the key's public area (attributes, name) and, with an AK, a verified
+        TPM2_Certify of the key by the AK."""
+        return self._device.call(self._describe_on_worker, what=f"describing {self._ref.describe_key()}",
+                                 timeout=self._timeout)
+
+    def _describe_on_worker(self, ectx: Any) -> dict[str, Any]:
+        from ._tpm_certify import take_certify
+
+        info = self._device.info()
+        tr = self._key_tr(ectx)
+        public, name, _ = ectx.read_public(tr)
+        ref = self._ref
+        tpm_key: dict[str, Any] = {
+            "name": bytes(name).hex(),
+            "type": "rsa" if self._shape.is_rsa else "ecc",
+            "tcti": ref.tcti,
+        }
+        if ref.handle is not None:
+            tpm_key["handle"] = format_handle(ref.handle)
+        else:
+            assert self._keyfile is not None
+            tpm_key["keyfile"] = ref.keyfile
+            tpm_key["parent"] = format_handle(self._keyfile.parent)
+            tpm_key["empty_auth"] = self._keyfile.empty_auth
+        extra: dict[str, Any] = {"tpm_key": tpm_key, "software_device_reason": info.software_reason}
+        ak_handle = ref.ak_handle
+        if ak_handle is not None:
+            ak_tr = self._device.memo((self._token, "ak"),
+                                      lambda e: _persistent_tr(e, ak_handle, ref.tcti, "attestation key"))
+            extra["tpm_certify"] = take_certify(ectx, tr, public, ak_tr, ak_handle, self.public_key, ref.tcti)
+        device = info.to_dict()
+        device.pop("software", None)
+        device.pop("software_reason", None)
+        return custody_statement(
+            backend="tpm2",
+            alg=self.alg,
+            kid=self.kid,
+            public_key=self.public_key,
+            software_device=info.software,
+            key_store="tpm2-persistent" if ref.handle is not None else "tpm2-keyfile",
+            device=device,
+            key_attributes=key_attributes(public),
+            extra=extra,
+        )
+
+    def close(self) -> None:
+        """Forget this signer's handles on the device (a loaded key file is
+        flushed). The shared device connection stays open for other users."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        token = self._token
+
+        def release(_ectx: Any) -> None:
+            self._device.forget((token, "key"))
+            self._device.forget((token, "ak"))
+
+        try:
+            self._device.call(release, what="releasing a TPM key", timeout=10, retry=False)
+        except Exception:  # closing never raises; the device flushes on its own close
+            pass
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            if not self._closed and self._keyfile is not None:
+                self.close()
+        except Exception:
+            pass
+
+
+def _persistent_tr(ectx: Any, handle: int, tcti: str, what: str) -> Any:
+    try:
+        return ectx.tr_from_tpmpublic(handle)
+    except TSS2_Exception as exc:
+        if int(exc.error) in (_RC_HANDLE, _RC_REFERENCE_H0):
+            raise KeyNotFoundError(f"no {what} at persistent handle {format_handle(handle)} on TPM {tcti}") from None
+        raise
+
+
+def _read_keyfile(path: str) -> TPMKeyFile:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise KeyNotFoundError(f"no TPM key file at {p}") from None
+    except OSError as exc:
+        raise KeyNotFoundError(f"cannot read TPM key file {p}: {exc.strerror}") from None
+    return TPMKeyFile.from_pem(data, where=str(p))
+
+
+def _write_keyfile(path: str, kf: TPMKeyFile) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(kf.to_pem())
+
+
+# Provisioning lives in ._tpm_provision (imported lazily: it imports this module).
+
+
+def create_key(uri: str, alg: str, **kw: Any) -> TPMSigner:
+    """See :func:`capseal.keys._tpm_provision.create_key`."""
+    from ._tpm_provision import create_key as impl
+
+    return impl(uri, alg, **kw)
+
+
+def list_keys(uri: str, **kw: Any) -> list[dict[str, Any]]:
+    """See :func:`capseal.keys._tpm_provision.list_keys`."""
+    from ._tpm_provision import list_keys as impl
+
+    return impl(uri, **kw)
+
+
+def provision(tcti: str | None, **kw: Any) -> dict[str, Any]:
+    """See :func:`capseal.keys._tpm_provision.provision`."""
+    from ._tpm_provision import provision as impl
+
+    return impl(tcti, **kw)
+
+
+def doctor_checks(uri: str | None, **kw: Any) -> list[Any]:
+    """See :func:`capseal.keys._tpm_provision.doctor_checks`."""
+    from ._tpm_provision import doctor_checks as impl
+
+    return impl(uri, **kw)

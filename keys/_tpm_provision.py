@@ -1,0 +1,400 @@
+"""Operator provisioning for TPM keys: ``capseal tpm provision``, ``keys create``,
+``keys list`` and the ``doctor`` checks.
+
+Templates (why each attribute):
+
+* signing key: ``sign | fixedTPM | fixedParent | sensitiveDataOrigin |
+  userWithAuth`` — generated inside the TPM and never duplicable. Keys with an
+  empty auth value also get ``noDA``: there is no secret to guess, and a
+  DA-protected key on swtpm turns three unclean restarts into a 1000 s lockout.
+  A key created with an auth value (``--pin-env``) stays DA-protected.
+* attestation key (AK): ``ecc256:ecdsa-sha256:null`` with ``restricted |
+  sign | fixedTPM | fixedParent | sensitiveDataOrigin | userWithAuth | noDA``.
+  Restricted keys sign only TPM-generated structures (quotes, certify), so a
+  signature by the AK is the TPM's own word. ``:null`` because a restricted
+  signing key must have no symmetric algorithm (``TPM_RC_SYMMETRIC`` otherwise).
+* parent: the TCG ECC P-256 SRK, created transiently from its template under
+  the owner hierarchy (deterministic, so it need not be persisted).
+
+Nothing is overwritten unless the operator says ``--force``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpm2_pytss import TSS2_Exception
+from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_CAP, TPM2_ECC, TPM2_HC, TPM2_PT, TPMA_OBJECT
+from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
+
+from capseal.errors import (
+    CapsealError,
+    KeyNotFoundError,
+    KeyURIError,
+    SignerError,
+    UnsupportedAlgorithmError,
+)
+
+from ._registry import SecretsHandler
+from ._tpm import (
+    TPM_ALG_EDDSA,
+    TPMSigner,
+    _read_keyfile,
+    _write_keyfile,
+    eddsa_refusal,
+    key_attributes,
+    srk_template,
+)
+from ._tpm_device import TPMInfo, get_device
+from ._tpm_uri import (
+    DEFAULT_TCTI,
+    TPM_RH_OWNER,
+    TPMKeyFile,
+    TPMKeyURI,
+    format_handle,
+    is_persistent_handle,
+    parse_tpm_uri,
+)
+
+__all__ = ["HandleInUseError", "create_key", "list_keys", "provision", "doctor_checks", "signing_template",
+           "AK_TEMPLATE"]
+
+AK_TEMPLATE = "ecc256:ecdsa-sha256:null"
+_BASE_SIGN = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT
+              | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH)
+_AK_ATTRS = _BASE_SIGN | TPMA_OBJECT.RESTRICTED | TPMA_OBJECT.NODA
+_TEMPLATES = {"ES256": "ecc256:ecdsa-sha256:null", "ES384": "ecc384:ecdsa-sha384:null",
+              "PS256": "rsa2048:rsapss-sha256:null"}
+_CLI_ALGS = {"p256": "ES256", "p384": "ES384", "rsa-pss": "PS256", "ed25519": "EdDSA"}
+_RC_HANDLE = 0x08B
+SRK_TEMPLATE_TEXT = "TCG ECC P-256 SRK (ecc256:aes128cfb, restricted|decrypt|noDA), transient"
+
+
+class HandleInUseError(SignerError):
+    """A persistent handle (or key file) already holds a key and --force was not given."""
+
+
+def signing_template(alg: str, *, with_auth: bool) -> TPM2B_PUBLIC:
+    """Template of an unrestricted signing key for a COSE algorithm."""
+    template = _TEMPLATES.get(alg)
+    if template is None:
+        raise UnsupportedAlgorithmError(f"capseal cannot create a TPM key for {alg!r}; use p256, p384 or rsa-pss")
+    attrs = _BASE_SIGN if with_auth else _BASE_SIGN | TPMA_OBJECT.NODA
+    return TPM2B_PUBLIC.parse(template, objectAttributes=attrs)
+
+
+def _check_alg_supported(info: TPMInfo, alg: str) -> None:
+    if alg == "EdDSA":
+        raise eddsa_refusal(info)
+    needs = {"ES256": (TPM2_ALG.ECC, TPM2_ALG.ECDSA, TPM2_ALG.SHA256), "ES384": (TPM2_ALG.ECC, TPM2_ALG.ECDSA, TPM2_ALG.SHA384),
+             "PS256": (TPM2_ALG.RSA, TPM2_ALG.RSAPSS, TPM2_ALG.SHA256)}.get(alg)
+    if needs is None:
+        raise UnsupportedAlgorithmError(f"capseal cannot create a TPM key for {alg!r}")
+    missing = [str(a) for a in needs if not info.supports(int(a))]
+    if missing:
+        raise UnsupportedAlgorithmError(f"TPM {info.tcti} does not list {', '.join(missing)} in TPM_CAP_ALGS; "
+                                        f"it cannot make {alg} keys")
+
+
+def _read_persistent(ectx: Any, handle: int) -> TPM2B_PUBLIC | None:
+    """The public area at a persistent handle, or None when the handle is empty."""
+    try:
+        tr = ectx.tr_from_tpmpublic(handle)
+    except TSS2_Exception as exc:
+        if int(exc.error) == _RC_HANDLE:
+            return None
+        raise
+    try:
+        public, _name, _ = ectx.read_public(tr)
+        return public
+    finally:
+        ectx.tr_close(tr)
+
+
+def _create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: bytes | None = None) -> tuple[Any, Any]:
+    sensitive = TPM2B_SENSITIVE_CREATE()
+    if auth:
+        sensitive.sensitive.userAuth = auth
+    private, public, _, _, _ = ectx.create(srk, sensitive, template)
+    return private, public
+
+
+def _persist(ectx: Any, srk: Any, private: Any, public: Any, handle: int) -> None:
+    key = ectx.load(srk, private, public)
+    try:
+        ectx.evict_control(ESYS_TR.OWNER, key, handle)
+    finally:
+        ectx.flush_context(key)
+
+
+def _evict(ectx: Any, handle: int) -> None:
+    tr = ectx.tr_from_tpmpublic(handle)
+    ectx.evict_control(ESYS_TR.OWNER, tr, handle)
+
+
+def _key_summary(public: TPM2B_PUBLIC, handle: int | None = None) -> dict[str, Any]:
+    from cryptography.hazmat.primitives import serialization
+
+    from ._base import kid_for
+
+    out: dict[str, Any] = {}
+    if handle is not None:
+        out["handle"] = format_handle(handle)
+    out["name"] = bytes(public.get_name()).hex()
+    area = public.publicArea
+    kind = int(area.type)
+    try:
+        key = serialization.load_der_public_key(public.to_der())
+        out["public_key_pem"] = public.to_pem().decode("ascii")
+        out["kid"] = kid_for(key)
+    except Exception:  # keyedhash/symcipher objects have no SPKI
+        key = None
+    if kind == int(TPM2_ALG.ECC):
+        curve = int(area.parameters.eccDetail.curveID)
+        out["type"] = {int(TPM2_ECC.NIST_P256): "ecc-p256", int(TPM2_ECC.NIST_P384): "ecc-p384"}.get(curve, f"ecc-0x{curve:04x}")
+    elif kind == int(TPM2_ALG.RSA):
+        out["type"] = f"rsa-{int(area.parameters.rsaDetail.keyBits)}"
+    else:
+        out["type"] = str(area.type)
+    attrs = area.objectAttributes
+    if attrs & TPMA_OBJECT.RESTRICTED and attrs & TPMA_OBJECT.SIGN_ENCRYPT:
+        out["role"] = "attestation-key"
+    elif attrs & TPMA_OBJECT.RESTRICTED and attrs & TPMA_OBJECT.DECRYPT:
+        out["role"] = "storage-key"
+    elif attrs & TPMA_OBJECT.SIGN_ENCRYPT:
+        out["role"] = "signing-key"
+    else:
+        out["role"] = "other"
+    out["attributes"] = key_attributes(public)
+    return out
+
+
+# ---------------------------------------------------------------------------- capseal tpm provision
+
+
+def provision(tcti: str | None, *, signing_handle: int = 0x81000101, ak_handle: int = 0x81000102,
+              alg: str = "p256", force: bool = False) -> dict[str, Any]:
+    """Create the SRK (transient), a persistent signing key and a persistent
+    restricted P-256 attestation key; return handles, URIs, public keys and
+    names, plus the signing key's custody statement with a verified
+    TPM2_Certify by the AK. Refuses occupied handles unless ``force``."""
+    tcti = tcti or DEFAULT_TCTI
+    cose_alg = _CLI_ALGS.get(alg.lower(), alg)
+    for h, what in ((signing_handle, "signing key"), (ak_handle, "attestation key")):
+        if not is_persistent_handle(h):
+            raise KeyURIError(f"{what} handle {format_handle(h)} is not a persistent handle (0x81000000–0x817fffff)")
+    if signing_handle == ak_handle:
+        raise KeyURIError("the signing key and the attestation key need different handles")
+    device = get_device(tcti)
+    info = device.info()
+    _check_alg_supported(info, cose_alg)
+
+    def job(ectx: Any) -> dict[str, Any]:
+        device.make_room()
+        existing = {h: _read_persistent(ectx, h) for h in (signing_handle, ak_handle)}
+        occupied = {h: p for h, p in existing.items() if p is not None}
+        if occupied and not force:
+            desc = ", ".join(f"{format_handle(h)} (name {bytes(p.get_name()).hex()[:16]}…)" for h, p in occupied.items())
+            raise HandleInUseError(f"TPM {tcti} already has keys at {desc}; pass --force to replace them",
+                                   hint="capseal keys list 'tpm2:?tcti=…' shows what is there")
+        srk, srk_public, _, _, _ = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
+        try:
+            key_priv, key_pub = _create_under_srk(ectx, srk, signing_template(cose_alg, with_auth=False))
+            ak_priv, ak_pub = _create_under_srk(ectx, srk, TPM2B_PUBLIC.parse(AK_TEMPLATE, objectAttributes=_AK_ATTRS))
+            for h in occupied:  # only now that both new keys exist
+                _evict(ectx, h)
+            _persist(ectx, srk, key_priv, key_pub, signing_handle)
+            _persist(ectx, srk, ak_priv, ak_pub, ak_handle)
+        finally:
+            ectx.flush_context(srk)
+        return {"srk": {"template": SRK_TEMPLATE_TEXT, "name": bytes(srk_public.get_name()).hex(),
+                        "persistent": False},
+                "replaced": [format_handle(h) for h in occupied]}
+
+    made = device.call(job, what="provisioning keys", retry=False, timeout=None)
+    sign_ref = TPMKeyURI(tcti=tcti, handle=signing_handle, ak_handle=ak_handle)
+    signer = TPMSigner(sign_ref, device=device)
+    try:
+        custody = signer.describe()  # includes the AK's TPM2_Certify of the key, verified
+        signing = {**_key_summary(signer.public_area, signing_handle), "uri": signer.uri, "alg": signer.alg}
+    finally:
+        signer.close()
+    ak_public = device.call(lambda e: _read_persistent(e, ak_handle), what="reading the attestation key")
+    assert ak_public is not None
+    ak = {**_key_summary(ak_public, ak_handle), "template": AK_TEMPLATE,
+          "uri": TPMKeyURI(tcti=tcti, handle=ak_handle).to_uri()}
+    return {
+        "tcti": tcti,
+        "device": info.to_dict(),
+        "software_device": info.software,
+        "srk": made["srk"],
+        "signing_key": signing,
+        "attestation_key": ak,
+        "replaced": made["replaced"],
+        "custody": custody,
+    }
+
+
+# ---------------------------------------------------------------------------- capseal keys create / list
+
+
+def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None,
+               **opts: Any) -> TPMSigner:
+    """``capseal keys create tpm2:…``: a new key generated inside the TPM.
+
+    ``tpm2:handle=0x81…`` persists it at that (empty) handle;
+    ``tpm2:keyfile=/path`` writes a TSS2 PRIVATE KEY (mode 0600, never
+    overwriting) whose parent is the SRK. ``pin`` becomes the key's auth value
+    (and the key stays DA-protected)."""
+    ref = parse_tpm_uri(uri, tcti=opts.pop("tcti", None))
+    if opts:
+        raise KeyURIError(f"unknown options for a tpm2: key: {sorted(opts)}")
+    if not ref.names_key:
+        raise KeyURIError("keys create needs tpm2:handle=0x81…?tcti=… or tpm2:keyfile=/path?tcti=…")
+    cose_alg = _CLI_ALGS.get(alg.lower(), alg)
+    device = get_device(ref.tcti)
+    _check_alg_supported(device.info(), cose_alg)
+    auth = pin.encode("utf-8") if pin else None
+    template = signing_template(cose_alg, with_auth=auth is not None)
+    if ref.keyfile is not None:
+        import os
+
+        if os.path.exists(ref.keyfile):
+            raise HandleInUseError(f"{ref.keyfile} already exists; capseal never overwrites a key file")
+
+    def job(ectx: Any) -> Any:
+        device.make_room()
+        if ref.handle is not None:
+            current = _read_persistent(ectx, ref.handle)
+            if current is not None:
+                raise HandleInUseError(f"TPM {ref.tcti} already has a key at {format_handle(ref.handle)} "
+                                       f"(name {bytes(current.get_name()).hex()[:16]}…)")
+        srk, *_ = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
+        try:
+            private, public = _create_under_srk(ectx, srk, template, auth)
+            if ref.handle is not None:
+                _persist(ectx, srk, private, public, ref.handle)
+            return private.marshal(), public.marshal()
+        finally:
+            ectx.flush_context(srk)
+
+    private_blob, public_blob = device.call(job, what=f"creating {ref.describe_key()}", retry=False, timeout=None)
+    if ref.keyfile is not None:
+        _write_keyfile(ref.keyfile, TPMKeyFile(public=public_blob, private=private_blob, parent=TPM_RH_OWNER,
+                                               empty_auth=auth is None))
+    return TPMSigner(ref, auth=auth, device=device)
+
+
+def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None,
+              **opts: Any) -> list[dict[str, Any]]:
+    """``capseal keys list tpm2:?tcti=…``: every persistent object on the TPM
+    (role, type, kid, name, attributes); for a keyfile URI, that key."""
+    ref = parse_tpm_uri(uri, tcti=opts.pop("tcti", None))
+    device = get_device(ref.tcti)
+    if ref.keyfile is not None:
+        kf = _read_keyfile(ref.keyfile)
+        public, _ = TPM2B_PUBLIC.unmarshal(kf.public)
+        return [{**_key_summary(public), "uri": ref.to_uri(), "parent": format_handle(kf.parent),
+                 "empty_auth": kf.empty_auth}]
+
+    def job(ectx: Any) -> list[dict[str, Any]]:
+        handles: list[int] = []
+        more, start = True, int(TPM2_HC.PERSISTENT_FIRST)
+        while more:
+            more, data = ectx.get_capability(TPM2_CAP.HANDLES, start, 64)
+            batch = [int(h) for h in data.data.handles]
+            handles += [h for h in batch if is_persistent_handle(h)]
+            if not batch:
+                break
+            start = batch[-1] + 1
+        out = []
+        for h in handles:
+            public = _read_persistent(ectx, h)
+            if public is None:
+                continue
+            entry = _key_summary(public, h)
+            entry["uri"] = TPMKeyURI(tcti=ref.tcti, handle=h).to_uri()
+            out.append(entry)
+        return out
+
+    return device.call(job, what="listing persistent keys")
+
+
+# ---------------------------------------------------------------------------- capseal doctor
+
+
+def doctor_checks(uri: str | None, *, pin: str | None = None, tcti: str | None = None, **_: Any) -> list[Any]:
+    """Checks for ``capseal doctor``: the TPM answers on the TCTI, is not in
+    lockout and has free object slots; the key (if a URI is given) exists and
+    has an algorithm capseal signs with; the AK (``ak-handle``) is a
+    restricted signing key. Never raises."""
+    from .doctor import Check
+
+    checks: list[Check] = []
+    try:
+        ref = parse_tpm_uri(uri, tcti=tcti) if uri else TPMKeyURI(tcti=tcti or DEFAULT_TCTI)
+    except CapsealError as exc:
+        return [Check("TPM key URI", False, str(exc), "write it as tpm2:handle=0x81000101?tcti=device:/dev/tpmrm0")]
+    device = get_device(ref.tcti)
+    try:
+        info = device.info()
+    except CapsealError as exc:
+        fix = ("start swtpm (hardware/swtpm.sh start STATE_DIR PORT) and check host and port"
+               if ref.tcti.startswith("swtpm") else
+               "check that /dev/tpmrm0 exists and this user is in the tss group (see the checks above)")
+        return [Check("TPM answers", False, f"{ref.tcti}: {exc}", fix)]
+    kind = "software TPM" if info.software else ("hardware TPM" if info.software is False else "TPM of unknown kind")
+    checks.append(Check("TPM answers", True, f"{ref.tcti}: {info.manufacturer} '{info.vendor.strip()}' firmware "
+                        f"{info.firmware}, {info.spec_version} ({kind}: {info.software_reason})"))
+    try:
+        lockout, free = device.call(_lockout_and_slots, what="reading TPM state")
+        checks.append(Check("TPM lockout", not lockout, "in dictionary-attack lockout" if lockout else "not in lockout",
+                            "wait for the lockout interval or run tpm2_dictionarylockout -c with the lockout auth"
+                            if lockout else ""))
+        checks.append(Check("TPM object slots", free >= 2, f"{free} transient object slots free (capseal needs 2 at a time)",
+                            "" if free >= 2 else "another process holds transient objects: stop it, use /dev/tpmrm0, "
+                            "or run tpm2_flushcontext -t"))
+    except CapsealError as exc:
+        checks.append(Check("TPM state", False, str(exc)))
+    if not ref.names_key:
+        ok = info.supports(int(TPM2_ALG.ECC)) and info.supports(int(TPM2_ALG.ECDSA))
+        algs = ["ES256"] if ok else []
+        if info.supports(int(TPM2_ALG.RSAPSS)):
+            algs.append("PS256")
+        eddsa = "lists EdDSA" if info.supports(TPM_ALG_EDDSA) else "no EdDSA (TPM_ALG_EDDSA not listed)"
+        checks.append(Check("TPM algorithms", ok, f"can sign {', '.join(algs) or 'nothing capseal uses'}; {eddsa}",
+                            "" if ok else "this TPM lacks ECC/ECDSA; capseal needs P-256 ECDSA or RSA-PSS"))
+        return checks
+    try:
+        signer = TPMSigner.from_uri(ref.to_uri(), pin=pin)
+        try:
+            checks.append(Check("TPM key", True, f"{ref.describe_key()}: {signer.alg} key, kid {signer.kid[:16]}…, "
+                                f"TPM name {signer.tpm_name.hex()[:20]}…"))
+            checks.append(Check("TPM key algorithm", True, f"{signer.alg} is supported by capseal and this TPM"))
+            if ref.ak_handle is not None:
+                custody = signer.describe()
+                ok = "tpm_certify" in custody
+                checks.append(Check("TPM attestation key", ok, f"AK {format_handle(ref.ak_handle)} certified the key "
+                                    "(TPM2_Certify verified)" if ok else "no certify"))
+        finally:
+            signer.close()
+    except KeyNotFoundError as exc:
+        hint = (f"capseal tpm provision --tcti '{ref.tcti}' --handle {format_handle(ref.handle)}"
+                if ref.handle is not None else "check the key file path")
+        checks.append(Check("TPM key", False, str(exc), hint))
+    except UnsupportedAlgorithmError as exc:
+        checks.append(Check("TPM key algorithm", False, str(exc), "provision a P-256 key: capseal tpm provision --alg p256"))
+    except CapsealError as exc:
+        checks.append(Check("TPM key", False, str(exc), getattr(exc, "hint", "")))
+    return checks
+
+
+def _lockout_and_slots(ectx: Any) -> tuple[bool, int]:
+    props: dict[int, int] = {}
+    _more, data = ectx.get_capability(TPM2_CAP.TPM_PROPERTIES, int(TPM2_PT.VAR), 64)
+    for p in data.data.tpmProperties:
+        props[int(p.property)] = int(p.value)
+    permanent = props.get(int(TPM2_PT.VAR), 0)  # TPM_PT_PERMANENT; bit 2 = inLockout
+    free = props.get(int(TPM2_PT.VAR) + 7, 0)  # TPM_PT_HR_TRANSIENT_AVAIL
+    return bool(permanent & 0x4), free
+

@@ -1,0 +1,316 @@
+"""``tpm2:`` key URIs and ``TSS2 PRIVATE KEY`` files. Pure Python, no TPM needed.
+
+URI grammar (design §5), attributes as in RFC 7512 (``;`` in the path, ``&`` in
+the query, values percent-encoded where they contain those characters)::
+
+    tpm2:handle=0x81000101?tcti=swtpm:host=127.0.0.1,port=2321&ak-handle=0x81000102
+    tpm2:keyfile=/etc/capseal/seal.tss?tcti=device:/dev/tpmrm0
+    tpm2:?tcti=…                       (a TPM, not a key: for ``keys list`` and ``doctor``)
+
+The TCTI defaults to ``device:/dev/tpmrm0`` (the kernel resource manager).
+Auth values never go in a URI: ``pin-value`` is refused.
+
+Key files use the ASN.1 ``TPMKey`` format of openssl_tpm2_engine,
+tpm2-tss-engine and tpm2-openssl (and ``tpm2_pytss.tsskey``)::
+
+    TPMKey ::= SEQUENCE {
+        type        OBJECT IDENTIFIER,        -- 2.23.133.10.1.3: loadable key
+        emptyAuth   [0] EXPLICIT BOOLEAN OPTIONAL,
+        policy      [1] EXPLICIT SEQUENCE OF TPMPolicy OPTIONAL,
+        secret      [2] EXPLICIT OCTET STRING OPTIONAL,
+        authPolicy  [3] EXPLICIT SEQUENCE OF TPMAuthPolicy OPTIONAL,
+        description [4] EXPLICIT UTF8String OPTIONAL,
+        rsaParent   [5] EXPLICIT BOOLEAN OPTIONAL,
+        parent      INTEGER,                  -- 0x40000001: the SRK from the standard template
+        pubkey      OCTET STRING,             -- TPM2B_PUBLIC
+        privkey     OCTET STRING }            -- TPM2B_PRIVATE
+
+Only loadable keys without policies are accepted: capseal cannot satisfy a
+policy session, and saying so is better than failing at the first signature.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from capseal.errors import KeyURIError
+
+__all__ = [
+    "DEFAULT_TCTI",
+    "TPM_RH_OWNER",
+    "TPMKeyURI",
+    "TPMKeyFile",
+    "parse_tpm_uri",
+    "parse_handle",
+    "format_handle",
+    "is_persistent_handle",
+]
+
+DEFAULT_TCTI = "device:/dev/tpmrm0"
+TPM_RH_OWNER = 0x40000001
+_LOADABLE_OID = "2.23.133.10.1.3"
+_PEM_LABEL = "TSS2 PRIVATE KEY"
+_QUERY_KEYS = frozenset({"tcti", "ak-handle"})
+_PATH_KEYS = frozenset({"handle", "keyfile"})
+
+
+def parse_handle(text: str, what: str = "handle") -> int:
+    """A TPM handle written as hex (``0x81000101``) or decimal."""
+    try:
+        value = int(text.strip(), 0)
+    except ValueError:
+        raise KeyURIError(f"{what} {text!r} is not a number (write it as 0x81000101)") from None
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise KeyURIError(f"{what} {text!r} is not a 32-bit TPM handle")
+    return value
+
+
+def format_handle(handle: int) -> str:
+    return f"0x{handle:08x}"
+
+
+def is_persistent_handle(handle: int) -> bool:
+    """Owner-hierarchy persistent range 0x81000000–0x817FFFFF (TCG handle registry)."""
+    return 0x81000000 <= handle <= 0x817FFFFF
+
+
+@dataclass(frozen=True)
+class TPMKeyURI:
+    """A parsed ``tpm2:`` URI: one of ``handle``/``keyfile`` (or neither: the TPM itself)."""
+
+    tcti: str = DEFAULT_TCTI
+    handle: int | None = None
+    keyfile: str | None = None
+    ak_handle: int | None = None
+
+    @property
+    def names_key(self) -> bool:
+        return self.handle is not None or self.keyfile is not None
+
+    def describe_key(self) -> str:
+        """Human name of the key for error messages (never a secret)."""
+        if self.handle is not None:
+            return f"TPM key {format_handle(self.handle)} on {self.tcti}"
+        if self.keyfile is not None:
+            return f"TPM key file {self.keyfile} on {self.tcti}"
+        return f"TPM {self.tcti}"
+
+    def to_uri(self) -> str:
+        """Canonical form: explicit TCTI, lower-case hex handles."""
+        if self.handle is not None:
+            path = f"handle={format_handle(self.handle)}"
+        elif self.keyfile is not None:
+            path = f"keyfile={quote(self.keyfile, safe='/._-~+,:@')}"
+        else:
+            path = ""
+        query = f"tcti={quote(self.tcti, safe='/:=,.-_@')}"
+        if self.ak_handle is not None:
+            query += f"&ak-handle={format_handle(self.ak_handle)}"
+        return f"tpm2:{path}?{query}"
+
+
+def parse_tpm_uri(uri: str, *, tcti: str | None = None, ak_handle: int | None = None) -> TPMKeyURI:
+    """Parse a ``tpm2:`` URI; ``tcti``/``ak_handle`` override the query's values.
+
+    Raises KeyURIError for anything unknown or ambiguous (a typo must not
+    silently select another key or TPM)."""
+    if not isinstance(uri, str) or not uri.lower().startswith("tpm2:"):
+        raise KeyURIError("a TPM key URI starts with tpm2:")
+    body = uri[5:]
+    path, _, query = body.partition("?")
+    if "#" in query:
+        raise KeyURIError("tpm2: URIs have no fragment")
+    attrs: dict[str, str] = {}
+    for part in filter(None, path.split(";")):
+        key, eq, value = part.partition("=")
+        key = key.strip().lower()
+        if not eq or key not in _PATH_KEYS:
+            raise KeyURIError(f"unknown tpm2: path attribute {key!r}; use handle=0x81000101 or keyfile=/path")
+        if key in attrs:
+            raise KeyURIError(f"tpm2: attribute {key!r} given twice")
+        attrs[key] = unquote(value)
+    params: dict[str, str] = {}
+    for part in filter(None, query.split("&")):
+        key, eq, value = part.partition("=")
+        key = key.strip().lower()
+        if key in ("pin-value", "pin", "auth", "password"):
+            raise KeyURIError("TPM auth values are never accepted in a URI; pass pin= (or a secrets handler)")
+        if not eq or key not in _QUERY_KEYS:
+            raise KeyURIError(f"unknown tpm2: query attribute {key!r}; known: {sorted(_QUERY_KEYS)}")
+        if key in params:
+            raise KeyURIError(f"tpm2: query attribute {key!r} given twice")
+        params[key] = unquote(value)
+    if "handle" in attrs and "keyfile" in attrs:
+        raise KeyURIError("a tpm2: URI names either handle= or keyfile=, not both")
+    handle = parse_handle(attrs["handle"]) if "handle" in attrs else None
+    if handle is not None and not is_persistent_handle(handle):
+        raise KeyURIError(f"handle {format_handle(handle)} is not a persistent handle (0x81000000–0x817fffff)")
+    keyfile = attrs.get("keyfile")
+    if keyfile is not None and not keyfile:
+        raise KeyURIError("tpm2: keyfile= is empty")
+    resolved_tcti = (tcti or params.get("tcti") or DEFAULT_TCTI).strip()
+    if ":" not in resolved_tcti and resolved_tcti not in ("device", "swtpm", "mssim", "tabrmd"):
+        raise KeyURIError(f"TCTI {resolved_tcti!r} does not look like device:/dev/tpmrm0 or swtpm:host=…,port=…")
+    ak = ak_handle if ak_handle is not None else (parse_handle(params["ak-handle"], "ak-handle")
+                                                  if "ak-handle" in params else None)
+    if ak is not None and not is_persistent_handle(ak):
+        raise KeyURIError(f"ak-handle {format_handle(ak)} is not a persistent handle")
+    return TPMKeyURI(tcti=resolved_tcti, handle=handle, keyfile=keyfile, ak_handle=ak)
+
+
+# ---------------------------------------------------------------------------- minimal DER
+
+
+def _der_len(n: int) -> bytes:
+    if n < 0x80:
+        return bytes([n])
+    raw = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([0x80 | len(raw)]) + raw
+
+
+def _tlv(tag: int, value: bytes) -> bytes:
+    return bytes([tag]) + _der_len(len(value)) + value
+
+
+def _der_int(value: int) -> bytes:
+    raw = value.to_bytes(max(1, (value.bit_length() + 8) // 8), "big")  # room for a sign bit
+    while len(raw) > 1 and raw[0] == 0 and raw[1] < 0x80:
+        raw = raw[1:]
+    return _tlv(0x02, raw)
+
+
+def _der_oid(dotted: str) -> bytes:
+    parts = [int(p) for p in dotted.split(".")]
+    out = bytearray([40 * parts[0] + parts[1]])
+    for p in parts[2:]:
+        chunk = [p & 0x7F]
+        p >>= 7
+        while p:
+            chunk.append(0x80 | (p & 0x7F))
+            p >>= 7
+        out += bytes(reversed(chunk))
+    return _tlv(0x06, bytes(out))
+
+
+def _oid_text(raw: bytes) -> str:
+    if not raw:
+        raise ValueError("empty OID")
+    parts = [raw[0] // 40, raw[0] % 40]
+    acc = 0
+    for b in raw[1:]:
+        acc = (acc << 7) | (b & 0x7F)
+        if not b & 0x80:
+            parts.append(acc)
+            acc = 0
+    return ".".join(str(p) for p in parts)
+
+
+def _read_tlv(data: bytes, pos: int) -> tuple[int, bytes, int]:
+    """(tag, value, next position); single-byte tags only (all TPMKey uses)."""
+    if pos + 2 > len(data):
+        raise ValueError("truncated DER")
+    tag = data[pos]
+    length = data[pos + 1]
+    pos += 2
+    if length & 0x80:
+        n = length & 0x7F
+        if n == 0 or n > 4 or pos + n > len(data):
+            raise ValueError("bad DER length")
+        length = int.from_bytes(data[pos:pos + n], "big")
+        pos += n
+    if pos + length > len(data):
+        raise ValueError("truncated DER value")
+    return tag, data[pos:pos + length], pos + length
+
+
+@dataclass(frozen=True)
+class TPMKeyFile:
+    """A ``TSS2 PRIVATE KEY``: the public and (SRK-wrapped) private blobs of a
+    TPM key, its parent, and whether its auth value is empty. The private
+    blob is encrypted by the parent, so the file is useless off this TPM."""
+
+    public: bytes  # marshaled TPM2B_PUBLIC
+    private: bytes  # marshaled TPM2B_PRIVATE
+    parent: int = TPM_RH_OWNER
+    empty_auth: bool = True
+    description: str | None = None
+
+    def __repr__(self) -> str:
+        return f"TPMKeyFile(parent=0x{self.parent:08x}, empty_auth={self.empty_auth}, {len(self.private)}-byte private blob)"
+
+    def to_der(self) -> bytes:
+        body = _der_oid(_LOADABLE_OID)
+        body += _tlv(0xA0, _tlv(0x01, b"\xff" if self.empty_auth else b"\x00"))
+        if self.description is not None:
+            body += _tlv(0xA4, _tlv(0x0C, self.description.encode("utf-8")))
+        body += _der_int(self.parent) + _tlv(0x04, self.public) + _tlv(0x04, self.private)
+        return _tlv(0x30, body)
+
+    def to_pem(self) -> bytes:
+        b64 = base64.b64encode(self.to_der()).decode("ascii")
+        lines = [b64[i:i + 64] for i in range(0, len(b64), 64)]
+        return ("-----BEGIN TSS2 PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END TSS2 PRIVATE KEY-----\n").encode()
+
+    @classmethod
+    def from_der(cls, data: bytes, where: str = "key file") -> TPMKeyFile:
+        try:
+            tag, seq, end = _read_tlv(data, 0)
+            if tag != 0x30 or end != len(data):
+                raise ValueError("not a single DER SEQUENCE")
+            tag, oid, pos = _read_tlv(seq, 0)
+            if tag != 0x06:
+                raise ValueError("no key type OID")
+            oid_text = _oid_text(oid)
+            if oid_text != _LOADABLE_OID:
+                raise KeyURIError(f"{where}: TPMKey type {oid_text} is not a loadable key ({_LOADABLE_OID}); "
+                                  "importable and sealed keys are not supported")
+            empty_auth, description, parent = False, None, None
+            public = private = None
+            while pos < len(seq):
+                tag, value, pos = _read_tlv(seq, pos)
+                if tag == 0xA0:
+                    itag, ival, _ = _read_tlv(value, 0)
+                    if itag != 0x01 or len(ival) != 1:
+                        raise ValueError("emptyAuth is not a BOOLEAN")
+                    empty_auth = ival != b"\x00"  # some engines write TRUE as 0x01
+                elif tag in (0xA1, 0xA3):
+                    raise KeyURIError(f"{where}: the key is bound to a TPM policy; capseal signs only with "
+                                      "password (or empty) authorization")
+                elif tag == 0xA2:
+                    raise KeyURIError(f"{where}: importable keys (with a secret) are not supported")
+                elif tag == 0xA4:
+                    _, ival, _ = _read_tlv(value, 0)
+                    description = ival.decode("utf-8", "replace")
+                elif tag == 0xA5:
+                    continue
+                elif tag == 0x02 and parent is None:
+                    parent = int.from_bytes(value, "big", signed=True)
+                elif tag == 0x04 and public is None:
+                    public = value
+                elif tag == 0x04 and private is None:
+                    private = value
+                else:
+                    raise ValueError(f"unexpected DER tag 0x{tag:02x}")
+            if parent is None or public is None or private is None:
+                raise ValueError("parent, pubkey or privkey missing")
+        except KeyURIError:
+            raise
+        except ValueError as exc:
+            raise KeyURIError(f"{where} is not a valid TSS2 PRIVATE KEY: {exc}") from None
+        return cls(public=public, private=private, parent=parent & 0xFFFFFFFF, empty_auth=empty_auth,
+                   description=description)
+
+    @classmethod
+    def from_pem(cls, data: bytes, where: str = "key file") -> TPMKeyFile:
+        text = data.decode("ascii", "replace")
+        m = re.search(r"-----BEGIN TSS2 PRIVATE KEY-----(.*?)-----END TSS2 PRIVATE KEY-----", text, re.S)
+        if m is None:
+            raise KeyURIError(f"{where} holds no '-----BEGIN {_PEM_LABEL}-----' block")
+        try:
+            der = base64.b64decode("".join(m.group(1).split()), validate=True)
+        except ValueError:
+            raise KeyURIError(f"{where}: the {_PEM_LABEL} block is not base64") from None
+        return cls.from_der(der, where)
