@@ -252,6 +252,14 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
     except tpmwire.WireError as exc:
         fail("evidence_ak_inconsistent", f"ak_tpm_public is not a TPMT_PUBLIC: {exc}")
 
+    # ---- the signature
+    hash_name = tpmwire.HASH_NAMES.get(sig.hash_alg)
+    if hash_name is None:
+        fail("evidence_signature_malformed", f"signature hash 0x{sig.hash_alg:04x} is not supported")
+        raise _Stop
+    if not _signature_ok(ak_key, sig, attest_bytes, hash_name):
+        fail("evidence_signature_invalid", "the AK's signature does not verify over the attest bytes")
+
     # ---- the attest header
     if attest.magic != tpmwire.TPM_GENERATED_VALUE:
         fail("evidence_not_tpm_generated", f"magic 0x{attest.magic:08x} is not TPM_GENERATED_VALUE")
@@ -273,14 +281,6 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
     if differing:
         fail("evidence_attest_altered",
              f"the attest's {', '.join(differing)} differ from the values recorded when it was verified")
-
-    # ---- the signature
-    hash_name = tpmwire.HASH_NAMES.get(sig.hash_alg)
-    if hash_name is None:
-        fail("evidence_signature_malformed", f"signature hash 0x{sig.hash_alg:04x} is not supported")
-        raise _Stop
-    if not _signature_ok(ak_key, sig, attest_bytes, hash_name):
-        fail("evidence_signature_invalid", "the AK's signature does not verify over the attest bytes")
 
     # ---- the binding: extraData is this id, or a root this id is a leaf of
     if "capsule_id" in binding:
