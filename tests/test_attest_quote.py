@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported from test_attest_support are redefined as parameters)
 """One record quoted on a real swtpm: the slot, its verification, and every way
 to break it detected with its own finding code (issue 4 items 1, 2, 4)."""
 

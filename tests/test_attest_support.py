@@ -66,10 +66,8 @@ def persist_key(tcti: str, handle: int, *, restricted: bool = True) -> None:
 
 def extend_pcr(tcti: str, index: int, data: bytes) -> None:
     from tpm2_pytss import ESAPI
-    from tpm2_pytss.constants import ESYS_TR
+    from tpm2_pytss.constants import ESYS_TR, TPM2_ALG
     from tpm2_pytss.types import TPML_DIGEST_VALUES, TPMT_HA
-
-    from tpm2_pytss.constants import TPM2_ALG
 
     with ESAPI(tcti) as ectx:
         ha = TPMT_HA(hashAlg=TPM2_ALG.SHA256)
