@@ -1,0 +1,212 @@
+"""RFC 7512 ``pkcs11:`` URIs: the RFC's own examples parse, anything malformed
+or ambiguous is refused with KeyURIError, the PIN never leaks, and the module
+allow-list refuses a module before it is loaded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pkcs11
+import pytest
+
+from capseal.errors import KeyURIError, SignerUnavailableError
+from capseal.keys import open_signer, redact_uri
+from capseal.keys._pkcs11_uri import (
+    MODULE_ALLOWLIST_ENV,
+    PKCS11URI,
+    check_module_allowed,
+    parse_pkcs11_uri,
+    read_pin_source,
+    resolve_module,
+)
+
+SOFTHSM = "/usr/lib/softhsm/libsofthsm2.so"
+
+
+# ---------------------------------------------------------------------- RFC 7512 §3 examples
+
+
+def test_empty_uri_matches_everything() -> None:
+    assert parse_pkcs11_uri("pkcs11:") == PKCS11URI()
+
+
+def test_rfc_example_with_every_token_attribute() -> None:
+    uri = parse_pkcs11_uri(
+        "pkcs11:token=The%20Software%20PKCS%2311%20Softtoken;manufacturer=Snake%20Oil,%20Inc.;model=1.0;"
+        "object=my-certificate;type=cert;id=%69%95%3E%5C%F4%BD%EC%91;serial=?pin-source=file:/etc/token_pin"
+    )
+    assert uri.token == "The Software PKCS#11 Softtoken"
+    assert uri.manufacturer == "Snake Oil, Inc."
+    assert uri.model == "1.0"
+    assert uri.object == "my-certificate"
+    assert uri.type == "cert"
+    assert uri.id == bytes.fromhex("69953e5cf4bdec91")
+    assert uri.serial == ""  # present and empty is not absent
+    assert uri.pin_source == "file:/etc/token_pin"
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "value"),
+    [
+        ("pkcs11:object=my-pubkey;type=public", "type", "public"),
+        ("pkcs11:object=my-key;type=private?pin-source=file:/etc/token", "pin_source", "file:/etc/token"),
+        ("pkcs11:object=my-sign-key;type=private?module-name=mypkcs11", "module_name", "mypkcs11"),
+        ("pkcs11:object=my-sign-key;type=private?module-path=/mnt/libmypkcs11.so.1", "module_path", "/mnt/libmypkcs11.so.1"),
+        ("pkcs11:slot-description=Sun%20Metaslot", "slot_description", "Sun Metaslot"),
+        ("pkcs11:library-manufacturer=Snake%20Oil,%20Inc.;library-description=Soft%20Token%20Library;library-version=1.23",
+         "library_version", "1.23"),
+        ("pkcs11:token=A%20name%20with%20a%20substring%20%25%3B;object=my-certificate;type=cert", "token",
+         "A name with a substring %;"),
+        ("pkcs11:token=Name%20with%20a%20small%20A%20with%20acute:%20%C3%A1;object=my-certificate;type=cert", "token",
+         "Name with a small A with acute: á"),
+        ("pkcs11:slot-id=4;object=k", "slot_id", 4),
+        ("pkcs11:object=a=b&c", "object", "a=b&c"),  # '=' and '&' are allowed unencoded in path values
+    ],
+)
+def test_rfc_examples(text: str, field: str, value: object) -> None:
+    assert getattr(parse_pkcs11_uri(text), field) == value
+
+
+def test_vendor_query_attributes_are_accepted_and_ignored() -> None:
+    uri = parse_pkcs11_uri("pkcs11:token=my-token;object=k?pin-source=file:/etc/token_pin&vendor-bbb=value-b")
+    assert uri.vendor_query == (("vendor-bbb", "value-b"),)
+    assert "vendor-bbb" not in uri.to_string()
+
+
+def test_round_trip_and_id_is_fully_pct_encoded() -> None:
+    original = parse_pkcs11_uri(
+        "pkcs11:token=a%20b;object=k%2F1;id=%01%02AB?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-value=12%2634"
+    )
+    assert original.pin_value == "12&34"
+    text = original.to_string(include_pin=True)
+    assert "id=%01%02%41%42" in text
+    assert parse_pkcs11_uri(text) == original
+    assert parse_pkcs11_uri(text).pin_value == "12&34"
+
+
+# ---------------------------------------------------------------------- refused
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("file:/tmp/x", "starts with 'pkcs11:'"),
+        ("pkcs11:token=a#frag", "fragment"),
+        ("pkcs11:token=a;", "empty attribute"),
+        ("pkcs11:token=a;;object=b", "empty attribute"),
+        ("pkcs11:token=a?module-path=/x.so&", "empty attribute"),
+        ("pkcs11:token", "no '=value'"),
+        ("pkcs11:token=a;token=b", "more than once"),
+        ("pkcs11:token=a?module-path=/a.so&module-path=/b.so", "more than once"),
+        ("pkcs11:object=my key", "' '"),
+        ("pkcs11:object=a/b", "'/'"),
+        ("pkcs11:object=a%zz", "bad pct escape"),
+        ("pkcs11:object=a%4", "bad pct escape"),
+        ("pkcs11:object=%FF%FE", "not UTF-8"),
+        ("pkcs11:type=secret", "type must be one of"),
+        ("pkcs11:slot-id=0x4", "slot-id"),
+        ("pkcs11:library-version=1.x", "library-version"),
+        ("pkcs11:x-vendor=1;object=k", "unknown path attribute"),
+        ("pkcs11:token=a;module-path=/x.so", "query attribute"),
+        ("pkcs11:object=k?token=a", "path attribute"),
+        ("pkcs11:object=k?module-path=relative/x.so", "absolute path"),
+        ("pkcs11:object=k?module-name=../x", "module-name"),
+        ("pkcs11:object=k?module-path=/a b.so", "' '"),
+        ("pkcs11:object=k?pin-source=/f&pin-value=1234", "not both"),
+        ("pkcs11:b@d=1", "not an attribute name"),
+    ],
+)
+def test_malformed_uris_are_refused(text: str, needle: str) -> None:
+    with pytest.raises(KeyURIError) as err:
+        parse_pkcs11_uri(text)
+    assert needle in str(err.value)
+
+
+# ---------------------------------------------------------------------- the PIN stays secret
+
+PIN = "s3cr3t-9731"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"pkcs11:token=a;pin-value={PIN}",  # misplaced in the path
+        f"pkcs11:token=a?pin-value={PIN}&pin-source=/x",  # both
+        f"pkcs11:token=a?pin-value={PIN}%zz",  # bad escape inside the PIN
+        f"pkcs11:token=a?pin-value={PIN} x",  # space inside the PIN
+        f"pkcs11:token=a?pin-value={PIN}&pin-value={PIN}",  # twice
+        f"pkcs11:token=a?pin-value={PIN}",  # no module
+    ],
+)
+def test_pin_value_never_in_errors(text: str) -> None:
+    with pytest.raises(KeyURIError) as err:
+        open_signer(text)
+    assert PIN not in str(err.value)
+    assert PIN not in repr(err.value)
+    assert PIN not in err.value.diagnostics()
+    assert err.value.__cause__ is None
+    assert err.value.__context__ is None or err.value.__suppress_context__
+
+
+def test_pin_value_never_printed() -> None:
+    uri = parse_pkcs11_uri(f"pkcs11:token=a;object=k?module-path={SOFTHSM}&pin-value={PIN}")
+    assert uri.pin_value == PIN
+    assert PIN not in repr(uri)
+    assert PIN not in str(uri)
+    assert PIN not in uri.to_string()
+    assert PIN not in redact_uri(f"pkcs11:token=a?module-path={SOFTHSM}&pin-value={PIN}")
+
+
+def test_pin_source_file_and_file_uri(tmp_path: Path) -> None:
+    f = tmp_path / "pin"
+    f.write_text(PIN + "\n")
+    assert read_pin_source(str(f)) == PIN
+    assert read_pin_source(f"file:{f}") == PIN
+    assert read_pin_source(f"file://{f}") == PIN
+    with pytest.raises(KeyURIError, match="not supported"):
+        read_pin_source("|/usr/bin/pinentry")
+    with pytest.raises(KeyURIError) as err:
+        read_pin_source(str(tmp_path / "missing"))
+    assert str(tmp_path / "missing") in str(err.value)
+
+
+# ---------------------------------------------------------------------- modules
+
+
+def test_module_name_and_directory_resolution() -> None:
+    assert os.path.realpath(resolve_module(parse_pkcs11_uri("pkcs11:?module-name=softhsm2"))) == os.path.realpath(SOFTHSM)
+    by_dir = parse_pkcs11_uri("pkcs11:?module-path=/usr/lib/softhsm&module-name=softhsm2")
+    assert resolve_module(by_dir) == SOFTHSM
+    with pytest.raises(KeyURIError, match="directory"):
+        resolve_module(parse_pkcs11_uri("pkcs11:?module-path=/usr/lib/softhsm"))
+    with pytest.raises(KeyURIError, match="names no module"):
+        resolve_module(parse_pkcs11_uri("pkcs11:token=a"))
+    with pytest.raises(SignerUnavailableError, match="not found"):
+        resolve_module(parse_pkcs11_uri("pkcs11:?module-name=no-such-module-xyz"))
+
+
+def test_allow_list_compares_real_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.path.realpath(SOFTHSM)
+    assert SOFTHSM != real  # the Debian path is a symlink
+    monkeypatch.setenv(MODULE_ALLOWLIST_ENV, f"/nonexistent.so:{real}")
+    assert check_module_allowed(SOFTHSM) == real
+    assert check_module_allowed(SOFTHSM, [SOFTHSM]) == real
+    with pytest.raises(SignerUnavailableError, match="allow-list"):
+        check_module_allowed(SOFTHSM, ["/usr/lib/x86_64-linux-gnu/opensc-pkcs11.so"])  # both lists apply
+    monkeypatch.setenv(MODULE_ALLOWLIST_ENV, "/usr/lib/x86_64-linux-gnu/opensc-pkcs11.so")
+    with pytest.raises(SignerUnavailableError, match="allow-list"):
+        check_module_allowed(SOFTHSM, [SOFTHSM])  # a caller cannot widen the environment's list
+
+
+def test_module_off_the_allow_list_is_never_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "libcopy-pkcs11.so"
+    shutil.copy(os.path.realpath(SOFTHSM), copy)  # a real module, at a path nobody allowed
+    monkeypatch.setenv(MODULE_ALLOWLIST_ENV, SOFTHSM)
+    with pytest.raises(SignerUnavailableError) as err:
+        open_signer(f"pkcs11:token=x;object=k?module-path={copy}", pin="1234")
+    assert str(copy) in str(err.value) and "allow-list" in str(err.value)
+    assert not any(os.path.realpath(so) == str(copy) for so in pkcs11._loaded)
+    with pytest.raises(SignerUnavailableError, match="allow-list"):
+        open_signer(f"pkcs11:token=x;object=k?module-path={copy}", pin="1234", module_allowlist=[SOFTHSM])
