@@ -1,0 +1,216 @@
+"""Faults with a real SoftHSM2 token: each one is a typed error that names the
+token, key or module, never shows the PIN (message, repr, diagnostics,
+exception chain, log), writes no record, and sealing resumes once the fault is
+gone — in the same process.
+
+Faults induced for real: a wrong PIN (at open, and a PIN changed on the token
+mid-run), a missing or non-PKCS#11 module, an unknown token or key label,
+every session closed underneath the signer (``C_CloseAllSessions`` through a
+second handle on the module) and the token's storage vanishing and returning.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capseal import Producer, verify_ledger
+from capseal.errors import (
+    CapsealError,
+    KeyNotFoundError,
+    PinIncorrectError,
+    SignerError,
+    SignerUnavailableError,
+    TokenNotFoundError,
+)
+from capseal.keys import open_signer
+from capseal.keys._pkcs11_session import P11_LOCK
+from capseal.keys.provision import create_key
+
+PIN = "p11f-4711-pin"  # distinctive, so a leak anywhere is found by substring
+WRONG = "p11f-0000-bad"
+
+
+def _spec(i: int) -> dict[str, Any]:
+    return {"action_id": f"fault-{i}", "action_type": "decide",
+            "disposition": {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": "executed"}}
+
+
+def _assert_secret_free(exc: BaseException, caplog: pytest.LogCaptureFixture, *secrets: str) -> None:
+    texts = [str(exc), repr(exc), caplog.text]
+    if isinstance(exc, CapsealError):
+        texts.append(exc.diagnostics())
+    assert exc.__cause__ is None
+    assert exc.__context__ is None or exc.__suppress_context__
+    for secret in secrets:
+        for text in texts:
+            assert secret not in text
+
+
+@pytest.fixture()
+def fault_token(softhsm: Any) -> Iterator[dict[str, Any]]:
+    """A token of its own (so moving its storage disturbs no other test) with an Ed25519 key."""
+    tokens = Path(softhsm.dir) / "tokens"
+    before = set(os.listdir(tokens))
+    label = f"p11f-{os.urandom(3).hex()}"
+    softhsm.add_token(label, pin=PIN)
+    (token_dir,) = set(os.listdir(tokens)) - before
+    uri = softhsm.uri("seal-key", label=label)
+    create_key(uri, "ed25519", pin=PIN).close()
+    yield {"label": label, "uri": uri, "dir": tokens / token_dir}
+
+
+@pytest.fixture()
+def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.DEBUG)
+    return caplog
+
+
+# ---------------------------------------------------------------------- at open
+
+
+def test_wrong_pin_names_the_token_and_hides_the_pin(softhsm: Any, logs: pytest.LogCaptureFixture) -> None:
+    label = f"p11w-{os.urandom(3).hex()}"
+    softhsm.add_token(label, pin=PIN)
+    uri = softhsm.uri("k", label=label)
+    with pytest.raises(PinIncorrectError) as err:  # nobody is logged in: the token itself refuses it
+        open_signer(uri, pin=WRONG)
+    assert repr(label) in str(err.value)
+    _assert_secret_free(err.value, logs, WRONG, PIN)
+    with pytest.raises(PinIncorrectError) as err:  # the same through pin-value in the URI
+        open_signer(uri.replace("?", f"?pin-value={WRONG}&"))
+    _assert_secret_free(err.value, logs, WRONG, PIN)
+
+    create_key(uri, "p256", pin=PIN).close()
+    with open_signer(uri, pin=PIN) as signer:
+        # logged in: the token cannot be asked again, the PIN is compared with the one that worked
+        with pytest.raises(PinIncorrectError) as err:
+            open_signer(uri, pin=WRONG)
+        assert repr(label) in str(err.value)
+        _assert_secret_free(err.value, logs, WRONG, PIN)
+        with pytest.raises(PinIncorrectError):
+            open_signer(uri)  # and no PIN at all does not ride on the existing login
+        assert signer.sign(b"still fine").alg == "ES256"
+        assert PIN not in repr(signer) and PIN not in repr(signer.token_session) and PIN not in signer.uri
+
+
+def test_missing_module_names_the_path(tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
+    missing = tmp_path / "libnothing-pkcs11.so"
+    with pytest.raises(SignerUnavailableError) as err:
+        open_signer(f"pkcs11:token=t;object=k?module-path={missing}&pin-value={PIN}")
+    assert str(missing) in str(err.value)
+    _assert_secret_free(err.value, logs, PIN)
+
+    not_a_module = tmp_path / "libjunk.so"
+    not_a_module.write_bytes(b"\x7fELF this is not a shared object")
+    with pytest.raises(SignerUnavailableError) as err:
+        open_signer(f"pkcs11:token=t;object=k?module-path={not_a_module}", pin=PIN)
+    assert str(not_a_module) in str(err.value)
+    _assert_secret_free(err.value, logs, PIN)
+
+
+def test_unknown_token_names_it(softhsm: Any, logs: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(TokenNotFoundError) as err:
+        open_signer(softhsm.uri("k", label="no-such-token"), pin=PIN)
+    assert "'no-such-token'" in str(err.value)
+    assert repr(softhsm.label) in str(err.value)  # and says which tokens are there
+    _assert_secret_free(err.value, logs, PIN)
+
+
+def test_unknown_key_names_token_and_key(fault_token: dict[str, Any], logs: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(KeyNotFoundError) as err:
+        open_signer(fault_token["uri"].replace("object=seal-key", "object=no-such-key"), pin=PIN)
+    assert repr(fault_token["label"]) in str(err.value) and "no-such-key" in str(err.value)
+    _assert_secret_free(err.value, logs, PIN)
+
+
+# ---------------------------------------------------------------------- mid-run
+
+
+def _close_all_sessions(slot_id: int) -> None:
+    """C_CloseAllSessions through a second (ctypes) handle on the same module:
+    every session of the slot dies, as when another part of the process resets it."""
+    dll = ctypes.CDLL("/usr/lib/softhsm/libsofthsm2.so")
+    dll.C_CloseAllSessions.argtypes = [ctypes.c_ulong]
+    dll.C_CloseAllSessions.restype = ctypes.c_ulong
+    with P11_LOCK:
+        assert dll.C_CloseAllSessions(slot_id) == 0
+
+
+def test_sessions_closed_underneath_reconnect(fault_token: dict[str, Any], tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "l.db"
+    with open_signer(fault_token["uri"], pin=PIN) as signer, Producer("acme", "agent@1", signer, path) as producer:
+        producer.seal(_spec(0))
+        ts = signer.token_session
+        before = ts.reconnects
+        for i in range(1, 4):
+            _close_all_sessions(ts.token.slot.slot_id)
+            producer.seal(_spec(i))  # reconnects, logs in again, retries: no error reaches the caller
+        assert ts.reconnects == before + 3
+        assert producer.ledger.count() == 5
+    assert verify_ledger(path).ok
+    assert "reconnecting" in logs.text and PIN not in logs.text
+
+
+def test_token_storage_vanishes_and_returns(fault_token: dict[str, Any], tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "l.db"
+    away = tmp_path / "token-away"
+    with open_signer(fault_token["uri"], pin=PIN) as signer, Producer("acme", "agent@1", signer, path) as producer:
+        producer.seal(_spec(0))
+        count = producer.ledger.count()
+        shutil.move(fault_token["dir"], away)
+        try:
+            for i in (1, 2):  # the signer keeps trying; each attempt fails cleanly
+                with pytest.raises(SignerError) as err:
+                    producer.seal(_spec(i))
+                assert isinstance(err.value, (TokenNotFoundError, SignerUnavailableError))
+                assert repr(fault_token["label"]) in str(err.value)
+                _assert_secret_free(err.value, logs, PIN)
+                assert producer.ledger.count() == count  # nothing written for a failed seal
+        finally:
+            shutil.move(away, fault_token["dir"])
+        producer.seal(_spec(3))  # the token is back: sealing resumes in this process
+        producer.seal(_spec(4))
+        assert producer.ledger.count() == count + 2
+    assert verify_ledger(path).ok
+    assert PIN not in logs.text
+
+
+def test_pin_changed_on_the_token_mid_run(fault_token: dict[str, Any], tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
+    """An operator changes the PIN while capseal runs; the next reconnect's
+    login is refused (PinIncorrectError, nothing written); once the PIN is
+    changed back, sealing resumes."""
+    path = tmp_path / "l.db"
+    new_pin = "p11f-5150-new"
+    with open_signer(fault_token["uri"], pin=PIN) as signer, Producer("acme", "agent@1", signer, path) as producer:
+        producer.seal(_spec(0))
+        ts = signer.token_session
+        with P11_LOCK:  # C_SetPIN needs a read-write session; it shares the signer's login
+            rw = ts.token.open(rw=True)
+            try:
+                rw.set_pin(PIN, new_pin)
+            finally:
+                rw.close()
+        _close_all_sessions(ts.token.slot.slot_id)
+        count = producer.ledger.count()
+        with pytest.raises(PinIncorrectError) as err:
+            producer.seal(_spec(1))
+        assert repr(fault_token["label"]) in str(err.value)
+        _assert_secret_free(err.value, logs, PIN, new_pin)
+        assert producer.ledger.count() == count
+        with P11_LOCK:  # the operator puts the PIN back
+            session = ts.token.open(rw=True, user_pin=new_pin)
+            try:
+                session.set_pin(new_pin, PIN)
+            finally:
+                session.close()
+        producer.seal(_spec(2))
+        assert producer.ledger.count() == count + 1
+    assert verify_ledger(path).ok
