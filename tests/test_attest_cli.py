@@ -1,0 +1,93 @@
+# ruff: noqa: F811  (pytest fixtures imported from test_attest_support are redefined as parameters)
+"""``capseal verify LEDGER --evidence --ak ak.pem`` on a ledger with real swtpm quotes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from capseal import Producer
+from capseal.attest import attach
+from capseal.keys import UnsafeEphemeralSigner
+
+from .test_attest_support import AttestTPM, spec, tpm_a  # noqa: F401
+
+pytestmark = pytest.mark.swtpm
+
+CLI = str(Path(sys.executable).parent / "capseal")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@pytest.fixture()
+def ledger(tmp_path: Path, tpm_a: AttestTPM) -> tuple[Path, Path, list[str]]:
+    """A ledger of 11 records: the boundary and 9 with evidence, 1 left null."""
+    path = tmp_path / "l.db"
+    with Producer("acme.example", "agent@1", UnsafeEphemeralSigner(), path) as producer:
+        worker = attach(producer, tpm_a.quoter(), max_records=4, max_delay=0.01)
+        ids = [producer.seal(spec(i)).capsule_id for i in range(9)]
+        producer.flush()
+        assert worker.flush(30)
+        worker.close()
+        ids.append(producer.seal(spec(99)).capsule_id)  # sealed after the worker closed: null slot
+        ak = tmp_path / "ak.pem"
+        ak.write_text(tpm_a.ak().public_pem)
+    return path, ak, ids
+
+
+def test_verify_evidence_with_the_pinned_ak(ledger: tuple[Path, Path, list[str]]) -> None:
+    path, ak, ids = ledger
+    proc = run("verify", str(path), "--evidence", "--ak", str(ak), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    counts = report["counts"]
+    assert counts["evidence:verified-software-tpm"] == 10 and counts["evidence:no-evidence"] == 1
+    assert "evidence:verified" not in counts  # swtpm is never reported as hardware
+    by_id = {r["record_id"]: r for r in report["records"]}
+    assert by_id[ids[-1]]["evidence"] == "no-evidence" and by_id[ids[-1]]["ok"]
+    human = run("verify", str(path), "--evidence", "--ak", str(ak))
+    assert human.returncode == 0 and "verified-software-tpm=10" in human.stdout and "no-evidence=1" in human.stdout
+
+
+def test_verify_evidence_under_another_ak_or_none(ledger: tuple[Path, Path, list[str]], tmp_path: Path) -> None:
+    path, _, _ = ledger
+    other = tmp_path / "other.pem"
+    other.write_bytes(ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    proc = run("verify", str(path), "--evidence", "--ak", str(other), "--json")
+    assert proc.returncode == 1
+    counts = json.loads(proc.stdout)["counts"]
+    assert counts["evidence:evidence_ak_untrusted"] == 10
+    # no --ak: self-consistent quotes, but nothing pinned: a warning, never "verified"
+    proc = run("verify", str(path), "--evidence", "--json")
+    counts = json.loads(proc.stdout)["counts"]
+    assert proc.returncode == 0 and counts["evidence:evidence_ak_not_pinned"] == 10
+    assert not any(k.startswith("evidence:verified") for k in counts)
+
+
+def test_verify_evidence_reports_a_tampered_slot(ledger: tuple[Path, Path, list[str]]) -> None:
+    path, ak, ids = ledger
+    from capseal import Ledger
+
+    with Ledger(path) as led:  # append a slot whose PCR values were changed
+        ev = copy.deepcopy(led.current_evidence(ids[0]))
+        assert ev is not None
+        ev["pcr_values"]["sha256"]["0"] = "ff" * 32
+        led.add_evidence(ids[0], ev)
+    proc = run("verify", str(path), "--evidence", "--ak", str(ak), "--json")
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    bad = [r for r in report["records"] if r["record_id"] == ids[0]][0]
+    assert bad["evidence"] == "evidence_pcr_mismatch" and not bad["ok"]
+    assert report["counts"]["evidence:verified-software-tpm"] == 9
