@@ -1,0 +1,171 @@
+"""What a judgment cites, by digest computed from the cited bytes — never typed in.
+
+A :class:`Target` is the only way a builder learns a digest: it is made *from*
+the thing cited (raw bytes, a JSON value, a capsule, a sealed judgment record,
+or a row of the store), so a citation can never point at a digest nobody
+computed. Builders turn a Target into a :class:`Citation` and fix its
+``judge_purpose`` from the field it goes in (family §0); a caller never writes
+a purpose, and never ``citation_purpose`` (the retired name, rejected on read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, StringConstraints
+
+from capseal.canonical import canonical_bytes, capsule_id, json_digest, raw_digest
+from capseal.errors import JudgmentRefusedError
+
+__all__ = ["Target", "Citation", "DigestRef", "Hex64", "NonEmpty", "JudgeModel"]
+
+Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+
+_SEAL = object()
+
+
+class JudgeModel(BaseModel):
+    """Strict, closed, frozen: no coercion, no unknown members, no setters.
+
+    Optional members are typed without ``None`` and default to ``None`` (as in
+    ``capseal.model``): an explicit ``null`` fails the strict check, and
+    ``model_dump(exclude_none=True)`` leaves absent members absent.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON value, absent members left out, aliases used."""
+        return self.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+class Target:
+    """A cited thing's digest, computed here from its content.
+
+    Build one with :meth:`of_json`, :meth:`of_bytes`, :meth:`of_text`,
+    :meth:`of_capsule`, :meth:`of_record` or ``JudgmentStore.target``; the
+    constructor is private. ``content`` keeps the cited value (JSON, bytes or
+    text) when the Target was made from it, so a store can keep it too.
+    """
+
+    __slots__ = ("type", "digest", "kind", "content")
+
+    type: str
+    digest: str
+    kind: Literal["json", "bytes", "text", "capsule", "record"]
+    content: Any
+
+    def __init__(self, *, type: str, digest: str, kind: Any, content: Any = None, _seal: object = None) -> None:
+        if _seal is not _SEAL:
+            raise TypeError("a Target's digest is computed from the cited content: use Target.of_json/of_bytes/of_text/of_capsule/of_record")
+        if not isinstance(type, str) or not type:
+            raise JudgmentRefusedError("a cited target needs a non-empty type", rule="citation_type_missing")
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "digest", digest)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "content", content)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Target is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Target) and (self.type, self.digest) == (other.type, other.digest)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.digest))
+
+    def __repr__(self) -> str:
+        return f"Target({self.type!r}, {self.digest[:16]}…)"
+
+    @classmethod
+    def of_json(cls, value: Any, *, type: str) -> Target:
+        """A JSON value: digest = SHA-256 of its JCS bytes (floats refused)."""
+        return cls(type=type, digest=json_digest(value), kind="json", content=value, _seal=_SEAL)
+
+    @classmethod
+    def of_bytes(cls, data: bytes, *, type: str) -> Target:
+        """Raw bytes (a prompt file, an axes file): digest = SHA-256 of the bytes."""
+        if not isinstance(data, (bytes, bytearray)):
+            raise JudgmentRefusedError("of_bytes takes bytes; use of_text or of_json for other values", rule="citation_content_type")
+        return cls(type=type, digest=raw_digest(bytes(data)), kind="bytes", content=bytes(data), _seal=_SEAL)
+
+    @classmethod
+    def of_text(cls, text: str, *, type: str) -> Target:
+        """Text, digested as its UTF-8 bytes (what a file holding it would give)."""
+        return cls(type=type, digest=raw_digest(text.encode("utf-8")), kind="text", content=text, _seal=_SEAL)
+
+    @classmethod
+    def of_capsule(cls, capsule: Any, *, type: str = "agent-action-capsule") -> Target:
+        """A -05 capsule (a dict or a ``SealedRecord``): digest = its recomputed
+        capsule id, which must equal the one it carries."""
+        body = getattr(capsule, "capsule", capsule)
+        if not isinstance(body, Mapping):
+            raise JudgmentRefusedError("of_capsule takes a capsule dict or a SealedRecord", rule="citation_content_type")
+        cid = capsule_id(body)
+        carried = body.get("capsule_id")
+        if carried is not None and carried != cid:
+            raise JudgmentRefusedError(f"capsule carries id {carried!r} but its bytes give {cid}", rule="capsule_id_mismatch", path="$.capsule_id")
+        return cls(type=type, digest=cid, kind="capsule", content=dict(body), _seal=_SEAL)
+
+    @classmethod
+    def of_record(cls, record: Any, *, type: str | None = None) -> Target:
+        """A judgment record (a ``SealedJudgment``, a builder model, or a body
+        dict): digest = SHA-256 of the body's JCS bytes."""
+        body = record.body if hasattr(record, "body") and isinstance(record.body, Mapping) else record
+        if hasattr(body, "body") and callable(body.body):
+            body = body.body()
+        if not isinstance(body, Mapping):
+            raise JudgmentRefusedError("of_record takes a judgment record or its body", rule="citation_content_type")
+        version = body.get("record_version") or body.get("result_version") or "record"
+        name = type or str(version).split("/", 1)[0]
+        return cls(type=name, digest=json_digest(dict(body)), kind="record", content=dict(body), _seal=_SEAL)
+
+    @classmethod
+    def _verified(cls, *, type: str, digest: str, kind: Any, content: Any) -> Target:
+        """For the store: a digest it has just recomputed from stored bytes."""
+        return cls(type=type, digest=digest, kind=kind, content=content, _seal=_SEAL)
+
+    def canonical(self) -> bytes:
+        """The bytes the digest covers (for a JSON value, its JCS form)."""
+        if self.kind in ("json", "capsule", "record"):
+            return canonical_bytes(self.content)
+        if self.kind == "text":
+            return str(self.content).encode("utf-8")
+        return bytes(self.content)
+
+
+class DigestRef(JudgeModel):
+    """``{digest_alg: "SHA-256", digest}`` — a digest with no purpose (a pin's
+    prompt, axes or weights, a Close's head)."""
+
+    digest_alg: Literal["SHA-256"]
+    digest: Hex64
+
+    @classmethod
+    def of(cls, target: Target) -> DigestRef:
+        return cls(digest_alg="SHA-256", digest=target.digest)
+
+    @classmethod
+    def of_bytes(cls, data: bytes) -> DigestRef:
+        return cls(digest_alg="SHA-256", digest=raw_digest(bytes(data)))
+
+
+class Citation(JudgeModel):
+    """``{type, digest_alg, digest, judge_purpose}`` (family §0), closed."""
+
+    type: NonEmpty
+    digest_alg: Literal["SHA-256"]
+    digest: Hex64
+    judge_purpose: NonEmpty
+
+    @classmethod
+    def to(cls, target: Target, purpose: str) -> Citation:
+        """The citation of ``target`` for a field whose purpose is ``purpose``."""
+        if not isinstance(target, Target):
+            raise JudgmentRefusedError(
+                f"cite a Target computed from the cited content, not {type(target).__name__}",
+                rule="citation_not_computed",
+            )
+        return cls(type=target.type, digest_alg="SHA-256", digest=target.digest, judge_purpose=purpose)

@@ -1,0 +1,78 @@
+"""Evidence Layer typed links (EL -00 §5): ``{type, target}``, six closed types.
+
+A link is part of the record that carries it and never changes its target:
+there is no call here (or anywhere in capseal) that edits, re-points or deletes
+a link, and the store appends only. A correction is a *new* record carrying a
+``supersedes`` link (see ``JudgmentStore.supersede``).
+
+Where links live: in the store header's ``links`` of the record (every judge
+record), and for ``close/v1`` also in its body member ``x-evidence-links``
+(family §0a) — the only judge body that declares it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from capseal.canonical import is_hex64
+from capseal.errors import JudgmentRefusedError
+
+from .citation import Hex64, JudgeModel, Target
+from .rules import check_links, raise_first
+from .vocab import LinkType
+
+__all__ = ["Link", "link", "validate_links"]
+
+
+class Link(JudgeModel):
+    """One typed link. Frozen: its target cannot be changed after it exists."""
+
+    type: LinkType
+    target: Hex64
+
+    @classmethod
+    def to(cls, type: str, target: Any) -> Link:
+        """A link of ``type`` to ``target``: a Target, a sealed judgment, a
+        ``SealedRecord`` (capsule), a stored entry, or a 64-hex digest read from
+        the store header of the record linked to."""
+        digest = _digest_of(target)
+        raise_first(check_links("adjudication", [{"type": type, "target": digest}]))
+        return cls(type=type, target=digest)  # type: ignore[arg-type]
+
+    def header(self) -> dict[str, str]:
+        return {"type": self.type, "target": self.target}
+
+
+def link(type: str, target: Any) -> Link:
+    """Shorthand for :meth:`Link.to`."""
+    return Link.to(type, target)
+
+
+def _digest_of(target: Any) -> str:
+    if isinstance(target, Target):
+        return target.digest
+    for attr in ("digest", "capsule_id", "record_id"):
+        value = getattr(target, attr, None)
+        if isinstance(value, str) and is_hex64(value):
+            return value
+    if isinstance(target, str) and is_hex64(target):
+        return target
+    raise JudgmentRefusedError(f"a link target is a record or a 64-hex digest, not {type(target).__name__}", rule="link_target_malformed")
+
+
+def validate_links(epistemic_type: str, links: Iterable[Link | dict[str, Any]]) -> tuple[dict[str, str], ...]:
+    """The header form of ``links`` for a record of ``epistemic_type``; refuses a
+    link of an unknown type, a malformed target, a duplicate, and ``adjudicates``
+    on anything but an adjudication record (EL -00 §5)."""
+    out: list[dict[str, str]] = []
+    for item in links:
+        out.append(item.header() if isinstance(item, Link) else dict(item))
+    raise_first(check_links(epistemic_type, out))
+    seen: set[tuple[str, str]] = set()
+    for i, item in enumerate(out):
+        key = (item["type"], item["target"])
+        if key in seen:
+            raise JudgmentRefusedError(f"link {key[0]} → {key[1][:16]}… is given twice", rule="link_duplicate", path=f"$.links[{i}]")
+        seen.add(key)
+    return tuple(out)

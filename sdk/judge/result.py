@@ -1,0 +1,356 @@
+"""Evidence Result v0: two answers per claim, coverage first, never one number.
+
+Every claim keeps *sufficiency* (was there enough evidence to judge at all:
+SATISFIED / GAP / INSUFFICIENT / UNKNOWN) apart from the *verdict* (met /
+not_met / not_evaluable); ``met``/``not_met`` only under SATISFIED. Each claim
+says how it was reached (``tier``: ``recomputed`` by a fixed function of cited
+inputs, or ``judged`` by a pinned model or a human) and, when recomputed, which
+code did it (``implementation``, a git object id — never a version string).
+
+:class:`ResultBuilder` derives coverage and buckets from the claims (a caller
+cannot state a count that no claim backs), and *withholds* a recomputed row whose
+code cannot be named, counting it in ``producer_defects`` — it never relabels it
+``judged`` (evidence-result-v0 §3.1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, ValidationError
+
+from capseal.errors import JudgmentRefusedError
+
+from .citation import DigestRef, Hex64, JudgeModel, NonEmpty, Target
+from .rules import check_body, epistemic_type_of, raise_first
+from .vocab import RESULT_VERSION
+
+__all__ = [
+    "CodeDigest",
+    "Implementation",
+    "ProofRef",
+    "DisclosureCarrier",
+    "AnalysisCarrier",
+    "StoryCarrier",
+    "Claim",
+    "ProducerDefects",
+    "Coverage",
+    "Buckets",
+    "Aggregate",
+    "View",
+    "EvidenceResult",
+    "ResultBuilder",
+    "git_blob_id",
+    "git_tree_id",
+    "code_identity",
+    "presentation_for",
+]
+
+Count = Annotated[int, Field(ge=0, le=2**53 - 1)]
+Sufficiency = Literal["SATISFIED", "GAP", "INSUFFICIENT", "UNKNOWN"]
+Verdict = Literal["met", "not_met", "not_evaluable"]
+Grade = Literal["self-attested", "witnessed", "countersigned"]
+
+
+class CodeDigest(JudgeModel):
+    """A git commit or tree id (40 or 64 hex), or the admission ``unknown``."""
+
+    alg: Literal["git-commit", "git-tree", "unknown"]
+    value: NonEmpty
+
+
+class Implementation(JudgeModel):
+    """Which code computed a claim, graded (self-attested gives comparability only)."""
+
+    name: NonEmpty
+    code_digest: CodeDigest
+    grade: Grade
+    captured_at: NonEmpty
+
+
+class ProofRef(JudgeModel):
+    kind: Literal["inclusion_proof", "receipt"]
+    digest_alg: Literal["SHA-256"]
+    digest: Hex64
+
+
+class DisclosureCarrier(JudgeModel):
+    kind: Literal["disclosure"]
+    status: Literal["SATISFIED", "INSUFFICIENT", "NOT_FOUND", "CONTRADICTED", "NOT_APPLICABLE", "UNKNOWN"]
+    evidence: list[DigestRef]
+
+
+class AnalysisCarrier(JudgeModel):
+    kind: Literal["analysis"]
+    status: NonEmpty
+    summary: NonEmpty
+
+
+class StoryCarrier(JudgeModel):
+    kind: Literal["story"]
+    status: NonEmpty
+    narrative: NonEmpty
+
+
+class Claim(JudgeModel):
+    """One requirement of one contract version, judged once. ``reconcile`` and
+    ``close`` bodies (PROPOSED claim types) are carried as checked JSON."""
+
+    id: NonEmpty
+    contract_ref: NonEmpty
+    requirement_ref: NonEmpty
+    tier: Literal["recomputed", "judged"]
+    grade: Grade
+    sufficiency: Sufficiency
+    verdict: Verdict
+    evidence: list[DigestRef]
+    proofs: list[ProofRef]
+    presentation: DisclosureCarrier | AnalysisCarrier | StoryCarrier = Field(discriminator="kind")
+    type: Literal["requirement", "reconcile", "close"] = None  # type: ignore[assignment]
+    implementation: Implementation = None  # type: ignore[assignment]
+    reconcile: dict[str, Any] = None  # type: ignore[assignment]
+    close: dict[str, Any] = None  # type: ignore[assignment]
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        id: str,
+        contract_ref: str,
+        requirement_ref: str,
+        tier: str,
+        grade: str,
+        sufficiency: str,
+        verdict: str,
+        evidence: Sequence[Target],
+        proofs: Sequence[ProofRef] = (),
+        presentation: DisclosureCarrier | AnalysisCarrier | StoryCarrier | None = None,
+        implementation: Implementation | None = None,
+    ) -> Claim:
+        """A claim whose evidence digests come from Targets. Without an explicit
+        ``presentation`` the evidence is disclosed by digest under the status
+        the sufficiency implies (GAP → NOT_FOUND)."""
+        refs = [DigestRef.of(t) for t in evidence]
+        fields: dict[str, Any] = {
+            "id": id, "contract_ref": contract_ref, "requirement_ref": requirement_ref, "tier": tier, "grade": grade,
+            "sufficiency": sufficiency, "verdict": verdict, "evidence": refs, "proofs": list(proofs),
+            "presentation": presentation or presentation_for(sufficiency, refs),
+        }
+        if implementation is not None:
+            fields["implementation"] = implementation
+        claim = _construct(cls, fields)
+        raise_first(_claim_violations(claim))
+        return claim
+
+
+_STATUS_FOR = {"SATISFIED": "SATISFIED", "INSUFFICIENT": "INSUFFICIENT", "GAP": "NOT_FOUND", "UNKNOWN": "UNKNOWN"}
+
+
+def presentation_for(sufficiency: str, evidence: Sequence[DigestRef]) -> DisclosureCarrier:
+    """The disclosure carrier for evidence the producer holds and may show by digest."""
+    return DisclosureCarrier(kind="disclosure", status=_STATUS_FOR.get(sufficiency, "UNKNOWN"), evidence=list(evidence))  # type: ignore[arg-type]
+
+
+def _claim_violations(claim: Claim) -> list[Any]:
+    """The schema's claim rules, checked on a one-claim Result."""
+    probe = {
+        "result_version": RESULT_VERSION, "generated_at": "1970-01-01T00:00:00Z", "claims": [claim.to_json()],
+        "aggregate": {
+            "coverage": {"evaluated_population": 1, "excluded_not_applicable": 0, "unknown_count": int(claim.sufficiency == "UNKNOWN")},
+            "buckets": {v: ([claim.id] if v == claim.verdict else []) for v in ("met", "not_met", "not_evaluable")},
+        },
+    }
+    return [v for v in check_body(probe) if v.severity == "error"]
+
+
+class ProducerDefects(JudgeModel):
+    count: Count
+    denominator: Count
+    as_of: NonEmpty
+
+
+class Coverage(JudgeModel):
+    evaluated_population: Count
+    excluded_not_applicable: Count
+    unknown_count: Count
+    producer_defects: ProducerDefects = None  # type: ignore[assignment]
+
+
+class Buckets(JudgeModel):
+    met: list[NonEmpty]
+    not_met: list[NonEmpty]
+    not_evaluable: list[NonEmpty]
+
+
+class Aggregate(JudgeModel):
+    coverage: Coverage
+    buckets: Buckets
+
+
+class View(JudgeModel):
+    spec_version: Literal["presentation/v1"]
+    producer_name: NonEmpty = None  # type: ignore[assignment]
+    logo_data_url: NonEmpty = None  # type: ignore[assignment]
+    title: NonEmpty = None  # type: ignore[assignment]
+
+
+def _construct(cls: type[Any], fields: dict[str, Any]) -> Any:
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        raise JudgmentRefusedError(f"{cls.__name__}: {err['msg']}", rule="schema_type_mismatch", path=path) from None
+
+
+class EvidenceResult(JudgeModel):
+    """An Evidence Result v0 document. Constructing one runs the refusal engine."""
+
+    RESULT_VERSION: ClassVar[str] = RESULT_VERSION
+
+    generated_at: NonEmpty
+    claims: Annotated[list[Claim], Field(min_length=1)]
+    aggregate: Aggregate
+    view: View = None  # type: ignore[assignment]
+
+    def __init__(self, **data: Any) -> None:
+        if "result_version" in data:
+            raise JudgmentRefusedError("result_version comes from the shape", rule="record_version_fixed_by_shape", path="$.result_version")
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            from .shapes import _jsonish
+
+            raise_first(check_body({"result_version": RESULT_VERSION, **_jsonish(data)}), RESULT_VERSION)
+            err = exc.errors(include_url=False)[0]
+            raise JudgmentRefusedError(f"{RESULT_VERSION}: {err['msg']}", rule="schema_type_mismatch", path=str(err["loc"])) from None
+        raise_first(check_body(self.body()), RESULT_VERSION)
+
+    def body(self) -> dict[str, Any]:
+        return {"result_version": RESULT_VERSION, **self.to_json()}
+
+    @property
+    def epistemic_type(self) -> str:
+        """``derived_metric`` if every claim was recomputed, else ``semantic_judgment``."""
+        return str(epistemic_type_of(self.body()))
+
+    @property
+    def record_version(self) -> str:
+        return RESULT_VERSION
+
+    def target(self) -> Target:
+        return Target.of_record(self.body(), type="evidence-result")
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> EvidenceResult:
+        raise_first(check_body(body), RESULT_VERSION)
+        return cls(**{k: v for k, v in body.items() if k != "result_version"})
+
+
+class ResultBuilder:
+    """Collect claims; derive coverage and buckets; withhold unnameable recomputed rows."""
+
+    def __init__(self, *, generated_at: str, view: View | None = None) -> None:
+        self.generated_at = generated_at
+        self.view = view
+        self.claims: list[Claim] = []
+        self.excluded_not_applicable = 0
+        self.withheld = 0
+        self.recomputed_attempted = 0
+
+    def add(self, claim: Claim) -> Claim:
+        if any(c.id == claim.id for c in self.claims):
+            raise JudgmentRefusedError(f"claim id {claim.id!r} is already in this Result", rule="claim_id_duplicate", path="$.claims")
+        if claim.tier == "recomputed":
+            self.recomputed_attempted += 1
+        self.claims.append(claim)
+        return claim
+
+    def withhold_recomputed(self) -> None:
+        """A row attempted at tier ``recomputed`` whose code cannot be named: it
+        leaves the population and is counted as a producer defect."""
+        self.recomputed_attempted += 1
+        self.withheld += 1
+
+    def exclude_not_applicable(self, count: int = 1) -> None:
+        """Requirements judged NOT_APPLICABLE: counted, never a claim."""
+        self.excluded_not_applicable += count
+
+    def build(self) -> EvidenceResult:
+        coverage: dict[str, Any] = {
+            "evaluated_population": len(self.claims),
+            "excluded_not_applicable": self.excluded_not_applicable,
+            "unknown_count": sum(1 for c in self.claims if c.sufficiency == "UNKNOWN"),
+        }
+        if self.recomputed_attempted:
+            coverage["producer_defects"] = ProducerDefects(count=self.withheld, denominator=self.recomputed_attempted, as_of=self.generated_at)
+        buckets = Buckets(
+            met=[c.id for c in self.claims if c.verdict == "met"],
+            not_met=[c.id for c in self.claims if c.verdict == "not_met"],
+            not_evaluable=[c.id for c in self.claims if c.verdict == "not_evaluable"],
+        )
+        fields: dict[str, Any] = {"generated_at": self.generated_at, "claims": self.claims, "aggregate": Aggregate(coverage=Coverage(**coverage), buckets=buckets)}
+        if self.view is not None:
+            fields["view"] = self.view
+        return EvidenceResult(**fields)
+
+
+# --------------------------------------------------------------------------- code identity
+
+
+def git_blob_id(data: bytes) -> str:
+    """The git (SHA-1) object id of a blob holding ``data``."""
+    return hashlib.sha1(b"blob %d\x00" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def git_tree_id(files: dict[str, bytes]) -> str:
+    """The git (SHA-1) id of a flat tree of regular files ``{name: bytes}`` —
+    what ``git write-tree`` gives for a directory holding exactly those files."""
+    entries = b""
+    for name in sorted(files, key=lambda n: n.encode("utf-8")):
+        if "/" in name or not name:
+            raise ValueError(f"tree entry name {name!r} must be a plain file name")
+        entries += b"100644 " + name.encode("utf-8") + b"\x00" + bytes.fromhex(git_blob_id(files[name]))
+    return hashlib.sha1(b"tree %d\x00" % len(entries) + entries, usedforsecurity=False).hexdigest()
+
+
+def _module_source(obj: Any) -> tuple[str, bytes] | None:
+    module = obj if inspect.ismodule(obj) else inspect.getmodule(obj)
+    if module is None:
+        return None
+    try:
+        path = inspect.getsourcefile(module)
+    except TypeError:
+        return None
+    if path is None or not Path(path).is_file():
+        return None
+    name = module.__name__
+    if name == "__main__":
+        name = Path(path).stem
+    return f"{name}.py", Path(path).read_bytes()
+
+
+def code_identity(*code: Any, name: str, captured_at: str, grade: str = "self-attested") -> Implementation | None:
+    """The code identity of the modules defining ``code`` (functions, classes or
+    modules), read from their source files *now* — at check time, never at
+    install time: an editable tree can change with no version change.
+
+    The value is the git-tree id of a flat tree holding each module's source
+    under ``<module name>.py``; rows computed by the same code carry the same id
+    (comparability). Graded ``self-attested`` unless a build attestation says
+    more. Returns ``None`` when any source cannot be read: the caller then
+    withholds the row and counts it, it never relabels it ``judged``."""
+    files: dict[str, bytes] = {}
+    for obj in code:
+        found = _module_source(obj)
+        if found is None:
+            return None
+        files[found[0]] = found[1]
+    if not files:
+        return None
+    return Implementation(name=name, code_digest=CodeDigest(alg="git-tree", value=git_tree_id(files)), grade=grade, captured_at=captured_at)  # type: ignore[arg-type]
+

@@ -1,0 +1,454 @@
+"""The refusal engine: every rule a judgment record must keep, each with a name.
+
+Run before anything is sealed (``refuse``) and by the verifier (``check_body``,
+which never raises). It applies, in order:
+
+1. the -05 number rules to the whole body (no floats, no unsafe integers):
+   a float under ``sampling`` is ``sampling_float`` (use ``pin.decimal_string`` or
+   ``pin.micros``), elsewhere ``float_in_record``;
+2. the shipped JSON Schema of the body's shape, interpreted at run time
+   (``schema.py``), with each failed keyword turned into a named rule through
+   ``_NAMED`` (schema path → rule); unnamed failures keep a generic
+   ``schema_*`` name;
+3. the rules the schemas cannot say (judging digest §10.5, issue 5 item 4):
+   k ≤ n, unique case / claim ids, buckets that match verdicts, coverage counts
+   traceable to claims, producer defects within their denominator, a
+   ``contradicted_party`` that is one of the parties, an opaque ``rater_ref``,
+   close refs that appear in ``evidence[]``, links only of the six types and
+   ``adjudicates`` only on an ``adjudication`` record.
+
+Why names: a caller (and a test) must be able to tell *which* rule a record
+broke without parsing prose. The name is ``JudgmentRefusedError.rule`` and the
+verifier's finding ``code``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from capseal.canonical import check_json, is_hex64
+from capseal.errors import CanonicalizationError, FloatInDigestError, JudgmentRefusedError, UnsafeIntegerError
+
+from .schema import Path, SchemaError, render_path, render_pointer, validator_for
+from .vocab import EPISTEMIC_TYPES, LINK_TYPES, RESULT_SCHEMA, RESULT_VERSION, SHAPES
+
+__all__ = [
+    "Violation",
+    "check_body",
+    "refuse",
+    "check_links",
+    "raise_first",
+    "epistemic_type_of",
+    "SCORE_MEMBER",
+]
+
+Severity = Literal["error", "warning", "info"]
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule. ``rule`` is stable; ``path`` is a JSONPath into the body."""
+
+    rule: str
+    path: str
+    message: str
+    severity: Severity = "error"
+    pointer: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.message} (at {self.path})"
+
+
+def raise_first(violations: Sequence[Violation], what: str = "judgment record") -> None:
+    """Raise ``JudgmentRefusedError`` for the first error-severity violation."""
+    errors = [v for v in violations if v.severity == "error"]
+    if not errors:
+        return
+    first = errors[0]
+    more = f" (+{len(errors) - 1} more: {', '.join(sorted({v.rule for v in errors[1:]}))})" if len(errors) > 1 else ""
+    raise JudgmentRefusedError(f"{what} refused: {first.message}{more}", rule=first.rule, path=first.path)
+
+
+# --------------------------------------------------------------------------- naming
+
+#: A member name that would store a score, rate or confidence (family §8, §9).
+SCORE_MEMBER = re.compile(r"(^|_)(rate|rates|confidence|score|scores|scoring|percent|percentage|probability|ratio)(_|$)", re.I)
+
+# (schema-path regex, member or None, rule). First match wins.
+_NAMED: tuple[tuple[re.Pattern[str], str | None, str], ...] = tuple(
+    (re.compile(p), m, r)
+    for p, m, r in (
+        # family-wide
+        (r"/properties/epistemic_type/const$", None, "epistemic_type_fixed_by_shape"),
+        (r"/properties/record_version/const$", None, "record_version_mismatch"),
+        (r"Citation/allOf/1/properties/judge_purpose/const$", None, "judge_purpose_mismatch"),
+        (r"^#/\$defs/Citation/additionalProperties$", "citation_purpose", "legacy_citation_purpose"),
+        (r"^#/\$defs/HexDigest/pattern$", None, "digest_malformed"),
+        (r"^#/\$defs/DigestRef/properties/digest_alg/const$", None, "digest_alg_not_sha256"),
+        (r"^#/\$defs/Citation/properties/digest_alg/const$", None, "digest_alg_not_sha256"),
+        (r"/format$", None, "timestamp_not_rfc3339"),
+        (r"^#/\$defs/ContractRef/pattern$", None, "contract_ref_unversioned"),
+        (r"^#/\$defs/SamplingParams/additionalProperties/type$", None, "sampling_value_type"),
+        (r"^#/\$defs/Basis/required$", None, "judge_unpinned"),
+        (r"^#/\$defs/Basis/properties/model_id/minLength$", None, "judge_unpinned"),
+        # evaluation-report/v1
+        (r"^#/\$defs/Case/required$", "method", "case_method_required"),
+        (r"^#/\$defs/Case/required$", "acts", "case_acts_required"),
+        (r"^#/\$defs/Case/properties/acts/minItems$", None, "case_acts_required"),
+        (r"^#/\$defs/Case/properties/verdict/enum$", None, "case_verdict_unknown"),
+        (r"^#/\$defs/EvaluationReport/properties/cases/minItems$", None, "cases_empty"),
+        # adjudication/v1
+        (r"^#/\$defs/Adjudication/allOf/0/then/required$", None, "contradicted_party_required"),
+        (r"^#/\$defs/Adjudication/allOf/0/else/not$", None, "contradicted_party_forbidden"),
+        (r"^#/\$defs/Adjudication/properties/parties/(min|max)Items$", None, "parties_count"),
+        # adjudication-response/v1
+        (r"^#/\$defs/AdjudicationResponse/allOf/0/then/allOf/\d/not$", "verdict", "delivery_receipt_forbids_verdict"),
+        (r"^#/\$defs/AdjudicationResponse/allOf/0/then/allOf/\d/not$", "basis", "delivery_receipt_forbids_basis"),
+        (r"^#/\$defs/AdjudicationResponse/allOf/1/then/required$", None, "ack_requires_verdict"),
+        (r"^#/\$defs/AdjudicationResponse/allOf/1/then/not$", None, "ack_forbids_basis"),
+        (r"^#/\$defs/AdjudicationResponse/allOf/2/then/required$", "verdict", "rebuttal_requires_verdict"),
+        (r"^#/\$defs/AdjudicationResponse/allOf/2/then/required$", "basis", "rebuttal_requires_basis"),
+        (r"^#/\$defs/AdjudicationResponse/properties/basis/minLength$", None, "rebuttal_basis_empty"),
+        # human-rating/v1
+        (r"^#/\$defs/HumanRating/properties/blind/const$", None, "rating_not_blind"),
+        (r"^#/\$defs/HumanRating/required$", "blind", "rating_not_blind"),
+        (r"^#/\$defs/PrincipalRef/minLength$", None, "rater_ref_identifying"),
+        # calibration-summary/v1
+        (r"^#/\$defs/KOfN/additionalProperties$", None, "stored_rate_forbidden"),
+        (r"^#/\$defs/KOfN/", None, "k_of_n_not_counts"),
+        (r"^#/\$defs/CalibrationSummary/properties/clauses/minItems$", None, "clauses_empty"),
+        # sample-manifest/v1
+        (r"^#/\$defs/SampleManifest/properties/cases/minItems$", None, "sample_cases_empty"),
+        # contract-compile/v1
+        (r"^#/\$defs/ContractCompile/required$", "human_approval", "human_approval_required"),
+        (r"^#/\$defs/ContractCompile/properties/compiled_skill/minItems$", None, "compiled_skill_empty"),
+        # close/v1
+        (r"^#/\$defs/Close/allOf/0/then/required$", None, "reconcile_peer_close_link_required"),
+        (r"^#/\$defs/Close/allOf/0/then/properties/x-evidence-links/contains$", None, "reconcile_peer_close_link_required"),
+        (r"^#/\$defs/Reconcile/additionalProperties$", "peer_close", "peer_close_retired"),
+        (r"^#/\$defs/EvidenceLinkType/enum$", None, "link_type_unknown"),
+        (r"^#/\$defs/ReconcileTallies/required$", None, "reconcile_tallies_incomplete"),
+        # evidence-result-v0
+        (r"^#/\$defs/Claim/required$", "tier", "claim_tier_required"),
+        (r"^#/\$defs/Claim/required$", "contract_ref", "contract_ref_required"),
+        (r"^#/\$defs/Claim/required$", "sufficiency", "claim_sufficiency_required"),
+        (r"^#/\$defs/Claim/required$", "verdict", "claim_verdict_required"),
+        (r"^#/\$defs/Claim/required$", "evidence", "claim_evidence_required"),
+        (r"^#/\$defs/Claim/allOf/0/else/properties/verdict/const$", None, "verdict_requires_sufficiency"),
+        (r"^#/\$defs/Claim/allOf/0/then/properties/verdict/enum$", None, "satisfied_verdict_not_evaluable"),
+        (r"^#/\$defs/Claim/allOf/1/", None, "claim_type_body_mismatch"),
+        (r"^#/\$defs/Claim/allOf/2/", None, "contested_close_met"),
+        (r"^#/\$defs/Claim/allOf/3/then/required$", None, "recomputed_code_identity_required"),
+        (r"^#/\$defs/Claim/allOf/3/then/properties/implementation/", None, "recomputed_code_identity_unknown"),
+        (r"^#/\$defs/CodeDigest/", None, "code_digest_not_git_object"),
+        (r"^#/\$defs/Implementation/required$", "grade", "implementation_grade_required"),
+        (r"^#/\$defs/Implementation/allOf/0/then/properties/grade/const$", None, "unknown_code_identity_overgraded"),
+        (r"^#/\$defs/DisclosedStatus/enum$", None, "disclosure_under_withheld"),
+        (r"^#/\$defs/ClaimType/enum$", None, "claim_type_unrecognized"),
+        (r"^#/\$defs/Tier/enum$", None, "claim_tier_unknown"),
+        (r"^#/\$defs/Aggregate/required$", "coverage", "coverage_required"),
+        (r"^#/\$defs/Aggregate/required$", "buckets", "buckets_required"),
+        (r"^#/\$defs/Buckets/required$", None, "buckets_incomplete"),
+        (r"^#/\$defs/Coverage/required$", None, "coverage_incomplete"),
+        (r"^#/\$defs/CloseClaim/allOf/0/then/required$", None, "close_peer_required"),
+        (r"^#/\$defs/EvidenceResult/properties/claims/minItems$", None, "claims_empty"),
+        # judgment-extension-v1 (x-judgment-v1)
+        (r"^#/\$defs/JudgmentCapsule/properties/references/contains$", None, "judged_from_count"),
+        (r"^#/\$defs/JudgmentMember/additionalProperties$", None, "judgment_member_closed"),
+    )
+)
+
+_GENERIC = {
+    "required": "schema_required_member_missing",
+    "additionalProperties": "schema_unknown_member",
+    "type": "schema_type_mismatch",
+    "const": "schema_const_mismatch",
+    "enum": "schema_enum_mismatch",
+    "pattern": "schema_pattern_mismatch",
+    "minLength": "schema_too_short",
+    "minItems": "schema_too_short",
+    "minProperties": "schema_too_short",
+    "maxLength": "schema_too_long",
+    "maxItems": "schema_too_long",
+    "minimum": "schema_below_minimum",
+    "maximum": "schema_above_maximum",
+    "not": "schema_forbidden_member",
+    "contains": "schema_contains",
+    "oneOf": "schema_one_of",
+    "anyOf": "schema_any_of",
+    "format": "timestamp_not_rfc3339",
+    "false": "schema_false",
+}
+
+
+def _name(err: SchemaError, instance_at: Any) -> str:
+    for pattern, member, rule in _NAMED:
+        if (member is None or member == err.member) and pattern.search(err.schema_path):
+            if rule == "sampling_value_type" and isinstance(instance_at, float):
+                return "sampling_float"
+            return rule
+    if err.keyword == "additionalProperties" and err.member is not None:
+        if SCORE_MEMBER.search(err.member):
+            return "stored_rate_forbidden"
+        if err.member == "x-evidence-links":
+            return "evidence_links_close_only"
+        if err.member == "citation_purpose":
+            return "legacy_citation_purpose"
+    if err.keyword == "required" and err.member == "judge_purpose" and isinstance(instance_at, Mapping) and "citation_purpose" in instance_at:
+        return "legacy_citation_purpose"
+    return _GENERIC.get(err.keyword, f"schema_{err.keyword}")
+
+
+def _at(body: Any, path: Path) -> Any:
+    node = body
+    for part in path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+def _schema_violations(body: Any, schema: str, definition: str | None = None) -> list[Violation]:
+    out = []
+    for err in validator_for(schema, definition).errors(body):
+        at = _at(body, err.path)
+        full = (*err.path, err.member) if err.keyword in ("required", "additionalProperties", "not") and err.member else err.path
+        out.append(Violation(_name(err, at), render_path(full), err.message, pointer=render_pointer(full)))
+    return out
+
+
+def _ordered(violations: list[Violation]) -> list[Violation]:
+    """Named rules first (they say what to fix), then the number rules, then the
+    generic ``schema_*`` ones; order is kept within each group."""
+
+    def rank(v: Violation) -> int:
+        if v.rule.startswith("schema_"):
+            return 2
+        return 1 if v.rule in ("float_in_record", "unsafe_integer", "non_json_value") else 0
+
+    return sorted(violations, key=rank)
+
+
+def _number_violations(body: Any) -> list[Violation]:
+    try:
+        check_json(body)
+    except FloatInDigestError as exc:
+        rule = "sampling_float" if re.search(r"\.sampling(_params)?[.\[]", exc.path + ".") else "float_in_record"
+        return [Violation(rule, exc.path, f"{exc} — a float drifts in serialization; use a decimal string or an integer (e.g. micros)")]
+    except UnsafeIntegerError as exc:
+        return [Violation("unsafe_integer", exc.path, str(exc))]
+    except CanonicalizationError as exc:
+        return [Violation("non_json_value", exc.path, str(exc))]
+    return []
+
+
+# --------------------------------------------------------------------------- body dispatch
+
+
+def epistemic_type_of(body: Mapping[str, Any]) -> str | None:
+    """The epistemic type a body's *shape* fixes (None if the shape is unknown).
+
+    Judge-family shapes fix it as a schema ``const``. An Evidence Result has no
+    such member: it is ``derived_metric`` when every claim was recomputed (a
+    fixed function of cited inputs) and ``semantic_judgment`` as soon as one
+    claim was judged — the weaker way of knowing decides, never the stronger.
+    """
+    version = body.get("record_version")
+    if isinstance(version, str) and version in SHAPES:
+        return SHAPES[version].epistemic_type
+    if body.get("result_version") == RESULT_VERSION:
+        claims = body.get("claims")
+        if isinstance(claims, list) and claims and all(isinstance(c, Mapping) and c.get("tier") == "recomputed" for c in claims):
+            return "derived_metric"
+        return "semantic_judgment"
+    return None
+
+
+def check_body(body: Any) -> list[Violation]:
+    """Every violation of a judge-family body or an Evidence Result. Never raises."""
+    try:
+        return _check_body(body)
+    except Exception as exc:  # a checker never raises
+        return [Violation("checker_internal_error", "$", f"{type(exc).__name__}: {exc}")]
+
+
+def refuse(body: Any) -> None:
+    """Raise ``JudgmentRefusedError`` naming the first rule ``body`` breaks."""
+    raise_first(check_body(body))
+
+
+def _check_body(body: Any) -> list[Violation]:
+    if not isinstance(body, Mapping):
+        return [Violation("record_not_object", "$", "a judgment record is a JSON object")]
+    out = _number_violations(body)
+    if "result_version" in body and "record_version" not in body:
+        out += _schema_violations(body, RESULT_SCHEMA)
+        out += _result_rules(body)
+        return _ordered(out)
+    version = body.get("record_version")
+    shape = SHAPES.get(version) if isinstance(version, str) else None
+    if shape is None:
+        out.append(Violation("record_version_unknown", "$.record_version", f"{version!r} is not one of {sorted(SHAPES)} or {RESULT_VERSION!r}"))
+        return out
+    out += _schema_violations(body, shape.schema)
+    extra = _SHAPE_RULES.get(shape.record_version)
+    if extra is not None:
+        out += extra(body)
+    return _ordered(out)
+
+
+# --------------------------------------------------------------------------- rules schemas cannot say
+
+
+def _k_of_n(body: Mapping[str, Any]) -> list[Violation]:
+    out = []
+    for i, clause in enumerate(_list(body.get("clauses"))):
+        for name in ("agreement", "drift"):
+            kn = clause.get(name) if isinstance(clause, Mapping) else None
+            if isinstance(kn, Mapping) and type(kn.get("k")) is int and type(kn.get("n")) is int and kn["k"] > kn["n"]:
+                out.append(Violation("k_exceeds_n", f"$.clauses[{i}].{name}", f"k={kn['k']} exceeds n={kn['n']} (a verifier MUST check k ≤ n, family §8)"))
+    refs = [c.get("clause_ref") for c in _list(body.get("clauses")) if isinstance(c, Mapping)]
+    for ref, count in Counter(r for r in refs if isinstance(r, str)).items():
+        if count > 1:
+            out.append(Violation("clause_ref_duplicate", "$.clauses", f"clause {ref!r} is tallied {count} times; one k of n per clause"))
+    return out
+
+
+def _unique_cases(body: Mapping[str, Any]) -> list[Violation]:
+    ids = [c.get("case_id") for c in _list(body.get("cases")) if isinstance(c, Mapping)]
+    return [
+        Violation("case_id_duplicate", "$.cases", f"case {cid!r} appears {n} times; a case is judged once per report")
+        for cid, n in Counter(i for i in ids if isinstance(i, str)).items()
+        if n > 1
+    ]
+
+
+def _sample_cases(body: Mapping[str, Any]) -> list[Violation]:
+    cases = [c for c in _list(body.get("cases")) if isinstance(c, str)]
+    return [
+        Violation("sample_case_duplicate", "$.cases", f"case {cid!r} is listed {n} times")
+        for cid, n in Counter(cases).items()
+        if n > 1
+    ]
+
+
+def _adjudication(body: Mapping[str, Any]) -> list[Violation]:
+    out = []
+    digests = [p.get("digest") for p in _list(body.get("parties")) if isinstance(p, Mapping)]
+    if len(digests) == 2 and digests[0] == digests[1]:
+        out.append(Violation("parties_duplicate", "$.parties", "both parties cite the same record; a ruling over one party cites it once"))
+    party = body.get("contradicted_party")
+    if isinstance(party, str) and is_hex64(party) and party not in digests:
+        out.append(Violation("contradicted_party_not_a_party", "$.contradicted_party", "contradicted_party names a digest that is not one of the cited parties"))
+    return out
+
+
+_IDENTIFYING = re.compile(r"@|\s")
+
+
+def _human_rating(body: Mapping[str, Any]) -> list[Violation]:
+    ref = body.get("rater_ref")
+    if isinstance(ref, str) and _IDENTIFYING.search(ref):
+        return [Violation("rater_ref_identifying", "$.rater_ref", "rater_ref is an opaque principal reference, never a name or an email (family §5)")]
+    return []
+
+
+def _close(body: Mapping[str, Any]) -> list[Violation]:
+    out = []
+    for i, link in enumerate(_list(body.get("x-evidence-links"))):
+        if isinstance(link, Mapping) and link.get("type") == "adjudicates":
+            out.append(Violation("adjudicates_requires_adjudication", f'$["x-evidence-links"][{i}]', "only an adjudication record may carry an adjudicates link; a Close is a producer_claim"))
+    return out
+
+
+_SHAPE_RULES = {
+    "calibration-summary/v1": _k_of_n,
+    "evaluation-report/v1": _unique_cases,
+    "sample-manifest/v1": _sample_cases,
+    "adjudication/v1": _adjudication,
+    "human-rating/v1": _human_rating,
+    "close/v1": _close,
+}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _result_rules(body: Mapping[str, Any]) -> list[Violation]:
+    """evidence-result-v0 §3, §4, §3.1, CloseClaim: the checker's cross-element rules."""
+    out: list[Violation] = []
+    claims = [c for c in _list(body.get("claims")) if isinstance(c, Mapping)]
+    ids = [c.get("id") for c in claims]
+    for cid, n in Counter(i for i in ids if isinstance(i, str)).items():
+        if n > 1:
+            out.append(Violation("claim_id_duplicate", "$.claims", f"claim id {cid!r} appears {n} times (ids are unique within a Result, §4)"))
+    aggregate = body.get("aggregate") if isinstance(body.get("aggregate"), Mapping) else {}
+    buckets = aggregate.get("buckets") if isinstance(aggregate.get("buckets"), Mapping) else None
+    verdict_of = {c.get("id"): c.get("verdict") for c in claims if isinstance(c.get("id"), str)}
+    if buckets is not None:
+        seen: Counter[str] = Counter()
+        for verdict in ("met", "not_met", "not_evaluable"):
+            for j, cid in enumerate(_list(buckets.get(verdict))):
+                seen[cid] += 1
+                if cid not in verdict_of:
+                    out.append(Violation("bucket_mismatch", f"$.aggregate.buckets.{verdict}[{j}]", f"bucket names {cid!r}, which is no claim in this Result"))
+                elif verdict_of[cid] != verdict:
+                    out.append(Violation("bucket_mismatch", f"$.aggregate.buckets.{verdict}[{j}]", f"claim {cid!r} is {verdict_of[cid]!r}, not {verdict!r}"))
+        for cid in verdict_of:
+            if seen[cid] != 1:
+                out.append(Violation("bucket_mismatch", "$.aggregate.buckets", f"claim {cid!r} appears {seen[cid]} times in the buckets; exactly once"))
+    coverage = aggregate.get("coverage") if isinstance(aggregate.get("coverage"), Mapping) else None
+    if coverage is not None:
+        pop = coverage.get("evaluated_population")
+        if type(pop) is int and pop != len(claims):
+            out.append(Violation("coverage_population_mismatch", "$.aggregate.coverage.evaluated_population", f"{pop} evaluated, but the Result holds {len(claims)} claims (every count traces to claims, §1)"))
+        unknown = coverage.get("unknown_count")
+        n_unknown = sum(1 for c in claims if c.get("sufficiency") == "UNKNOWN")
+        if type(unknown) is int and unknown != n_unknown:
+            out.append(Violation("coverage_unknown_mismatch", "$.aggregate.coverage.unknown_count", f"{unknown} unresolved, but {n_unknown} claims resolved UNKNOWN (§3)"))
+        defects = coverage.get("producer_defects")
+        if isinstance(defects, Mapping) and type(defects.get("count")) is int and type(defects.get("denominator")) is int:
+            if defects["count"] > defects["denominator"]:
+                out.append(Violation("producer_defects_over_denominator", "$.aggregate.coverage.producer_defects", f"count {defects['count']} exceeds denominator {defects['denominator']} (§3.1)"))
+    for i, claim in enumerate(claims):
+        close = claim.get("close")
+        if not isinstance(close, Mapping):
+            continue
+        evidence = {e.get("digest") for e in _list(claim.get("evidence")) if isinstance(e, Mapping)}
+        for name, rule in (("close_ref", "close_ref_not_in_evidence"), ("peer_close_ref", "peer_close_ref_not_in_evidence")):
+            ref = close.get(name)
+            if isinstance(ref, Mapping) and ref.get("digest") not in evidence:
+                out.append(Violation(rule, f"$.claims[{i}].close.{name}", f"{name} must also appear in the claim's evidence[]"))
+    return out
+
+
+# --------------------------------------------------------------------------- links
+
+
+def check_links(epistemic_type: Any, links: Iterable[Any]) -> list[Violation]:
+    """EL -00 §4.1/§5 link rules for a store header. Never raises.
+
+    Links are ``{type, target}`` with one of the six types and a 64-hex target;
+    ``adjudicates`` only on a record whose ``epistemic_type`` is ``adjudication``.
+    """
+    out: list[Violation] = []
+    if epistemic_type not in EPISTEMIC_TYPES:
+        out.append(Violation("epistemic_type_unknown", "$.epistemic_type", f"{epistemic_type!r} is not one of the eight registered types"))
+    for i, link in enumerate(links):
+        path = f"$.links[{i}]"
+        if not isinstance(link, Mapping) or set(link) != {"type", "target"}:
+            out.append(Violation("link_malformed", path, "a link is exactly {type, target}"))
+            continue
+        if link["type"] not in LINK_TYPES:
+            out.append(Violation("link_type_unknown", f"{path}.type", f"{link['type']!r} is not one of {list(LINK_TYPES)}; tokens are never overloaded"))
+        if not is_hex64(link["target"]):
+            out.append(Violation("link_target_malformed", f"{path}.target", "a link target is a 64-hex lowercase SHA-256 digest"))
+        if link["type"] == "adjudicates" and epistemic_type != "adjudication":
+            out.append(Violation("adjudicates_requires_adjudication", f"{path}.type", f"only an adjudication record may carry an adjudicates link; this record is {epistemic_type!r}"))
+    return out

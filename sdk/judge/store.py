@@ -1,0 +1,321 @@
+"""The judgment store: judgment records in the capseal ledger, beside the capsules.
+
+Every record goes through :class:`~capseal.ledger.Ledger`, so it gets the EL -00
+§4 store header (``seq, record_id, record_type, epistemic_type, links`` and 128
+fresh random bits), the hash chain and the append-only triggers. For a judgment
+record:
+
+* ``record_id`` is the record digest (SHA-256 of the body's JCS bytes): the
+  digest other records cite and link to, and the payload of its signature;
+* ``record_type`` is ``judge:<record_version>`` (``judge:evaluation-report/v1``…);
+* ``epistemic_type`` is copied from the *shape* at commit — there is no
+  parameter for it, and nothing afterwards changes it. A misclassified record is
+  corrected only by :meth:`JudgmentStore.supersede`: a new record, a new id, a
+  ``supersedes`` link; the old record stays and still verifies.
+
+Artifacts (a rubric, a prompt file, a payload, a blind packet) are stored as
+``judge:artifact/v1`` records keyed by their content digest, so a citation of
+them resolves in the same store. Sealing refuses a record that cites or links to
+a digest the store cannot resolve (pass ``external=`` for digests that live in a
+peer's store, e.g. a two-party Close's peer Close).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from capseal.canonical import canonical_bytes, capsule_id, is_hex64, json_digest, raw_digest
+from capseal.errors import DuplicateRecordError, JudgmentRefusedError
+from capseal.ledger import Ledger, LedgerEntry, StoredEntry
+from capseal.record import dumps_canonical
+
+from .citation import Target
+from .envelope import JudgmentEnvelope, header_commitment, sign_judgment
+from .links import Link, validate_links
+from .rules import check_body, epistemic_type_of, raise_first
+from .vocab import (
+    ARTIFACT_RECORD_TYPE,
+    ARTIFACT_VERSION,
+    JUDGMENT_STORE_VERSION,
+    RECORD_TYPE_PREFIX,
+    record_type_for,
+)
+
+__all__ = ["SealedJudgment", "JudgmentStore", "cited_digests", "body_of_entry", "digest_of_entry"]
+
+
+@dataclass(frozen=True)
+class SealedJudgment:
+    """A judgment record as stored: body, store header and signatures. Frozen."""
+
+    body: dict[str, Any]
+    digest: str
+    record_type: str
+    epistemic_type: str
+    links: tuple[dict[str, str], ...]
+    envelopes: tuple[JudgmentEnvelope, ...]
+    seq: int
+    nonce: str
+    signer_kid: str | None = field(default=None)
+
+    @property
+    def record_id(self) -> str:
+        """The store header's record id: the record digest."""
+        return self.digest
+
+    def target(self) -> Target:
+        return Target.of_record(self.body)
+
+    def header(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq, "record_id": self.digest, "record_type": self.record_type,
+            "epistemic_type": self.epistemic_type, "links": [dict(x) for x in self.links], "nonce": self.nonce,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {"header": self.header(), "record": self.body, "envelopes": [e.to_json() for e in self.envelopes]}
+
+
+def cited_digests(body: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``(cited, referenced)`` digests in a body, each as ``(path, digest)``.
+
+    *Cited*: every judge citation ``{type, digest_alg, digest, judge_purpose}``,
+    every ``x-evidence-links`` target and every Evidence Result ``evidence[]`` /
+    ``close_ref`` / ``peer_close_ref`` digest — these must resolve in the store.
+    *Referenced*: other digest refs (a pin's prompt/axes/weights, a Close's head,
+    proofs) — preimages a store may or may not publish."""
+    cited: list[tuple[str, str]] = []
+    referenced: list[tuple[str, str]] = []
+
+    def walk(node: Any, path: str, parent_key: str) -> None:
+        if isinstance(node, dict):
+            digest = node.get("digest")
+            if isinstance(digest, str) and node.get("digest_alg") == "SHA-256":
+                if "judge_purpose" in node or parent_key in ("evidence", "close_ref", "peer_close_ref"):
+                    cited.append((path, digest))
+                else:
+                    referenced.append((path, digest))
+            target = node.get("target")
+            if parent_key == "x-evidence-links" and isinstance(target, str):
+                cited.append((f"{path}.target", target))
+            for k, v in node.items():
+                walk(v, f"{path}.{k}" if k.isidentifier() else f'{path}["{k}"]', k)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{path}[{i}]", parent_key)
+
+    walk(body, "$", "")
+    return cited, referenced
+
+
+def body_of_entry(entry: StoredEntry) -> dict[str, Any]:
+    """The stored JSON of a judge row (``capseal-judgment/1`` or ``capseal-artifact/1``)."""
+    value = entry.record()
+    if not isinstance(value, dict):
+        raise ValueError("stored judge row is not a JSON object")
+    return value
+
+
+def _artifact_content(stored: Mapping[str, Any]) -> tuple[str, Any, bytes]:
+    """(kind, content, digested bytes) of an artifact row."""
+    encoding = stored.get("encoding")
+    content = stored.get("content")
+    if encoding == "json":
+        return "json", content, canonical_bytes(content)
+    if encoding == "utf-8" and isinstance(content, str):
+        return "text", content, content.encode("utf-8")
+    if encoding == "base64" and isinstance(content, str):
+        data = base64.b64decode(content, validate=True)
+        return "bytes", data, data
+    raise ValueError(f"artifact encoding {encoding!r} is not json, utf-8 or base64")
+
+
+def digest_of_entry(entry: StoredEntry) -> str:
+    """Recompute a stored row's digest from its bytes (capsule id, record digest
+    or artifact content digest). Raises ValueError on malformed rows."""
+    if entry.record_type == "capsule":
+        capsule = entry.record().get("capsule")
+        if not isinstance(capsule, dict):
+            raise ValueError("capsule row has no capsule")
+        return capsule_id(capsule)
+    stored = body_of_entry(entry)
+    if entry.record_type == ARTIFACT_RECORD_TYPE:
+        return raw_digest(_artifact_content(stored)[2])
+    return json_digest(stored.get("record"))
+
+
+class JudgmentStore:
+    """Seal judgment records into a ledger with any capseal signer, and read them.
+
+    ``ledger`` is a :class:`Ledger` or a path; ``signer`` is any
+    ``capseal.keys.Signer`` (software, PKCS#11, TPM). A store opened without a
+    signer reads and verifies only."""
+
+    def __init__(self, ledger: Ledger | str, signer: Any = None) -> None:
+        self._owns = not isinstance(ledger, Ledger)
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+        self.signer = signer
+
+    def close(self) -> None:
+        if self._owns:
+            self.ledger.close()
+
+    def __enter__(self) -> JudgmentStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+
+    def has(self, digest: str) -> bool:
+        """Does ``digest`` resolve to a record (capsule, judgment or artifact) here?"""
+        return is_hex64(digest) and self.ledger.entry(digest) is not None
+
+    def entry(self, digest: str) -> StoredEntry | None:
+        return self.ledger.entry(digest) if is_hex64(digest) else None
+
+    def target(self, digest: str, *, type: str | None = None) -> Target:
+        """A Target for a stored record, its digest *recomputed* from the stored bytes."""
+        entry = self.entry(digest)
+        if entry is None:
+            raise JudgmentRefusedError(f"{digest} does not resolve in this store", rule="citation_unresolved")
+        recomputed = digest_of_entry(entry)
+        if recomputed != digest:
+            raise JudgmentRefusedError(f"stored bytes give {recomputed}, not {digest}", rule="record_digest_mismatch")
+        if entry.record_type == "capsule":
+            return Target._verified(type=type or "agent-action-capsule", digest=digest, kind="capsule", content=entry.record()["capsule"])
+        stored = body_of_entry(entry)
+        if entry.record_type == ARTIFACT_RECORD_TYPE:
+            kind, content, _ = _artifact_content(stored)
+            return Target._verified(type=type or str(stored.get("artifact_type", "artifact")), digest=digest, kind=kind, content=content)
+        body = stored["record"]
+        name = str(body.get("record_version") or body.get("result_version")).split("/", 1)[0]
+        return Target._verified(type=type or name, digest=digest, kind="record", content=body)
+
+    def value(self, digest: str) -> Any:
+        """The content a digest names: a capsule dict, a judgment body, or an
+        artifact's JSON value / text / bytes."""
+        return self.target(digest).content
+
+    def get(self, digest: str) -> SealedJudgment | None:
+        """A sealed judgment record by digest (None for capsules, artifacts, misses)."""
+        entry = self.entry(digest)
+        if entry is None or not entry.record_type.startswith(RECORD_TYPE_PREFIX) or entry.record_type == ARTIFACT_RECORD_TYPE:
+            return None
+        return self._sealed(entry)
+
+    def judgments(self) -> Iterator[SealedJudgment]:
+        for entry in self.ledger.entries():
+            if entry.record_type.startswith(RECORD_TYPE_PREFIX) and entry.record_type != ARTIFACT_RECORD_TYPE:
+                yield self._sealed(entry)
+
+    @staticmethod
+    def _sealed(entry: StoredEntry) -> SealedJudgment:
+        stored = body_of_entry(entry)
+        envs = tuple(JudgmentEnvelope.from_json(e) for e in stored.get("envelopes", []))
+        return SealedJudgment(
+            body=stored["record"], digest=entry.record_id, record_type=entry.record_type,
+            epistemic_type=entry.epistemic_type, links=tuple(entry.links), envelopes=envs,
+            seq=entry.seq, nonce=entry.nonce, signer_kid=envs[0].kid if envs else None,
+        )
+
+    # ------------------------------------------------------------------ writing
+
+    def _require_signer(self) -> Any:
+        if self.signer is None:
+            raise JudgmentRefusedError("this store was opened without a signer; it can read and verify only", rule="signer_missing")
+        return self.signer
+
+    def put(self, target: Target) -> Target:
+        """Keep a Target's content (JSON, text or bytes) as a signed artifact so
+        citations of it resolve here. Idempotent: the same content is kept once."""
+        if target.kind not in ("json", "text", "bytes"):
+            if self.has(target.digest):
+                return target
+            raise JudgmentRefusedError(f"a {target.kind} is kept by its own sealer, not as an artifact", rule="artifact_kind")
+        if self.has(target.digest):
+            return target
+        if target.kind == "json":
+            stored: dict[str, Any] = {"encoding": "json", "content": target.content}
+        elif target.kind == "text":
+            stored = {"encoding": "utf-8", "content": target.content}
+        else:
+            stored = {"encoding": "base64", "content": base64.b64encode(target.content).decode("ascii")}
+        stored = {"record_version": ARTIFACT_VERSION, "artifact_type": target.type, **stored}
+        self._append(stored, target.digest, ARTIFACT_RECORD_TYPE, "producer_claim", ())
+        return target
+
+    def put_json(self, value: Any, *, type: str) -> Target:
+        return self.put(Target.of_json(value, type=type))
+
+    def put_text(self, text: str, *, type: str) -> Target:
+        return self.put(Target.of_text(text, type=type))
+
+    def put_bytes(self, data: bytes, *, type: str) -> Target:
+        return self.put(Target.of_bytes(data, type=type))
+
+    def seal(self, record: Any, *, links: Iterable[Link | dict[str, str]] = (), external: Iterable[str] = ()) -> SealedJudgment:
+        """Check, sign and append one judgment record; returns once it is durable.
+
+        ``record`` is a builder model (``EvaluationReport`` …, ``EvidenceResult``)
+        or a body dict. Order: refusal engine → epistemic type from the shape →
+        link rules → every cited digest and link target resolves (or is listed
+        in ``external``) → sign → append. Any refusal leaves the store as it was."""
+        body = record.body() if hasattr(record, "body") and callable(record.body) else record
+        if not isinstance(body, Mapping):
+            raise JudgmentRefusedError("a judgment record is a JSON object", rule="record_not_object")
+        body = dict(body)
+        raise_first(check_body(body))
+        version = body.get("record_version") or body.get("result_version")
+        record_type = record_type_for(str(version))
+        epistemic_type = epistemic_type_of(body)
+        assert epistemic_type is not None  # check_body refused unknown shapes
+        all_links = list(links)
+        body_links = [dict(x) for x in body.get("x-evidence-links", [])]
+        header_links = [x.header() if isinstance(x, Link) else dict(x) for x in all_links]
+        for bl in body_links:  # close/v1: the body's links are mirrored in the header
+            if bl not in header_links:
+                header_links.append(bl)
+        links_t = validate_links(epistemic_type, header_links)
+        allowed = set(external)
+        cited, _ = cited_digests(body)
+        for path, digest in cited:
+            if digest not in allowed and not self.has(digest):
+                raise JudgmentRefusedError(f"cited digest {digest[:16]}… does not resolve in this store (put the cited content first, or list it in external=)", rule="citation_unresolved", path=path)
+        for i, item in enumerate(links_t):
+            if item["target"] not in allowed and not self.has(item["target"]):
+                raise JudgmentRefusedError(f"{item['type']} target {item['target'][:16]}… does not resolve in this store", rule="link_target_unresolved", path=f"$.links[{i}]")
+        digest = json_digest(body)
+        if any(item["target"] == digest for item in links_t):
+            raise JudgmentRefusedError("a record cannot link to itself", rule="link_to_self")
+        stored = {"record_version": JUDGMENT_STORE_VERSION, "record": body}
+        return self._append(stored, digest, record_type, epistemic_type, links_t)
+
+    def supersede(self, old: SealedJudgment | str, record: Any, *, links: Iterable[Link | dict[str, str]] = (), external: Iterable[str] = ()) -> SealedJudgment:
+        """Correct ``old`` (a wrong type, a wrong verdict) the only way the Evidence
+        Layer allows: a new record with a ``supersedes`` link to it. ``old`` is
+        left as it is and still verifies."""
+        old_digest = old.digest if isinstance(old, SealedJudgment) else old
+        if self.get(old_digest) is None:
+            raise JudgmentRefusedError(f"{old_digest[:16]}… is no judgment record in this store", rule="link_target_unresolved")
+        return self.seal(record, links=[Link.to("supersedes", old_digest), *links], external=external)
+
+    def _append(self, stored: dict[str, Any], digest: str, record_type: str, epistemic_type: str, links: tuple[dict[str, str], ...]) -> Any:
+        signer = self._require_signer()
+        envelope = sign_judgment(signer, bytes.fromhex(digest), header_commitment(record_type, epistemic_type, links))
+        stored = {**stored, "envelopes": [envelope.to_json()]}
+        entry = LedgerEntry(record_id=digest, record_type=record_type, epistemic_type=epistemic_type, body=dumps_canonical(stored), links=links)
+        try:
+            row = self.ledger.append(entry)
+        except DuplicateRecordError:
+            raise JudgmentRefusedError(
+                f"record {digest[:16]}… is already sealed; a sealed record is never re-sealed or re-typed (supersede it instead)",
+                rule="record_already_sealed",
+            ) from None
+        if record_type == ARTIFACT_RECORD_TYPE:
+            return row
+        return self._sealed(row)

@@ -1,0 +1,226 @@
+"""Verify judgment records: integrity, shape, type, what they cite. Never raises.
+
+A verifier checks that a judgment is *intact and well-formed* — never whether it
+is *right*. For one record it checks:
+
+1. the digest: the stored body still hashes to the record id;
+2. the shape: every rule of the refusal engine (``rules.check_body``), each
+   failure reported under its rule name;
+3. the type: the header's ``epistemic_type`` is the one the shape fixes and the
+   ``record_type`` names the shape; links are of the six types, ``adjudicates``
+   only on an adjudication record, a Close's body links are in its header;
+4. what it cites: every citation, Result evidence digest and link target
+   resolves in the store (other digest refs, e.g. a pin's prompt, are reported
+   as information when their preimage is not published there);
+5. the signature: a COSE_Sign1 over the record digest whose protected header
+   commits to the store header (type and links) — ``authored``, ``invalid`` or
+   ``unclaimed``, with the signer's kid; a key outside ``trusted_keys`` (when
+   given) is an error.
+
+``verify_entry`` is the hook ``capseal.audit.verify_ledger`` calls for every
+``judge:`` row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from capseal.canonical import is_hex64, json_digest
+from capseal.findings import Finding
+from capseal.ledger import Ledger, StoredEntry
+
+from .envelope import header_commitment, verify_judgment_envelope
+from .rules import check_body, check_links, epistemic_type_of
+from .store import JudgmentStore, SealedJudgment, _artifact_content, body_of_entry, cited_digests
+from .vocab import ARTIFACT_RECORD_TYPE, ARTIFACT_VERSION, JUDGMENT_STORE_VERSION, RECORD_TYPE_PREFIX, record_type_for
+
+__all__ = ["JudgmentReport", "verify_judgment", "verify_entry"]
+
+
+@dataclass
+class JudgmentReport:
+    """What a verifier says of one judgment record (integrity, never correctness)."""
+
+    ok: bool
+    record_id: str | None
+    record_type: str | None
+    epistemic_type: str | None
+    signature: str = "unclaimed"  # authored | invalid | unclaimed
+    signer_kid: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "record_id": self.record_id, "record_type": self.record_type,
+            "epistemic_type": self.epistemic_type, "signature": self.signature, "signer_kid": self.signer_kid,
+            "findings": [f.to_dict() for f in self.findings],
+            "note": "verified: signature, shape, type, citations — not whether the judgment is right",
+        }
+
+
+def _ledger_of(store: Any) -> Ledger | None:
+    if isinstance(store, JudgmentStore):
+        return store.ledger
+    if isinstance(store, Ledger):
+        return store
+    return None
+
+
+def verify_judgment(record: Any, store: Any, *, trusted_keys: Iterable[Any] = (), external: Iterable[str] = ()) -> JudgmentReport:
+    """Verify one judgment record against ``store`` (a JudgmentStore or Ledger).
+
+    ``record`` is a :class:`SealedJudgment`, a stored ledger row, or a record
+    digest. ``trusted_keys`` (public keys or PEM) turns an untrusted signer into
+    an error; ``external`` lists digests known to live in another store."""
+    try:
+        ledger = _ledger_of(store)
+        if ledger is None:
+            return JudgmentReport(False, None, None, None, findings=[Finding("store_unusable", f"{type(store).__name__} is not a JudgmentStore or Ledger")])
+        digest = record.digest if isinstance(record, SealedJudgment) else record.record_id if isinstance(record, StoredEntry) else record
+        if not isinstance(digest, str):
+            return JudgmentReport(False, None, None, None, findings=[Finding("record_unusable", f"cannot verify a {type(record).__name__}")])
+        entry = ledger.entry(digest) if is_hex64(digest) else None
+        if entry is None:
+            return JudgmentReport(False, digest, None, None, findings=[Finding("record_not_in_store", f"{digest} is not in this store")])
+        from capseal.audit import KeyDirectory
+
+        report = _verify(entry, ledger, KeyDirectory(trusted_keys), set(external))
+        if isinstance(record, SealedJudgment):
+            _compare_copy(record, entry, report)
+        report.ok = report.signature == "authored" and not report.errors
+        return report
+    except Exception as exc:  # never raise
+        return JudgmentReport(False, None, None, None, findings=[Finding("verifier_internal_error", f"{type(exc).__name__}: {exc}")])
+
+
+def _compare_copy(record: SealedJudgment, entry: StoredEntry, report: JudgmentReport) -> None:
+    """A caller's in-memory copy must be what the store holds (it cannot be edited)."""
+    if json_digest(record.body) != entry.record_id:
+        report.findings.append(Finding("record_copy_differs", "the record given differs from the stored record (its body was changed)"))
+    if (record.epistemic_type, record.record_type, [dict(x) for x in record.links]) != (entry.epistemic_type, entry.record_type, [dict(x) for x in entry.links]):
+        report.findings.append(Finding("record_copy_differs", "the record given carries another type or other links than the stored one"))
+
+
+def verify_entry(entry: StoredEntry, *, ledger: Ledger, keys: Any) -> Any:
+    """``capseal.audit`` hook: a ``RecordReport`` for one ``judge:`` ledger row."""
+    from capseal.audit import RecordReport
+
+    try:
+        report = _verify(entry, ledger, keys, set())
+    except Exception as exc:  # never raise
+        return RecordReport(entry.seq, entry.record_id, entry.record_type, False, [Finding("verifier_internal_error", f"{type(exc).__name__}: {exc}")])
+    ok = report.signature == "authored" and not report.errors
+    return RecordReport(entry.seq, entry.record_id, entry.record_type, ok, report.findings, signature=report.signature, signer_kid=report.signer_kid)
+
+
+def _verify(entry: StoredEntry, ledger: Ledger, keys: Any, external: set[str]) -> JudgmentReport:
+    report = JudgmentReport(False, entry.record_id, entry.record_type, entry.epistemic_type)
+    add = report.findings.append
+    try:
+        stored = body_of_entry(entry)
+    except ValueError as exc:
+        add(Finding("record_malformed", str(exc)))
+        return report
+    if entry.record_type == ARTIFACT_RECORD_TYPE:
+        digest = _check_artifact(entry, stored, add)
+    elif entry.record_type.startswith(RECORD_TYPE_PREFIX):
+        digest = _check_judgment(entry, stored, ledger, external, add)
+    else:
+        add(Finding("record_type_unknown", f"{entry.record_type!r} is not a judge: record type"))
+        return report
+    if digest is None:
+        return report
+    _check_signature(entry, stored, digest, keys, report)
+    return report
+
+
+def _check_artifact(entry: StoredEntry, stored: Mapping[str, Any], add: Any) -> str | None:
+    if stored.get("record_version") != ARTIFACT_VERSION:
+        add(Finding("record_malformed", f"an artifact row is {ARTIFACT_VERSION}"))
+        return None
+    try:
+        from capseal.canonical import raw_digest
+
+        digest = raw_digest(_artifact_content(stored)[2])
+    except Exception as exc:
+        add(Finding("record_malformed", f"artifact content unreadable: {exc}"))
+        return None
+    if digest != entry.record_id:
+        add(Finding("record_digest_mismatch", "the artifact's content does not hash to its record id"))
+    if entry.epistemic_type != "producer_claim":
+        add(Finding("epistemic_type_mismatch", f"an artifact is a producer_claim, the header says {entry.epistemic_type!r}"))
+    if entry.links:
+        add(Finding("link_malformed", "an artifact carries no links"))
+    return digest
+
+
+def _check_judgment(entry: StoredEntry, stored: Mapping[str, Any], ledger: Ledger, external: set[str], add: Any) -> str | None:
+    if stored.get("record_version") != JUDGMENT_STORE_VERSION or not isinstance(stored.get("record"), dict):
+        add(Finding("record_malformed", f"a judgment row is {JUDGMENT_STORE_VERSION} with a record object"))
+        return None
+    body = stored["record"]
+    try:
+        digest = json_digest(body)
+    except Exception as exc:
+        add(Finding("float_in_record", f"the body cannot be canonicalized: {exc}"))
+        return None
+    if digest != entry.record_id:
+        add(Finding("record_digest_mismatch", "the stored body does not hash to its record id (it changed after sealing)"))
+    for v in check_body(body):  # the shape: every rule, named
+        add(Finding(v.rule, f"{v.message} (at {v.path})", severity=v.severity))
+    fixed = epistemic_type_of(body)
+    if fixed is not None and entry.epistemic_type != fixed:
+        add(Finding("epistemic_type_mismatch", f"the shape fixes {fixed!r}; the header says {entry.epistemic_type!r} (a type is never changed after commit)"))
+    version = body.get("record_version") or body.get("result_version")
+    try:
+        expected_type = record_type_for(str(version))
+    except KeyError:
+        expected_type = None
+    if expected_type is not None and entry.record_type != expected_type:
+        add(Finding("record_type_mismatch", f"the body is {version}, the header says {entry.record_type!r}"))
+    links = [dict(x) for x in entry.links]
+    for v in check_links(entry.epistemic_type, links):
+        add(Finding(v.rule, f"{v.message} (at {v.path})"))
+    for bl in body.get("x-evidence-links", []) if isinstance(body.get("x-evidence-links"), list) else []:
+        if bl not in links:
+            add(Finding("evidence_links_not_in_header", f"body link {bl} is missing from the store header"))
+    cited, referenced = cited_digests(body)
+    for path, d in cited:
+        if d not in external and (not is_hex64(d) or ledger.entry(d) is None):
+            add(Finding("citation_unresolved", f"{path} cites {d[:16]}…, which does not resolve in this store"))
+    for path, d in referenced:
+        if is_hex64(d) and ledger.entry(d) is None:
+            add(Finding("preimage_not_in_store", f"{path} names {d[:16]}…, whose preimage this store does not publish", severity="info"))
+    for i, link in enumerate(links):
+        target = link.get("target")
+        if isinstance(target, str) and target not in external and ledger.entry(target) is None:
+            add(Finding("link_target_unresolved", f"links[{i}] ({link.get('type')}) points at {str(target)[:16]}…, which does not resolve in this store"))
+    return digest
+
+
+def _check_signature(entry: StoredEntry, stored: Mapping[str, Any], digest: str, keys: Any, report: JudgmentReport) -> None:
+    envelopes = stored.get("envelopes", [])
+    if not isinstance(envelopes, list) or not envelopes:
+        report.findings.append(Finding("record_unsigned", "every record in a capseal store is signed; this one is not"))
+        return
+    commitment = header_commitment(entry.record_type, entry.epistemic_type, [dict(x) for x in entry.links])
+    verdict, kid = "unclaimed", None
+    for env in envelopes:
+        authored, env_kid, findings = verify_judgment_envelope(env, bytes.fromhex(digest), commitment)
+        report.findings.extend(findings)
+        if not authored:
+            verdict = "invalid"
+        elif verdict == "unclaimed":
+            verdict, kid = "authored", env_kid
+    if verdict == "authored" and getattr(keys, "trusted", None) is not None and kid not in keys.trusted:
+        report.findings.append(Finding("signer_not_trusted", f"signed by {kid}, which is not among the trusted keys"))
+    report.signature, report.signer_kid = verdict, kid
