@@ -1,0 +1,129 @@
+"""The operator CLI against real SoftHSM2 tokens, run as a subprocess
+(``.venv/bin/capseal``) with the PIN in ``CAPSEAL_PIN``, never on the
+command line: ``token init``, ``keys create|show|list``, ``doctor``, ``seal``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CAPSEAL = str(Path(sys.executable).with_name("capseal"))
+
+
+def capseal(*args: str, pin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("CAPSEAL_PIN", None)
+    if pin is not None:
+        full_env["CAPSEAL_PIN"] = pin
+    return subprocess.run([CAPSEAL, *args], capture_output=True, text=True, env=full_env, timeout=120, check=False)
+
+
+def test_create_show_list_doctor_seal(softhsm: Any, tmp_path: Path) -> None:
+    label = f"cli-{os.urandom(3).hex()}"
+    uri = softhsm.uri(label)
+
+    created = capseal("keys", "create", uri, "--alg", "ed25519", pin=softhsm.pin)
+    assert created.returncode == 0, created.stderr
+    info = json.loads(created.stdout)
+    assert info["alg"] == "EdDSA" and info["custody"]["software_device"] is True
+
+    shown = capseal("keys", "show", uri, "--json", pin=softhsm.pin)
+    assert shown.returncode == 0, shown.stderr
+    show = json.loads(shown.stdout)
+    assert show["kid"] == info["kid"] and show["public_key_pem"].startswith("-----BEGIN PUBLIC KEY-----")
+    custody = show["custody"]
+    assert custody["software_device"] is True and custody["backend"] == "pkcs11"
+    attrs = custody["key_attributes"]
+    assert attrs["CKA_SENSITIVE"] is True and attrs["CKA_NEVER_EXTRACTABLE"] is True
+    assert attrs["CKA_EXTRACTABLE"] is False and attrs["CKA_LOCAL"] is True
+    assert attrs["CKA_LABEL"] == label
+
+    listed = capseal("keys", "list", softhsm.uri(), pin=softhsm.pin)
+    assert listed.returncode == 0, listed.stderr
+    mine = [k for k in json.loads(listed.stdout) if k["label"] == label]
+    assert len(mine) == 1 and mine[0]["kid"] == info["kid"] and mine[0]["alg"] == "EdDSA"
+
+    again = capseal("keys", "create", uri, "--alg", "ed25519", pin=softhsm.pin)
+    assert again.returncode == 2 and "already exists" in again.stderr  # never overwritten
+
+    doctor = capseal("doctor", uri, pin=softhsm.pin)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    for check in ("PKCS#11 module loads", "token present", "PIN works", "key found", "key protected"):
+        assert f"[ok] {check}" in doctor.stdout
+
+    wrong = "cli-wrong-pin-31337"
+    bad = capseal("doctor", uri, pin=wrong)
+    assert bad.returncode == 1 and "[FAIL] PIN works" in bad.stdout and "fix:" in bad.stdout
+    assert wrong not in bad.stdout + bad.stderr
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"action_id": "po-1", "action_type": "decide",
+                                "disposition": {"decision": "accept", "approver": "policy", "human_disposed": False,
+                                                "verdict_class": "executed"}}))
+    ledger = tmp_path / "ledger.db"
+    sealed = capseal("seal", str(spec), "--key", uri, "--ledger", str(ledger), "--operator", "acme",
+                     "--developer", "agent@1", pin=softhsm.pin)
+    assert sealed.returncode == 0, sealed.stderr
+    assert json.loads(sealed.stdout)["key_id"] == info["kid"]
+    verified = capseal("verify", str(ledger))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    for proc in (created, shown, listed, again, doctor, sealed):
+        assert softhsm.pin not in proc.stdout + proc.stderr
+
+
+def test_errors_are_one_line_and_typed(softhsm: Any) -> None:
+    missing = capseal("keys", "show", softhsm.uri("k", label="no-such-token"), pin=softhsm.pin)
+    assert missing.returncode == 2 and "no-such-token" in missing.stderr and "Traceback" not in missing.stderr
+    nokey = capseal("keys", "show", softhsm.uri("no-such-key"), pin=softhsm.pin)
+    assert nokey.returncode == 2 and "no-such-key" in nokey.stderr and softhsm.label in nokey.stderr
+    broken = capseal("doctor", softhsm.uri("k"), pin=softhsm.pin, env={"SOFTHSM2_CONF": "/nonexistent/softhsm2.conf"})
+    assert broken.returncode == 1 and "[FAIL] PKCS#11 module loads" in broken.stdout
+    assert "SOFTHSM2_CONF" in broken.stdout
+
+
+def test_token_init_then_keys_with_pin_source(softhsm: Any, tmp_path: Path) -> None:
+    user_pin, so_pin = "init-user-2468", "init-so-13579"
+    made = capseal("token", "init", "--dir", str(tmp_path / "tok"), "--label", "dev-token", "--so-pin-env", "SO_PIN",
+                   pin=user_pin, env={"SO_PIN": so_pin})
+    assert made.returncode == 0, made.stderr
+    info = json.loads(made.stdout)
+    assert info["label"] == "dev-token" and Path(info["softhsm2_conf"]).is_file() and info["serial"]
+    assert user_pin not in made.stdout + made.stderr and so_pin not in made.stdout + made.stderr
+    env = {"SOFTHSM2_CONF": info["softhsm2_conf"]}
+    uri = info["uri"].replace("?", ";object=seal-key?")
+    created = capseal("keys", "create", uri, "--alg", "p256", pin=user_pin, env=env)
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["custody"]["device"]["token_label"] == "dev-token"
+
+    # no PINs given: both are generated into 0600 files, and pin-source= in the URI works without CAPSEAL_PIN
+    auto = capseal("token", "init", "--dir", str(tmp_path / "auto"), "--label", "auto-token")
+    assert auto.returncode == 0, auto.stderr
+    auto_info = json.loads(auto.stdout)
+    pin_file = Path(auto_info["pin_source"])
+    assert oct(pin_file.stat().st_mode & 0o777) == "0o600" and Path(auto_info["so_pin_file"]).is_file()
+    assert pin_file.read_text().strip() not in auto.stdout
+    auto_uri = auto_info["uri"].replace("?", ";object=k?")
+    auto_env = {"SOFTHSM2_CONF": auto_info["softhsm2_conf"]}
+    assert capseal("keys", "create", auto_uri, "--alg", "ed25519", env=auto_env).returncode == 0
+    doctor = capseal("doctor", auto_uri, env=auto_env)
+    assert doctor.returncode == 0 and "[ok] PIN works" in doctor.stdout, doctor.stdout
+
+    dup = capseal("token", "init", "--dir", str(tmp_path / "tok"), "--label", "dev-token", "--so-pin-env", "SO_PIN",
+                  pin=user_pin, env={"SO_PIN": so_pin})
+    assert dup.returncode == 2 and "already exists" in dup.stderr
+
+
+@pytest.mark.parametrize("alg", ["p256", "rsa-pss"])
+def test_keys_create_other_algorithms(alg: str, softhsm: Any) -> None:
+    uri = softhsm.uri(f"cli-{alg}-{os.urandom(3).hex()}")
+    created = capseal("keys", "create", uri, "--alg", alg, pin=softhsm.pin)
+    assert created.returncode == 0, created.stderr
+    info = json.loads(created.stdout)
+    assert info["alg"] == {"p256": "ES256", "rsa-pss": "PS256"}[alg]
+    assert info["custody"]["key_attributes"]["CKA_NEVER_EXTRACTABLE"] is True
