@@ -1,0 +1,242 @@
+"""``x-judgment-v1``: a capsule that records a judgment (PROVISIONAL, unratified).
+
+The member sits at ``/model_attestation/compute_attestation/x-judgment-v1`` of a
+-05 capsule and is closed: ``{rubric_digest, rubric_version,
+judge_parameters_digest, model_hosting?}``. Base fields keep their meaning:
+``developer`` is the judge (``model_id[@version]``, or a non-identifying rater
+role label), ``agent_output_digest`` is the digest of the judge's answer
+``{verdict, rationale}``, and ``references[]`` holds exactly one
+``judged_from`` (and optionally a ``calibrated_against``).
+
+Digest rules implemented (judgment-extension-v1 README, *proposed*):
+``rubric_digest = json_digest(rubric)``; ``judge_parameters_digest =
+json_digest(parameters)`` where the parameters are
+``{instruction_template_digest, prompt_digest, axes_digest, sampling_params,
+min_confidence_micros?, judge_batch?}`` for a model judge (prompt and axes as
+SHA-256 of the raw file bytes, the template as a JSON digest) or
+``{protocol, packet_digest}`` for a human expert. The member name
+``prompt_digest`` is the one pinned here (a stored variant calls it
+``prompt_file_digest``; not implemented).
+
+``model_hosting`` is required for a model judge and forbidden for a human one
+when *building*; when *checking*, its absence on a model judge is read as
+``hosted`` and reported as information (the released vectors predate it). A
+hosted verdict is attributable but not re-derivable: never the sole basis for
+refusing an action.
+
+A verifier recomputes these digests from published preimages; it never re-runs
+the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from capseal.canonical import capsule_id, json_digest, raw_digest
+from capseal.errors import JudgmentRefusedError
+
+from .citation import Hex64, JudgeModel, NonEmpty, Target
+from .pin import SamplingValue, check_sampling
+from .rules import Violation, _number_violations, _schema_violations, raise_first
+from .schema import render_pointer
+
+__all__ = [
+    "MEMBER",
+    "MEMBER_POINTER",
+    "ModelJudgeParameters",
+    "ExpertProtocolParameters",
+    "JudgeAnswer",
+    "JudgmentMember",
+    "judgment_member",
+    "judgment_capsule_spec",
+    "check_judgment_capsule",
+    "refuse_judgment_capsule",
+]
+
+MEMBER = "x-judgment-v1"
+MEMBER_PATH = ("model_attestation", "compute_attestation", MEMBER)
+MEMBER_POINTER = render_pointer(MEMBER_PATH)
+_SCHEMA = "judgment/judgment-extension-v1.json"
+
+
+class ModelJudgeParameters(JudgeModel):
+    """How a model judge was asked (the preimage of ``judge_parameters_digest``)."""
+
+    instruction_template_digest: Hex64
+    prompt_digest: Hex64
+    axes_digest: Hex64
+    sampling_params: dict[str, SamplingValue]
+    min_confidence_micros: Annotated[int, Field(ge=0, le=1_000_000)] = None  # type: ignore[assignment]
+    judge_batch: Annotated[int, Field(ge=1, le=2**53 - 1)] = None  # type: ignore[assignment]
+
+    @classmethod
+    def of(
+        cls, *, instruction_template: Mapping[str, Any], prompt: bytes | str, axes: bytes | str,
+        sampling_params: Mapping[str, Any], min_confidence_micros: int | None = None, judge_batch: int | None = None,
+    ) -> ModelJudgeParameters:
+        """Every digest computed here: the template as JSON, prompt and axes as raw bytes."""
+        fields: dict[str, Any] = {
+            "instruction_template_digest": json_digest(dict(instruction_template)),
+            "prompt_digest": raw_digest(prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)),
+            "axes_digest": raw_digest(axes.encode("utf-8") if isinstance(axes, str) else bytes(axes)),
+            "sampling_params": check_sampling(sampling_params, "$.sampling_params"),
+        }
+        if min_confidence_micros is not None:
+            fields["min_confidence_micros"] = min_confidence_micros
+        if judge_batch is not None:
+            fields["judge_batch"] = judge_batch
+        return cls(**fields)
+
+
+class ExpertProtocolParameters(JudgeModel):
+    """How a human expert was asked: the protocol and the packet shown."""
+
+    protocol: NonEmpty
+    packet_digest: Hex64
+
+    @classmethod
+    def of(cls, *, protocol: str, packet: Mapping[str, Any]) -> ExpertProtocolParameters:
+        return cls(protocol=protocol, packet_digest=json_digest(dict(packet)))
+
+
+class JudgeAnswer(JudgeModel):
+    """The preimage of ``agent_output_digest``."""
+
+    verdict: Literal["met", "not_met", "not_evaluable"]
+    rationale: str = None  # type: ignore[assignment]
+
+
+class JudgmentMember(JudgeModel):
+    """The closed ``x-judgment-v1`` member."""
+
+    rubric_digest: Hex64
+    rubric_version: NonEmpty
+    judge_parameters_digest: Hex64
+    model_hosting: Literal["hosted", "self_hosted"] = None  # type: ignore[assignment]
+
+
+def judgment_member(
+    *, rubric: Mapping[str, Any], rubric_version: str,
+    parameters: ModelJudgeParameters | ExpertProtocolParameters, model_hosting: str | None = None,
+) -> JudgmentMember:
+    """Build the member; digests come from the rubric and parameters themselves."""
+    if isinstance(parameters, ModelJudgeParameters) and model_hosting is None:
+        raise JudgmentRefusedError("a model judge states model_hosting (hosted or self_hosted)", rule="model_hosting_required", path=f"{MEMBER_POINTER}/model_hosting")
+    if isinstance(parameters, ExpertProtocolParameters) and model_hosting is not None:
+        raise JudgmentRefusedError("a human expert has no model_hosting", rule="model_hosting_forbidden", path=f"{MEMBER_POINTER}/model_hosting")
+    if not rubric:
+        raise JudgmentRefusedError("the rubric is a non-empty published document", rule="rubric_empty")
+    fields: dict[str, Any] = {
+        "rubric_digest": json_digest(dict(rubric)),
+        "rubric_version": rubric_version,
+        "judge_parameters_digest": json_digest(parameters.to_json()),
+    }
+    if model_hosting is not None:
+        fields["model_hosting"] = model_hosting
+    return JudgmentMember(**fields)
+
+
+def judgment_capsule_spec(
+    *, action_id: str, judge: str, member: JudgmentMember, answer: JudgeAnswer,
+    judged_from: Target, calibrated_against: Target | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """``(developer, spec)`` for ``Producer(developer=…).seal(spec)``: the judge is
+    the capsule's ``developer``; the spec carries the member, the answer digest
+    and exactly one ``judged_from`` reference."""
+    if not isinstance(judge, str) or not judge or judge.count("@") > 1:
+        raise JudgmentRefusedError("the judge is model_id or model_id@version, or a rater role label", rule="judge_identity_malformed", path="$.developer")
+    refs = [{"type": judged_from.type, "digest_alg": "SHA-256", "digest": judged_from.digest, "citation_purpose": "judged_from"}]
+    if calibrated_against is not None:
+        refs.append({"type": calibrated_against.type, "digest_alg": "SHA-256", "digest": calibrated_against.digest, "citation_purpose": "calibrated_against"})
+    spec = {
+        "action_id": action_id,
+        "action_type": "fyi",
+        "model_attestation": {"compute_attestation": {"agent_output_digest": json_digest(answer.to_json()), MEMBER: member.to_json()}},
+        "references": refs,
+    }
+    return judge, spec
+
+
+def _at(value: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _mismatch(rule: str, path: tuple[str, ...], what: str) -> Violation:
+    from .schema import render_path
+
+    return Violation(rule, render_path(path), f"{what} does not recompute from the published preimage", pointer=render_pointer(path))
+
+
+def check_judgment_capsule(
+    capsule: Mapping[str, Any], *, preimages: Mapping[str, Any] | None = None, raw_files: Mapping[str, str | bytes] | None = None,
+) -> list[Violation]:
+    """Check a judgment capsule: the extension schema, its capsule id, and — given
+    the published ``preimages`` (``rubric``, ``judge_parameters``, ``agent_output``,
+    ``instruction_template``, ``packet``) and ``raw_files`` (``prompt``, ``axes``,
+    ``policy``) — every digest. Never raises; each violation names its rule and
+    carries a JSON pointer."""
+    try:
+        return _check(capsule, preimages or {}, raw_files or {})
+    except Exception as exc:  # never raise
+        return [Violation("checker_internal_error", "$", f"{type(exc).__name__}: {exc}")]
+
+
+def refuse_judgment_capsule(capsule: Mapping[str, Any], **kw: Any) -> None:
+    """Raise ``JudgmentRefusedError`` for the first rule a judgment capsule breaks."""
+    raise_first(check_judgment_capsule(capsule, **kw), "judgment capsule")
+
+
+def _raw(value: str | bytes) -> bytes:
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def _check(capsule: Mapping[str, Any], pre: Mapping[str, Any], raw: Mapping[str, str | bytes]) -> list[Violation]:
+    out = _number_violations(capsule) + _schema_violations(capsule, _SCHEMA)
+    cid = capsule.get("capsule_id")
+    if cid is not None and cid != capsule_id(capsule):
+        out.append(Violation("capsule_id_mismatch", "$.capsule_id", "capsule_id does not recompute from the capsule", pointer="/capsule_id"))
+    member = _at(capsule, MEMBER_PATH)
+    compute = _at(capsule, MEMBER_PATH[:2])
+    if not isinstance(member, Mapping) or not isinstance(compute, Mapping):
+        return out
+    params = pre.get("judge_parameters")
+    human = isinstance(params, Mapping) and "protocol" in params
+    if human and "model_hosting" in member:
+        out.append(Violation("model_hosting_forbidden", "$.model_attestation.compute_attestation['x-judgment-v1'].model_hosting", "a human-expert record carries no model_hosting", pointer=f"{MEMBER_POINTER}/model_hosting"))
+    if isinstance(params, Mapping) and not human and "model_hosting" not in member:
+        out.append(Violation("model_hosting_absent", "$.model_attestation.compute_attestation['x-judgment-v1']", "no model_hosting on a model-judge record: read as hosted (attributable, not re-derivable)", severity="info", pointer=MEMBER_POINTER))
+    if "rubric" in pre and member.get("rubric_digest") != json_digest(pre["rubric"]):
+        out.append(_mismatch("rubric_digest_mismatch", (*MEMBER_PATH, "rubric_digest"), "rubric_digest"))
+    if isinstance(params, Mapping):
+        definition = "ExpertProtocolParameters" if human else "JudgeParameters"
+        for v in _number_violations(params) + _schema_violations(params, _SCHEMA, definition):
+            out.append(Violation(v.rule, f"preimages.judge_parameters{v.path[1:]}", v.message, pointer=f"/preimages/judge_parameters{v.pointer}"))
+        if member.get("judge_parameters_digest") != json_digest(params):
+            out.append(_mismatch("judge_parameters_digest_mismatch", (*MEMBER_PATH, "judge_parameters_digest"), "judge_parameters_digest"))
+        inner = (
+            ("instruction_template_digest", "instruction_template", lambda v: json_digest(v)),
+            ("packet_digest", "packet", lambda v: json_digest(v)),
+        )
+        for name, source, fn in inner:
+            if name in params and source in pre and params[name] != fn(pre[source]):
+                out.append(_mismatch(f"{name}_mismatch", ("preimages", "judge_parameters", name), name))
+        for name, source in (("prompt_digest", "prompt"), ("axes_digest", "axes")):
+            if name in params and source in raw and params[name] != raw_digest(_raw(raw[source])):
+                out.append(_mismatch(f"{name}_mismatch", ("preimages", "judge_parameters", name), name))
+    rubric = pre.get("rubric")
+    if isinstance(rubric, Mapping) and "policy_digest" in rubric and "policy" in raw and rubric["policy_digest"] != raw_digest(_raw(raw["policy"])):
+        out.append(_mismatch("policy_digest_mismatch", ("preimages", "rubric", "policy_digest"), "policy_digest"))
+    answer = pre.get("agent_output")
+    if answer is not None:
+        for v in _schema_violations(answer, _SCHEMA, "JudgeAnswer"):
+            out.append(Violation(v.rule, f"preimages.agent_output{v.path[1:]}", v.message, pointer=f"/preimages/agent_output{v.pointer}"))
+        if compute.get("agent_output_digest") != json_digest(answer):
+            out.append(_mismatch("agent_output_digest_mismatch", (*MEMBER_PATH[:2], "agent_output_digest"), "agent_output_digest"))
+    return out
