@@ -307,3 +307,18 @@ def test_eight_threads_seal_8000_records_through_one_swtpm(tpm: dict[str, Any], 
     report = verify_ledger(path)
     assert report.ok
     assert report.counts()["records"] == 8002 and report.counts()["ok"] == 8002
+
+
+def test_more_key_files_than_object_slots(swtpm: Any, tmp_path: Path) -> None:
+    """swtpm has three transient slots; four loaded key files take turns: the
+    device gives up its cached copies when the TPM is full and reloads them."""
+    signers = [create_key(f"tpm2:keyfile={tmp_path / f'k{i}.tss'}?tcti={swtpm.tcti}", "p256") for i in range(4)]
+    try:
+        for _round in range(3):
+            for signer in signers:
+                result = signer.sign(b"turn")
+                assert signature_ok("ES256", signer.public_key, result.signature, b"turn")
+        assert "tpm_key" in signers[0].describe()
+    finally:
+        for signer in signers:
+            signer.close()

@@ -1,0 +1,115 @@
+"""The operator CLI against a real swtpm, run as a subprocess: `capseal tpm
+provision` (signing key + attestation key, refusing to overwrite without
+--force), `keys show|list|create` on tpm2: URIs, `doctor`, and `seal`/`verify`
+with a TPM key."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capseal.keys._tpm_certify import verify_certify
+
+CAPSEAL = str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "capseal")
+KEY, AK = "0x81000b01", "0x81000b02"  # a range of our own on the shared session swtpm
+
+
+def capseal(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([CAPSEAL, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TSS2_LOG": "all+NONE"})
+    if check and proc.returncode != 0:
+        pytest.fail(f"capseal {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def provisioned(swtpm: Any) -> dict[str, Any]:
+    out = capseal("tpm", "provision", "--tcti", swtpm.tcti, "--handle", KEY, "--ak-handle", AK, "--force")
+    return json.loads(out.stdout)
+
+
+def test_provision_prints_handles_keys_and_names(provisioned: dict[str, Any], swtpm: Any) -> None:
+    info = provisioned
+    assert info["tcti"] == swtpm.tcti and info["software_device"] is True
+    sk, ak = info["signing_key"], info["attestation_key"]
+    assert (sk["handle"], ak["handle"]) == (KEY, AK)
+    assert sk["alg"] == "ES256" and sk["role"] == "signing-key" and sk["public_key_pem"].startswith("-----BEGIN PUBLIC KEY")
+    assert ak["role"] == "attestation-key" and ak["template"] == "ecc256:ecdsa-sha256:null"
+    assert ak["attributes"]["restricted"] and ak["attributes"]["fixedTPM"] and ak["attributes"]["sign"]
+    assert len(sk["name"]) == len(ak["name"]) == 68  # sha256 nameAlg + digest
+    assert sk["uri"] == f"tpm2:handle={KEY}?tcti={swtpm.tcti}&ak-handle={AK}"
+    certify = info["custody"]["tpm_certify"]
+    assert certify["key_name"] == sk["name"] and certify["ak_name"] == ak["name"]
+    assert verify_certify(certify) == []
+
+
+def test_provision_refuses_to_overwrite_without_force(provisioned: dict[str, Any], swtpm: Any) -> None:
+    again = capseal("tpm", "provision", "--tcti", swtpm.tcti, "--handle", KEY, "--ak-handle", AK, check=False)
+    assert again.returncode == 2
+    assert "already has keys" in again.stderr and "--force" in again.stderr and KEY in again.stderr
+    shown = json.loads(capseal("keys", "show", provisioned["signing_key"]["uri"], "--json").stdout)
+    assert shown["kid"] == provisioned["signing_key"]["kid"]  # still the same key
+    eddsa = capseal("tpm", "provision", "--tcti", swtpm.tcti, "--handle", "0x81000b05", "--ak-handle", "0x81000b06",
+                    "--alg", "ed25519", check=False)
+    assert eddsa.returncode == 2 and "TPM_ALG_EDDSA" in eddsa.stderr
+
+
+def test_keys_show_and_list(provisioned: dict[str, Any], swtpm: Any) -> None:
+    uri = provisioned["signing_key"]["uri"]
+    shown = json.loads(capseal("keys", "show", uri, "--json").stdout)
+    assert shown["uri"] == uri and shown["alg"] == "ES256"
+    assert shown["public_key_pem"] == provisioned["signing_key"]["public_key_pem"]
+    custody = shown["custody"]
+    assert custody["software_device"] is True and custody["backend"] == "tpm2"
+    assert custody["key_attributes"]["fixedTPM"] and custody["key_attributes"]["sensitiveDataOrigin"]
+    assert verify_certify(custody["tpm_certify"]) == []
+    text = capseal("keys", "show", uri).stdout
+    assert "-----BEGIN PUBLIC KEY-----" in text and f"kid: {shown['kid']}" in text
+
+    listed = {e["handle"]: e for e in json.loads(capseal("keys", "list", f"tpm2:?tcti={swtpm.tcti}").stdout)}
+    assert listed[KEY]["kid"] == shown["kid"] and listed[AK]["role"] == "attestation-key"
+
+    missing = capseal("keys", "show", f"tpm2:handle=0x81000b7f?tcti={swtpm.tcti}", check=False)
+    assert missing.returncode == 2 and "no key at persistent handle 0x81000b7f" in missing.stderr
+    assert swtpm.tcti in missing.stderr
+
+
+def test_keys_create_key_file(swtpm: Any, tmp_path: Path) -> None:
+    path = tmp_path / "seal.tss"
+    uri = f"tpm2:keyfile={path}?tcti={swtpm.tcti}"
+    created = json.loads(capseal("keys", "create", uri, "--alg", "p256").stdout)
+    assert created["alg"] == "ES256" and created["custody"]["key_store"] == "tpm2-keyfile"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text().startswith("-----BEGIN TSS2 PRIVATE KEY-----")
+    again = capseal("keys", "create", uri, "--alg", "p256", check=False)
+    assert again.returncode == 2 and "never overwrites" in again.stderr
+
+
+def test_doctor_checks_the_tpm_and_key(provisioned: dict[str, Any], swtpm: Any) -> None:
+    out = capseal("doctor", provisioned["signing_key"]["uri"], "--json", check=False)
+    checks = {c["name"]: c for c in json.loads(out.stdout)}
+    assert out.returncode == 0, checks
+    assert "software TPM" in checks["TPM answers"]["detail"]
+    for name in ("TPM answers", "TPM lockout", "TPM object slots", "TPM key", "TPM key algorithm", "TPM attestation key"):
+        assert checks[name]["ok"], checks[name]
+    bad = capseal("doctor", f"tpm2:handle=0x81000b7f?tcti={swtpm.tcti}", "--json", check=False)
+    failed = {c["name"]: c for c in json.loads(bad.stdout) if not c["ok"]}
+    assert bad.returncode == 1 and "TPM key" in failed and "capseal tpm provision" in failed["TPM key"]["fix"]
+
+
+def test_seal_and_verify_with_a_tpm_key(provisioned: dict[str, Any], tmp_path: Path) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps([{"action_id": "po-1", "action_type": "fyi"}, {"action_id": "po-2", "action_type": "fyi"}]))
+    ledger = tmp_path / "l.db"
+    capseal("seal", str(spec), "--key", provisioned["signing_key"]["uri"], "--ledger", str(ledger),
+            "--operator", "acme", "--developer", "agent@1")
+    verified = capseal("verify", str(ledger), "--json", check=False)
+    report = json.loads(verified.stdout)
+    assert verified.returncode == 0 and report["ok"] and report["counts"]["records"] == 3

@@ -1,0 +1,185 @@
+"""TPM faults against a swtpm of each test's own: the TPM stopped in the middle
+of a run and restarted, object slots full, leftovers of a crashed process, a
+TPM that is not there. Each gives a typed error naming the TCTI, no record is
+written for a failed seal, and sealing resumes without restarting the process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tpm2_pytss import ESAPI, TSS2_Exception
+from tpm2_pytss.constants import ESYS_TR, TPM2_CAP, TPM2_HC
+from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE
+
+from capseal import Producer, verify_ledger
+from capseal.errors import CapsealError, SignerUnavailableError, TPMObjectMemoryError
+from capseal.keys import open_signer
+from capseal.keys._tpm import create_key, provision, srk_template
+from capseal.keys._tpm_device import get_device
+
+KEY, AK = 0x81000101, 0x81000102
+
+
+@pytest.fixture()
+def tpm(fresh_swtpm: Any) -> Iterator[Any]:
+    """A provisioned swtpm of this test's own; the device is closed afterwards."""
+    provision(fresh_swtpm.tcti, signing_handle=KEY, ak_handle=AK, alg="p256", force=False)
+    yield fresh_swtpm
+    get_device(fresh_swtpm.tcti).close()
+
+
+def _uri(tpm: Any, ak: bool = False) -> str:
+    return f"tpm2:handle=0x{KEY:08x}?tcti={tpm.tcti}" + (f"&ak-handle=0x{AK:08x}" if ak else "")
+
+
+def _spec(i: int) -> dict[str, Any]:
+    return {"action_id": f"a-{i}", "action_type": "fyi"}
+
+
+def _wait(condition: Any, what: str, limit: float = 30.0) -> None:
+    """A liveness guard (the test fails instead of hanging), not a timing assertion."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.005)
+
+
+def _transients(tcti: str) -> list[int]:
+    ectx = ESAPI(tcti)
+    try:
+        _more, data = ectx.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
+        return [int(h) for h in data.data.handles]
+    finally:
+        ectx.close()
+
+
+def test_swtpm_stopped_mid_run_then_restarted(tpm: Any, tmp_path: Path) -> None:
+    ledger = tmp_path / "l.db"
+    device = get_device(tpm.tcti)
+    signer = open_signer(_uri(tpm, ak=True))
+    sealed: list[str] = []
+    failures: list[BaseException] = []
+    done = threading.Event()
+    with Producer("acme", "agent@1", signer, ledger) as producer:
+
+        def sealing() -> None:
+            i = 0
+            while not done.is_set():
+                try:
+                    sealed.append(producer.seal(_spec(i)).capsule_id)
+                except CapsealError as exc:
+                    failures.append(exc)
+                    time.sleep(0.002)
+                i += 1
+
+        thread = threading.Thread(target=sealing)
+        thread.start()
+        try:
+            _wait(lambda: len(sealed) >= 50, "the first records")
+            generation = device.generation
+            tpm.stop()  # in the middle of the run
+            _wait(lambda: len(failures) >= 5, "seals to fail while the TPM is down")
+            before_restart = len(sealed)
+            tpm.start()
+            _wait(lambda: len(sealed) >= before_restart + 50, "sealing to resume after the restart")
+        finally:
+            done.set()
+            thread.join()
+        producer.flush()
+        count = producer.ledger.count()
+
+    assert all(isinstance(f, SignerUnavailableError) for f in failures), {type(f).__name__ for f in failures}
+    assert all(tpm.tcti in str(f) for f in failures)
+    assert device.generation > generation  # it reconnected, in this same process
+    assert count == len(sealed) + 1  # each successful seal and the epoch boundary; nothing for the failures
+    report = verify_ledger(ledger)
+    assert report.ok and report.counts()["records"] == count
+
+
+def test_object_slots_full(tpm: Any, tmp_path: Path) -> None:
+    """Another connection fills the three transient slots: sealing with a
+    persistent key and with a key file fails with TPMObjectMemoryError naming
+    the TCTI, nothing is written, and both work again once the slots free up."""
+    keyfile = tmp_path / "k.tss"
+    create_key(f"tpm2:keyfile={keyfile}?tcti={tpm.tcti}", "p256").close()
+    persistent = open_signer(_uri(tpm))
+    from_file = open_signer(f"tpm2:keyfile={keyfile}?tcti={tpm.tcti}")
+    with Producer("acme", "agent-a@1", persistent, tmp_path / "a.db") as a, \
+            Producer("acme", "agent-b@1", from_file, tmp_path / "b.db") as b:
+        a.seal(_spec(0))
+        b.seal(_spec(0))
+        counts = (a.ledger.count(), b.ledger.count())
+
+        other = ESAPI(tpm.tcti)  # a second client on a TPM without a resource manager
+        held: list[Any] = []
+
+        def fill() -> None:
+            while True:
+                try:
+                    held.append(other.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)[0])
+                except TSS2_Exception:
+                    return
+
+        try:
+            fill()
+            # the key file's loaded copy holds a slot; capseal gives it up when the TPM is full
+            # (and reloads it on demand), so let it go and take that slot too
+            device = get_device(tpm.tcti)
+            device.call(lambda _ectx: device.make_room())
+            fill()
+            assert len(held) == 3
+            for producer in (a, b):
+                with pytest.raises(TPMObjectMemoryError) as exc_info:
+                    producer.seal(_spec(1))
+                assert tpm.tcti in str(exc_info.value) and "TPM_RC_OBJECT_MEMORY" in str(exc_info.value)
+            assert (a.ledger.count(), b.ledger.count()) == counts  # nothing written for the failed seals
+        finally:
+            for handle in held:
+                other.flush_context(handle)
+            other.close()
+        a.seal(_spec(1))
+        b.seal(_spec(1))
+        assert (a.ledger.count(), b.ledger.count()) == (counts[0] + 1, counts[1] + 1)
+    for name in ("a.db", "b.db"):
+        assert verify_ledger(tmp_path / name).ok
+
+
+_CRASH = """
+import os, sys
+from tpm2_pytss import ESAPI
+from tpm2_pytss.constants import ESYS_TR
+from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE
+from capseal.keys._tpm import srk_template
+e = ESAPI(sys.argv[1])
+for _ in range(3):
+    e.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
+os._exit(3)  # crash: nothing flushed
+"""
+
+
+def test_leftovers_of_a_crashed_process_and_an_absent_tpm(tpm: Any) -> None:
+    get_device(tpm.tcti).close()  # this process starts afresh, like a new run
+    crash = subprocess.run([sys.executable, "-c", _CRASH, tpm.tcti], capture_output=True, text=True)
+    assert crash.returncode == 3, crash.stderr
+    assert len(_transients(tpm.tcti)) == 3  # swtpm has no resource manager: the slots stay taken
+
+    with open_signer(_uri(tpm)) as signer:  # connecting flushes the leftovers
+        assert signer.sign(b"after a crash").alg == "ES256"
+    assert _transients(tpm.tcti) == []
+
+    get_device(tpm.tcti).close()
+    tpm.stop()
+    with pytest.raises(SignerUnavailableError) as exc_info:
+        open_signer(_uri(tpm))
+    assert tpm.tcti in str(exc_info.value)
+    tpm.start()
+    with open_signer(_uri(tpm)) as signer:
+        assert signer.sign(b"back").alg == "ES256"
