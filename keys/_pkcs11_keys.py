@@ -74,9 +74,13 @@ def _attr(obj: Any, attribute: Attribute) -> Any:
 
 
 def _search(session: Any, attrs: dict[Attribute, Any]) -> list[Any]:
-    # drained here, under the lock: an abandoned search iterator would call
-    # C_FindObjectsFinal from its finaliser, outside the lock
-    return list(session.get_objects(attrs))
+    # drained (or closed) here, under the lock: an abandoned search iterator
+    # calls C_FindObjectsFinal from its finaliser, i.e. outside the lock
+    objects = session.get_objects(attrs)
+    try:
+        return list(objects)
+    finally:
+        objects.close()
 
 
 def find_private_keys(session: Any, uri: PKCS11URI) -> list[Any]:

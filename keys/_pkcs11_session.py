@@ -22,8 +22,8 @@ Why this shape (measured, ``hardware-notes.md`` §2):
   garbage collector runs in, outside the lock.
 
 The PIN is kept (to log in again after a reconnect) inside a :class:`_Secret`
-whose ``repr`` hides it; errors are raised ``from None`` so no python-pkcs11
-exception (or frame holding the PIN) is chained to them.
+whose ``repr`` hides it; typed errors are raised outside the ``except`` block
+that caught the python-pkcs11 error, so no exception (or frame) is chained to them.
 """
 
 from __future__ import annotations
@@ -158,15 +158,16 @@ class Module:
         tells each TokenSession to reconnect instead of using a dead handle."""
         self.generation += 1
         log.info("re-initialising PKCS#11 module %s", self.path)
+        failure = None
         try:
             if self.lib.initialized:
                 self.lib.finalize()
             self.lib.initialize()
         except p11x.PKCS11Error as exc:
-            raise SignerUnavailableError(
-                f"PKCS#11 module {self.path} cannot be initialised ({type(exc).__name__})",
-                hint=_module_hint(self.path),
-            ) from None
+            failure = type(exc).__name__
+        if failure is not None:  # raised outside the handler: no exception context at all
+            raise SignerUnavailableError(f"PKCS#11 module {self.path} cannot be initialised ({failure})",
+                                         hint=_module_hint(self.path))
 
     def ensure_initialized(self) -> None:
         if not self.lib.initialized:  # an earlier re-initialisation failed
@@ -203,14 +204,18 @@ def load_module(path: str, allowlist: object = None) -> Module:
         for so, existing in list(getattr(pkcs11, "_loaded", {}).items()):
             if os.path.realpath(so) == real:
                 lib = existing
+        detail = None
         try:
             lib = lib if lib is not None else pkcs11.lib(real)
             if not lib.initialized:
                 lib.initialize()
         except p11x.PKCS11Error as exc:
             detail = str(exc).replace(real, path) if str(exc) else type(exc).__name__
-            raise SignerUnavailableError(f"cannot load PKCS#11 module {path}: {detail}",
-                                         hint=_module_hint(path)) from None
+        if detail is not None:
+            raise SignerUnavailableError(f"cannot load PKCS#11 module {path}: {detail}", hint=_module_hint(path))
+        # and let python-pkcs11 hand this object to anyone asking by the
+        # spelling we were given, instead of initialising the module twice
+        getattr(pkcs11, "_loaded", {}).setdefault(path, lib)
         module = Module(path=path, real=real, lib=lib)
         _MODULES[real] = module
         return module
@@ -276,12 +281,13 @@ def _find_tokens(module: Module, uri: PKCS11URI) -> list[Any]:
     if found:
         return found
     module.reinitialize()
+    failure = None
     try:
         return [t for t in _list_tokens(module) if _token_matches(t, uri)]
     except p11x.PKCS11Error as exc:
-        raise SignerUnavailableError(
-            f"PKCS#11 module {module.path} cannot list its tokens ({type(exc).__name__})", hint=_module_hint(module.path)
-        ) from None
+        failure = type(exc).__name__
+    raise SignerUnavailableError(f"PKCS#11 module {module.path} cannot list its tokens ({failure})",
+                                 hint=_module_hint(module.path))
 
 
 class TokenSession:
@@ -398,6 +404,7 @@ def _open_logged_in(token: Any, pin: _Secret | None, name: str) -> Any:
     if flags & TokenFlag.USER_PIN_LOCKED:
         raise PinLockedError(f"{name}: the user PIN is locked (too many wrong attempts)",
                              hint="unlock it with the SO PIN (pkcs11-tool --init-pin --login-type so)")
+    failure: SignerError | None = None
     try:
         if pin is not None:
             return token.open(user_pin=pin.reveal())
@@ -410,7 +417,9 @@ def _open_logged_in(token: Any, pin: _Secret | None, name: str) -> Any:
         # state is shared, so a PIN-less session can sign
         return token.open()
     except p11x.PKCS11Error as exc:
-        raise device_error(exc, name) from None
+        failure = device_error(exc, name)
+    if failure is not None:  # raised outside the handler: nothing of the login is chained to it
+        raise failure
     raise PinIncorrectError(
         f"{name} needs a PIN: pass pin=, add pin-source= to the URI, or set CAPSEAL_PIN for the CLI"
     )
@@ -499,16 +508,20 @@ def run(ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
     with P11_LOCK:
         for attempt in (0, 1):
             session = ts.ensure()
+            failure: SignerError | None = None
             try:
                 return fn(session)
             except RECONNECT_ERRORS as exc:
                 ts.invalidate(exc)
                 if attempt:
-                    raise SignerUnavailableError(
-                        f"{where}: {ts.name} failed again after reconnecting ({type(exc).__name__})"
-                    ) from None
+                    failure = SignerUnavailableError(
+                        f"{where}: {ts.name} failed again after reconnecting ({type(exc).__name__})")
             except p11x.PKCS11Error as exc:
-                raise device_error(exc, where) from None
+                failure = device_error(exc, where)
+            if failure is not None:
+                # raised outside the handler, so the typed error has no
+                # __context__: no python-pkcs11 frame travels with it
+                raise failure
     raise AssertionError("unreachable")  # pragma: no cover
 
 
