@@ -299,7 +299,30 @@ def _check_body(body: Any) -> list[Violation]:
     extra = _SHAPE_RULES.get(shape.record_version)
     if extra is not None:
         out += extra(body)
+    out += _legacy_purposes(body, out)
     return _ordered(out)
+
+
+def _legacy_purposes(body: Any, found: list[Violation]) -> list[Violation]:
+    """A ``citation_purpose`` anywhere in a judge body is the pre-2026-10-04 name
+    (or a Capsule field in the wrong place): reported as a defect on read."""
+    seen = {v.path for v in found if v.rule == "legacy_citation_purpose"}
+    out: list[Violation] = []
+
+    def walk(node: Any, path: Path) -> None:
+        if isinstance(node, Mapping):
+            if "citation_purpose" in node:
+                where = (*path, "citation_purpose")
+                if render_path(where) not in seen:
+                    out.append(Violation("legacy_citation_purpose", render_path(where), "judge citations state judge_purpose; citation_purpose is the retired name (ruled 2026-10-04)", pointer=render_pointer(where)))
+            for k, v in node.items():
+                walk(v, (*path, k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, (*path, i))
+
+    walk(body, ())
+    return out
 
 
 # --------------------------------------------------------------------------- rules schemas cannot say
