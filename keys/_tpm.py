@@ -431,13 +431,6 @@ class TPMSigner(Signer):
         except Exception:  # closing never raises; the device flushes on its own close
             pass
 
-    def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
-            if not self._closed and self._keyfile is not None:
-                self.close()
-        except Exception:
-            pass
-
 
 class _FastSign:
     """TPM2_Sign straight through cffi, for the hot path.
