@@ -90,21 +90,22 @@ class RulesJudge:
         self.requirements = {r.requirement_ref: r for r in requirements}
         self.grade = grade
 
-    def implementation(self, captured_at: str) -> Any:
-        """The code identity of this judge and its rules, read from source now."""
-        return code_identity(RulesJudge, *(r.rule for r in self.requirements.values()), name=self.name, captured_at=captured_at)
+    def implementation(self, requirement: Requirement, captured_at: str) -> Any:
+        """The code identity of this judge and one requirement's rule, read from
+        source now (None when the rule's source cannot be read)."""
+        return code_identity(RulesJudge, requirement.rule, name=self.name, captured_at=captured_at)
 
     def judge(self, inputs: Mapping[str, Target], *, store: JudgmentStore, as_of: str) -> EvidenceResult:
         """Judge every requirement over ``inputs`` (name → Target). A missing input
         gives sufficiency GAP (verdict ``not_evaluable``), never a guess; a rule
         whose code cannot be named is withheld and counted, never relabelled."""
         builder = ResultBuilder(generated_at=as_of)
-        implementation = self.implementation(as_of)
         for ref, req in self.requirements.items():
             missing = [n for n in req.inputs if n not in inputs]
             if missing:
                 raise JudgmentRefusedError(f"requirement {ref!r} needs inputs {missing}", rule="rule_input_missing")
             targets = [inputs[n] for n in req.inputs]
+            implementation = self.implementation(req, as_of)
             if implementation is None:
                 builder.withhold_recomputed()
                 continue

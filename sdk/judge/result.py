@@ -15,6 +15,7 @@ code cannot be named, counting it in ``producer_defects`` — it never relabels 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 from collections.abc import Sequence
@@ -319,6 +320,9 @@ def git_tree_id(files: dict[str, bytes]) -> str:
 
 
 def _module_source(obj: Any) -> tuple[str, bytes] | None:
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    obj = inspect.unwrap(obj) if callable(obj) and not inspect.isclass(obj) else obj
     module = obj if inspect.ismodule(obj) else inspect.getmodule(obj)
     if module is None:
         return None
