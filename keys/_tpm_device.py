@@ -41,6 +41,7 @@ import atexit
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as _FutureTimeout
@@ -339,7 +340,8 @@ class TPMDevice:
         ``fn`` once more (only for idempotent work; provisioning passes False).
         ``timeout``: seconds to wait for the worker (a hung TPM); on expiry
         SignerUnavailableError is raised and the job is abandoned.
-        Raises typed capseal errors only (see :func:`map_tss_error`).
+        Raises typed capseal errors only (see :func:`map_tss_error`); other
+        exceptions from ``fn`` become DeviceError (the original is chained).
         """
         what = what or getattr(fn, "__name__", "TPM command").strip("<>")
         if threading.current_thread() is self._thread:  # re-entrant use from inside a job
@@ -348,11 +350,17 @@ class TPMDevice:
             raise SignerUnavailableError(f"TPM {self.tcti}: this device handle was closed")
         fut: Future[T] = Future()
         self._jobs.put((fn, retry, what, fut))
-        try:
-            return fut.result(timeout)
-        except _FutureTimeout:
-            fut.cancel()
-            raise SignerUnavailableError(f"TPM {self.tcti} did not answer within {timeout} s") from None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+            try:
+                return fut.result(wait)
+            except _FutureTimeout:
+                if not self._thread.is_alive():  # closed while this job was being queued
+                    raise SignerUnavailableError(f"TPM {self.tcti}: this device handle was closed") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    fut.cancel()
+                    raise SignerUnavailableError(f"TPM {self.tcti} did not answer within {timeout} s") from None
 
     def info(self) -> TPMInfo:
         """What the TPM reports about itself (read once per connection)."""
@@ -464,6 +472,10 @@ class TPMDevice:
                 elif _is_object_memory(exc) and attempt + 1 < attempts and self._evict_cached_transients():
                     continue  # our own cached objects filled the slots: they reload on demand
                 raise map_tss_error(exc, self.tcti, what) from None
+            except CapsealError:
+                raise
+            except Exception as exc:  # tpm2-pytss type/value errors: still a typed error naming the TCTI
+                raise DeviceError(f"{what} on TPM {self.tcti} failed: {type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _connect(self) -> Any:

@@ -1,0 +1,99 @@
+"""The TPMDevice contract (capseal.attest relies on it): one worker thread per
+TCTI runs every job, re-entrant calls work, memo entries live per connection,
+every failure leaves as a typed capseal error naming the TCTI, and a closed
+device refuses work instead of hanging."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from tpm2_pytss.constants import TPM2_CAP, TPM2_HC
+
+from capseal.errors import DeviceError, KeyNotFoundError, SignerUnavailableError
+from capseal.keys._tpm_device import TPMDevice, get_device
+
+
+def test_one_worker_thread_runs_every_job(swtpm: Any) -> None:
+    device = get_device(swtpm.tcti)
+    assert get_device(swtpm.tcti) is device  # process-wide, one per TCTI
+    seen: set[str] = set()
+    lock = threading.Lock()
+
+    def job(ectx: Any) -> int:
+        with lock:
+            seen.add(threading.current_thread().name)
+        return len(ectx.get_random(8))
+
+    results: list[int] = []
+
+    def caller() -> None:
+        for _ in range(50):
+            results.append(device.call(job))
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [8] * 200
+    assert seen == {f"capseal-tpm[{swtpm.tcti}]"}
+    assert device.call(lambda ectx: device.call(lambda inner: inner is ectx))  # re-entrant: same context
+    info = device.info()
+    assert info.tcti == swtpm.tcti and info.software is True
+    assert info.evidence_device() == {"manufacturer": "IBM", "vendor": info.vendor, "firmware": info.firmware,
+                                      "software": True}
+
+
+def test_memo_is_per_connection_and_errors_are_typed(swtpm: Any) -> None:
+    device = get_device(swtpm.tcti)
+    made: list[int] = []
+
+    def job(ectx: Any) -> Any:
+        return device.memo("test-memo", lambda e: made.append(1) or len(made))
+
+    assert device.call(job) == device.call(job) == 1  # made once per connection
+    with pytest.raises(RuntimeError):
+        device.memo("outside", lambda e: None)  # only inside a call
+    with pytest.raises(KeyNotFoundError) as exc_info:
+        device.call(lambda ectx: ectx.tr_from_tpmpublic(0x81000ddd), what="opening 0x81000ddd")
+    assert swtpm.tcti in str(exc_info.value) and "opening 0x81000ddd" in str(exc_info.value)
+    with pytest.raises(DeviceError, match="ZeroDivisionError"):
+        device.call(lambda ectx: 1 // 0)
+    device.call(lambda ectx: device.forget("test-memo"))
+
+
+def test_a_private_device_flushes_what_it_loaded_and_refuses_work_when_closed(swtpm: Any) -> None:
+    from tpm2_pytss.constants import ESYS_TR
+    from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE
+
+    from capseal.keys._tpm import srk_template
+
+    device = TPMDevice(swtpm.tcti)  # a connection of its own, outside the registry
+
+    def load(ectx: Any) -> int:
+        device.memo("srk", lambda e: e.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)[0],
+                    flush=True)
+        _more, data = ectx.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
+        return len(list(data.data.handles))
+
+    loaded = device.call(load)
+    assert loaded >= 1 and _raw_transient_count(swtpm.tcti) == loaded
+    device.close()
+    device.close()  # idempotent
+    with pytest.raises(SignerUnavailableError, match="closed"):
+        device.call(lambda ectx: None)
+    assert _raw_transient_count(swtpm.tcti) == loaded - 1  # closing flushed the SRK it had loaded
+
+
+def _raw_transient_count(tcti: str) -> int:
+    """Count transient objects over a plain ESAPI connection (which flushes nothing)."""
+    from tpm2_pytss import ESAPI
+
+    ectx = ESAPI(tcti)
+    try:
+        _more, data = ectx.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
+        return len(list(data.data.handles))
+    finally:
+        ectx.close()
