@@ -411,13 +411,15 @@ def _result_rules(body: Mapping[str, Any]) -> list[Violation]:
     for cid, n in Counter(i for i in ids if isinstance(i, str)).items():
         if n > 1:
             out.append(Violation("claim_id_duplicate", "$.claims", f"claim id {cid!r} appears {n} times (ids are unique within a Result, §4)"))
-    aggregate = body.get("aggregate") if isinstance(body.get("aggregate"), Mapping) else {}
-    buckets = aggregate.get("buckets") if isinstance(aggregate.get("buckets"), Mapping) else None
-    verdict_of = {c.get("id"): c.get("verdict") for c in claims if isinstance(c.get("id"), str)}
+    aggregate: Mapping[str, Any] = body["aggregate"] if isinstance(body.get("aggregate"), Mapping) else {}
+    buckets: Mapping[str, Any] | None = aggregate["buckets"] if isinstance(aggregate.get("buckets"), Mapping) else None
+    verdict_of: dict[str, Any] = {c["id"]: c.get("verdict") for c in claims if isinstance(c.get("id"), str)}
     if buckets is not None:
         seen: Counter[str] = Counter()
         for verdict in ("met", "not_met", "not_evaluable"):
             for j, cid in enumerate(_list(buckets.get(verdict))):
+                if not isinstance(cid, str):
+                    continue  # the schema reports a non-string entry
                 seen[cid] += 1
                 if cid not in verdict_of:
                     out.append(Violation("bucket_mismatch", f"$.aggregate.buckets.{verdict}[{j}]", f"bucket names {cid!r}, which is no claim in this Result"))
@@ -426,7 +428,7 @@ def _result_rules(body: Mapping[str, Any]) -> list[Violation]:
         for cid in verdict_of:
             if seen[cid] != 1:
                 out.append(Violation("bucket_mismatch", "$.aggregate.buckets", f"claim {cid!r} appears {seen[cid]} times in the buckets; exactly once"))
-    coverage = aggregate.get("coverage") if isinstance(aggregate.get("coverage"), Mapping) else None
+    coverage: Mapping[str, Any] | None = aggregate["coverage"] if isinstance(aggregate.get("coverage"), Mapping) else None
     if coverage is not None:
         pop = coverage.get("evaluated_population")
         if type(pop) is int and pop != len(claims):

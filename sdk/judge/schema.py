@@ -305,7 +305,10 @@ class Validator:
 
 @functools.cache
 def _load_text(name: str) -> str:
-    return resources.files("capseal.judge").joinpath("schemas", name).read_text(encoding="utf-8")
+    node = resources.files("capseal.judge").joinpath("schemas")
+    for part in name.split("/"):
+        node = node.joinpath(part)
+    return node.read_text(encoding="utf-8")
 
 
 def load_schema(name: str) -> dict[str, Any]:

@@ -50,6 +50,8 @@ __all__ = [
 
 Count = Annotated[int, Field(ge=0, le=2**53 - 1)]
 R = TypeVar("R", bound="JudgeRecord")
+CaseVerdict = Literal["met", "not_met", "not_evaluable"]
+RulingVerdict = Literal["corroborated", "inconclusive", "contradicted"]
 
 
 def _jsonish(value: Any) -> Any:
@@ -171,12 +173,13 @@ class Case(_Part):
     method: Citation
 
     @classmethod
-    def of(cls, case_id: str, verdict: str, *, acts: Sequence[Target], method: Target | None) -> Case:
+    def of(cls, case_id: str, verdict: CaseVerdict | str, *, acts: Sequence[Target], method: Target | None) -> Case:
         if not acts:
             raise JudgmentRefusedError(f"case {case_id!r} cites no act; every case cites the acts it rests on", rule="case_acts_required", path="$.acts")
         if method is None:
             raise JudgmentRefusedError(f"case {case_id!r} cites no rubric; every case cites the method it was judged against", rule="case_method_required", path="$.method")
-        return cls(case_id=case_id, verdict=verdict, acts=[Citation.to(t, "grounds") for t in acts], method=Citation.to(method, "method"))
+        fields: dict[str, Any] = {"case_id": case_id, "verdict": verdict, "acts": [Citation.to(t, "grounds") for t in acts], "method": Citation.to(method, "method")}
+        return cls(**fields)
 
 
 class EvaluationReport(JudgeRecord):
@@ -260,11 +263,11 @@ class AdjudicationResponse(JudgeRecord):
         return cls(record_id=record_id, responded_at=responded_at, kind="delivery_receipt", adjudication=Citation.to(adjudication, "responds_to"))
 
     @classmethod
-    def ack(cls, *, record_id: str, responded_at: str, adjudication: Target, verdict: str) -> AdjudicationResponse:
+    def ack(cls, *, record_id: str, responded_at: str, adjudication: Target, verdict: RulingVerdict) -> AdjudicationResponse:
         return cls(record_id=record_id, responded_at=responded_at, kind="ack", adjudication=Citation.to(adjudication, "responds_to"), verdict=verdict)
 
     @classmethod
-    def rebuttal(cls, *, record_id: str, responded_at: str, adjudication: Target, verdict: str, basis: str) -> AdjudicationResponse:
+    def rebuttal(cls, *, record_id: str, responded_at: str, adjudication: Target, verdict: RulingVerdict, basis: str) -> AdjudicationResponse:
         return cls(
             record_id=record_id, responded_at=responded_at, kind="rebuttal",
             adjudication=Citation.to(adjudication, "responds_to"), verdict=verdict, basis=basis,
@@ -412,7 +415,7 @@ class Close(JudgeRecord):
     counts_by_kind: dict[str, Count]
     head: DigestRef
     reconcile: Reconcile = None  # type: ignore[assignment]
-    evidence_links: list[Link] = Field(default=None, alias="x-evidence-links")  # type: ignore[assignment]
+    evidence_links: list[Link] = Field(default=None, alias="x-evidence-links")  # type: ignore[assignment, arg-type]
 
     @classmethod
     def of(
