@@ -33,6 +33,7 @@ import hashlib
 import hmac
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -504,7 +505,20 @@ def release_token(ts: TokenSession) -> None:
 
 
 def run(ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
-    """``fn(session)`` under the lock, reconnecting once if the session died."""
+    """``fn(session)`` under the lock, reconnecting once if the session died.
+
+    Uncontended, the call runs on the caller's thread. When another thread
+    holds the lock, the call is handed to :data:`_WORKER` instead of waiting
+    for the lock here: see :class:`_TokenWorker` for why that is faster."""
+    if P11_LOCK.acquire(blocking=False):  # also true when this thread already holds it
+        try:
+            return _run_locked(ts, fn, where)
+        finally:
+            P11_LOCK.release()
+    return _WORKER.call(ts, fn, where)
+
+
+def _run_locked(ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
     with P11_LOCK:
         for attempt in (0, 1):
             session = ts.ensure()
@@ -525,6 +539,74 @@ def run(ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+class _Request:
+    __slots__ = ("ts", "fn", "where", "done", "value", "error")
+
+    def __init__(self, ts: TokenSession, fn: Callable[[Any], Any], where: str) -> None:
+        self.ts, self.fn, self.where = ts, fn, where
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class _TokenWorker:
+    """One thread that makes PKCS#11 calls for threads that would otherwise
+    queue on :data:`P11_LOCK`.
+
+    Why: python-pkcs11 drops the GIL inside ``C_Sign``, so in principle one
+    thread's Python work (canonical form, checks, ledger) overlaps another's
+    signature. With threads queueing on the lock that does not happen: the
+    thread that gets the lock must then also get the GIL back from a thread
+    busy with Python, and by the time it does, that thread is queueing for the
+    lock in turn — signing and Python alternate instead of overlapping. A
+    caller that hands its call to this worker and *waits on an event* gives
+    the GIL away for good, so the worker can sign while the other callers run
+    Python. Calls still run one at a time, under the same lock."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+
+    def call(self, ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
+        _check_alive()
+        self._ensure_thread()
+        request = _Request(ts, fn, where)
+        self._queue.put(request)
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.value  # type: ignore[no-any-return]
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        with self._start:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="capseal-pkcs11", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            request = self._queue.get()
+            if request is None:
+                return
+            try:
+                if _shutdown:
+                    raise SignerUnavailableError("the interpreter is shutting down; PKCS#11 sessions are closed")
+                request.value = _run_locked(request.ts, request.fn, request.where)
+            except BaseException as exc:  # handed to the caller, raised there
+                request.error = exc
+            request.done.set()
+
+    def stop(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+
+
+_WORKER = _TokenWorker()
+
+
 def _check_alive() -> None:
     if _shutdown:
         raise SignerUnavailableError("the interpreter is shutting down; PKCS#11 sessions are closed")
@@ -535,6 +617,7 @@ def _close_all() -> None:
     """Close sessions before python-pkcs11's finaliser calls ``C_Finalize``,
     and stop late calls from daemon threads reaching a finalised module."""
     global _shutdown
+    _WORKER.stop()
     with P11_LOCK:
         _shutdown = True
         for ts in list(_TOKENS.values()):
