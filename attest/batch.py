@@ -3,7 +3,7 @@
 Why batches: a real TPM takes tens to hundreds of milliseconds per quote, and
 an agent seals thousands of capsules per second. So the seal path only hands
 the capsule id to this worker (:meth:`BatchEvidence.observe`, a non-blocking
-queue put, run by the producer right after the record is durable) and never
+list append, run by the producer right after the record is durable) and never
 waits on the TPM. The worker collects ids until ``max_records`` are waiting or
 the oldest has waited ``max_delay`` seconds, builds the RFC 9162 Merkle tree
 over their raw ids, takes ONE quote whose qualifyingData is the root, verifies
@@ -25,7 +25,6 @@ What it promises:
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ from typing import Any
 from capseal.errors import EvidenceError
 
 from . import merkle
-from .evidence import evidence_for_batch
+from .evidence import BatchBodies, evidence_for_batch
 from .quoter import Quoter, quote_record, self_policy
 from .verify import verify_evidence
 
@@ -60,9 +59,12 @@ class BatchStats:
 
 @dataclass(frozen=True)
 class _Item:
+    """A record that gets a quote of its own (ordinary records are queued as
+    plain ``(capsule_id, observed_at)`` tuples: cheaper on the seal path)."""
+
     capsule_id: str
     observed_at: float
-    solo: bool = False
+    solo: bool = True
     record: Any = None
 
 
@@ -106,7 +108,12 @@ class BatchEvidence:
         self.on_batch = on_batch
         self.stats = BatchStats()
         self._policy = self_policy(quoter.identity)
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # The hand-off from the seal path is a plain list append (atomic under
+        # the GIL): the worker is woken once per batch (first item, a full
+        # batch, flush, close), never once per record — per-record wake-ups
+        # would make the worker fight the sealing thread for the GIL.
+        self._buf: list[Any] = []
+        self._wake = threading.Event()
         self._accepting = True
         self._discard = False
         self._thread = threading.Thread(target=self._run, name="capseal-attest-batch", daemon=True)
@@ -119,13 +126,22 @@ class BatchEvidence:
         """The producer observer: queue this durable record's id. Non-blocking."""
         if not self._accepting:
             return  # after close: the slot stays null
-        solo = bool(self.solo_if and self.solo_if(record))
-        self._queue.put(_Item(record.capsule_id, time.monotonic(), solo, record if solo else None))
+        if self.solo_if is not None and self.solo_if(record):
+            self._put(_Item(record.capsule_id, time.monotonic(), True, record))
+        else:
+            self._put((record.capsule_id, time.monotonic()))
 
     def submit(self, capsule_id: str) -> None:
         """Queue a capsule id that is already in the ledger (e.g. a backfill)."""
         if self._accepting:
-            self._queue.put(_Item(capsule_id, time.monotonic()))
+            self._put((capsule_id, time.monotonic()))
+
+    def _put(self, item: Any, *, wake: bool = False) -> None:
+        buf = self._buf
+        buf.append(item)
+        n = len(buf)
+        if wake or n == 1 or n >= self.max_records or type(item) is not tuple:
+            self._wake.set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -133,9 +149,9 @@ class BatchEvidence:
         """Wait until everything queued before this call has been quoted (or
         has failed). Returns False on timeout."""
         if not self._thread.is_alive():
-            return self._queue.empty()
+            return not self._buf
         marker = _Flush()
-        self._queue.put(marker)
+        self._put(marker, wake=True)
         return marker.event.wait(timeout)
 
     def close(self, *, drain: bool = True, timeout: float | None = None) -> None:
@@ -145,7 +161,7 @@ class BatchEvidence:
         self._accepting = False
         if not drain:
             self._discard = True
-        self._queue.put(_STOP)
+        self._put(_STOP, wake=True)
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -158,47 +174,44 @@ class BatchEvidence:
     # ------------------------------------------------------------------ worker
 
     def _run(self) -> None:
+        pending: list[tuple[str, float]] = []  # the batch being collected, oldest first
         stop = False
-        while not stop:
-            first = self._queue.get()
-            batch: list[_Item] = []
+        while True:
+            self._wake.clear()
             markers: list[_Flush] = []
-            stop = self._take(first, batch, markers)
-            if not stop and not markers and batch:
-                deadline = batch[0].observed_at + self.max_delay
-                while len(batch) < self.max_records:
-                    remaining = deadline - time.monotonic()
-                    try:
-                        item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    stop = self._take(item, batch, markers)
-                    if stop or markers:
-                        break
-            if stop:  # drain: everything still queued joins the last batches
-                while True:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    self._take(item, batch, markers)
-            for i in range(0, len(batch), self.max_records):
-                self._process(batch[i : i + self.max_records])
+            buf = self._buf
+            taken = buf[: len(buf)]
+            del buf[: len(taken)]  # appends that race this only land after the taken part
+            for item in taken:
+                if type(item) is tuple:
+                    if self._discard:
+                        self.stats.records_left_null += 1
+                    else:
+                        pending.append(item)
+                elif item is _STOP:
+                    stop = True
+                elif isinstance(item, _Flush):
+                    markers.append(item)
+                elif self._discard:
+                    self.stats.records_left_null += 1
+                else:  # a solo record (epoch boundary): its own quote, now
+                    self._quote_solo(item)
+            if self._discard and pending:
+                self.stats.records_left_null += len(pending)
+                pending = []
+            while len(pending) >= self.max_records:
+                self._process(pending[: self.max_records])
+                del pending[: self.max_records]
+            now = time.monotonic()
+            if pending and (markers or stop or now >= pending[0][1] + self.max_delay):
+                self._process(pending)
+                pending = []
             for m in markers:
                 m.event.set()
-
-    def _take(self, item: Any, batch: list[_Item], markers: list[_Flush]) -> bool:
-        if item is _STOP:
-            return True
-        if isinstance(item, _Flush):
-            markers.append(item)
-        elif self._discard:
-            self.stats.records_left_null += 1
-        elif item.solo:
-            self._quote_solo(item)
-        else:
-            batch.append(item)
-        return False
+            if stop and not self._buf:
+                return
+            if not stop:
+                self._wake.wait(pending[0][1] + self.max_delay - now if pending else None)
 
     def _quote_solo(self, item: _Item) -> None:
         try:
@@ -210,11 +223,11 @@ class BatchEvidence:
         if self.on_batch is not None:
             self._notify([item.capsule_id])
 
-    def _process(self, items: Sequence[_Item]) -> None:
+    def _process(self, items: Sequence[tuple[str, float]]) -> None:
         if self._discard:
             self.stats.records_left_null += len(items)
             return
-        ids = list(dict.fromkeys(it.capsule_id for it in items))  # one leaf per record
+        ids = list(dict.fromkeys(cid for cid, _ in items))  # one leaf per record
         try:
             leaves = [bytes.fromhex(cid) for cid in ids]
             if any(len(leaf) != 32 for leaf in leaves):
@@ -225,9 +238,9 @@ class BatchEvidence:
             self.stats.quote_seconds.append(time.monotonic() - started)
             shared = quote.shared_members()
             n = len(ids)
-            slots = [(cid, evidence_for_batch(shared, tree.root, i, n, tree.proofs[i])) for i, cid in enumerate(ids)]
-            self._verify_before_write(ids, leaves, tree, slots[0])
-            self.ledger.add_evidence_many(slots)
+            self._verify_before_write(ids, leaves, tree, (ids[0], evidence_for_batch(shared, tree.root, 0, n, tree.proofs[0])))
+            bodies = BatchBodies(shared, tree.root, n)  # the shared members serialized once per batch
+            self.ledger.add_evidence_many([(cid, bodies.body(i, tree.proofs[i])) for i, cid in enumerate(ids)])
         except Exception as exc:  # the whole batch stays null
             self._failed(len(ids), exc)
             return
@@ -245,10 +258,8 @@ class BatchEvidence:
         result = verify_evidence(first[0], self._policy, evidence=first[1])
         if not result.ok:
             raise EvidenceError(f"batch quote did not verify ({result.status}); nothing written")
-        n = len(ids)
-        for i, leaf in enumerate(leaves):
-            if not merkle.verify_inclusion(leaf, i, n, tree.proofs[i], tree.root):
-                raise EvidenceError(f"inclusion proof {i} of {n} does not verify; nothing written")
+        if not merkle.verify_all(leaves, tree.proofs, tree.root):
+            raise EvidenceError(f"an inclusion proof of the batch of {len(ids)} does not verify; nothing written")
 
     def _failed(self, count: int, exc: BaseException) -> None:
         st = self.stats

@@ -30,6 +30,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -153,6 +154,23 @@ def _evidence_header(record_seq: int, record_id: str, eid: int) -> dict[str, Any
     return {"eid": eid, "record_seq": record_seq, "record_id": record_id}
 
 
+_DOMAIN_HASH = hashlib.sha256(_DOMAIN)
+
+
+def _evidence_row_hash(prev_hex: str, record_seq: int, record_id: str, eid: int, body: bytes) -> str:
+    """``_row_hash(prev, _evidence_header(...), body)``, without building and
+    serializing the header dict when the id needs no JSON escaping (a capsule
+    id is hex): batch evidence writes one row per record."""
+    if not (record_id.isascii() and record_id.isalnum()):
+        return _row_hash(prev_hex, _evidence_header(record_seq, record_id, eid), body)
+    header = f'{{"eid":{int(eid)},"record_id":"{record_id}","record_seq":{int(record_seq)}}}'.encode()
+    h = _DOMAIN_HASH.copy()
+    h.update(bytes.fromhex(prev_hex))
+    h.update(hashlib.sha256(header).digest())
+    h.update(hashlib.sha256(body).digest())
+    return h.hexdigest()
+
+
 class PendingAppend:
     """A record handed to the committer. ``result()`` returns the stored entry
     once its transaction is fsynced: that is the acknowledgement."""
@@ -205,6 +223,10 @@ class Ledger:
         self._committer: threading.Thread | None = None
         self._head: tuple[int, str] | None = None
         self._write_lock = threading.Lock()  # one transaction at a time on self._db
+        # evidence writers waiting for _write_lock: under a steady stream of
+        # appends the committer would re-take the (non-FIFO) lock forever, so it
+        # steps aside while one waits (see _side_write)
+        self._side_writers = 0
         self._closing = False
         self._closed = False
         self.stats = _Stats()
@@ -335,7 +357,7 @@ class Ledger:
             with self._mutex:
                 if all(p.done for p in pendings):
                     return
-            if self._write_lock.acquire(blocking=False):
+            if not self._side_writers and self._write_lock.acquire(blocking=False):
                 try:
                     self._drain()
                 finally:
@@ -354,8 +376,26 @@ class Ledger:
                     self._cond.wait()
                 if not self._queue and self._closing:
                     return
+            while self._side_writers:  # let a waiting evidence writer in first
+                time.sleep(0.0002)
             with self._write_lock:
                 self._drain()
+
+    @contextmanager
+    def _side_write(self) -> Iterator[None]:
+        """Hold _write_lock for a write beside the record stream (evidence),
+        without being starved by the committer."""
+        with self._mutex:
+            self._side_writers += 1
+        try:
+            self._write_lock.acquire()
+        finally:
+            with self._mutex:
+                self._side_writers -= 1
+        try:
+            yield
+        finally:
+            self._write_lock.release()
 
     def _drain(self) -> None:
         """Commit everything queued right now. The caller holds _write_lock."""
@@ -449,7 +489,7 @@ class Ledger:
         if evidence is not None and not evidence:
             raise ValueError("evidence is a filled object, never {}")
         body = dumps_canonical(evidence)
-        with self._write_lock:
+        with self._side_write():
             if self._closed or self._closing:
                 raise LedgerClosedError(f"{self} is closed")
             db = self._db
@@ -474,37 +514,58 @@ class Ledger:
                 raise
         return EvidenceEntry(eid, row[0], record_id, body, prev, row_hash)
 
-    def add_evidence_many(self, items: Sequence[tuple[str, dict[str, Any]]]) -> list[EvidenceEntry]:
+    def add_evidence_many(self, items: Sequence[tuple[str, dict[str, Any] | bytes]]) -> list[EvidenceEntry]:
         """Append the evidence states of several records in ONE transaction
         (one fsync): all are written or none are (a batch quote's slots are
-        never half-written). Refused as a whole if any record is unknown."""
+        never half-written). Refused as a whole if any record is unknown.
+
+        An item's evidence may be given already serialized (``bytes`` equal to
+        ``dumps_canonical`` of a non-empty object) so a batch writer can build
+        the shared part of many slots once instead of once per record."""
         bodies: list[tuple[str, bytes]] = []
         for record_id, evidence in items:
-            if not evidence:
+            if isinstance(evidence, (bytes, bytearray)):
+                body = bytes(evidence)
+                if not body.startswith(b"{") or body == b"{}":
+                    raise ValueError("serialized evidence is a filled JSON object, never {}")
+            elif not evidence:
                 raise ValueError("evidence is a filled object, never {} or None")
-            bodies.append((record_id, dumps_canonical(evidence)))
+            else:
+                body = dumps_canonical(evidence)
+            bodies.append((record_id, body))
         out: list[EvidenceEntry] = []
         if not bodies:
             return out
-        with self._write_lock:
+        with self._side_write():
             if self._closed or self._closing:
                 raise LedgerClosedError(f"{self} is closed")
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
+                seqs: dict[str, int] = {}
+                wanted = list(dict.fromkeys(rid for rid, _ in bodies))
+                for i in range(0, len(wanted), 500):
+                    chunk = wanted[i : i + 500]
+                    marks = ",".join("?" * len(chunk))
+                    seqs.update(db.execute(f"SELECT record_id, seq FROM records WHERE record_id IN ({marks})", chunk).fetchall())
                 head = db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
                 eid, prev = (head[0] + 1, head[1]) if head else (1, _GENESIS.hex())
+                rows = []
                 for record_id, body in bodies:
-                    row = db.execute("SELECT seq FROM records WHERE record_id=?", (record_id,)).fetchone()
-                    if row is None:
+                    seq = seqs.get(record_id)
+                    if seq is None:
                         raise LedgerError(f"no record {record_id} in {self.path.name}")
-                    row_hash = _row_hash(prev, _evidence_header(row[0], record_id, eid), body)
-                    db.execute(
-                        "INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?)",
-                        (eid, row[0], record_id, body, prev, row_hash),
-                    )
-                    out.append(EvidenceEntry(eid, row[0], record_id, body, prev, row_hash))
+                    row_hash = _evidence_row_hash(prev, seq, record_id, eid, body)
+                    rows.append((eid, seq, record_id, body, prev, row_hash))
+                    out.append(EvidenceEntry(eid, seq, record_id, body, prev, row_hash))
                     eid, prev = eid + 1, row_hash
+                for i in range(0, len(rows), 100):  # multi-row INSERTs: fewer statement steps per batch
+                    chunk = rows[i : i + 100]
+                    db.execute(
+                        "INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES "
+                        + ",".join(["(?,?,?,?,?,?)"] * len(chunk)),
+                        [v for row in chunk for v in row],
+                    )
                 db.execute("COMMIT")
             except BaseException:
                 try:

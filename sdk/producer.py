@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -268,16 +269,23 @@ class Producer:
             raise LedgerClosedError("this producer is closed")
         record = self._sign(self._assemble(spec))  # every refusal happens here, before the ledger
         entry = self._entry(record)
-        callback = self._notify if self._observers else None
+        callback = partial(self._notify_sealed, record) if self._observers else None
         with self._epoch_lock:  # the epoch boundary goes in first, once
             if self._epoch_entry is not None:
-                self.ledger.submit(self._epoch_entry, callback, wake=wake)
+                self.ledger.submit(self._epoch_entry, self._notify if self._observers else None, wake=wake)
                 self._epoch_entry = None
             pending = self.ledger.submit(entry, callback, wake=wake)
         return PendingRecord(record, pending)
 
+    def _notify_sealed(self, record: SealedRecord, stored: StoredEntry) -> None:
+        # the record as sealed (what the caller gets back), not re-parsed from
+        # the stored JSON: parsing cost ~27 us per record on the committing thread
+        self._dispatch(SealedRecord(record.capsule, record.envelopes, None, seq=stored.seq))
+
     def _notify(self, stored: StoredEntry) -> None:
-        record = SealedRecord.from_json(stored.record(), seq=stored.seq)
+        self._dispatch(SealedRecord.from_json(stored.record(), seq=stored.seq))
+
+    def _dispatch(self, record: SealedRecord) -> None:
         for callback in self._observers:
             try:
                 callback(record)
