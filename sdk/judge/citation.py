@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from capseal.canonical import canonical_bytes, capsule_id, json_digest, raw_digest
 from capseal.errors import JudgmentRefusedError
 
-__all__ = ["Target", "Citation", "DigestRef", "Hex64", "NonEmpty", "JudgeModel"]
+from .rules import SCORE_MEMBER
+
+__all__ = ["Target", "Citation", "DigestRef", "Hex64", "NonEmpty", "JudgeModel", "JudgePart", "refusal_from"]
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
@@ -39,6 +41,44 @@ class JudgeModel(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The JSON value, absent members left out, aliases used."""
         return self.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+def refusal_from(exc: ValidationError, where: str) -> JudgmentRefusedError:
+    """The first pydantic error as a named refusal (the generic ``schema_*`` names
+    the engine uses; ``sampling_float`` / ``float_in_record`` for a float)."""
+    err = exc.errors(include_url=False)[0]
+    loc = [str(p) for p in err["loc"]]
+    path = "$" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc)
+    kind = err["type"]
+    member = loc[-1] if loc else ""
+    if kind == "missing":
+        rule = "schema_required_member_missing"
+    elif kind == "extra_forbidden":
+        rule = "stored_rate_forbidden" if SCORE_MEMBER.search(member) else "legacy_citation_purpose" if member == "citation_purpose" else "schema_unknown_member"
+    elif isinstance(err.get("input"), float):
+        rule = "sampling_float" if "sampling" in loc or "sampling_params" in loc else "float_in_record"
+    elif kind.startswith("literal") or kind.startswith("enum"):
+        rule = "schema_enum_mismatch"
+    elif kind in ("too_short", "string_too_short"):
+        rule = "schema_too_short"
+    elif kind in ("greater_than_equal", "less_than_equal"):
+        rule = "schema_below_minimum" if kind == "greater_than_equal" else "schema_above_maximum"
+    elif kind == "string_pattern_mismatch":
+        rule = "digest_malformed" if "digest" in member else "schema_pattern_mismatch"
+    else:
+        rule = "schema_type_mismatch"
+    return JudgmentRefusedError(f"{where}: {err['msg']}", rule=rule, path=path)
+
+
+class JudgePart(JudgeModel):
+    """A block of a record. Constructing one with a wrong value raises
+    ``JudgmentRefusedError`` with a rule name, like everything else here."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise refusal_from(exc, type(self).__name__) from None
 
 
 class Target:
@@ -136,7 +176,7 @@ class Target:
         return bytes(self.content)
 
 
-class DigestRef(JudgeModel):
+class DigestRef(JudgePart):
     """``{digest_alg: "SHA-256", digest}`` — a digest with no purpose (a pin's
     prompt, axes or weights, a Close's head)."""
 
@@ -152,7 +192,7 @@ class DigestRef(JudgeModel):
         return cls(digest_alg="SHA-256", digest=raw_digest(bytes(data)))
 
 
-class Citation(JudgeModel):
+class Citation(JudgePart):
     """``{type, digest_alg, digest, judge_purpose}`` (family §0), closed."""
 
     type: NonEmpty

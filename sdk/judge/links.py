@@ -18,14 +18,14 @@ from typing import Any
 from capseal.canonical import is_hex64
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Hex64, JudgeModel, Target
+from .citation import Hex64, JudgePart, Target
 from .rules import check_links, raise_first
 from .vocab import LinkType
 
 __all__ = ["Link", "link", "validate_links"]
 
 
-class Link(JudgeModel):
+class Link(JudgePart):
     """One typed link. Frozen: its target cannot be changed after it exists."""
 
     type: LinkType

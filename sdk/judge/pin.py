@@ -23,7 +23,7 @@ from pydantic import Field
 from capseal.canonical import MAX_SAFE_INTEGER
 from capseal.errors import JudgmentRefusedError
 
-from .citation import DigestRef, JudgeModel, NonEmpty, Target
+from .citation import DigestRef, JudgePart, NonEmpty, Target
 
 __all__ = ["JudgePin", "decimal_string", "micros", "check_sampling"]
 
@@ -97,7 +97,7 @@ def _fits_micros(value: float) -> bool:
     return True
 
 
-class JudgePin(JudgeModel):
+class JudgePin(JudgePart):
     """The ``Basis`` block: ``judge_pin`` in evaluation-report/v1, ``basis`` in
     adjudication/v1. Build it with :meth:`pin` so every digest comes from bytes."""
 

@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 
 from capseal.errors import JudgmentRefusedError
 
-from .citation import DigestRef, Hex64, JudgeModel, NonEmpty, Target
+from .citation import DigestRef, Hex64, JudgeModel, JudgePart, NonEmpty, Target, refusal_from
 from .rules import check_body, epistemic_type_of, raise_first
 from .vocab import RESULT_VERSION
 
@@ -57,14 +57,14 @@ Verdict = Literal["met", "not_met", "not_evaluable"]
 Grade = Literal["self-attested", "witnessed", "countersigned"]
 
 
-class CodeDigest(JudgeModel):
+class CodeDigest(JudgePart):
     """A git commit or tree id (40 or 64 hex), or the admission ``unknown``."""
 
     alg: Literal["git-commit", "git-tree", "unknown"]
     value: NonEmpty
 
 
-class Implementation(JudgeModel):
+class Implementation(JudgePart):
     """Which code computed a claim, graded (self-attested gives comparability only)."""
 
     name: NonEmpty
@@ -73,25 +73,25 @@ class Implementation(JudgeModel):
     captured_at: NonEmpty
 
 
-class ProofRef(JudgeModel):
+class ProofRef(JudgePart):
     kind: Literal["inclusion_proof", "receipt"]
     digest_alg: Literal["SHA-256"]
     digest: Hex64
 
 
-class DisclosureCarrier(JudgeModel):
+class DisclosureCarrier(JudgePart):
     kind: Literal["disclosure"]
     status: Literal["SATISFIED", "INSUFFICIENT", "NOT_FOUND", "CONTRADICTED", "NOT_APPLICABLE", "UNKNOWN"]
     evidence: list[DigestRef]
 
 
-class AnalysisCarrier(JudgeModel):
+class AnalysisCarrier(JudgePart):
     kind: Literal["analysis"]
     status: NonEmpty
     summary: NonEmpty
 
 
-class StoryCarrier(JudgeModel):
+class StoryCarrier(JudgePart):
     kind: Literal["story"]
     status: NonEmpty
     narrative: NonEmpty
@@ -168,31 +168,31 @@ def _claim_violations(claim: Claim) -> list[Any]:
     return [v for v in check_body(probe) if v.severity == "error"]
 
 
-class ProducerDefects(JudgeModel):
+class ProducerDefects(JudgePart):
     count: Count
     denominator: Count
     as_of: NonEmpty
 
 
-class Coverage(JudgeModel):
+class Coverage(JudgePart):
     evaluated_population: Count
     excluded_not_applicable: Count
     unknown_count: Count
     producer_defects: ProducerDefects = None  # type: ignore[assignment]
 
 
-class Buckets(JudgeModel):
+class Buckets(JudgePart):
     met: list[NonEmpty]
     not_met: list[NonEmpty]
     not_evaluable: list[NonEmpty]
 
 
-class Aggregate(JudgeModel):
+class Aggregate(JudgePart):
     coverage: Coverage
     buckets: Buckets
 
 
-class View(JudgeModel):
+class View(JudgePart):
     spec_version: Literal["presentation/v1"]
     producer_name: NonEmpty = None  # type: ignore[assignment]
     logo_data_url: NonEmpty = None  # type: ignore[assignment]
@@ -203,9 +203,15 @@ def _construct(cls: type[Any], fields: dict[str, Any]) -> Any:
     try:
         return cls(**fields)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-        raise JudgmentRefusedError(f"{cls.__name__}: {err['msg']}", rule="schema_type_mismatch", path=path) from None
+        from .shapes import _jsonish
+
+        probe = {**_jsonish(fields)}
+        for v in check_body({"result_version": RESULT_VERSION, "generated_at": "1970-01-01T00:00:00Z", "claims": [probe],
+                             "aggregate": {"coverage": {"evaluated_population": 1, "excluded_not_applicable": 0, "unknown_count": 0},
+                                           "buckets": {"met": [], "not_met": [], "not_evaluable": []}}}):
+            if v.path.startswith("$.claims[0]"):
+                raise JudgmentRefusedError(f"claim refused: {v.message}", rule=v.rule, path="$" + v.path[len("$.claims[0]"):]) from None
+        raise refusal_from(exc, cls.__name__) from None
 
 
 class EvidenceResult(JudgeModel):
@@ -227,8 +233,7 @@ class EvidenceResult(JudgeModel):
             from .shapes import _jsonish
 
             raise_first(check_body({"result_version": RESULT_VERSION, **_jsonish(data)}), RESULT_VERSION)
-            err = exc.errors(include_url=False)[0]
-            raise JudgmentRefusedError(f"{RESULT_VERSION}: {err['msg']}", rule="schema_type_mismatch", path=str(err["loc"])) from None
+            raise refusal_from(exc, RESULT_VERSION) from None
         raise_first(check_body(self.body()), RESULT_VERSION)
 
     def body(self) -> dict[str, Any]:

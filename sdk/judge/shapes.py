@@ -22,10 +22,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Citation, DigestRef, JudgeModel, NonEmpty, Target
+from .citation import Citation, DigestRef, JudgeModel, JudgePart, NonEmpty, Target, refusal_from
 from .links import Link
 from .pin import JudgePin
-from .rules import SCORE_MEMBER, check_body, raise_first
+from .rules import check_body, raise_first
 from .vocab import SHAPES, Shape
 
 __all__ = [
@@ -68,37 +68,7 @@ def _jsonish(value: Any) -> Any:
     return value
 
 
-def _generic_refusal(exc: ValidationError, where: str) -> JudgmentRefusedError:
-    err = exc.errors(include_url=False)[0]
-    loc = [str(p) for p in err["loc"]]
-    path = "$" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc)
-    kind = err["type"]
-    member = loc[-1] if loc else ""
-    if kind == "missing":
-        rule = "schema_required_member_missing"
-    elif kind == "extra_forbidden":
-        rule = "stored_rate_forbidden" if SCORE_MEMBER.search(member) else "legacy_citation_purpose" if member == "citation_purpose" else "schema_unknown_member"
-    elif kind.startswith("literal") or kind.startswith("enum"):
-        rule = "schema_enum_mismatch"
-    elif "float" in kind or isinstance(err.get("input"), float):
-        rule = "sampling_float" if "sampling" in loc else "float_in_record"
-    elif kind in ("too_short", "string_too_short"):
-        rule = "schema_too_short"
-    elif kind in ("greater_than_equal", "less_than_equal"):
-        rule = "schema_below_minimum" if kind == "greater_than_equal" else "schema_above_maximum"
-    else:
-        rule = "schema_type_mismatch"
-    return JudgmentRefusedError(f"{where}: {err['msg']}", rule=rule, path=path)
-
-
-class _Part(JudgeModel):
-    """A block inside a record. Direct construction refuses with a named rule."""
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise _generic_refusal(exc, type(self).__name__) from None
+_Part = JudgePart
 
 
 class JudgeRecord(JudgeModel):
@@ -127,7 +97,7 @@ class JudgeRecord(JudgeModel):
         except ValidationError as exc:
             raw = {"record_version": self.RECORD_VERSION, "epistemic_type": self.shape().epistemic_type, **self.FIXED, **_jsonish(data)}
             raise_first(check_body(raw), self.RECORD_VERSION)
-            raise _generic_refusal(exc, self.RECORD_VERSION) from None
+            raise refusal_from(exc, self.RECORD_VERSION) from None
         raise_first(check_body(self.body()), self.RECORD_VERSION)
 
     @classmethod

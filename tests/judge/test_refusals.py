@@ -82,6 +82,14 @@ def test_float_sampling_is_refused(value: float) -> None:
     refused(lambda: pin(temperature=value), "sampling_float")
 
 
+def test_float_sampling_refused_when_a_pin_is_built_directly() -> None:
+    digest = DigestRef.of_bytes(PROMPT)
+    refused(lambda: JudgePin(model_id="m", prompt_digest=digest, sampling={"temperature": 0.7}), "sampling_float")
+    refused(lambda: JudgePin(model_id="m", prompt_digest=digest, sampling={"temperature": [1]}), "schema_type_mismatch")
+    refused(lambda: Claim.of(id="c", contract_ref="ec:c@1", requirement_ref="r", tier="guessed", grade="self-attested",
+                             sufficiency="SATISFIED", verdict="met", evidence=[ACT]), "claim_tier_unknown")
+
+
 def test_float_sampling_in_a_body_is_refused_by_name() -> None:
     body = body_of("evaluation-report/pos-example-org-evaluation-report")
     body["judge_pin"]["sampling"]["temperature"] = 0.7
