@@ -102,6 +102,7 @@ VerdictClass = Union[
 Relation = Literal["confirms", "duplicates", "epoch_opens", "follows", "supersedes"]
 CitationPurpose = Union[
     Literal["acted_on", "corroborates_source_time", "counterparty_half", "counterparty_inclusion", "ran_under", "responds_to"],
+    Literal["judged_from", "calibrated_against"],  # pending registration (vocab.PENDING)
     Namespaced,
 ]
 

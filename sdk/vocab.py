@@ -39,6 +39,12 @@ REGISTRIES: dict[str, frozenset[str]] = {
     ),
 }
 
+#: Values pending registration that a spec capseal implements already needs:
+#: ``x-judgment-v1`` cites what it judged with ``judged_from`` and, optionally, its
+#: calibration with ``calibrated_against`` (REGISTRY §11, pending). A producer may
+#: emit them; verifiers report them as unregistered (informational), as they should.
+PENDING: dict[str, frozenset[str]] = {"citation_purpose": frozenset({"judged_from", "calibrated_against"})}
+
 VERDICT_CLASSES = REGISTRIES["verdict_class"]
 CHAIN_RELATIONS = REGISTRIES["chain.relation"]
 CITATION_PURPOSES = REGISTRIES["citation_purpose"]

@@ -110,8 +110,6 @@ def test_spec_carries_member_answer_and_references() -> None:
     assert [v.rule for v in check_judgment_capsule(capsule, preimages=values, raw_files=RAW) if v.severity == "error"] == []
 
 
-@pytest.mark.xfail(reason="capseal.model refuses the pending citation purposes judged_from / calibrated_against "
-                          "(not registered, not namespaced); the x-judgment-v1 spec needs them. Owner: sdk/model.py", strict=False)
 def test_producer_can_seal_a_judgment_capsule(tmp_path: Path) -> None:
     values = AI["preimages"]["values"]
     member = judgment_member(rubric=values["rubric"], rubric_version="1.2", parameters=model_params(), model_hosting="hosted")
@@ -120,3 +118,8 @@ def test_producer_can_seal_a_judgment_capsule(tmp_path: Path) -> None:
     with Producer("example-org", developer, UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
         record = producer.seal(spec)
     assert check_judgment_capsule(record.capsule, preimages=values, raw_files=RAW) == []
+    import agent_action_capsule as ref
+
+    result = ref.verify(record.capsule)  # the pending purpose is informational to the reference, never an error
+    assert result.ok and [f.code for f in result.findings if f.severity != "info"] == []
+    assert "unknown_registry_value" in [f.code for f in result.findings]
