@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                                  ("SoftHSM2 RSA-PSS 3072", "rsa-pss", max(n // 4, 50))):
             uri = f"pkcs11:token={LABEL};object=bench-{alg}?module-path={module}"
             with create_key(uri, alg, pin=PIN) as signer:
-                row = {"backend": name,
+                row: dict[str, Any] = {"backend": name,
                        "raw_c_sign_per_s": raw_c_sign_rate(signer, count),
                        "signs_per_s": best_rate(lambda i: signer.sign(msg), count),
                        "sealed_1t_per_s": sealed_rate(signer, tmp, count, 1),
