@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pkcs11
 import pytest
 
 from capseal import Producer, verify_ledger
@@ -213,3 +214,26 @@ def test_pin_changed_on_the_token_mid_run(fault_token: dict[str, Any], tmp_path:
         producer.seal(_spec(2))
         assert producer.ledger.count() == count + 1
     assert verify_ledger(path).ok
+
+
+def test_key_destroyed_mid_run(fault_token: dict[str, Any], tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
+    """The key object disappears from the token under a running producer: the
+    stale handle fails, the signer reconnects, looks the key up again and
+    raises KeyNotFoundError naming token and key; nothing is written."""
+    path = tmp_path / "l.db"
+    with open_signer(fault_token["uri"], pin=PIN) as signer, Producer("acme", "agent@1", signer, path) as producer:
+        producer.seal(_spec(0))
+        count = producer.ledger.count()
+        ts = signer.token_session
+        with P11_LOCK:
+            rw = ts.token.open(rw=True)
+            try:
+                for obj in list(rw.get_objects({pkcs11.Attribute.LABEL: "seal-key"})):
+                    obj.destroy()
+            finally:
+                rw.close()
+        with pytest.raises(KeyNotFoundError) as err:
+            producer.seal(_spec(1))
+        assert repr(fault_token["label"]) in str(err.value) and "seal-key" in str(err.value)
+        _assert_secret_free(err.value, logs, PIN)
+        assert producer.ledger.count() == count
