@@ -62,7 +62,8 @@ def build(leaves: Sequence[bytes]) -> Tree:
     n = len(leaves)
     if n == 0:
         return Tree(_sha256(b"").digest(), ())
-    level = [leaf_hash(x) for x in leaves]
+    sha = _sha256
+    level = [sha(b"\x00" + x).digest() for x in leaves]
     paths: list[list[bytes]] = [[] for _ in range(n)]
     # spans[i] = (first leaf, end leaf) covered by node i of the current level
     spans = [(i, i + 1) for i in range(n)]
@@ -76,7 +77,7 @@ def build(leaves: Sequence[bytes]) -> Tree:
                 paths[leaf].append(right)
             for leaf in range(c, d):
                 paths[leaf].append(left)
-            nxt.append(node_hash(left, right))
+            nxt.append(sha(b"\x01" + left + right).digest())
             nxt_spans.append((a, d))
         if len(level) % 2:
             nxt.append(level[-1])

@@ -163,11 +163,11 @@ def _evidence_row_hash(prev_hex: str, record_seq: int, record_id: str, eid: int,
     id is hex): batch evidence writes one row per record."""
     if not (record_id.isascii() and record_id.isalnum()):
         return _row_hash(prev_hex, _evidence_header(record_seq, record_id, eid), body)
-    header = f'{{"eid":{int(eid)},"record_id":"{record_id}","record_seq":{int(record_seq)}}}'.encode()
+    sha = hashlib.sha256
     h = _DOMAIN_HASH.copy()
-    h.update(bytes.fromhex(prev_hex))
-    h.update(hashlib.sha256(header).digest())
-    h.update(hashlib.sha256(body).digest())
+    h.update(bytes.fromhex(prev_hex)
+             + sha(f'{{"eid":{int(eid)},"record_id":"{record_id}","record_seq":{int(record_seq)}}}'.encode()).digest()
+             + sha(body).digest())
     return h.hexdigest()
 
 
