@@ -128,7 +128,7 @@ def raw_c_sign_rate(signer: Any, n: int) -> float:
     msg = os.urandom(120)  # a COSE Sig_structure over a capsule id is ~120 bytes
     payload = mech.prehash(msg).digest() if mech.prehash is not None else msg
     with P11_LOCK:
-        key = signer._key(ts.ensure())
+        key = signer._key(ts, ts.ensure())
 
     def one(_: int) -> None:
         with P11_LOCK:

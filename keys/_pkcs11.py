@@ -30,7 +30,6 @@ from capseal.errors import DeviceError, KeyURIError, SignerUnavailableError
 
 from ._base import SignatureResult, Signer, alg_for_public_key, kid_for
 from ._pkcs11_keys import (
-    KeyPair,
     find_private_keys,
     find_public_key,
     generate_keypair,
@@ -92,8 +91,9 @@ class PKCS11Signer(Signer):
         self._ts: TokenSession | None = ts
         self._release = weakref.finalize(self, release_token, ts)  # also closes on garbage collection
         try:
-            pair: KeyPair = run(ts, lambda s: load_keypair(s, parsed, ts.name), ts.name)
-            mechanisms = run(ts, lambda s: _mechanisms(ts), ts.name)
+            # key, mechanisms and the session epoch they belong to, in one locked call
+            pair, mechanisms, epoch = run(ts, lambda s: (load_keypair(s, parsed, ts.name), _mechanisms(ts), ts.epoch),
+                                          ts.name)
             self._mech = mechanism_for(pair.alg, mechanisms)
         except BaseException:
             self._release()
@@ -105,8 +105,8 @@ class PKCS11Signer(Signer):
         self._where = f"{ts.name}, key {self._uri.describe_key()}"
         self._public = pair.public_key
         self._alg = pair.alg
-        self._private = pair.private
-        self._epoch = ts.epoch
+        self._private: Any = pair.private
+        self._epoch: int = epoch
         self._kid_cache = kid_for(pair.public_key)
 
     @classmethod
@@ -148,11 +148,11 @@ class PKCS11Signer(Signer):
     def describe_short(self) -> str:
         return f"PKCS11Signer({self._uri.describe_token()}, {self._uri.describe_key()})"
 
-    def _key(self, session: Any) -> Any:
+    def _key(self, ts: TokenSession, session: Any) -> Any:
         """The private-key handle for the current session; found again (and
         checked to be the same key) after a reconnect. Lock held."""
-        ts = self._ts
-        assert ts is not None
+        if self._private is None:  # closed by another thread meanwhile
+            raise SignerUnavailableError(f"{self.describe_short()} was closed")
         if self._epoch != ts.epoch:
             pair = load_keypair(session, self._refind, ts.name)
             if kid_for(pair.public_key) != self.kid:
@@ -169,7 +169,7 @@ class PKCS11Signer(Signer):
         mechanism, param = mech.mechanism, mech.param
 
         def call(session: Any) -> bytes:
-            return self._key(session).sign(payload, mechanism=mechanism, mechanism_param=param)
+            return self._key(ts, session).sign(payload, mechanism=mechanism, mechanism_param=param)
 
         signature = run(ts, call, self._where)
         if mech.size is not None and len(signature) != mech.size:
@@ -184,7 +184,7 @@ class PKCS11Signer(Signer):
         ts = self._ts
         if ts is None:
             raise SignerUnavailableError(f"{self.describe_short()} was closed")
-        attributes, device = run(ts, lambda s: (key_attributes(self._key(s)), ts.device_info()), self._where)
+        attributes, device = run(ts, lambda s: (key_attributes(self._key(ts, s)), ts.device_info()), self._where)
         software = True if device.get("manufacturer") in SOFTWARE_TOKEN_MANUFACTURERS else None
         return custody_statement(
             backend="pkcs11",
