@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 from cryptography.hazmat.primitives import serialization
 
@@ -33,7 +32,6 @@ os.environ.setdefault("TSS2_LOG", "all+NONE")
 
 __all__ = ["AKRef", "parse_ak_uri", "AttestationKey"]
 
-DEFAULT_TCTI = "device:/dev/tpmrm0"
 
 
 @dataclass(frozen=True)
@@ -44,38 +42,24 @@ class AKRef:
     tcti: str
 
     def uri(self) -> str:
-        return f"tpm2:handle=0x{self.handle:08x}?tcti={self.tcti}"
+        from capseal.keys._tpm_uri import TPMKeyURI
+
+        return TPMKeyURI(tcti=self.tcti, handle=self.handle).to_uri()
 
 
 def parse_ak_uri(uri: str) -> AKRef:
-    """``tpm2:handle=0x81000102[;…]?tcti=…`` → :class:`AKRef`.
+    """``tpm2:handle=0x81000102?tcti=…`` → :class:`AKRef`.
 
-    The TCTI value keeps its own ``:``, ``,`` and ``=``; only ``&`` separates
-    query members. Percent-escapes are decoded.
+    The grammar is the signing keys' (:func:`capseal.keys._tpm_uri.parse_tpm_uri`:
+    unknown or repeated attributes are refused, the TCTI keeps its own ``:``,
+    ``,`` and ``=``); an AK must be named by a persistent handle.
     """
-    if not isinstance(uri, str) or not uri.startswith("tpm2:"):
-        raise KeyURIError(f"an attestation key is named by a tpm2: URI, not {uri!r}")
-    path, _, query = uri[5:].partition("?")
-    attrs: dict[str, str] = {}
-    for part in [p for p in path.split(";") if p]:
-        key, sep, value = part.partition("=")
-        if not sep:
-            raise KeyURIError(f"{uri}: path attribute {part!r} is not key=value")
-        attrs[key.strip().lower()] = unquote(value.strip())
-    for part in [p for p in query.split("&") if p]:
-        key, sep, value = part.partition("=")
-        if not sep:
-            raise KeyURIError(f"{uri}: query member {part!r} is not key=value")
-        attrs[key.strip().lower()] = unquote(value.strip())
-    if "handle" not in attrs:
-        raise KeyURIError(f"{uri}: an attestation key needs handle=0x81…… (a persistent handle)")
-    try:
-        handle = int(attrs["handle"], 0)
-    except ValueError:
-        raise KeyURIError(f"{uri}: handle {attrs['handle']!r} is not a number") from None
-    if not 0x81000000 <= handle <= 0x81FFFFFF:
-        raise KeyURIError(f"{uri}: 0x{handle:x} is not a persistent handle (0x81000000–0x81FFFFFF)")
-    return AKRef(handle, attrs.get("tcti") or DEFAULT_TCTI)
+    from capseal.keys._tpm_uri import parse_tpm_uri
+
+    ref = parse_tpm_uri(uri)
+    if ref.handle is None:
+        raise KeyURIError(f"{uri}: an attestation key is named by handle=0x81…… (a persistent handle)")
+    return AKRef(ref.handle, ref.tcti)
 
 
 def _device(tcti: str) -> Any:

@@ -303,3 +303,17 @@ def test_pcr_selection_parsing() -> None:
     for bad in ("", "sha256", "md5:1", "sha256:9-2", "sha256:24", "sha256:1+sha256:2"):
         with pytest.raises(ValueError):
             PCRSelection.parse(bad)
+
+
+def test_the_ak_from_tpm_provision_quotes_and_verifies(fresh_swtpm: Any, producer: Producer) -> None:
+    """`capseal tpm provision` (keys backend) creates the AK; capseal.attest loads
+    it by the URI provision returns, and a relying party pins the PEM it printed."""
+    from capseal.keys._tpm import provision
+
+    info = provision(fresh_swtpm.tcti)
+    ak_info = info["attestation_key"]
+    ak = attest.AttestationKey(ak_info["uri"])
+    assert ak.name == ak_info["name"] and ak.public_pem == ak_info["public_key_pem"]
+    record = attest.quote(producer.seal(spec(3)), ak_info["uri"], ledger=producer.ledger)
+    assert verify_evidence(record, trust=[ak_info["public_key_pem"]]).status == "verified-software-tpm"
+    assert info["software_device"] is True
