@@ -41,6 +41,7 @@ from capseal.attest.evidence import Quote  # noqa: E402
 from capseal.keys import UnsafeEphemeralSigner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+PER_THREAD: dict[tuple[bool, str], list[float]] = {}  # (evidence on, thread) -> CPU us per record, per round
 AK_HANDLE = 0x81000142
 
 
@@ -95,6 +96,24 @@ def make_ak(tcti: str) -> None:
         ectx.flush_context(srk)
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds per thread of this process, by thread name (Linux /proc)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            name = names.get(int(tid), "other")
+            name = "committer" if name.startswith("capseal-ledger") else "evidence worker" if name.startswith(
+                "capseal-attest") else "sealing thread" if name == "MainThread" else "other"
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    except OSError:
+        pass
+    return out
+
+
 def seal_rate(tmp: Path, n: int, quoter: Any | None, args: argparse.Namespace, tag: str) -> tuple[float, float]:
     """Records/s through submit()+flush() into a durable ledger, evidence on or off.
 
@@ -109,12 +128,15 @@ def seal_rate(tmp: Path, n: int, quoter: Any | None, args: argparse.Namespace, t
         worker = attach(producer, quoter, max_records=args.max_records, max_delay=args.max_delay) if quoter else None
         for i in range(args.warmup):
             producer.submit(typical_spec(-1 - i))
-        start, cpu = time.perf_counter(), time.process_time()
+        start, cpu, before = time.perf_counter(), time.process_time(), thread_cpu()
         for i in range(n):
             producer.submit(typical_spec(i))
         producer.flush()
         rate = n / (time.perf_counter() - start)
         cpu_us = (time.process_time() - cpu) / n * 1e6
+        after = thread_cpu()
+        for name, secs in after.items():
+            PER_THREAD.setdefault((quoter is not None, name), []).append((secs - before.get(name, 0.0)) / n * 1e6)
         if worker is not None:
             assert worker.stats.batches >= 1, "the worker was not running during the timed window"
             worker.close()  # drain outside the timing
@@ -234,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  throughput cost of batch evidence      : {out['throughput_cost'] * 100:5.1f} % best-to-best, "
           f"{out['throughput_cost_median'] * 100:5.1f} % median-to-median   (target <= 10 %)")
     print(f"  CPU per sealed record, all threads     : {out['cpu_us_per_record_off']:.0f} us off, "
-          f"{out['cpu_us_per_record_on']:.0f} us on  (+{out['cpu_cost'] * 100:.1f} %)")
+          f"{out['cpu_us_per_record_on']:.0f} us on  (+{out['cpu_cost'] * 100:.1f} %; best rounds)")
+    for name in ("sealing thread", "committer", "evidence worker"):
+        off_v, on_v = PER_THREAD.get((False, name)), PER_THREAD.get((True, name))
+        print(f"      {name:<17} median us/record  : off {statistics.median(off_v) if off_v else 0:5.0f}   "
+              f"on {statistics.median(on_v) if on_v else 0:5.0f}")
     print(f"  paced run                              : {out['paced_records']:.0f} records at {out['paced_achieved_per_s']:.0f}/s "
           f"(target {out['paced_target_per_s']:.0f}/s)")
     print(f"  records with verified evidence         : {out['verified_share'] * 100:6.2f} %")
