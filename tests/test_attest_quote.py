@@ -309,11 +309,15 @@ def test_the_ak_from_tpm_provision_quotes_and_verifies(fresh_swtpm: Any, produce
     """`capseal tpm provision` (keys backend) creates the AK; capseal.attest loads
     it by the URI provision returns, and a relying party pins the PEM it printed."""
     from capseal.keys._tpm import provision
+    from capseal.keys._tpm_device import get_device
 
-    info = provision(fresh_swtpm.tcti)
-    ak_info = info["attestation_key"]
-    ak = attest.AttestationKey(ak_info["uri"])
-    assert ak.name == ak_info["name"] and ak.public_pem == ak_info["public_key_pem"]
-    record = attest.quote(producer.seal(spec(3)), ak_info["uri"], ledger=producer.ledger)
-    assert verify_evidence(record, trust=[ak_info["public_key_pem"]]).status == "verified-software-tpm"
-    assert info["software_device"] is True
+    try:
+        info = provision(fresh_swtpm.tcti)
+        ak_info = info["attestation_key"]
+        ak = attest.AttestationKey(ak_info["uri"])
+        assert ak.name == ak_info["name"] and ak.public_pem == ak_info["public_key_pem"]
+        record = attest.quote(producer.seal(spec(3)), ak_info["uri"], ledger=producer.ledger)
+        assert verify_evidence(record, trust=[ak_info["public_key_pem"]]).status == "verified-software-tpm"
+        assert info["software_device"] is True
+    finally:
+        get_device(fresh_swtpm.tcti).close()  # disconnect before the fixture stops swtpm
