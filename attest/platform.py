@@ -63,7 +63,7 @@ def attach(
         producer.flush(); evidence.close(); producer.close()
     """
     if isinstance(quoter, str):
-        quoter = TPMQuoter(quoter, **({"pcrs": pcrs} if pcrs else {}))
+        quoter = TPMQuoter(quoter, pcrs=pcrs) if pcrs else TPMQuoter(quoter)
     worker = BatchEvidence(producer.ledger, quoter, max_records=max_records, max_delay=max_delay,
                            solo_if=is_epoch_boundary, on_batch=on_batch)
     if cite_epoch:
