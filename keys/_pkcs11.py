@@ -29,6 +29,7 @@ from typing import Any
 from capseal.errors import DeviceError, KeyURIError, SignerUnavailableError
 
 from ._base import SignatureResult, Signer, alg_for_public_key, kid_for
+from ._pkcs11_calls import run
 from ._pkcs11_keys import (
     find_private_keys,
     find_public_key,
@@ -39,7 +40,7 @@ from ._pkcs11_keys import (
     objects_with,
     public_key_of,
 )
-from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token, run
+from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token
 from ._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
 from ._registry import SecretsHandler
 from .custody import SOFTWARE_TOKEN_MANUFACTURERS, custody_statement
