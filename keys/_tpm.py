@@ -75,6 +75,7 @@ _RC_HANDLE = 0x08B
 _RC_REFERENCE_H0 = 0x910
 _RC_AUTH_FAIL = 0x08E
 _RC_BAD_AUTH = 0x0A2
+_RC_INTEGRITY = 0x09F
 _DEFAULT_TIMEOUT = 60.0
 
 _ATTRIBUTE_NAMES = (
@@ -292,13 +293,21 @@ class TPMSigner(Signer):
             parent, _, _, _, _ = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
             transient_parent = True
         else:
-            parent = ectx.tr_from_tpmpublic(kf.parent)
+            parent = _persistent_tr(ectx, kf.parent, self._ref.tcti, f"parent key for {where}")
             transient_parent = False
         try:
             return ectx.load(parent, private, public)
+        except TSS2_Exception as exc:
+            if int(exc.error) == _RC_INTEGRITY:
+                raise KeyNotFoundError(
+                    f"{where} was not made under this TPM's parent key (TPM_RC_INTEGRITY): the file belongs to "
+                    "another TPM, or the TPM was cleared since") from None
+            raise
         finally:
             if transient_parent:
                 ectx.flush_context(parent)
+            else:
+                ectx.tr_close(parent)
 
     # ------------------------------------------------------------------ Signer
 

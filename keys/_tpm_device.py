@@ -89,7 +89,13 @@ DEFAULT_TCTI = "device:/dev/tpmrm0"
 # TSS2 layer of a response code: 0 = the TPM itself, others = software layers.
 _LAYER_MASK = 0xFF0000
 _TCTI_LAYER = 0x0A0000
-_ESYS_BAD_SEQUENCE = 0x070007  # the context is mid-command after a transport failure
+_ESYS_LAYER = 0x070000
+_SYS_LAYER = 0x080000
+# Base codes from ESYS/SAPI that mean the command stream is broken, not that the
+# TPM refused: BAD_SEQUENCE (the context is mid-command after a transport
+# failure), NO_CONNECTION, TRY_AGAIN (a receive timed out), IO_ERROR,
+# MALFORMED_RESPONSE and INSUFFICIENT_RESPONSE (a reply cut short).
+_BROKEN_STREAM = frozenset({0x07, 0x08, 0x09, 0x0A, 0x11, 0x13})
 _RC_OBJECT_MEMORY = 0x902
 _RC_SESSION_MEMORY = 0x903
 _RC_MEMORY = 0x904
@@ -110,7 +116,8 @@ def is_transport_error(exc: BaseException) -> bool:
     if not isinstance(exc, TSS2_Exception):
         return False
     rc = int(exc.rc)
-    return (rc & _LAYER_MASK) == _TCTI_LAYER or rc == _ESYS_BAD_SEQUENCE
+    layer = rc & _LAYER_MASK
+    return layer == _TCTI_LAYER or (layer in (_ESYS_LAYER, _SYS_LAYER) and (rc & 0xFFFF) in _BROKEN_STREAM)
 
 
 def _is_object_memory(exc: TSS2_Exception) -> bool:
