@@ -209,6 +209,8 @@ def test_eight_threads_seal_8000_records_through_one_token(keys: dict[str, str],
         p256.close()
         assert errors == []
         assert ts.reconnects == reconnects  # no session was lost on the way
+        # contended calls went through the one PKCS#11 worker thread
+        assert any(t.name == "capseal-pkcs11" for t in threading.enumerate())
         assert ledger.count() == 8000 + 2  # plus each producer's epoch boundary
     report = verify_ledger(path)
     assert report.ok
