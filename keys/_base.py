@@ -13,9 +13,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from capseal.errors import UnsupportedAlgorithmError
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from capseal.errors import UnsupportedAlgorithmError
 
 __all__ = ["Signer", "SignatureResult", "kid_for", "alg_for_public_key", "SignerSelfTest"]
 

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError, UnsupportedAlgorithmError
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError, UnsupportedAlgorithmError
 
 from ._base import SignatureResult, Signer, alg_for_public_key
 from .custody import custody_statement

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -37,7 +37,6 @@ from .vocab import (
     CITATION_PURPOSES,
     EFFECT_ATTESTATIONS,
     PRODUCER_NEVER_DISPATCH,
-    REGISTRIES,
     SPEC_VERSION,
 )
 
@@ -90,21 +89,21 @@ def is_namespaced(value: str) -> bool:
 # Registry values as native Literal types (validated in Rust, no Python call per
 # field); tests/test_vocab.py holds them equal to ``vocab.REGISTRIES``. Where a
 # registry admits new values, a namespaced one (x-…, com.example.…, urn:…) passes.
-EffectType = Union[Literal["inference_completion", "send_payment", "write_order"], Namespaced]
+EffectType = Literal["inference_completion", "send_payment", "write_order"] | Namespaced
 Irreversibility = Literal["one_way_consequential", "one_way_recoverable", "one_way_terminal", "two_way"]
 EffectAttestation = Literal["gate_executed", "host_served_observed", "runtime_claimed"]
 Decision = Literal["accept", "deferred", "needs_input", "reject"]
-VerdictClass = Union[
+VerdictClass = (
     Literal["blocked", "deferred", "denied", "engine_failure", "epoch_boundary", "errored", "escalated", "executed",
-            "expired", "hitl_dispatched", "needs_decision", "resolved", "timeout"],
-    Namespaced,
-]
+            "expired", "hitl_dispatched", "needs_decision", "resolved", "timeout"]
+    | Namespaced
+)
 Relation = Literal["confirms", "duplicates", "epoch_opens", "follows", "supersedes"]
-CitationPurpose = Union[
-    Literal["acted_on", "corroborates_source_time", "counterparty_half", "counterparty_inclusion", "ran_under", "responds_to"],
-    Literal["judged_from", "calibrated_against"],  # pending registration (vocab.PENDING)
-    Namespaced,
-]
+CitationPurpose = (
+    Literal["acted_on", "corroborates_source_time", "counterparty_half", "counterparty_inclusion", "ran_under", "responds_to"]
+    | Literal["judged_from", "calibrated_against"]  # pending registration (vocab.PENDING)
+    | Namespaced
+)
 
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]

@@ -17,7 +17,15 @@ import capseal
 from capseal import Producer
 from capseal.envelope import PLAIN, PROFILE, verify_cose_sign1
 from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError
-from capseal.keys import FileSigner, UnsafeEphemeralSigner, generate_private_key, kid_for, open_signer, redact_uri, write_pkcs8
+from capseal.keys import (
+    FileSigner,
+    UnsafeEphemeralSigner,
+    generate_private_key,
+    kid_for,
+    open_signer,
+    redact_uri,
+    write_pkcs8,
+)
 
 
 def _pycose_key(public_key: object) -> object:
