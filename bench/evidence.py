@@ -15,7 +15,7 @@ in one run it prints:
 Targets (issue 4): evidence costs the seal path <= 10 % throughput; every
 record has verified evidence within 2 s of sealing at 1,000 records/s.
 
-Usage: python bench/evidence.py [--n 3000] [--warmup 1200] [--rounds 5] [--seconds 5] [--rate 1000]
+Usage: python bench/evidence.py [--n 2500] [--warmup 1000] [--rounds 7] [--seconds 5] [--rate 1000]
        [--quote-delay 0.2] [--max-records 1024] [--max-delay 0.25] [--json]
 """
 
@@ -204,9 +204,9 @@ def paced(tmp: Path, quoter: Any, args: argparse.Namespace) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=3000, help="timed records per full-speed round")
-    ap.add_argument("--warmup", type=int, default=1200, help="records before the timing starts")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=2500, help="timed records per full-speed round")
+    ap.add_argument("--warmup", type=int, default=1000, help="records before the timing starts")
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=5.0, help="length of the paced run")
     ap.add_argument("--rate", type=float, default=1000.0, help="records/s of the paced run")
     ap.add_argument("--quote-delay", type=float, default=0.2, help="seconds added to each quote (real TPM p50)")
@@ -239,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             out["throughput_cost"] = 1 - out["seal_per_s_evidence_on"] / out["seal_per_s_evidence_off"]
             out["throughput_cost_median"] = 1 - out["seal_per_s_evidence_on_median"] / out["seal_per_s_evidence_off_median"]
             out["cpu_cost"] = out["cpu_us_per_record_on"] / out["cpu_us_per_record_off"] - 1
+            # each "on" round against the "off" round just before it: drift on a
+            # shared machine cancels out of the pair, and the median drops outliers
+            out["throughput_cost_paired"] = statistics.median(1 - b[0] / a[0] for a, b in zip(off, on))
             out.update(paced(tmp, quoter, args))
         finally:
             get_device(tcti).close()
@@ -253,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
           f"(best of {args.rounds} x {args.n}; median {out['seal_per_s_evidence_off_median']:.0f})")
     print(f"  sealed records/s, batch evidence on    : {out['seal_per_s_evidence_on']:8.0f}   "
           f"(median {out['seal_per_s_evidence_on_median']:.0f})")
-    print(f"  throughput cost of batch evidence      : {out['throughput_cost'] * 100:5.1f} % best-to-best, "
-          f"{out['throughput_cost_median'] * 100:5.1f} % median-to-median   (target <= 10 %)")
+    print(f"  throughput cost of batch evidence      : {out['throughput_cost_paired'] * 100:5.1f} % (median of paired rounds; "
+          f"best-to-best {out['throughput_cost'] * 100:.1f} %, median-to-median {out['throughput_cost_median'] * 100:.1f} %)"
+          "   target <= 10 %")
     print(f"  CPU per sealed record, all threads     : {out['cpu_us_per_record_off']:.0f} us off, "
           f"{out['cpu_us_per_record_on']:.0f} us on  (+{out['cpu_cost'] * 100:.1f} %; best rounds)")
     for name in ("sealing thread", "committer", "evidence worker"):
