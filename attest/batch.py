@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +55,7 @@ class BatchStats:
     records_left_null: int = 0
     largest_batch: int = 0
     last_error: str | None = None
-    quote_seconds: list[float] = field(default_factory=list)
+    quote_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=1000))  # the latest quotes
 
 
 @dataclass(frozen=True)
