@@ -111,10 +111,14 @@ def _assemble(protected: bytes, payload: bytes, signature: bytes) -> bytes:
     return b"\xd2\x84" + enc_bytes(protected) + b"\xa0" + enc_bytes(payload) + enc_bytes(signature)
 
 
-def sign_envelope(signer: Signer, capsule_id_raw: bytes) -> Envelope:
+def sign_envelope(signer: Signer, capsule_id_raw: bytes, *, verify: bool = False) -> Envelope:
     """Sign ``capsule_id_raw`` with ``signer``: the AAC profile for Ed25519 keys,
-    a plain COSE_Sign1 otherwise. Raises SignerError subclasses; the result is
-    checked against the profile shape before it is returned."""
+    a plain COSE_Sign1 otherwise. Raises SignerError subclasses.
+
+    With ``verify=True`` the signature is checked against the signer's public
+    key over the exact bytes that were signed before the envelope is returned
+    (capseal does this for every signature from a token or TPM): a device that
+    answers with a wrong signature raises SignatureFailedError."""
     if len(capsule_id_raw) != 32:
         raise ValueError("a capsule id is 32 raw bytes")
     alg = signer.alg
@@ -126,7 +130,8 @@ def sign_envelope(signer: Signer, capsule_id_raw: bytes) -> Envelope:
     else:
         protected = _plain_protected(alg, bytes.fromhex(signer.kid))
         profile = PLAIN
-    result = signer.sign(_to_be_signed(protected, capsule_id_raw))
+    tbs = _to_be_signed(protected, capsule_id_raw)
+    result = signer.sign(tbs)
     if result.kid != signer.kid or result.alg != alg:
         raise SignatureFailedError(
             f"signer {signer.kid[:16]}… changed key or algorithm during signing"
@@ -137,6 +142,8 @@ def sign_envelope(signer: Signer, capsule_id_raw: bytes) -> Envelope:
             f"{alg} signature from {signer.describe_short()} is {len(result.signature)} bytes, "
             f"expected {expected_len}"
         )
+    if verify and not _signature_ok(alg, signer.public_key, result.signature, tbs):
+        raise SignatureFailedError(f"{signer.describe_short()} returned a {alg} signature that does not verify under its public key")
     return Envelope(profile, alg, result.kid, _assemble(protected, capsule_id_raw, result.signature))
 
 

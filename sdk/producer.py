@@ -30,8 +30,8 @@ from capseal.keys import Signer, SignerSelfTest
 
 from .assurance import derive_assurance, enforce_claim
 from .canonical import canonical_bytes, json_digest
-from .envelope import PROFILE, Envelope, sign_envelope, verify_cose_sign1
-from .errors import InputError, LedgerClosedError, SealAbortedError, SignatureFailedError
+from .envelope import PROFILE, sign_envelope
+from .errors import InputError, LedgerClosedError, SealAbortedError
 from .ledger import Ledger, LedgerEntry, PendingAppend, StoredEntry
 from .model import validate_capsule
 from .record import SealedRecord
@@ -352,21 +352,11 @@ class Producer:
             raise SealAbortedError(
                 "capseal's verifier refused the capsule: " + "; ".join(str(f) for f in result.errors), result.errors
             )
-        envelope = sign_envelope(self.signer, cid_raw)
-        if self._check_every_signature:
-            self._check_envelope(envelope, cid_raw)
+        envelope = sign_envelope(self.signer, cid_raw, verify=self._check_every_signature)
         if envelope.profile == PROFILE:
             capsule["signature"] = envelope.cose.hex()
             capsule["key_id"] = envelope.kid
         return SealedRecord(capsule, (envelope,))
-
-    def _check_envelope(self, envelope: Envelope, cid_raw: bytes) -> None:
-        result = verify_cose_sign1(envelope.cose, self.signer.public_key, payload=cid_raw)
-        if not result.ok:
-            raise SignatureFailedError(
-                f"{self.signer.describe_short()} returned a signature that does not verify: "
-                + "; ".join(f.code for f in result.findings)
-            )
 
     # ------------------------------------------------------------------ lifecycle helpers
 
