@@ -5,8 +5,8 @@ calls; ``python bench/_keys_tpm.py [--n 2000]`` prints the same rows plus the
 detail behind them (capseal ``sign()`` rate, swtpm CPU per signature).
 
 * raw ESAPI: ``ESAPI.sign`` in a loop on a private connection, nothing else —
-  the floor swtpm itself sets (libtpms spends ~0.7–0.9 ms of CPU per ECDSA
-  signature, so ~1,100–1,400/s on an idle core);
+  the floor swtpm itself sets (libtpms spends ~0.6–0.9 ms of CPU per ECDSA
+  signature, so ~1,100–1,600/s on an idle core);
 * sealed: records handed to ``Producer.submit()`` from 1 and 2 threads and
   counted after ``flush()`` (durable in a WAL ledger). The producer verifies
   every device signature. With two threads one thread's canonicalisation,
