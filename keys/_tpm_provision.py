@@ -261,6 +261,9 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
 
         if os.path.exists(ref.keyfile):
             raise HandleInUseError(f"{ref.keyfile} already exists; capseal never overwrites a key file")
+        folder = os.path.dirname(os.path.abspath(ref.keyfile))
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise KeyURIError(f"cannot write key file {ref.keyfile}: {folder} is missing or not writable")
 
     def job(ectx: Any) -> Any:
         device.make_room()
@@ -280,8 +283,13 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
 
     private_blob, public_blob = device.call(job, what=f"creating {ref.describe_key()}", retry=False, timeout=None)
     if ref.keyfile is not None:
-        _write_keyfile(ref.keyfile, TPMKeyFile(public=public_blob, private=private_blob, parent=TPM_RH_OWNER,
-                                               empty_auth=auth is None))
+        try:
+            _write_keyfile(ref.keyfile, TPMKeyFile(public=public_blob, private=private_blob, parent=TPM_RH_OWNER,
+                                                   empty_auth=auth is None))
+        except FileExistsError:
+            raise HandleInUseError(f"{ref.keyfile} already exists; capseal never overwrites a key file") from None
+        except OSError as exc:
+            raise KeyURIError(f"cannot write key file {ref.keyfile}: {exc.strerror}") from None
     return TPMSigner(ref, auth=auth, device=device)
 
 

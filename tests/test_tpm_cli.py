@@ -90,6 +90,9 @@ def test_keys_create_key_file(swtpm: Any, tmp_path: Path) -> None:
     assert path.read_text().startswith("-----BEGIN TSS2 PRIVATE KEY-----")
     again = capseal("keys", "create", uri, "--alg", "p256", check=False)
     assert again.returncode == 2 and "never overwrites" in again.stderr
+    nowhere = capseal("keys", "create", f"tpm2:keyfile={tmp_path / 'no' / 'such' / 'k.tss'}?tcti={swtpm.tcti}",
+                      "--alg", "p256", check=False)
+    assert nowhere.returncode == 2 and "cannot write key file" in nowhere.stderr
 
 
 def test_doctor_checks_the_tpm_and_key(provisioned: dict[str, Any], swtpm: Any) -> None:
