@@ -66,7 +66,12 @@ case "$cmd" in
     if [ -s "$pidfile" ]; then
       pid="$(cat "$pidfile")"
       kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+      # gone, or a zombie nobody reaps (its ports are already released)
+      for _ in $(seq 1 100); do
+        kill -0 "$pid" 2>/dev/null || break
+        [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = "Z" ] && break
+        sleep 0.05
+      done
       kill -9 "$pid" 2>/dev/null || true
       rm -f "$pidfile"
     fi

@@ -201,6 +201,20 @@ def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: Key
     return verdict, kid, findings
 
 
+def _custody_findings(custody: Any, keys: KeyDirectory) -> list[Finding]:
+    """A custody statement's TPM2_Certify (the signing key certified by an AK)
+    is re-verified here, not only when it was recorded. Never raises."""
+    if not isinstance(custody, Mapping) or "tpm_certify" not in custody:
+        return []
+    try:
+        from capseal.keys._tpm_certify import verify_certify
+    except ImportError as exc:
+        return [Finding("custody_certify_unchecked", f"tpm2-pytss is needed to check the TPM2_Certify: {exc}", severity="warning")]
+    kid = custody.get("kid")
+    problems = verify_certify(custody["tpm_certify"], public_key=keys.get(kid) if isinstance(kid, str) else None)
+    return [Finding("custody_certify_invalid", f"TPM2_Certify in the custody statement: {p}") for p in problems]
+
+
 def verify_ledger(
     path: str | Path,
     *,
@@ -243,6 +257,7 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
     by_seq: dict[int, RecordReport] = {}
     for e, capsule, result in zip(capsule_entries, capsules, results):
         rr = RecordReport(seq=e.seq, record_id=e.record_id, record_type=e.record_type, ok=True, findings=list(result.findings))
+        rr.findings.extend(_custody_findings(_custody_of(capsule), keys))
         if not result.ok:
             rr.ok = False
         if capsule.get("capsule_id") != e.record_id or not is_hex64(e.record_id):

@@ -288,7 +288,7 @@ def cmd_token_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tpm_provision(args: argparse.Namespace) -> int:
-    from capseal.keys._tpm import provision  # type: ignore[attr-defined]
+    from capseal.keys._tpm import provision
 
     info = provision(args.tcti, signing_handle=int(args.handle, 0), ak_handle=int(args.ak_handle, 0),
                      alg=args.alg, force=args.force)

@@ -322,3 +322,21 @@ def test_more_key_files_than_object_slots(swtpm: Any, tmp_path: Path) -> None:
     finally:
         for signer in signers:
             signer.close()
+
+
+def test_verify_ledger_rechecks_the_custody_certify(tpm: dict[str, Any], tmp_path: Path) -> None:
+    """A producer that records a forged TPM2_Certify in its custody statement is
+    caught by verify_ledger, not only at recording time."""
+    with open_signer(tpm["ES256"]) as signer:
+        _seal_two(signer, tmp_path / "honest.db")
+        honest = verify_ledger(tmp_path / "honest.db")
+        assert honest.ok and not [f for r in honest.records for f in r.findings if f.code.startswith("custody_")]
+        real = signer.describe()
+        forged = copy.deepcopy(real)
+        forged["tpm_certify"]["qualifying_data"] = "00" * 32
+        signer.describe = lambda: forged  # type: ignore[method-assign]  # a lying producer, on a real TPM key
+        _seal_two(signer, tmp_path / "forged.db")
+    report = verify_ledger(tmp_path / "forged.db")
+    assert not report.ok
+    bad = [r for r in report.records if not r.ok]
+    assert len(bad) == 1 and {f.code for f in bad[0].findings} == {"custody_certify_invalid"}
