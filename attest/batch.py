@@ -25,6 +25,7 @@ What it promises:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -35,9 +36,8 @@ from typing import Any
 from capseal.errors import EvidenceError
 
 from . import merkle
-from .evidence import BatchBodies, evidence_for_batch
 from .quoter import Quoter, quote_record, self_policy
-from .verify import verify_evidence
+from .writer import ProcessWriter, write_batch
 
 __all__ = ["BatchEvidence", "BatchStats"]
 
@@ -97,10 +97,13 @@ class BatchEvidence:
         max_delay: float = 0.25,
         solo_if: Callable[[Any], bool] | None = None,
         on_batch: Callable[[list[str], float], None] | None = None,
+        writer: str = "thread",
         start: bool = True,
     ) -> None:
         if max_records < 1 or max_delay < 0:
             raise ValueError("max_records >= 1 and max_delay >= 0")
+        if writer not in ("thread", "process"):
+            raise ValueError("writer is 'thread' or 'process'")
         self.ledger = ledger
         self.quoter = quoter
         self.max_records = max_records
@@ -108,7 +111,15 @@ class BatchEvidence:
         self.solo_if = solo_if
         self.on_batch = on_batch
         self.stats = BatchStats()
+        self._stats_lock = threading.Lock()
         self._policy = self_policy(quoter.identity)
+        # writer="process": slots are verified and written by a helper process
+        # (see .writer), so that work does not compete with sealing for the GIL
+        self._writer_mode = writer
+        self._proc: ProcessWriter | None = None
+        self._proc_failed = False
+        self._k = 0
+        self._inflight: dict[int, list[str]] = {}
         # The hand-off from the seal path is a plain list append (atomic under
         # the GIL): the worker is woken once per batch (first item, a full
         # batch, flush, close), never once per record — per-record wake-ups
@@ -207,9 +218,13 @@ class BatchEvidence:
             if pending and (markers or stop or now >= pending[0][1] + self.max_delay):
                 self._process(pending)
                 pending = []
+            if markers and self._proc is not None:
+                self._proc.wait_idle()  # a flush covers what the helper process was sent
             for m in markers:
                 m.event.set()
             if stop and not self._buf:
+                if self._proc is not None:
+                    self._proc.close()
                 return
             if not stop:
                 self._wake.wait(pending[0][1] + self.max_delay - now if pending else None)
@@ -240,35 +255,65 @@ class BatchEvidence:
             quote = self.quoter.take(tree.root)
             self.stats.quote_seconds.append(time.monotonic() - started)
             shared = quote.shared_members()
-            n = len(ids)
-            self._verify_before_write(ids, leaves, tree, (ids[0], evidence_for_batch(shared, tree.root, 0, n, tree.proofs[0])))
-            bodies = BatchBodies(shared, tree.root, n)  # the shared members serialized once per batch
-            self.ledger.add_evidence_many([(cid, bodies.body(i, tree.proofs[i])) for i, cid in enumerate(ids)])
+            proc = self._helper()
+            if proc is not None:
+                self._k += 1
+                self._inflight[self._k] = ids
+                try:
+                    proc.send(self._k, ids, tree.root, shared)
+                    return  # the helper answers through _on_result
+                except EvidenceError:
+                    self._inflight.pop(self._k, None)  # the helper is gone: write it here
+            write_batch(self.ledger, self._policy, ids, shared, tree.root, tree)
         except Exception as exc:  # the whole batch stays null
             self._failed(len(ids), exc)
             return
-        st = self.stats
-        st.batches += 1
-        st.records_quoted += len(ids)
-        st.largest_batch = max(st.largest_batch, len(ids))
+        self._succeeded(ids)
+
+    def _helper(self) -> ProcessWriter | None:
+        """The helper process (writer="process"), started on first use; None
+        in thread mode, for a ledger that is not a file, or once it has died
+        (then batches are written here, and a warning is logged once)."""
+        if self._writer_mode != "process" or self._proc_failed:
+            return None
+        if self._proc is not None and self._proc.alive:
+            return self._proc
+        path = getattr(self.ledger, "path", None)
+        if self._proc is None and path is not None and os.path.isfile(path):
+            ident = self.quoter.identity
+            pin = {"ak_public": ident.public_pem, "ak_name": ident.name, "ak_qualified_name": ident.qualified_name}
+            try:
+                self._proc = ProcessWriter(str(path), pin, self._on_result)
+                return self._proc
+            except OSError as exc:
+                log.warning("capseal.attest: no evidence writer process (%s); writing in this process", exc)
+        elif self._proc is not None:
+            log.warning("capseal.attest: the evidence writer process died; writing in this process from now on")
+        self._proc_failed = True
+        return None
+
+    def _on_result(self, k: int, ok: bool, rows: int, error: str) -> None:
+        ids = self._inflight.pop(k, [])
+        if ok:
+            self._succeeded(ids)
+        else:
+            self._failed(len(ids), EvidenceError(error))
+
+    def _succeeded(self, ids: list[str]) -> None:
+        with self._stats_lock:
+            st = self.stats
+            st.batches += 1
+            st.records_quoted += len(ids)
+            st.largest_batch = max(st.largest_batch, len(ids))
         if self.on_batch is not None:
             self._notify(ids)
 
-    def _verify_before_write(self, ids: list[str], leaves: list[bytes], tree: merkle.Tree, first: tuple[str, Any]) -> None:
-        """The auditor's full check on one slot (signature, magic, type, root
-        as extraData, PCR digest, AK), then every record's inclusion proof:
-        the quote members are shared, so this covers every slot."""
-        result = verify_evidence(first[0], self._policy, evidence=first[1])
-        if not result.ok:
-            raise EvidenceError(f"batch quote did not verify ({result.status}); nothing written")
-        if not merkle.verify_all(leaves, tree.proofs, tree.root):
-            raise EvidenceError(f"an inclusion proof of the batch of {len(ids)} does not verify; nothing written")
-
     def _failed(self, count: int, exc: BaseException) -> None:
-        st = self.stats
-        st.failed_batches += 1
-        st.records_left_null += count
-        st.last_error = f"{type(exc).__name__}: {exc}"
+        with self._stats_lock:
+            st = self.stats
+            st.failed_batches += 1
+            st.records_left_null += count
+            st.last_error = f"{type(exc).__name__}: {exc}"
         log.warning("capseal.attest: %d record(s) left without evidence: %s", count, st.last_error)
 
     def _notify(self, ids: list[str]) -> None:
