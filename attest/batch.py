@@ -25,7 +25,6 @@ What it promises:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -37,7 +36,7 @@ from capseal.errors import EvidenceError
 
 from . import merkle
 from .quoter import Quoter, quote_record, self_policy
-from .writer import ProcessWriter, write_batch
+from .writer import write_batch
 
 __all__ = ["BatchEvidence", "BatchStats"]
 
@@ -97,13 +96,10 @@ class BatchEvidence:
         max_delay: float = 0.25,
         solo_if: Callable[[Any], bool] | None = None,
         on_batch: Callable[[list[str], float], None] | None = None,
-        writer: str = "thread",
         start: bool = True,
     ) -> None:
         if max_records < 1 or max_delay < 0:
             raise ValueError("max_records >= 1 and max_delay >= 0")
-        if writer not in ("thread", "process"):
-            raise ValueError("writer is 'thread' or 'process'")
         self.ledger = ledger
         self.quoter = quoter
         self.max_records = max_records
@@ -113,13 +109,6 @@ class BatchEvidence:
         self.stats = BatchStats()
         self._stats_lock = threading.Lock()
         self._policy = self_policy(quoter.identity)
-        # writer="process": slots are verified and written by a helper process
-        # (see .writer), so that work does not compete with sealing for the GIL
-        self._writer_mode = writer
-        self._proc: ProcessWriter | None = None
-        self._proc_failed = False
-        self._k = 0
-        self._inflight: dict[int, list[str]] = {}
         # The hand-off from the seal path is a plain list append (atomic under
         # the GIL): the worker is woken once per batch (first item, a full
         # batch, flush, close), never once per record — per-record wake-ups
@@ -218,13 +207,9 @@ class BatchEvidence:
             if pending and (markers or stop or now >= pending[0][1] + self.max_delay):
                 self._process(pending)
                 pending = []
-            if markers and self._proc is not None:
-                self._proc.wait_idle()  # a flush covers what the helper process was sent
             for m in markers:
                 m.event.set()
             if stop and not self._buf:
-                if self._proc is not None:
-                    self._proc.close()
                 return
             if not stop:
                 self._wake.wait(pending[0][1] + self.max_delay - now if pending else None)
@@ -255,49 +240,11 @@ class BatchEvidence:
             quote = self.quoter.take(tree.root)
             self.stats.quote_seconds.append(time.monotonic() - started)
             shared = quote.shared_members()
-            proc = self._helper()
-            if proc is not None:
-                self._k += 1
-                self._inflight[self._k] = ids
-                try:
-                    proc.send(self._k, ids, tree.root, shared)
-                    return  # the helper answers through _on_result
-                except EvidenceError:
-                    self._inflight.pop(self._k, None)  # the helper is gone: write it here
             write_batch(self.ledger, self._policy, ids, shared, tree.root, tree)
         except Exception as exc:  # the whole batch stays null
             self._failed(len(ids), exc)
             return
         self._succeeded(ids)
-
-    def _helper(self) -> ProcessWriter | None:
-        """The helper process (writer="process"), started on first use; None
-        in thread mode, for a ledger that is not a file, or once it has died
-        (then batches are written here, and a warning is logged once)."""
-        if self._writer_mode != "process" or self._proc_failed:
-            return None
-        if self._proc is not None and self._proc.alive:
-            return self._proc
-        path = getattr(self.ledger, "path", None)
-        if self._proc is None and path is not None and os.path.isfile(path):
-            ident = self.quoter.identity
-            pin = {"ak_public": ident.public_pem, "ak_name": ident.name, "ak_qualified_name": ident.qualified_name}
-            try:
-                self._proc = ProcessWriter(str(path), pin, self._on_result)
-                return self._proc
-            except OSError as exc:
-                log.warning("capseal.attest: no evidence writer process (%s); writing in this process", exc)
-        elif self._proc is not None:
-            log.warning("capseal.attest: the evidence writer process died; writing in this process from now on")
-        self._proc_failed = True
-        return None
-
-    def _on_result(self, k: int, ok: bool, rows: int, error: str) -> None:
-        ids = self._inflight.pop(k, [])
-        if ok:
-            self._succeeded(ids)
-        else:
-            self._failed(len(ids), EvidenceError(error))
 
     def _succeeded(self, ids: list[str]) -> None:
         with self._stats_lock:

@@ -49,7 +49,6 @@ def attach(
     cite_epoch: bool = True,
     pcrs: str | None = None,
     on_batch: Any = None,
-    writer: str = "thread",
 ) -> BatchEvidence:
     """Give ``producer``'s records hardware evidence; returns the worker.
 
@@ -57,9 +56,7 @@ def attach(
     as an observer (the seal path only enqueues ids), quotes each
     epoch-boundary capsule over its own id when it lands, batches the rest,
     and — with ``cite_epoch`` — makes later capsules cite the boundary
-    (``ran_under``). ``writer="process"`` verifies and writes the batch slots
-    in a helper process (see :mod:`.writer`), leaving this process's GIL to
-    sealing. Close the returned worker before the producer::
+    (``ran_under``). Close the returned worker before the producer::
 
         evidence = attach(producer, "tpm2:handle=0x81000102?tcti=…")
         …
@@ -68,7 +65,7 @@ def attach(
     if isinstance(quoter, str):
         quoter = TPMQuoter(quoter, pcrs=pcrs) if pcrs else TPMQuoter(quoter)
     worker = BatchEvidence(producer.ledger, quoter, max_records=max_records, max_delay=max_delay,
-                           solo_if=is_epoch_boundary, on_batch=on_batch, writer=writer)
+                           solo_if=is_epoch_boundary, on_batch=on_batch)
     if cite_epoch:
         producer.cite_epoch = True
     producer.add_observer(worker.observe)

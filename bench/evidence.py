@@ -125,8 +125,7 @@ def seal_rate(tmp: Path, n: int, quoter: Any | None, args: argparse.Namespace, t
     CPU us per record over all threads of this process).
     """
     with Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), tmp / f"rate-{tag}.db") as producer:
-        worker = attach(producer, quoter, max_records=args.max_records, max_delay=args.max_delay,
-                        writer=args.writer) if quoter else None
+        worker = attach(producer, quoter, max_records=args.max_records, max_delay=args.max_delay) if quoter else None
         for i in range(args.warmup):
             producer.submit(typical_spec(-1 - i))
         start, cpu, before = time.perf_counter(), time.process_time(), thread_cpu()
@@ -157,8 +156,7 @@ def paced(tmp: Path, quoter: Any, args: argparse.Namespace) -> dict[str, float]:
 
     total = int(args.rate * args.seconds)
     with Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), tmp / "paced.db") as producer:
-        worker = attach(producer, quoter, max_records=args.max_records, max_delay=args.max_delay, on_batch=on_batch,
-                        writer=args.writer)
+        worker = attach(producer, quoter, max_records=args.max_records, max_delay=args.max_delay, on_batch=on_batch)
         start = time.monotonic()
         behind = 0
         for i in range(total):
@@ -214,8 +212,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quote-delay", type=float, default=0.2, help="seconds added to each quote (real TPM p50)")
     ap.add_argument("--max-records", type=int, default=1024)
     ap.add_argument("--max-delay", type=float, default=0.25)
-    ap.add_argument("--writer", choices=("thread", "process"), default="thread",
-                    help="where batch slots are verified and written (attach(writer=...))")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -255,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: round(v, 4) for k, v in out.items()}))
         return 0
     print(f"batch evidence, swtpm + {args.quote_delay * 1000:.0f} ms per quote, batches of <= {args.max_records} "
-          f"records or <= {args.max_delay * 1000:.0f} ms, slots written by a {args.writer} writer")
+          f"records or <= {args.max_delay * 1000:.0f} ms")
     print(f"  sealed records/s, evidence off         : {out['seal_per_s_evidence_off']:8.0f}   "
           f"(best of {args.rounds} x {args.n}; median {out['seal_per_s_evidence_off_median']:.0f})")
     print(f"  sealed records/s, batch evidence on    : {out['seal_per_s_evidence_on']:8.0f}   "
