@@ -321,3 +321,50 @@ def test_the_ak_from_tpm_provision_quotes_and_verifies(fresh_swtpm: Any, produce
         assert info["software_device"] is True
     finally:
         get_device(fresh_swtpm.tcti).close()  # disconnect before the fixture stops swtpm
+
+
+def _ca_chain() -> tuple[Any, list[str], Any]:
+    """A root CA and an EK-like leaf it signs (cryptography-made: swtpm has no EK certificate)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def cert(subject: str, issuer: str, key: Any, signer: Any, ca: bool) -> Any:
+        now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+        return (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=3650))
+                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+                .sign(signer, hashes.SHA256()))
+
+    root_key, ek_key, other_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    root = cert("Example TPM Root CA", "Example TPM Root CA", root_key, root_key, True)
+    ek = cert("EK", "Example TPM Root CA", ek_key, root_key, False)
+    other_root = cert("Other Root", "Other Root", other_key, other_key, True)
+    chain = [base64.b64encode(ek.public_bytes(serialization.Encoding.DER)).decode()]
+    return root, chain, other_root
+
+
+def test_ek_certificate_chain_is_checked_when_present(quoted: tuple[SealedRecord, SealedRecord]) -> None:
+    r1, _ = quoted
+    ev = r1.hardware_evidence
+    assert ev is not None
+    root, chain, other_root = _ca_chain()
+    hw_device = {"manufacturer": "IFX", "vendor": "SLB9672", "firmware": "16.10", "software": False}
+    with_chain = altered(r1, ek_certificates=chain, device=hw_device)
+    pin = PinnedAK.from_pem(ev["ak_public"])
+    # a valid chain to a trusted root is the other way (besides an enrolled pin) to "verified"
+    assert verify_evidence(with_chain, trust=TrustPolicy((pin,), ek_roots=(root,))).status == "verified"
+    assert verify_evidence(with_chain, trust=TrustPolicy((pin,), ek_roots=(other_root,))).status == "evidence_ek_chain_invalid"
+    # no roots configured: the chain is not evaluated, nothing says hardware
+    assert verify_evidence(with_chain, trust=TrustPolicy((pin,))).status == "verified-software-tpm"
+    # a software device stays software whatever the chain
+    assert verify_evidence(altered(r1, ek_certificates=chain), trust=TrustPolicy((pin,), ek_roots=(root,))).status == \
+        "verified-software-tpm"
+    garbage = altered(r1, ek_certificates=["bm90IGEgY2VydA=="], device=hw_device)
+    assert verify_evidence(garbage, trust=TrustPolicy((pin,), ek_roots=(root,))).status == "evidence_ek_chain_invalid"
