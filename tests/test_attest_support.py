@@ -105,13 +105,15 @@ def _attest_tpm(tmp: Path) -> Iterator[AttestTPM]:
         tpm.stop()
 
 
-@pytest.fixture(scope="session")
+# module scope: each test module that imports these fixtures gets its own
+# (pytest registers an imported fixture per module), torn down when it ends
+@pytest.fixture(scope="module")
 def tpm_a(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AttestTPM]:
     """TPM A: the one whose AK the relying party pins."""
     yield from _attest_tpm(tmp_path_factory.mktemp("attest-tpm-a"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tpm_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AttestTPM]:
     """TPM B: a different TPM, with an AK made from the same template."""
     yield from _attest_tpm(tmp_path_factory.mktemp("attest-tpm-b"))
