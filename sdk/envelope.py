@@ -31,7 +31,7 @@ from .errors import SignatureFailedError, UnsupportedAlgorithmError
 from .findings import Finding
 
 if TYPE_CHECKING:
-    from capseal.keys import Signer
+    from capseal.keys import SignatureResult, Signer
 
 __all__ = [
     "CONTENT_TYPE",
@@ -111,6 +111,51 @@ def _assemble(protected: bytes, payload: bytes, signature: bytes) -> bytes:
     return b"\xd2\x84" + enc_bytes(protected) + b"\xa0" + enc_bytes(payload) + enc_bytes(signature)
 
 
+@dataclass(frozen=True)
+class ToBeSigned:
+    """An envelope waiting for its signature: the protected header and the exact
+    Sig_structure bytes the signer must sign."""
+
+    profile: str
+    alg: str
+    kid: str
+    protected: bytes
+    payload: bytes
+    tbs: bytes
+
+
+def prepare_envelope(signer: Signer, capsule_id_raw: bytes) -> ToBeSigned:
+    """First half of :func:`sign_envelope`: what to sign, without signing."""
+    if len(capsule_id_raw) != 32:
+        raise ValueError("a capsule id is 32 raw bytes")
+    alg = signer.alg
+    if alg not in COSE_ALG:
+        raise UnsupportedAlgorithmError(f"no COSE algorithm for {alg!r}")
+    if alg == "EdDSA":
+        protected, profile = profile_protected(signer.public_key_raw), PROFILE
+    else:
+        protected, profile = _plain_protected(alg, bytes.fromhex(signer.kid)), PLAIN
+    return ToBeSigned(profile, alg, signer.kid, protected, capsule_id_raw, _to_be_signed(protected, capsule_id_raw))
+
+
+def complete_envelope(signer: Signer, pending: ToBeSigned, result: SignatureResult, *, verify: bool = False) -> Envelope:
+    """Second half of :func:`sign_envelope`: check the signer's answer (key,
+    algorithm, length and — with ``verify`` — the signature itself over the
+    bytes that were signed) and assemble the COSE_Sign1."""
+    if result.kid != pending.kid or result.alg != pending.alg:
+        raise SignatureFailedError(f"signer {pending.kid[:16]}… changed key or algorithm during signing")
+    expected_len = {"EdDSA": 64, "ES256": 64, "ES384": 96}.get(pending.alg)
+    if expected_len is not None and len(result.signature) != expected_len:
+        raise SignatureFailedError(
+            f"{pending.alg} signature from {signer.describe_short()} is {len(result.signature)} bytes, expected {expected_len}"
+        )
+    if verify and not _signature_ok(pending.alg, signer.public_key, result.signature, pending.tbs):
+        raise SignatureFailedError(
+            f"{signer.describe_short()} returned a {pending.alg} signature that does not verify under its public key"
+        )
+    return Envelope(pending.profile, pending.alg, result.kid, _assemble(pending.protected, pending.payload, result.signature))
+
+
 def sign_envelope(signer: Signer, capsule_id_raw: bytes, *, verify: bool = False) -> Envelope:
     """Sign ``capsule_id_raw`` with ``signer``: the AAC profile for Ed25519 keys,
     a plain COSE_Sign1 otherwise. Raises SignerError subclasses.
@@ -119,32 +164,8 @@ def sign_envelope(signer: Signer, capsule_id_raw: bytes, *, verify: bool = False
     key over the exact bytes that were signed before the envelope is returned
     (capseal does this for every signature from a token or TPM): a device that
     answers with a wrong signature raises SignatureFailedError."""
-    if len(capsule_id_raw) != 32:
-        raise ValueError("a capsule id is 32 raw bytes")
-    alg = signer.alg
-    if alg not in COSE_ALG:
-        raise UnsupportedAlgorithmError(f"no COSE algorithm for {alg!r}")
-    if alg == "EdDSA":
-        protected = profile_protected(signer.public_key_raw)
-        profile = PROFILE
-    else:
-        protected = _plain_protected(alg, bytes.fromhex(signer.kid))
-        profile = PLAIN
-    tbs = _to_be_signed(protected, capsule_id_raw)
-    result = signer.sign(tbs)
-    if result.kid != signer.kid or result.alg != alg:
-        raise SignatureFailedError(
-            f"signer {signer.kid[:16]}… changed key or algorithm during signing"
-        )
-    expected_len = {"EdDSA": 64, "ES256": 64, "ES384": 96}.get(alg)
-    if expected_len is not None and len(result.signature) != expected_len:
-        raise SignatureFailedError(
-            f"{alg} signature from {signer.describe_short()} is {len(result.signature)} bytes, "
-            f"expected {expected_len}"
-        )
-    if verify and not _signature_ok(alg, signer.public_key, result.signature, tbs):
-        raise SignatureFailedError(f"{signer.describe_short()} returned a {alg} signature that does not verify under its public key")
-    return Envelope(profile, alg, result.kid, _assemble(protected, capsule_id_raw, result.signature))
+    pending = prepare_envelope(signer, capsule_id_raw)
+    return complete_envelope(signer, pending, signer.sign(pending.tbs), verify=verify)
 
 
 def _decode_sign1(data: Any, result: EnvelopeResult) -> tuple[bytes, dict[Any, Any], bytes, bytes] | None:

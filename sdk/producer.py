@@ -26,14 +26,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from capseal.keys import Signer, SignerSelfTest
+from capseal.keys import SignatureResult, Signer, SignerSelfTest
 
 from .assurance import derive_assurance, enforce_claim
 from .canonical import canonical_bytes, json_digest
-from .envelope import PROFILE, sign_envelope
-from .errors import InputError, LedgerClosedError, SealAbortedError
+from .envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope, sign_envelope
+from .errors import InputError, LedgerClosedError, LedgerError, SealAbortedError
 from .ledger import Ledger, LedgerEntry, PendingAppend, StoredEntry
 from .model import validate_capsule
+from .pipeline import SigningPipeline
 from .record import SealedRecord
 from .verify import verify_for_seal
 from .vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
@@ -73,22 +74,41 @@ def epistemic_type_for_capsule(capsule: Mapping[str, Any]) -> str:
 
 
 class PendingRecord:
-    """A signed record on its way into the ledger (see :meth:`Producer.submit`)."""
+    """A record on its way into the ledger (see :meth:`Producer.submit`).
 
-    __slots__ = ("_record", "_pending")
+    ``result()`` returns the sealed record once it is durable, or raises what
+    refused it: the device (a signature that failed or did not verify) or the
+    ledger (e.g. DuplicateRecordError for a reused action_id). Nothing is
+    written for a refused record."""
 
-    def __init__(self, record: SealedRecord, pending: PendingAppend) -> None:
+    __slots__ = ("capsule_id", "_record", "_pending", "_error", "_ready")
+
+    def __init__(self, capsule_id: str, record: SealedRecord | None = None, pending: PendingAppend | None = None) -> None:
+        self.capsule_id = capsule_id
         self._record = record
         self._pending = pending
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        if record is not None:
+            self._ready.set()
 
-    @property
-    def capsule_id(self) -> str:
-        return self._record.capsule_id
+    def _resolve(self, record: SealedRecord, pending: PendingAppend) -> None:
+        self._record, self._pending = record, pending
+        self._ready.set()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        self._ready.set()
 
     def result(self, timeout: float | None = None) -> SealedRecord:
-        """The sealed record, once durable. Raises if the ledger refused it
-        (e.g. DuplicateRecordError for a reused action_id)."""
-        stored = self._pending.result(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._ready.wait(timeout):
+            raise LedgerError(f"record {self.capsule_id[:16]}… not signed within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._record is not None and self._pending is not None
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        stored = self._pending.result(remaining)
         return SealedRecord(self._record.capsule, self._record.envelopes, None, seq=stored.seq)
 
 
@@ -147,6 +167,7 @@ class Producer:
         # (the platform record a TPM quote binds); see capseal.attest.
         self.cite_epoch = cite_epoch
         self._epoch_lock = threading.Lock()
+        self._pipeline: SigningPipeline | None = None
         self._epoch_entry: LedgerEntry | None = None
         try:
             SignerSelfTest.run(signer)
@@ -166,9 +187,12 @@ class Producer:
         self.close()
 
     def close(self) -> None:
+        """Finish what was submitted (it becomes durable), then release the ledger."""
         if self._closed:
             return
         self._closed = True
+        if self._pipeline is not None:
+            self._pipeline.close()
         if self._owns_ledger:
             self.ledger.close()
 
@@ -238,10 +262,14 @@ class Producer:
             if "chain" in body:
                 raise InputError("give the chain either as spec['chain'] or as parent=, not both")
             body["chain"] = {"parent_capsule_id": _id_of(parent), "relation": relation}
+        if getattr(self.signer, "external_device", False):
+            return self._submit_pipelined(body)
         return self._submit(body, wake=True)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until every submitted record is durable."""
+        """Wait until every submitted record is durable (or refused)."""
+        if self._pipeline is not None:
+            self._pipeline.drain(timeout)
         self.ledger.flush(timeout)
 
     @property
@@ -268,14 +296,42 @@ class Producer:
         if self._closed:
             raise LedgerClosedError("this producer is closed")
         record = self._sign(self._assemble(spec))  # every refusal happens here, before the ledger
+        return PendingRecord(record.capsule_id, record, self._enqueue(record, wake=wake))
+
+    def _enqueue(self, record: SealedRecord, *, wake: bool) -> PendingAppend:
         entry = self._entry(record)
         callback = partial(self._notify_sealed, record) if self._observers else None
         with self._epoch_lock:  # the epoch boundary goes in first, once
             if self._epoch_entry is not None:
                 self.ledger.submit(self._epoch_entry, self._notify if self._observers else None, wake=wake)
                 self._epoch_entry = None
-            pending = self.ledger.submit(entry, callback, wake=wake)
-        return PendingRecord(record, pending)
+            return self.ledger.submit(entry, callback, wake=wake)
+
+    def _submit_pipelined(self, spec: dict[str, Any]) -> PendingRecord:
+        """submit() for a token or TPM: prepare here, sign on the pipeline's
+        signing thread, check and append on its finishing thread."""
+        if self._closed:
+            raise LedgerClosedError("this producer is closed")
+        capsule, cid_raw = self._prepare(self._assemble(spec))  # every input refusal happens here
+        tbs = prepare_envelope(self.signer, cid_raw)
+        pending = PendingRecord(capsule["capsule_id"])
+        if self._pipeline is None:
+            with self._epoch_lock:
+                if self._pipeline is None:
+                    self._pipeline = SigningPipeline(
+                        self.signer.kid[:16],
+                        sign=lambda job: self.signer.sign(job[1].tbs),
+                        finish=self._finish_pipelined,
+                        fail=lambda job, exc: job[2]._fail(exc),
+                    )
+        self._pipeline.put((capsule, tbs, pending))
+        return pending
+
+    def _finish_pipelined(self, job: tuple[dict[str, Any], ToBeSigned, PendingRecord], signature: SignatureResult) -> None:
+        capsule, tbs, pending = job
+        envelope = complete_envelope(self.signer, tbs, signature, verify=self._check_every_signature)
+        record = self._record(capsule, envelope)
+        pending._resolve(record, self._enqueue(record, wake=True))
 
     def _notify_sealed(self, record: SealedRecord, stored: StoredEntry) -> None:
         # the record as sealed (what the caller gets back), not re-parsed from
@@ -341,7 +397,8 @@ class Producer:
             "developer": self.developer,
         }[key]
 
-    def _sign(self, capsule: dict[str, Any]) -> SealedRecord:
+    def _prepare(self, capsule: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """Canonicalize, validate, compute the id and run the Class-1 self-check."""
         preimage = canonical_bytes(capsule)  # typed errors naming the JSON path
         validate_capsule(capsule)
         cid_raw = hashlib.sha256(preimage).digest()
@@ -352,11 +409,18 @@ class Producer:
             raise SealAbortedError(
                 "capseal's verifier refused the capsule: " + "; ".join(str(f) for f in result.errors), result.errors
             )
-        envelope = sign_envelope(self.signer, cid_raw, verify=self._check_every_signature)
-        if envelope.profile == PROFILE:
+        return capsule, cid_raw
+
+    @staticmethod
+    def _record(capsule: dict[str, Any], envelope: Envelope) -> SealedRecord:
+        if envelope.profile == PROFILE:  # the AAC profile travels inline, as the reference reads it
             capsule["signature"] = envelope.cose.hex()
             capsule["key_id"] = envelope.kid
         return SealedRecord(capsule, (envelope,))
+
+    def _sign(self, capsule: dict[str, Any]) -> SealedRecord:
+        capsule, cid_raw = self._prepare(capsule)
+        return self._record(capsule, sign_envelope(self.signer, cid_raw, verify=self._check_every_signature))
 
     # ------------------------------------------------------------------ lifecycle helpers
 

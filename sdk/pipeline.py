@@ -1,0 +1,115 @@
+"""A signing pipeline for devices that sign outside the GIL (tokens, TPMs).
+
+Why: a PKCS#11 token or TPM spends hundreds of microseconds per signature in C
+code that releases the GIL, while capseal's own work per record (canonical
+form, model, Class-1 self-check, checking the device's signature, the ledger)
+needs the GIL. Done one after the other the two add up; done in three stages
+they overlap, and the device sets the pace:
+
+1. the caller's thread prepares the capsule and the bytes to be signed (every
+   refusal of the caller's input happens here, before anything is queued);
+2. one signing thread does nothing but call the device, so it is never idle
+   while there is work;
+3. one finishing thread checks each signature, assembles the envelope and
+   hands the record to the ledger's group commit.
+
+Order is kept end to end (single-threaded FIFO stages), a device error fails
+only its own record (nothing is written for it), and the queue is bounded so a
+slow device pushes back on callers instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .errors import LedgerClosedError
+
+__all__ = ["SigningPipeline"]
+
+_STOP = object()
+
+
+class SigningPipeline:
+    """Three-stage pipeline: ``put(job)``; ``sign(job)`` runs on the signing
+    thread and ``finish(job, signature)`` on the finishing thread; ``fail(job,
+    exc)`` is called instead when either raises."""
+
+    def __init__(
+        self,
+        name: str,
+        sign: Callable[[Any], Any],
+        finish: Callable[[Any, Any], None],
+        fail: Callable[[Any, BaseException], None],
+        *,
+        depth: int = 256,
+    ) -> None:
+        self._sign, self._finish, self._fail = sign, finish, fail
+        self._to_sign: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._to_finish: queue.Queue[Any] = queue.Queue()
+        self._lock = threading.Condition()
+        self._outstanding = 0
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._sign_loop, name=f"capseal-sign:{name}", daemon=True),
+            threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def put(self, job: Any) -> None:
+        with self._lock:
+            if self._closed:
+                raise LedgerClosedError("the signing pipeline is closed")
+            self._outstanding += 1
+        self._to_sign.put(job)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every job put so far has been finished or failed."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._outstanding == 0, timeout)
+
+    def close(self) -> None:
+        """Finish what was put, then stop both threads. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._to_sign.put(_STOP)
+        for t in self._threads:
+            t.join()
+
+    def _sign_loop(self) -> None:
+        while True:
+            job = self._to_sign.get()
+            if job is _STOP:
+                self._to_finish.put(_STOP)
+                return
+            try:
+                signature = self._sign(job)
+            except BaseException as exc:  # noqa: BLE001 - the job's owner learns it; the device may recover
+                self._to_finish.put((job, None, exc))
+                continue
+            self._to_finish.put((job, signature, None))
+
+    def _finish_loop(self) -> None:
+        while True:
+            item = self._to_finish.get()
+            if item is _STOP:
+                return
+            job, signature, error = item
+            try:
+                if error is not None:
+                    self._fail(job, error)
+                else:
+                    try:
+                        self._finish(job, signature)
+                    except BaseException as exc:  # noqa: BLE001
+                        self._fail(job, exc)
+            finally:
+                with self._lock:
+                    self._outstanding -= 1
+                    if self._outstanding == 0:
+                        self._lock.notify_all()

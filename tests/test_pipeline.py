@@ -1,0 +1,94 @@
+"""The signing pipeline ``Producer.submit()`` uses for tokens and TPMs: order is
+kept, every device signature is still checked, a device fault fails only its
+own record and writes nothing, and close()/flush() finish what was queued."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import capseal
+from capseal import Ledger, Producer
+from capseal.errors import DeviceError, FloatInDigestError, SignatureFailedError
+from capseal.keys import SignatureResult, SoftwareSigner, generate_private_key
+
+
+class FlakyDevice(SoftwareSigner):
+    """A software key presented as an external device, with injectable faults
+    (a real key; the faults are what a misbehaving token would do)."""
+
+    external_device = True
+
+    def __init__(self) -> None:
+        super().__init__(generate_private_key("EdDSA"), uri="ephemeral:flaky-device", key_store="memory")
+        self.fail_on: dict[int, str] = {}
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def sign(self, data: bytes) -> SignatureResult:
+        with self.lock:
+            self.calls += 1
+            fault = self.fail_on.get(self.calls)
+        result = super().sign(data)
+        if fault == "raise":
+            raise DeviceError("CKR_DEVICE_ERROR (injected)")
+        if fault == "garbage":
+            return SignatureResult(bytes(64), result.kid, result.alg)
+        return result
+
+
+def test_pipeline_keeps_order_and_checks_every_signature(tmp_path: Path) -> None:
+    device = FlakyDevice()
+    with Producer("acme", "agent@1", device, Ledger(tmp_path / "l.db")) as producer:
+        first = producer.seal({"action_id": "sync-0", "action_type": "fyi"})  # sync path: epoch + 1 record
+        start = device.calls
+        device.fail_on = {start + 5: "raise", start + 9: "garbage"}
+        pendings = [producer.submit({"action_id": f"p-{i}", "action_type": "fyi"}) for i in range(20)]
+        producer.flush()
+        outcomes = []
+        for p in pendings:
+            try:
+                outcomes.append(p.result().seq)
+            except (DeviceError, SignatureFailedError) as exc:
+                outcomes.append(type(exc).__name__)
+        assert outcomes[4] == "DeviceError" and outcomes[8] == "SignatureFailedError"
+        seqs = [o for o in outcomes if isinstance(o, int)]
+        assert seqs == sorted(seqs) and len(seqs) == 18  # submit order is ledger order
+        assert producer.ledger.count() == 2 + 18  # nothing written for the two failed signatures
+        assert first.seq == 2
+    report = capseal.verify_ledger(tmp_path / "l.db")
+    assert report.ok and len(report.records) == 20
+
+
+def test_pipeline_refuses_bad_input_before_queueing(tmp_path: Path) -> None:
+    device = FlakyDevice()
+    with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+        with pytest.raises(FloatInDigestError):
+            producer.submit({"action_id": "f", "action_type": "fyi", "x-v": 0.1})
+        calls = device.calls
+        producer.flush()
+        assert device.calls == calls and producer.ledger.count() == 0  # never reached the device or the ledger
+
+
+def test_close_finishes_the_queue(tmp_path: Path) -> None:
+    device = FlakyDevice()
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    pendings = [producer.submit({"action_id": f"c-{i}", "action_type": "fyi"}) for i in range(50)]
+    producer.close()
+    assert all(p.result().seq is not None for p in pendings)
+    with Ledger(tmp_path / "l.db") as ledger:
+        assert ledger.count() == 51
+
+
+def test_pipeline_with_a_real_token(softhsm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from capseal.keys.provision import create_key
+
+    signer = create_key(softhsm.uri("pipeline-ed25519"), "EdDSA", pin=softhsm.pin)
+    with Producer("acme", "agent@1", signer, tmp_path / "l.db") as producer:
+        pendings = [producer.submit({"action_id": f"t-{i}", "action_type": "fyi"}) for i in range(200)]
+        producer.flush()
+        assert [p.result().seq for p in pendings] == list(range(2, 202))
+    signer.close()
+    assert capseal.verify_ledger(tmp_path / "l.db").ok
