@@ -588,11 +588,11 @@ class Ledger:
                     rows.append((eid, seq, record_id, body, prev, row_hash))
                     eid, prev = eid + 1, row_hash
                 for i in range(0, len(rows), 100):  # multi-row INSERTs: fewer statement steps per batch
-                    chunk = rows[i : i + 100]
+                    group = rows[i : i + 100]
                     db.execute(
                         "INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES "
-                        + ",".join(["(?,?,?,?,?,?)"] * len(chunk)),
-                        [v for row in chunk for v in row],
+                        + ",".join(["(?,?,?,?,?,?)"] * len(group)),
+                        [v for row in group for v in row],
                     )
                 db.execute("COMMIT")
             except BaseException:
