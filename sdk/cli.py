@@ -133,9 +133,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _evidence_trust(args: argparse.Namespace) -> Any:
-    if not getattr(args, "ak", None):
+    """The relying party's trust policy for TPM quotes: AKs enrolled as software
+    (``--ak``) or as hardware TPMs (``--ak-hardware``), and EK roots."""
+    aks, hw, roots = getattr(args, "ak", None) or [], getattr(args, "ak_hardware", None) or [], getattr(args, "ek_root", None) or []
+    if not (aks or hw or roots):
         return None
-    return [Path(p).read_bytes() for p in args.ak]
+    from cryptography import x509
+
+    from capseal.attest import PinnedAK, TrustPolicy
+
+    def read(path: str) -> bytes:
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise _CLIError(f"cannot read {path}: {exc.strerror}") from None
+
+    try:
+        pins = [PinnedAK.from_pem(read(p), software=None) for p in aks]
+        pins += [PinnedAK.from_pem(read(p), software=False) for p in hw]
+        certs = [x509.load_pem_x509_certificate(read(p)) for p in roots]
+    except ValueError as exc:
+        raise _CLIError(f"cannot load a trust anchor: {exc}") from None
+    return TrustPolicy(aks=tuple(pins), ek_roots=tuple(certs))
 
 
 def _verify_json_file(args: argparse.Namespace, trusted: list[bytes]) -> int:
@@ -332,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--evidence", action="store_true", help="also verify hardware evidence (TPM quotes)")
     p.add_argument("--ak", action="append", metavar="PEM", help="trusted attestation key (PEM); repeatable")
+    p.add_argument("--ak-hardware", action="append", metavar="PEM",
+                   help="attestation key you enrolled from a hardware TPM (PEM); only these (or an EK chain) can give 'verified'")
+    p.add_argument("--ek-root", action="append", metavar="CERT", help="trusted EK root certificate (PEM); repeatable")
     p.add_argument("--trust", action="append", metavar="PEM", help="trusted signing key (PEM); repeatable")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(fn=cmd_verify)

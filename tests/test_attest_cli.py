@@ -91,3 +91,14 @@ def test_verify_evidence_reports_a_tampered_slot(ledger: tuple[Path, Path, list[
     bad = [r for r in report["records"] if r["record_id"] == ids[0]][0]
     assert bad["evidence"] == "evidence_pcr_mismatch" and not bad["ok"]
     assert report["counts"]["evidence:verified-software-tpm"] == 9
+
+
+def test_a_swtpm_ak_enrolled_as_hardware_is_still_reported_as_software(ledger: tuple[Path, Path, list[str]]) -> None:
+    """--ak-hardware is the relying party's enrollment claim; the quote's own device
+    strings can only lower it, so a swtpm's quotes never read as hardware."""
+    path, ak, _ = ledger
+    proc = run("verify", str(path), "--evidence", "--ak-hardware", str(ak), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = json.loads(proc.stdout)["counts"]
+    assert counts["evidence:verified-software-tpm"] == 10 and "evidence:verified" not in counts
+    assert run("verify", str(path), "--evidence", "--ek-root", str(path.parent / "absent.pem")).returncode == 2
