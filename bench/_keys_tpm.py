@@ -25,6 +25,10 @@ stopped at the end.
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
 import argparse
 import hashlib
 import os
@@ -37,28 +41,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _common import typical_spec  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 KEY_HANDLE, AK_HANDLE = 0x81000101, 0x81000102
 
 os.environ.setdefault("TSS2_LOG", "all+NONE")
 
 
-def spec(i: int) -> dict[str, Any]:
-    """A typical capsule (effect, disposition, constraints), as in bench/keys.py and bench/seal.py."""
-    return {
-        "action_id": f"act-{i}",
-        "action_type": "decide",
-        "effect": {
-            "status": "confirmed", "type": "write_order",
-            "request_digest": "a" * 64, "response_digest": "b" * 64,
-            "irreversibility_class": "one_way_recoverable", "effect_attestation": "gate_executed",
-        },
-        "disposition": {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": "executed"},
-        "constraints": [
-            {"id": "com.example.amount_ceiling", "check_type": "com.example.threshold", "result": "pass",
-             "severity": "high", "blocking": True, "evidence_digest": "c" * 64},
-        ],
-    }
+spec = typical_spec  # the same capsule as bench/seal.py
 
 
 def _best(fn: Callable[[], float], repeats: int) -> float:

@@ -21,6 +21,10 @@ Usage: python bench/evidence.py [--n 2500] [--warmup 1000] [--rounds 7] [--secon
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
 import argparse
 import json
 import os
@@ -33,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import typical_spec  # noqa: E402
+
 os.environ.setdefault("TSS2_LOG", "all+NONE")
 
 from capseal import Producer  # noqa: E402
@@ -43,18 +49,6 @@ from capseal.keys import UnsafeEphemeralSigner  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 PER_THREAD: dict[tuple[bool, str], list[float]] = {}  # (evidence on, thread) -> CPU us per record, per round
 AK_HANDLE = 0x81000142
-
-
-def typical_spec(i: int) -> dict[str, Any]:
-    return {
-        "action_id": f"act-{i}",
-        "action_type": "decide",
-        "effect": {"status": "confirmed", "type": "write_order", "request_digest": "a" * 64, "response_digest": "b" * 64,
-                   "irreversibility_class": "one_way_recoverable", "effect_attestation": "gate_executed"},
-        "disposition": {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": "executed"},
-        "constraints": [{"id": "com.example.amount_ceiling", "check_type": "com.example.threshold", "result": "pass",
-                         "severity": "high", "blocking": True, "evidence_digest": "c" * 64}],
-    }
 
 
 class SlowTPM:

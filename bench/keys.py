@@ -30,6 +30,10 @@ Usage: python bench/keys.py [--n 1000] [--json]
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
 import argparse
 import importlib.util
 import json
@@ -43,26 +47,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _common import typical_spec  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 PIN, SO_PIN, LABEL = "bench-pin-1234", "bench-so-5678", "capseal-bench"
 
 
-def spec(i: int) -> dict[str, Any]:
-    """A typical capsule (effect, disposition, constraints), as in bench/seal.py."""
-    return {
-        "action_id": f"act-{i}",
-        "action_type": "decide",
-        "effect": {
-            "status": "confirmed", "type": "write_order",
-            "request_digest": "a" * 64, "response_digest": "b" * 64,
-            "irreversibility_class": "one_way_recoverable", "effect_attestation": "gate_executed",
-        },
-        "disposition": {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": "executed"},
-        "constraints": [
-            {"id": "com.example.amount_ceiling", "check_type": "com.example.threshold", "result": "pass",
-             "severity": "high", "blocking": True, "evidence_digest": "c" * 64},
-        ],
-    }
+spec = typical_spec  # the same capsule as bench/seal.py
 
 
 def best_rate(fn: Callable[[int], Any], n: int, repeats: int = 3) -> float:

@@ -26,30 +26,16 @@ from collections.abc import Callable
 from typing import Any
 
 import cbor2
+from _common import PARENT
+from _common import typical_spec as _typical
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from capseal import Producer
 from capseal.keys import UnsafeEphemeralSigner
 
-PARENT = "1" * 64
-
 
 def typical_spec(i: int) -> dict[str, Any]:
-    return {
-        "action_id": f"act-{i}",
-        "action_type": "decide",
-        "effect": {
-            "status": "confirmed", "type": "write_order",
-            "request_digest": "a" * 64, "response_digest": "b" * 64,
-            "irreversibility_class": "one_way_recoverable", "effect_attestation": "gate_executed",
-        },
-        "disposition": {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": "executed"},
-        "constraints": [
-            {"id": "com.example.amount_ceiling", "check_type": "com.example.threshold", "result": "pass",
-             "severity": "high", "blocking": True, "evidence_digest": "c" * 64},
-        ],
-        "chain": {"parent_capsule_id": PARENT, "relation": "follows"},
-    }
+    return _typical(i, chained=True)
 
 
 def rate(fn: Callable[[int], Any], n: int, repeats: int = 3) -> float:

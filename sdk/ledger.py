@@ -513,35 +513,12 @@ class Ledger:
         st.largest_group = max(st.largest_group, len(batch))
 
     def add_evidence(self, record_id: str, evidence: dict[str, Any] | None) -> EvidenceEntry:
-        """Append an evidence state for ``record_id`` (a filled slot). The
-        record's earlier state stays in history. Durable on return."""
+        """Append an evidence state for ``record_id`` (a filled slot, or ``None``
+        to record that the slot is empty again). The record's earlier states
+        stay in history. Durable on return."""
         if evidence is not None and not evidence:
             raise ValueError("evidence is a filled object, never {}")
-        body = dumps_canonical(evidence)
-        with self._side_write():
-            if self._closed or self._closing:
-                raise LedgerClosedError(f"{self} is closed")
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                row = db.execute("SELECT seq FROM records WHERE record_id=?", (record_id,)).fetchone()
-                if row is None:
-                    raise LedgerError(f"no record {record_id} in {self.path.name}")
-                head = db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
-                eid, prev = (head[0] + 1, head[1]) if head else (1, _GENESIS.hex())
-                row_hash = _row_hash(prev, _evidence_header(row[0], record_id, eid), body)
-                db.execute(
-                    "INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?)",
-                    (eid, row[0], record_id, body, prev, row_hash),
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                try:
-                    db.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                raise
-        return EvidenceEntry(eid, row[0], record_id, body, prev, row_hash)
+        return self._append_evidence([(record_id, dumps_canonical(evidence))])[0]
 
     def add_evidence_many(self, items: Sequence[tuple[str, dict[str, Any] | bytes]]) -> int:
         """Append the evidence states of several records in ONE transaction
@@ -563,8 +540,10 @@ class Ledger:
             else:
                 body = dumps_canonical(evidence)
             bodies.append((record_id, body))
-        if not bodies:
-            return 0
+        return len(self._append_evidence(bodies)) if bodies else 0
+
+    def _append_evidence(self, bodies: list[tuple[str, bytes]]) -> list[EvidenceEntry]:
+        """One transaction appending evidence rows to the evidence hash chain."""
         with self._side_write():
             if self._closed or self._closing:
                 raise LedgerClosedError(f"{self} is closed")
@@ -579,20 +558,20 @@ class Ledger:
                     seqs.update(db.execute(f"SELECT record_id, seq FROM records WHERE record_id IN ({marks})", chunk).fetchall())
                 head = db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
                 eid, prev = (head[0] + 1, head[1]) if head else (1, _GENESIS.hex())
-                rows = []
+                rows: list[EvidenceEntry] = []
                 for record_id, body in bodies:
                     seq = seqs.get(record_id)
                     if seq is None:
                         raise LedgerError(f"no record {record_id} in {self.path.name}")
                     row_hash = _evidence_row_hash(prev, seq, record_id, eid, body)
-                    rows.append((eid, seq, record_id, body, prev, row_hash))
+                    rows.append(EvidenceEntry(eid, seq, record_id, body, prev, row_hash))
                     eid, prev = eid + 1, row_hash
                 for i in range(0, len(rows), 100):  # multi-row INSERTs: fewer statement steps per batch
                     group = rows[i : i + 100]
                     db.execute(
                         "INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES "
                         + ",".join(["(?,?,?,?,?,?)"] * len(group)),
-                        [v for row in group for v in row],
+                        [v for row in group for v in (row.eid, row.record_seq, row.record_id, row.body, row.prev_hash, row.row_hash)],
                     )
                 db.execute("COMMIT")
             except BaseException:
@@ -601,7 +580,7 @@ class Ledger:
                 except sqlite3.Error:
                     pass
                 raise
-        return len(rows)
+        return rows
 
     # ------------------------------------------------------------------ reading
 
