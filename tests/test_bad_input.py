@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from capseal.errors import (
 )
 from capseal.keys import SignatureResult, SoftwareSigner, UnsafeEphemeralSigner, generate_private_key
 
-CLI = str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "capseal")
+CLI = str(Path(sys.executable).parent / "capseal")
 
 
 class BrokenSigner(SoftwareSigner):
