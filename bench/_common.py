@@ -3,6 +3,9 @@ constraints, and a chain when asked), so figures from different scripts compare.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 PARENT = "1" * 64
@@ -26,3 +29,24 @@ def typical_spec(i: int, *, chained: bool = False) -> dict[str, Any]:
     if chained:
         spec["chain"] = {"parent_capsule_id": PARENT, "relation": "follows"}
     return spec
+
+
+def submit_rate(producer: Any, n: int, threads: int, next_id: Callable[[], int], repeats: int = 2) -> float:
+    """Durable records per second through ``producer``: ``threads`` threads
+    ``submit()`` n typical capsules in all, then ``flush()``; best of ``repeats``."""
+    per = n // threads
+    best = 0.0
+    for _ in range(repeats):
+        def work() -> None:
+            for _ in range(per):
+                producer.submit(typical_spec(next_id()))
+
+        pool = [threading.Thread(target=work) for _ in range(threads)]
+        start = time.perf_counter()
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        producer.flush()
+        best = max(best, per * threads / (time.perf_counter() - start))
+    return best

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import typical_spec  # noqa: E402
+from _common import submit_rate, typical_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_HANDLE, AK_HANDLE = 0x81000101, 0x81000102
@@ -122,24 +122,9 @@ def sealed_rate(signer: Any, ledger: str, n: int, threads: int, repeats: int = 2
         with lock:
             return next(counter)
 
-    best = 0.0
     with Producer("acme", "bench-agent@1", signer, ledger) as producer:
         producer.seal(spec(-1))  # the epoch boundary and first commit are not measured
-        per = n // threads
-        for _ in range(repeats):
-            def work() -> None:
-                for _ in range(per):
-                    producer.submit(spec(next_id()))
-
-            pool = [threading.Thread(target=work) for _ in range(threads)]
-            start = time.perf_counter()
-            for t in pool:
-                t.start()
-            for t in pool:
-                t.join()
-            producer.flush()
-            best = max(best, per * threads / (time.perf_counter() - start))
-    return best
+        return submit_rate(producer, n, threads, next_id, repeats)
 
 
 def measure(n: int) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import typical_spec  # noqa: E402
+from _common import submit_rate, typical_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PIN, SO_PIN, LABEL = "bench-pin-1234", "bench-so-5678", "capseal-bench"
@@ -81,24 +81,9 @@ def sealed_rate(signer: Any, tmp: str, n: int, threads: int, repeats: int = 2) -
     """Durable records per second: ``threads`` threads submit n records in all, then flush."""
     from capseal import Producer
 
-    best = 0.0
     with Producer("acme", "bench-agent@1", signer, os.path.join(tmp, f"l-{_next()}.db")) as producer:
         producer.seal(spec(-_next() - 1))  # the epoch boundary and first commit are not measured
-        per = n // threads
-        for _ in range(repeats):
-            def work() -> None:
-                for _ in range(per):
-                    producer.submit(spec(_next()))
-
-            pool = [threading.Thread(target=work) for _ in range(threads)]
-            start = time.perf_counter()
-            for t in pool:
-                t.start()
-            for t in pool:
-                t.join()
-            producer.flush()
-            best = max(best, per * threads / (time.perf_counter() - start))
-    return best
+        return submit_rate(producer, n, threads, _next, repeats)
 
 
 def start_softhsm(tmp: str) -> dict[str, str]:

@@ -23,6 +23,8 @@ from capseal.keys import open_signer
 from capseal.keys._pkcs11 import PKCS11Signer
 from capseal.keys.provision import create_key
 
+from .stress import seal_from_threads
+
 ALGS = {"EdDSA": "ed25519", "ES256": "p256", "PS256": "rsa-pss"}
 
 
@@ -179,7 +181,6 @@ def test_eight_threads_seal_8000_records_through_one_token(keys: dict[str, str],
     the same token, so two signers share the token's one session) into one
     ledger: no crash, no PKCS#11 error, every record verifies."""
     path = tmp_path / "threads.db"
-    errors: list[BaseException] = []
     with Ledger(path) as ledger:
         ed = open_signer(keys["EdDSA"], pin=softhsm.pin)
         p256 = open_signer(keys["ES256"], pin=softhsm.pin)
@@ -188,21 +189,7 @@ def test_eight_threads_seal_8000_records_through_one_token(keys: dict[str, str],
         reconnects = ts.reconnects
         producers = [Producer("acme", "agent-ed@1", ed, ledger), Producer("acme", "agent-p256@1", p256, ledger)]
 
-        def worker(t: int) -> None:
-            producer = producers[t % 2]
-            try:
-                for i in range(1000):
-                    producer.seal({"action_id": f"t{t}-{i}", "action_type": "decide",
-                                   "disposition": {"decision": "accept", "approver": "policy",
-                                                   "human_disposed": False, "verdict_class": "executed"}})
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = seal_from_threads(producers)
         for p in producers:
             p.close()
         ed.close()

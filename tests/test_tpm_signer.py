@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,8 @@ from capseal.keys._tpm import TPMSigner, create_key, list_keys, provision
 from capseal.keys._tpm_certify import verify_certify
 from capseal.keys._tpm_device import classify_software, get_device
 from capseal.keys._tpm_uri import TPMKeyFile, parse_tpm_uri
+
+from .stress import seal_from_threads
 
 P256, AK, RSA = 0x81000A01, 0x81000A02, 0x81000A03  # a range of our own on the shared session swtpm
 
@@ -273,7 +274,6 @@ def test_eight_threads_seal_8000_records_through_one_swtpm(tpm: dict[str, Any], 
     the key file, so two signers queue on one TPM worker) into one ledger: no
     crash, no TPM error, 8,000 records, every one verifies."""
     path = tmp_path / "threads.db"
-    errors: list[BaseException] = []
     device = get_device(tpm["tcti"])
     generation = device.generation
     with Ledger(path) as ledger:
@@ -282,21 +282,7 @@ def test_eight_threads_seal_8000_records_through_one_swtpm(tpm: dict[str, Any], 
         assert a.device is b.device is device
         producers = [Producer("acme", "agent-a@1", a, ledger), Producer("acme", "agent-b@1", b, ledger)]
 
-        def worker(t: int) -> None:
-            producer = producers[t % 2]
-            try:
-                for i in range(1000):
-                    producer.seal({"action_id": f"t{t}-{i}", "action_type": "decide",
-                                   "disposition": {"decision": "accept", "approver": "policy",
-                                                   "human_disposed": False, "verdict_class": "executed"}})
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = seal_from_threads(producers)
         for p in producers:
             p.close()
         a.close()
