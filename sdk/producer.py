@@ -244,17 +244,27 @@ class Producer:
         The producer writes spec_version, format_version, canonicalization_id,
         operator, developer, timestamp, epoch_id, assurance and capsule_id.
         ``parent`` adds ``chain: {parent_capsule_id, relation}``. Returns once
-        the record is durable in the ledger.
+        the record is durable in the ledger (this thread signs and commits).
         """
-        return self.submit(spec, parent=parent, relation=relation).result()
+        return self._seal(self._body(spec, parent, relation))
 
     def submit(self, spec: Mapping[str, Any], *, parent: SealedRecord | str | None = None, relation: str = "follows") -> PendingRecord:
-        """Like :meth:`seal`, but return as soon as the record is signed and
-        queued. Every refusal (bad input, overclaim, signer failure) is still
-        raised here, before anything is queued. The record is acknowledged —
-        durable — only when ``result()`` returns (or after :meth:`flush`);
-        meanwhile the ledger commits queued records in groups, one fsync each.
+        """Like :meth:`seal`, but return once the record is queued. Every
+        refusal of the input (malformed spec, overclaim, float …) is raised
+        here, before anything is queued; a device or ledger refusal (a signature
+        that fails or does not verify, a duplicate action id) is raised by
+        ``result()``, and nothing is written for it. The record is acknowledged
+        — durable — only when ``result()`` returns (or after :meth:`flush`);
+        meanwhile the ledger commits queued records in groups, one fsync each,
+        and a token's or TPM's signing overlaps capseal's own work.
         """
+        body = self._body(spec, parent, relation)
+        if getattr(self.signer, "external_device", False):
+            return self._submit_pipelined(body)
+        return self._submit(body, wake=True)
+
+    @staticmethod
+    def _body(spec: Mapping[str, Any], parent: SealedRecord | str | None, relation: str) -> dict[str, Any]:
         if not isinstance(spec, Mapping):
             raise InputError("a capsule spec is a JSON object")
         body = dict(spec)
@@ -262,9 +272,7 @@ class Producer:
             if "chain" in body:
                 raise InputError("give the chain either as spec['chain'] or as parent=, not both")
             body["chain"] = {"parent_capsule_id": _id_of(parent), "relation": relation}
-        if getattr(self.signer, "external_device", False):
-            return self._submit_pipelined(body)
-        return self._submit(body, wake=True)
+        return body
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every submitted record is durable (or refused)."""

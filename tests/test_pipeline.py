@@ -92,3 +92,16 @@ def test_pipeline_with_a_real_token(softhsm, tmp_path: Path) -> None:  # type: i
         assert [p.result().seq for p in pendings] == list(range(2, 202))
     signer.close()
     assert capseal.verify_ledger(tmp_path / "l.db").ok
+
+
+def test_seal_signs_on_the_calling_thread(tmp_path: Path) -> None:
+    """seal() and the lifecycle calls sign and commit on the caller's thread;
+    only submit() hands a device's signing to the pipeline."""
+    device = FlakyDevice()
+    with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+        producer.seal({"action_id": "s", "action_type": "fyi"})
+        producer.planned("p", effect_type="write_order")
+        assert producer._pipeline is None
+        assert not [t for t in threading.enumerate() if t.name.startswith("capseal-sign")]
+        producer.submit({"action_id": "q", "action_type": "fyi"}).result()
+        assert producer._pipeline is not None
