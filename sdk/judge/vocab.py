@@ -12,7 +12,7 @@ Evidence Layer draft -00 §4.1 (epistemic types) and §5 (typed links).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 __all__ = [
     "EPISTEMIC_TYPES",
@@ -37,16 +37,6 @@ __all__ = [
 ]
 
 #: EL -00 §4.1 (REGISTRY §17): the closed set, lowercase, in the vendored order.
-EPISTEMIC_TYPES: tuple[str, ...] = (
-    "observed_event",
-    "system_of_record_fact",
-    "producer_claim",
-    "human_report",
-    "semantic_judgment",
-    "derived_metric",
-    "adjudication",
-    "obligation_reference",
-)
 EpistemicType = Literal[
     "observed_event",
     "system_of_record_fact",
@@ -57,6 +47,7 @@ EpistemicType = Literal[
     "adjudication",
     "obligation_reference",
 ]
+EPISTEMIC_TYPES: tuple[str, ...] = get_args(EpistemicType)
 
 #: EL -00 §5 (REGISTRY §18): the six typed links. Tokens are never overloaded.
 LINK_TYPES: tuple[str, ...] = ("cites", "adjudicates", "supersedes", "acknowledges", "rebuts", "closes")
