@@ -31,15 +31,16 @@ def typical_spec(i: int, *, chained: bool = False) -> dict[str, Any]:
     return spec
 
 
-def submit_rate(producer: Any, n: int, threads: int, next_id: Callable[[], int], repeats: int = 2) -> float:
-    """Durable records per second through ``producer``: ``threads`` threads
-    ``submit()`` n typical capsules in all, then ``flush()``; best of ``repeats``."""
+def threaded_rate(call: Callable[[int], Any], n: int, threads: int, next_id: Callable[[], int],
+                  repeats: int = 2, after: Callable[[], Any] | None = None) -> float:
+    """Records per second when ``threads`` threads make ``n`` calls in all of
+    ``call(next_id())`` (then ``after()``, e.g. a flush); best of ``repeats``."""
     per = n // threads
     best = 0.0
     for _ in range(repeats):
         def work() -> None:
             for _ in range(per):
-                producer.submit(typical_spec(next_id()))
+                call(next_id())
 
         pool = [threading.Thread(target=work) for _ in range(threads)]
         start = time.perf_counter()
@@ -47,6 +48,12 @@ def submit_rate(producer: Any, n: int, threads: int, next_id: Callable[[], int],
             t.start()
         for t in pool:
             t.join()
-        producer.flush()
+        if after is not None:
+            after()
         best = max(best, per * threads / (time.perf_counter() - start))
     return best
+
+
+def submit_rate(producer: Any, n: int, threads: int, next_id: Callable[[], int], repeats: int = 2) -> float:
+    """Durable records per second: ``submit()`` typical capsules, then ``flush()``."""
+    return threaded_rate(lambda i: producer.submit(typical_spec(i)), n, threads, next_id, repeats, after=producer.flush)

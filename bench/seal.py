@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cbor2
-from _common import PARENT
+from _common import PARENT, threaded_rate
 from _common import typical_spec as _typical
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -131,26 +131,13 @@ def main(argv: list[str] | None = None) -> int:
 
         out["capseal_durable_pipelined_per_s"] = max(pipelined(n) for _ in range(2))
 
-        threads = 4
-        per_thread = n // threads
         lock = threading.Lock()
 
-        def worker() -> None:
-            for _ in range(per_thread):
-                with lock:
-                    i = next(seq)
-                producer.seal(typical_spec(i))
+        def next_id() -> int:
+            with lock:
+                return next(seq)
 
-        best = 0.0
-        for _ in range(2):
-            ts = [threading.Thread(target=worker) for _ in range(threads)]
-            start = time.perf_counter()
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            best = max(best, threads * per_thread / (time.perf_counter() - start))
-        out["capseal_durable_4threads_per_s"] = best
+        out["capseal_durable_4threads_per_s"] = threaded_rate(lambda i: producer.seal(typical_spec(i)), n, 4, next_id)
         stats = producer.ledger.stats
         out["ledger_records_per_commit"] = stats.records / max(stats.commits, 1)
         producer.close()
