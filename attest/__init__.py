@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from capseal.merkle import leaf_hash, node_hash, verify_inclusion
+
 from .evidence import DEFAULT_PCRS, KIND, AKIdentity, PCRSelection, Quote, is_software_device
-from .merkle import leaf_hash, node_hash, verify_inclusion
 from .trust import PinnedAK, TrustPolicy
 from .verify import NO_EVIDENCE, VERIFIED, VERIFIED_SOFTWARE, EvidenceResult, evidence_status, verify_evidence
 

@@ -7,15 +7,17 @@ list append, run by the producer right after the record is durable) and never
 waits on the TPM. The worker collects ids until ``max_records`` are waiting or
 the oldest has waited ``max_delay`` seconds, builds the RFC 9162 Merkle tree
 over their raw ids, takes ONE quote whose qualifyingData is the root, verifies
-it, and writes every record's slot — the quote plus that record's inclusion
-proof — in one ledger transaction.
+it, and writes the batch — the quote once, the record ids in leaf order — in
+one ledger transaction; each record's slot (the quote plus its inclusion
+proof) is rebuilt from that when it is read.
 
 What it promises:
 
 * a record's slot is null until its batch lands, then filled and verified;
 * a failed quote leaves its records null (counted in ``stats``): never a
   partial slot, never ``{}``;
-* a batch is written whole or not at all (``Ledger.add_evidence_many``);
+* a batch is written whole or not at all (``Ledger.add_evidence_batch``: the
+  quote once, the record ids in leaf order);
 * ``close(drain=True)`` quotes everything queued; ``close(drain=False)``
   leaves what is still queued null;
 * records named "solo" (the epoch-boundary capsule, see :mod:`.platform`)
@@ -32,9 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from capseal import merkle
 from capseal.errors import EvidenceError
 
-from . import merkle
 from .quoter import Quoter, quote_record, self_policy
 from .writer import write_batch
 
@@ -228,19 +230,18 @@ class BatchEvidence:
         if self._discard:
             self.stats.records_left_null += len(items)
             return
-        # one leaf per record; sorted, so the evidence rows go into the ledger's
-        # record_id index in key order (about a quarter less SQLite work per row)
+        # one leaf per record; sorted, so the ledger's index rows go into its
+        # (record_id, eid) key in order (less SQLite work per row)
         ids = sorted({cid for cid, _ in items})
         try:
             leaves = [bytes.fromhex(cid) for cid in ids]
             if any(len(leaf) != 32 for leaf in leaves):
                 raise EvidenceError("a capsule id is not 32 bytes")
-            tree = merkle.build(leaves)
+            root, first_proof = merkle.root_and_path(leaves, 0)  # O(n): the ledger rebuilds proofs on read
             started = time.monotonic()
-            quote = self.quoter.take(tree.root)
+            quote = self.quoter.take(root)
             self.stats.quote_seconds.append(time.monotonic() - started)
-            shared = quote.shared_members()
-            write_batch(self.ledger, self._policy, ids, shared, tree.root, tree)
+            write_batch(self.ledger, self._policy, ids, quote.shared_members(), root, first_proof)
         except Exception as exc:  # the whole batch stays null
             self._failed(len(ids), exc)
             return

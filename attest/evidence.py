@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from capseal.ledger import batch_slot
+
 from . import tpmwire
 from .tpmwire import PCRBank
 
@@ -46,7 +48,6 @@ __all__ = [
     "Quote",
     "evidence_for_capsule",
     "evidence_for_batch",
-    "BatchBodies",
     "is_software_device",
     "pcr_digest",
     "rfc3339_ms",
@@ -183,49 +184,9 @@ def evidence_for_capsule(quote: Quote, capsule_id: str, shared: Mapping[str, Any
     return out
 
 
-def evidence_for_batch(
-    shared: Mapping[str, Any], merkle_root: bytes, leaf_index: int, tree_size: int, proof: tuple[bytes, ...]
-) -> dict[str, Any]:
-    """The slot for a record whose id is leaf ``leaf_index`` of a quoted root."""
-    out = dict(shared)
-    out["binding"] = {
-        "merkle_root": merkle_root.hex(),
-        "leaf_index": leaf_index,
-        "tree_size": tree_size,
-        "inclusion_proof": [p.hex() for p in proof],
-    }
-    return out
-
-
-class BatchBodies:
-    """The stored bytes of every slot of one batch, built without serializing
-    the (large, shared) quote members once per record.
-
-    The ledger stores ``dumps_canonical(slot)``: compact, key-sorted JSON. The
-    shared members sort around ``binding`` (``ak_*``, ``attest`` before it,
-    ``device`` … ``tpm_clock`` after), so each body is the shared prefix, the
-    record's small binding, and the shared suffix — byte-identical to
-    serializing the whole slot (tests check this), at a fraction of the cost
-    on the thread that competes with sealing for the GIL.
-    """
-
-    def __init__(self, shared: Mapping[str, Any], merkle_root: bytes, tree_size: int) -> None:
-        from capseal.record import dumps_canonical
-
-        if "binding" in shared:
-            raise ValueError("shared members exclude binding")
-        before = {k: v for k, v in shared.items() if k < "binding"}
-        after = {k: v for k, v in shared.items() if k > "binding"}
-        if not before or not after:
-            raise ValueError("a slot has members on both sides of 'binding'")
-        self._prefix = dumps_canonical(before)[:-1] + b',"binding":'
-        self._suffix = b"," + dumps_canonical(after)[1:]
-        self._tail = f'"merkle_root":"{merkle_root.hex()}","tree_size":{int(tree_size)}}}'.encode()
-
-    def body(self, leaf_index: int, proof: tuple[bytes, ...]) -> bytes:
-        proof_json = ",".join(f'"{p.hex()}"' for p in proof)
-        binding = f'{{"inclusion_proof":[{proof_json}],"leaf_index":{int(leaf_index)},'.encode() + self._tail
-        return self._prefix + binding + self._suffix
+# The slot of leaf ``leaf_index`` of a quoted root: built in one place, by the
+# ledger, which stores a batch's quote once and rebuilds slots on read.
+evidence_for_batch = batch_slot
 
 
 _SOFTWARE_VENDORS = ("SW TPM", "SWTPM", "SW_TPM")

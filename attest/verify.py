@@ -52,9 +52,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
+from capseal import merkle
 from capseal.findings import Finding
 
-from . import merkle, tpmwire
+from . import tpmwire
 from .evidence import KIND, PCRSelection, is_software_device, pcr_digest
 from .trust import TrustPolicy
 

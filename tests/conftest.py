@@ -52,6 +52,11 @@ def _require(tool: str) -> None:
         pytest.fail(f"{tool} is not installed; run `make test` (hardware tests never skip)")
 
 
+# PINs that cannot turn up by chance in hex, base64 or JSON output (a 4-digit
+# PIN once did: tests assert that no output contains the PIN)
+TEST_PIN, TEST_SO_PIN = "test-pin-Qx~7", "test-so-pin-Jw~3"
+
+
 @dataclass
 class SoftHSM:
     """A private SoftHSM2 token (module, config, label and PINs)."""
@@ -60,8 +65,8 @@ class SoftHSM:
     conf: str
     module: str
     label: str
-    pin: str = "1234"
-    so_pin: str = "12345678"
+    pin: str = TEST_PIN
+    so_pin: str = TEST_SO_PIN
     extra_tokens: list[str] = field(default_factory=list)
 
     def uri(self, obj: str | None = None, *, label: str | None = None, pin_in_uri: bool = False, **attrs: str) -> str:
@@ -74,7 +79,7 @@ class SoftHSM:
             query += f"&pin-value={self.pin}"
         return "pkcs11:" + ";".join(path) + "?" + query
 
-    def add_token(self, label: str, pin: str = "1234") -> None:
+    def add_token(self, label: str, pin: str = TEST_PIN) -> None:
         subprocess.run(
             ["softhsm2-util", "--init-token", "--free", "--label", label, "--so-pin", self.so_pin, "--pin", pin],
             check=True, capture_output=True, env={**os.environ, "SOFTHSM2_CONF": self.conf},
@@ -87,7 +92,7 @@ def softhsm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SoftHSM]:
     """One SoftHSM2 token for the session, under a private SOFTHSM2_CONF."""
     _require("softhsm2-util")
     d = tmp_path_factory.mktemp("softhsm")
-    env = _run([str(HARDWARE / "softhsm-token.sh"), str(d), "capseal-test", "1234", "12345678"])
+    env = _run([str(HARDWARE / "softhsm-token.sh"), str(d), "capseal-test", TEST_PIN, TEST_SO_PIN])
     os.environ["SOFTHSM2_CONF"] = env["SOFTHSM2_CONF"]  # read by SoftHSM2 at C_Initialize
     yield SoftHSM(dir=d, conf=env["SOFTHSM2_CONF"], module=env["PKCS11_MODULE"], label=env["TOKEN_LABEL"])
 

@@ -7,7 +7,7 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capseal.attest import merkle
+from capseal import merkle
 
 
 def test_hashing_is_rfc9162_domain_separated() -> None:
