@@ -4,9 +4,14 @@ Against a real swtpm whose quotes are slowed by a wrapper that sleeps 200 ms
 before each TPM2_Quote (the p50 of real TPM chips; swtpm itself takes ~1 ms),
 in one run it prints:
 
-  * sealed records/s at full speed (submit()+flush(), durable ledger) with
-    batch evidence off and on — best of a few alternating rounds, since the
-    machine is shared;
+  * sealed records/s at full speed (submit()+flush(), durable ledger) in three
+    arms, run in rotating order in every round since the machine is shared:
+    "off" (a plain producer), "cite" (no evidence, but every capsule cites the
+    epoch-boundary capsule ``ran_under``, issue 4 item 6 — one more reference
+    per capsule) and "on" (``attach()``: the batch worker, and the same
+    citations). The cost of batch evidence is "on" against "cite" (the same
+    capsules, with and without the worker); the citation's own cost and the
+    total of ``attach()`` are printed beside it;
   * at a paced 1,000 records/s: the share of records whose slot holds
     evidence that verifies (``verify_evidence`` under the pinned AK), and the
     p50/p99/max time from seal (submit() returned) to durable, verified
@@ -47,7 +52,8 @@ from capseal.attest.evidence import Quote  # noqa: E402
 from capseal.keys import UnsafeEphemeralSigner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PER_THREAD: dict[tuple[bool, str], list[float]] = {}  # (evidence on, thread) -> CPU us per record, per round
+PER_THREAD: dict[tuple[str, str], list[float]] = {}  # (arm, thread) -> CPU us per record, per round
+ARMS = ("off", "cite", "on")
 AK_HANDLE = 0x81000142
 
 
@@ -108,8 +114,9 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
-def seal_rate(tmp: Path, n: int, quoter: Any | None, args: argparse.Namespace, tag: str) -> tuple[float, float]:
-    """Records/s through submit()+flush() into a durable ledger, evidence on or off.
+def seal_rate(tmp: Path, n: int, quoter: Any | None, args: argparse.Namespace, tag: str, arm: str) -> tuple[float, float]:
+    """Records/s through submit()+flush() into a durable ledger for one arm
+    ("off", "cite" or "on"; ``quoter`` is used by "on" only).
 
     Steady state: ``args.warmup`` records are submitted first, without a pause,
     so that with evidence on the worker is already quoting and writing batches
@@ -118,8 +125,9 @@ def seal_rate(tmp: Path, n: int, quoter: Any | None, args: argparse.Namespace, t
     left out, as is the same warm-up with evidence off. Returns (records/s,
     CPU us per record over all threads of this process).
     """
-    with Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), tmp / f"rate-{tag}.db") as producer:
-        worker = attach(producer, quoter, max_records=args.max_records, max_delay=args.max_delay) if quoter else None
+    with Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), tmp / f"rate-{tag}.db",
+                  cite_epoch=arm == "cite") as producer:
+        worker = attach(producer, quoter, max_records=args.max_records, max_delay=args.max_delay) if arm == "on" else None
         for i in range(args.warmup):
             producer.submit(typical_spec(-1 - i))
         start, cpu, before = time.perf_counter(), time.process_time(), thread_cpu()
@@ -130,7 +138,7 @@ def seal_rate(tmp: Path, n: int, quoter: Any | None, args: argparse.Namespace, t
         cpu_us = (time.process_time() - cpu) / n * 1e6
         after = thread_cpu()
         for name, secs in after.items():
-            PER_THREAD.setdefault((quoter is not None, name), []).append((secs - before.get(name, 0.0)) / n * 1e6)
+            PER_THREAD.setdefault((arm, name), []).append((secs - before.get(name, 0.0)) / n * 1e6)
         if worker is not None:
             assert worker.stats.batches >= 1, "the worker was not running during the timed window"
             worker.close()  # drain outside the timing
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=2500, help="timed records per full-speed round")
     ap.add_argument("--warmup", type=int, default=1000, help="records before the timing starts")
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seconds", type=float, default=5.0, help="length of the paced run")
     ap.add_argument("--rate", type=float, default=1000.0, help="records/s of the paced run")
     ap.add_argument("--quote-delay", type=float, default=0.2, help="seconds added to each quote (real TPM p50)")
@@ -217,25 +225,25 @@ def main(argv: list[str] | None = None) -> int:
         try:
             make_ak(tcti)
             quoter = SlowTPM(TPMQuoter(f"tpm2:handle=0x{AK_HANDLE:08x}?tcti={tcti}"), args.quote_delay)
-            off: list[tuple[float, float]] = []
-            on: list[tuple[float, float]] = []
-            for r in range(args.rounds):  # alternate, so drift on a shared machine hits both
-                off.append(seal_rate(tmp, args.n, None, args, f"off{r}"))
-                on.append(seal_rate(tmp, args.n, quoter, args, f"on{r}"))
-            out: dict[str, float] = {
-                "seal_per_s_evidence_off": max(x[0] for x in off),
-                "seal_per_s_evidence_on": max(x[0] for x in on),
-                "seal_per_s_evidence_off_median": statistics.median(x[0] for x in off),
-                "seal_per_s_evidence_on_median": statistics.median(x[0] for x in on),
-                "cpu_us_per_record_off": min(x[1] for x in off),
-                "cpu_us_per_record_on": min(x[1] for x in on),
-            }
-            out["throughput_cost"] = 1 - out["seal_per_s_evidence_on"] / out["seal_per_s_evidence_off"]
-            out["throughput_cost_median"] = 1 - out["seal_per_s_evidence_on_median"] / out["seal_per_s_evidence_off_median"]
-            out["cpu_cost"] = out["cpu_us_per_record_on"] / out["cpu_us_per_record_off"] - 1
-            # each "on" round against the "off" round just before it: drift on a
-            # shared machine cancels out of the pair, and the median drops outliers
-            out["throughput_cost_paired"] = statistics.median(1 - b[0] / a[0] for a, b in zip(off, on))
+            res: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
+            for r in range(args.rounds):  # every arm in every round, in rotating order: drift hits all three
+                for arm in ARMS[r % 3:] + ARMS[: r % 3]:
+                    res[arm].append(seal_rate(tmp, args.n, quoter, args, f"{arm}{r}", arm))
+            out: dict[str, float] = {}
+            for arm in ARMS:
+                out[f"seal_per_s_{arm}"] = max(x[0] for x in res[arm])
+                out[f"seal_per_s_{arm}_median"] = statistics.median(x[0] for x in res[arm])
+                out[f"cpu_us_per_record_{arm}"] = min(x[1] for x in res[arm])
+
+            def paired(a: str, b: str) -> float:
+                """Median over rounds of 1 - rate(b)/rate(a), both from the same round."""
+                return statistics.median(1 - y[0] / x[0] for x, y in zip(res[a], res[b]))
+
+            out["cost_batch_evidence"] = paired("cite", "on")
+            out["cost_batch_evidence_best"] = 1 - out["seal_per_s_on"] / out["seal_per_s_cite"]
+            out["cost_citation"] = paired("off", "cite")
+            out["cost_attach_total"] = paired("off", "on")
+            out["cpu_cost_batch_evidence"] = out["cpu_us_per_record_on"] / out["cpu_us_per_record_cite"] - 1
             out.update(paced(tmp, quoter, args))
         finally:
             get_device(tcti).close()
@@ -246,19 +254,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"batch evidence, swtpm + {args.quote_delay * 1000:.0f} ms per quote, batches of <= {args.max_records} "
           f"records or <= {args.max_delay * 1000:.0f} ms")
-    print(f"  sealed records/s, evidence off         : {out['seal_per_s_evidence_off']:8.0f}   "
-          f"(best of {args.rounds} x {args.n}; median {out['seal_per_s_evidence_off_median']:.0f})")
-    print(f"  sealed records/s, batch evidence on    : {out['seal_per_s_evidence_on']:8.0f}   "
-          f"(median {out['seal_per_s_evidence_on_median']:.0f})")
-    print(f"  throughput cost of batch evidence      : {out['throughput_cost_paired'] * 100:5.1f} % (median of paired rounds; "
-          f"best-to-best {out['throughput_cost'] * 100:.1f} %, median-to-median {out['throughput_cost_median'] * 100:.1f} %)"
-          "   target <= 10 %")
-    print(f"  CPU per sealed record, all threads     : {out['cpu_us_per_record_off']:.0f} us off, "
-          f"{out['cpu_us_per_record_on']:.0f} us on  (+{out['cpu_cost'] * 100:.1f} %; best rounds)")
+    labels = {"off": "off (plain producer)", "cite": "cite (ran_under, no evidence)", "on": "on (attach: evidence + cite)"}
+    for arm in ARMS:
+        print(f"  sealed records/s, {labels[arm]:<30}: {out[f'seal_per_s_{arm}']:6.0f} best, "
+              f"{out[f'seal_per_s_{arm}_median']:6.0f} median  ({args.rounds} rounds x {args.n})")
+    print(f"  throughput cost of batch evidence      : {out['cost_batch_evidence'] * 100:5.1f} % (on vs cite, median of "
+          f"same-round pairs; best-to-best {out['cost_batch_evidence_best'] * 100:.1f} %)   target <= 10 %")
+    print(f"  throughput cost of the ran_under cite  : {out['cost_citation'] * 100:5.1f} % (cite vs off)")
+    print(f"  throughput cost of attach() in all     : {out['cost_attach_total'] * 100:5.1f} % (on vs off)")
+    print("  CPU per sealed record, all threads     : " + ", ".join(
+        f"{arm} {out[f'cpu_us_per_record_{arm}']:.0f} us" for arm in ARMS) + "  (best rounds)")
     for name in ("sealing thread", "committer", "evidence worker"):
-        off_v, on_v = PER_THREAD.get((False, name)), PER_THREAD.get((True, name))
-        print(f"      {name:<17} median us/record  : off {statistics.median(off_v) if off_v else 0:5.0f}   "
-              f"on {statistics.median(on_v) if on_v else 0:5.0f}")
+        cells = []
+        for arm in ARMS:
+            v = PER_THREAD.get((arm, name))
+            cells.append(f"{arm} {statistics.median(v) if v else 0:5.0f}")
+        print(f"      {name:<17} median us/record  : " + "   ".join(cells))
     print(f"  paced run                              : {out['paced_records']:.0f} records at {out['paced_achieved_per_s']:.0f}/s "
           f"(target {out['paced_target_per_s']:.0f}/s)")
     print(f"  records with verified evidence         : {out['verified_share'] * 100:6.2f} %")
