@@ -230,9 +230,7 @@ class BatchEvidence:
         if self._discard:
             self.stats.records_left_null += len(items)
             return
-        # one leaf per record; sorted, so the ledger's index rows go into its
-        # (record_id, eid) key in order (less SQLite work per row)
-        ids = sorted({cid for cid, _ in items})
+        ids = list(dict.fromkeys(cid for cid, _ in items))  # one leaf per record, in the order they were sealed
         try:
             leaves = [bytes.fromhex(cid) for cid in ids]
             if any(len(leaf) != 32 for leaf in leaves):

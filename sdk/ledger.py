@@ -83,11 +83,14 @@ CREATE TABLE IF NOT EXISTS evidence (
 );
 -- which evidence rows hold a state of which record (leaf_index -1: a slot
 -- row). An index only: check_chain rebuilds it from the hash-chained rows.
+-- Keyed by the record's seq, not its id: a batch covers recent records, so
+-- its rows land at the right edge of the B-tree (random capsule ids would
+-- touch a page per row).
 CREATE TABLE IF NOT EXISTS evidence_members (
-    record_id TEXT NOT NULL,
-    eid INTEGER NOT NULL REFERENCES evidence(eid),
+    record_seq INTEGER NOT NULL,  -- no REFERENCES: a foreign-key probe per row cost more than the row;
+    eid INTEGER NOT NULL,         -- the writer looked the records up already, check_chain re-checks all
     leaf_index INTEGER NOT NULL,
-    PRIMARY KEY (record_id, eid)
+    PRIMARY KEY (record_seq, eid)
 ) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
     BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
@@ -666,12 +669,12 @@ class Ledger:
         record_ids = list(record_ids)
         _Batch.check(record_ids, merkle_root, shared)
         body = dumps_canonical({"leaves": record_ids, "merkle_root": merkle_root.hex(), "shared": dict(shared)})
-        with self._evidence_transaction(record_ids) as (db, _seqs, eid, prev):
+        with self._evidence_transaction(record_ids) as (db, seqs, eid, prev):
             row_hash = _row_hash(prev, _batch_header(eid), body)
             db.execute("INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES (?,NULL,NULL,?,?,?)",
                        (eid, body, prev, row_hash))
-            db.executemany("INSERT INTO evidence_members(record_id, eid, leaf_index) VALUES (?,?,?)",
-                           [(rid, eid, i) for i, rid in enumerate(record_ids)])
+            db.executemany("INSERT INTO evidence_members(record_seq, eid, leaf_index) VALUES (?,?,?)",
+                           sorted((seqs[rid], eid, i) for i, rid in enumerate(record_ids)))
         return EvidenceEntry(eid, None, None, body, prev, row_hash)
 
     def _append_evidence(self, bodies: list[tuple[str, bytes]]) -> list[EvidenceEntry]:
@@ -690,8 +693,8 @@ class Ledger:
                     + ",".join(["(?,?,?,?,?,?)"] * len(group)),
                     [v for row in group for v in (row.eid, row.record_seq, row.record_id, row.body, row.prev_hash, row.row_hash)],
                 )
-            db.executemany("INSERT INTO evidence_members(record_id, eid, leaf_index) VALUES (?,?,-1)",
-                           [(row.record_id, row.eid) for row in rows])
+            db.executemany("INSERT INTO evidence_members(record_seq, eid, leaf_index) VALUES (?,?,-1)",
+                           [(row.record_seq, row.eid) for row in rows])
         return rows
 
     @contextmanager
@@ -771,7 +774,8 @@ class Ledger:
         return self._stored(rows[0]) if rows else None
 
     _STATES = ("SELECT m.eid, m.leaf_index, CASE WHEN e.record_id IS NULL THEN NULL ELSE e.body END"
-               " FROM evidence_members m JOIN evidence e ON e.eid = m.eid WHERE m.record_id=? ORDER BY m.eid")
+               " FROM records r JOIN evidence_members m ON m.record_seq = r.seq JOIN evidence e ON e.eid = m.eid"
+               " WHERE r.record_id=? ORDER BY m.eid")
 
     def evidence_history(self, record_id: str) -> list[dict[str, Any] | None]:
         """Every evidence state of a record, oldest first, starting with the
@@ -832,7 +836,9 @@ class Ledger:
         """Recompute both hash chains; returns problems (empty when intact)."""
         problems: list[str] = []
         prev, expected_seq = _GENESIS.hex(), 1
+        seq_of: dict[str, int] = {}
         for stored in self.entries():
+            seq_of[stored.record_id] = stored.seq
             if stored.seq != expected_seq:
                 problems.append(f"seq {stored.seq}: expected {expected_seq} (gap or reorder)")
             if stored.prev_hash != prev:
@@ -841,13 +847,15 @@ class Ledger:
                 problems.append(f"seq {stored.seq}: row_hash does not match its header and body")
             prev, expected_seq = stored.row_hash, stored.seq + 1
         prev = _GENESIS.hex()
-        members: set[tuple[str, int, int]] = set()
+        members: set[tuple[int, int, int]] = set()
         for ev in self.evidence_entries():
             if ev.prev_hash != prev or _row_hash(ev.prev_hash, ev.header(), ev.body) != ev.row_hash:
                 problems.append(f"evidence {ev.eid}: hash chain broken")
             prev = ev.row_hash
             if ev.record_id is not None:
-                members.add((ev.record_id, ev.eid, -1))
+                if seq_of.get(ev.record_id) != ev.record_seq:
+                    problems.append(f"evidence {ev.eid}: record {ev.record_id} is not at seq {ev.record_seq}")
+                members.add((ev.record_seq or 0, ev.eid, -1))
                 continue
             try:
                 batch = _Batch.parse(ev.body)
@@ -855,8 +863,11 @@ class Ledger:
             except (ValueError, KeyError, TypeError) as exc:
                 problems.append(f"evidence {ev.eid}: not a valid batch ({exc})")
                 continue
-            members.update((rid, ev.eid, i) for i, rid in enumerate(batch.leaves))
-        indexed = {(r[0], r[1], r[2]) for r in self._query("SELECT record_id, eid, leaf_index FROM evidence_members")}
+            unknown = [rid for rid in batch.leaves if rid not in seq_of]
+            if unknown:
+                problems.append(f"evidence {ev.eid}: names {len(unknown)} record(s) the ledger lacks")
+            members.update((seq_of[rid], ev.eid, i) for i, rid in enumerate(batch.leaves) if rid in seq_of)
+        indexed = {(r[0], r[1], r[2]) for r in self._query("SELECT record_seq, eid, leaf_index FROM evidence_members")}
         if indexed != members:
             problems.append(f"evidence index: {len(indexed - members)} row(s) not backed by the evidence chain, "
                             f"{len(members - indexed)} missing")
@@ -938,17 +949,19 @@ class Ledger:
                                 _Batch.check(parsed.leaves, parsed.root, parsed.shared)
                             except ValueError as exc:
                                 raise LedgerCorruptError(f"line {lineno}: evidence {h['eid']}: {exc}") from None
-                            members = [(rid, h["eid"], i) for i, rid in enumerate(parsed.leaves)]
+                            named = [(rid, i) for i, rid in enumerate(parsed.leaves)]
                         else:
-                            members = [(h["record_id"], h["eid"], -1)]
-                        if len(_seqs_of(db, [m[0] for m in members])) != len(members):
+                            named = [(h["record_id"], -1)]
+                        seqs = _seqs_of(db, [rid for rid, _ in named])
+                        if len(seqs) != len(named) or (not batch and seqs[h["record_id"]] != h["record_seq"]):
                             raise LedgerCorruptError(f"line {lineno}: evidence {h['eid']} names a record the ledger lacks")
+                        members = sorted((seqs[rid], h["eid"], i) for rid, i in named)
                         db.execute(
                             "INSERT INTO evidence(eid, record_seq, record_id, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?)",
                             (h["eid"], None if batch else h["record_seq"], None if batch else h["record_id"], body,
                              h["prev_hash"], h["row_hash"]),
                         )
-                        db.executemany("INSERT INTO evidence_members(record_id, eid, leaf_index) VALUES (?,?,?)", members)
+                        db.executemany("INSERT INTO evidence_members(record_seq, eid, leaf_index) VALUES (?,?,?)", members)
                         eprev = h["row_hash"]
                 except (KeyError, TypeError, ValueError) as exc:
                     raise MalformedJSONError(f"line {lineno}: missing or malformed field {exc}") from None

@@ -140,7 +140,7 @@ def test_tampering_with_a_batch_or_its_index_is_found(tmp_path: Path) -> None:
         p.ledger.add_evidence_batch(ids, _root(ids), SHARED)
     with sqlite3.connect(path) as db:
         db.execute("DROP TRIGGER evidence_members_no_delete")
-        db.execute("DELETE FROM evidence_members WHERE record_id = ?", (ids[1],))  # hide one record's evidence
+        db.execute("DELETE FROM evidence_members WHERE record_seq = (SELECT seq FROM records WHERE record_id = ?)", (ids[1],))  # hide one record's evidence
     with Ledger(path) as led:
         assert led.current_evidence(ids[1]) is None
         assert any("evidence index" in problem and "1 missing" in problem for problem in led.check_chain())
