@@ -23,3 +23,5 @@ bench: deps
 
 lint: deps
 	$(VENV)/bin/ruff check sdk keys attest tests examples bench
+	$(VENV)/bin/mypy sdk keys attest tests
+	$(VENV)/bin/mypy bench

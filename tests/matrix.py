@@ -86,7 +86,7 @@ def specs(n: int = 240) -> Iterator[tuple[dict[str, Any], str | None, str | None
                 for j in range(1 + i % 3)
             ]
         purpose = PURPOSES[i % len(PURPOSES)]
-        refs = [{"type": ["agent-action-capsule", "runtime-attestation-record", "com.example.doc"][i % 3],
+        refs: list[dict[str, Any]] = [{"type": ["agent-action-capsule", "runtime-attestation-record", "com.example.doc"][i % 3],
                  "digest_alg": "SHA-256", "digest": h("ref", i), "citation_purpose": purpose}]
         if i % 4 == 0:
             refs[0]["retention"] = {"declarant": "acme-records", "retained_until": "2030-01-01T00:00:00Z"}

@@ -11,6 +11,7 @@ from typing import Any
 import agent_action_capsule as ref
 import pytest
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 import capseal.attest as attest
 from capseal import Producer, SealedRecord
@@ -70,7 +71,7 @@ def test_ak_loads_by_uri_and_exposes_what_to_pin(tpm_a: AttestTPM) -> None:
 
     ak = attest.AttestationKey(tpm_a.uri)
     key = serialization.load_pem_public_key(ak.public_pem.encode())
-    assert key.curve.name == "secp256r1"  # type: ignore[attr-defined]
+    assert isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1"
     with ESAPI(tpm_a.swtpm.tcti) as ectx:
         pub, name, qname = ectx.read_public(ectx.tr_from_tpmpublic(tpm_a.handle))
     assert ak.name == bytes(name).hex() == pub.get_name().marshal()[2:].hex()
@@ -257,6 +258,7 @@ def test_slot_states_and_no_hardware_claim_without_trust(quoted: tuple[SealedRec
     # null: missing information, never a negative claim
     assert attest.evidence_status(r1.with_evidence(None), trust=pin(tpm_a)) == ("no-evidence", [])
     # {} is never a slot; odd values are reported, never raised
+    odd: Any
     for odd in ({}, [], 7, "x", {"kind": "tpm2-quote"}, {"kind": "sgx"}):
         result = verify_evidence(r1.capsule_id, trust=pin(tpm_a), evidence=odd)
         assert result.status == "evidence_malformed" and not result.ok

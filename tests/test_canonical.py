@@ -21,7 +21,7 @@ from capseal.errors import FloatInDigestError, NonJSONValueError, UnsafeIntegerE
 
 # keys and strings drawn from all of Unicode (surrogates excluded: not encodable),
 # with non-BMP characters and control characters over-represented
-text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12) | st.sampled_from(
+text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12) | st.sampled_from(
     ["", "a", "\U0001f600", "\ue000", "\uffff", "\U00010000x", "é", "\x00\x1f\x7f", '"\\/', "\u2028\u2029"]
 )
 safe_int = st.integers(min_value=-MAX_SAFE_INTEGER, max_value=MAX_SAFE_INTEGER)
@@ -36,7 +36,7 @@ json_values = st.recursive(
 @example({"\U0001f600": 1, "\ue000": 2})  # the case where code-point order differs from UTF-16 order
 @example({"a": -0})
 def test_fast_path_equals_rfc8785(value: object) -> None:
-    assert canonical_bytes(value) == rfc8785.dumps(value) == canonical_bytes_reference(value)
+    assert canonical_bytes(value) == rfc8785.dumps(value) == canonical_bytes_reference(value)  # type: ignore[arg-type]
 
 
 def test_non_bmp_key_order_is_utf16() -> None:

@@ -51,7 +51,11 @@ def test_memo_is_per_connection_and_errors_are_typed(swtpm: Any) -> None:
     made: list[int] = []
 
     def job(ectx: Any) -> Any:
-        return device.memo("test-memo", lambda e: made.append(1) or len(made))
+        def make(e: Any) -> int:
+            made.append(1)
+            return len(made)
+
+        return device.memo("test-memo", make)
 
     assert device.call(job) == device.call(job) == 1  # made once per connection
     with pytest.raises(RuntimeError):

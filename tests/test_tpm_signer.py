@@ -200,7 +200,11 @@ def test_key_file_with_auth_value(swtpm: Any, tmp_path: Path) -> None:
         open_signer(uri)
     assert secret not in str(exc_info.value)
     prompts: list[str] = []
-    with open_signer(uri, secrets_handler=lambda p: prompts.append(p) or secret) as signer:
+    def handler(prompt: str) -> str:
+        prompts.append(prompt)
+        return secret
+
+    with open_signer(uri, secrets_handler=handler) as signer:
         assert signer.sign(b"y").alg == "ES256"
     assert prompts == [f"auth value for TPM key file {path} on {swtpm.tcti}"]
     with pytest.raises(KeyURIError, match="never accepted in a URI"):
