@@ -144,6 +144,10 @@ def test_tampering_with_a_batch_or_its_index_is_found(tmp_path: Path) -> None:
     with Ledger(path) as led:
         assert led.current_evidence(ids[1]) is None
         assert any("evidence index" in problem and "1 missing" in problem for problem in led.check_chain())
+    with sqlite3.connect(path) as db:  # lend the boundary capsule (seq 1, in no batch) leaf 0's evidence
+        db.execute("INSERT INTO evidence_members(record_seq, eid, leaf_index) VALUES (1, 1, 0)")
+    with Ledger(path) as led:
+        assert any("1 row(s) not backed by the evidence chain" in problem for problem in led.check_chain())
     with sqlite3.connect(path) as db:
         db.execute("DROP TRIGGER evidence_no_update")
         body = db.execute("SELECT body FROM evidence WHERE eid = 1").fetchone()[0]
