@@ -81,8 +81,9 @@ _STOP = object()
 
 
 class BatchEvidence:
-    """The background worker. Use as ``producer.add_observer(batch.observe)``
-    (or :func:`capseal.attest.attach`, which also quotes the epoch boundary).
+    """The background worker. Use as ``producer.add_id_observer(batch.observe_id)``
+    (or :func:`capseal.attest.attach`, which does that and also makes capsules
+    cite the epoch boundary); ``observe(record)`` serves record observers.
 
     ``on_batch(capsule_ids, written_at)`` runs on the worker after a batch's
     slots are durable (the benchmark measures seal→evidence latency with it).
@@ -133,6 +134,16 @@ class BatchEvidence:
             self._put(_Item(record.capsule_id, time.monotonic(), True, record))
         else:
             self._put((record.capsule_id, time.monotonic()))
+
+    def observe_id(self, capsule_id: str, seq: int, epoch_boundary: bool) -> None:
+        """The producer's id observer: queue this durable record. Non-blocking.
+        The epoch boundary gets a quote of its own (read back from the ledger)."""
+        if not self._accepting:
+            return
+        if epoch_boundary:
+            self._put(_Item(capsule_id, time.monotonic(), True, None))
+        else:
+            self._put((capsule_id, time.monotonic()))
 
     def submit(self, capsule_id: str) -> None:
         """Queue a capsule id that is already in the ledger (e.g. a backfill)."""
@@ -218,7 +229,10 @@ class BatchEvidence:
 
     def _quote_solo(self, item: _Item) -> None:
         try:
-            quote_record(item.record, self.quoter, ledger=self.ledger)
+            record = item.record if item.record is not None else self.ledger.get(item.capsule_id)
+            if record is None:
+                raise EvidenceError(f"no capsule {item.capsule_id} in the ledger")
+            quote_record(record, self.quoter, ledger=self.ledger)
         except Exception as exc:  # the slot stays null; the seal is untouched
             self._failed(1, exc)
             return

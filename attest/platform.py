@@ -68,7 +68,7 @@ def attach(
                            solo_if=is_epoch_boundary, on_batch=on_batch)
     if cite_epoch:
         producer.cite_epoch = True
-    producer.add_observer(worker.observe)
+    producer.add_id_observer(worker.observe_id)
     if producer.epoch_opened:
         # the boundary was queued before we attached: quote it once it is durable
         producer.flush()

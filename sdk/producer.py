@@ -161,6 +161,7 @@ class Producer:
         self._flows: dict[str, _Flow] = {}
         self._flows_lock = threading.Lock()
         self._observers: list[Callable[[SealedRecord], None]] = []
+        self._id_observers: list[Callable[[str, int, bool], None]] = []
         self._closed = False
         self._model = (model_id, provider)
         # -05 §5.5.5 ran_under: each capsule cites the epoch-boundary capsule
@@ -197,9 +198,21 @@ class Producer:
             self.ledger.close()
 
     def add_observer(self, callback: Callable[[SealedRecord], None]) -> None:
-        """Call ``callback(record)`` after each record is durable (e.g. the batch
-        evidence worker). It must not block; errors in it never undo a seal."""
+        """Call ``callback(record)`` after each record is durable. It must not
+        block; errors in it never undo a seal. Each record is kept alive until
+        its group commits, for this; when the id is enough, use
+        :meth:`add_id_observer`."""
         self._observers.append(callback)
+
+    def add_id_observer(self, callback: Callable[[str, int, bool], None]) -> None:
+        """Call ``callback(capsule_id, seq, epoch_boundary)`` after each record
+        is durable (the batch evidence worker). Same rules as
+        :meth:`add_observer`, but nothing of the record but its id waits for
+        the commit. Why it exists: keeping every record alive through its
+        group-commit window cost full-speed sealing 10–20 % of its throughput
+        (more live objects for the allocator and the garbage collector), most
+        of what batch evidence cost before it used this."""
+        self._id_observers.append(callback)
 
     def _new_epoch_id(self) -> str:
         stamp = self._clock().replace("-", "").replace(":", "")
@@ -308,10 +321,15 @@ class Producer:
 
     def _enqueue(self, record: SealedRecord, *, wake: bool) -> PendingAppend:
         entry = self._entry(record)
-        callback = partial(self._notify_sealed, record) if self._observers else None
+        callback: Callable[[StoredEntry], None] | None = None
+        if self._observers:
+            callback = partial(self._notify_sealed, record)
+        elif self._id_observers:  # only the id waits for the commit
+            callback = partial(self._notify_id, record.capsule_id)
         with self._epoch_lock:  # the epoch boundary goes in first, once
             if self._epoch_entry is not None:
-                self.ledger.submit(self._epoch_entry, self._notify if self._observers else None, wake=wake)
+                notify = self._notify_epoch if self._observers or self._id_observers else None
+                self.ledger.submit(self._epoch_entry, notify, wake=wake)
                 self._epoch_entry = None
             return self.ledger.submit(entry, callback, wake=wake)
 
@@ -344,15 +362,29 @@ class Producer:
     def _notify_sealed(self, record: SealedRecord, stored: StoredEntry) -> None:
         # the record as sealed (what the caller gets back), not re-parsed from
         # the stored JSON: parsing cost ~27 us per record on the committing thread
-        self._dispatch(SealedRecord(record.capsule, record.envelopes, None, seq=stored.seq))
+        self._dispatch(SealedRecord(record.capsule, record.envelopes, None, seq=stored.seq), stored.seq, False)
 
-    def _notify(self, stored: StoredEntry) -> None:
-        self._dispatch(SealedRecord.from_json(stored.record(), seq=stored.seq))
+    def _notify_id(self, capsule_id: str, stored: StoredEntry) -> None:
+        self._dispatch_ids(capsule_id, stored.seq, False)
 
-    def _dispatch(self, record: SealedRecord) -> None:
+    def _notify_epoch(self, stored: StoredEntry) -> None:
+        if self._observers:
+            self._dispatch(SealedRecord.from_json(stored.record(), seq=stored.seq), stored.seq, True)
+        else:
+            self._dispatch_ids(stored.record_id, stored.seq, True)
+
+    def _dispatch(self, record: SealedRecord, seq: int, epoch_boundary: bool) -> None:
         for callback in self._observers:
             try:
                 callback(record)
+            except Exception:  # an observer never undoes a durable seal
+                pass
+        self._dispatch_ids(record.capsule_id, seq, epoch_boundary)
+
+    def _dispatch_ids(self, capsule_id: str, seq: int, epoch_boundary: bool) -> None:
+        for callback in self._id_observers:
+            try:
+                callback(capsule_id, seq, epoch_boundary)
             except Exception:  # an observer never undoes a durable seal
                 pass
 
