@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from capseal import merkle
 from capseal.errors import EvidenceError
+from capseal.ledger import batch_root
 
 from .evidence import evidence_for_batch
 from .trust import TrustPolicy
@@ -38,13 +38,14 @@ def write_batch(ledger: Any, policy: TrustPolicy, ids: Sequence[str], shared: Ma
                 first_proof: Sequence[bytes] | None = None) -> int:
     """Verify, then append one quoted batch (``ids`` in leaf order) in one
     ledger transaction. ``first_proof`` is ``ids[0]``'s audit path when the
-    caller already has it. Raises EvidenceError (nothing written) when the
-    quote does not verify. Returns the number of records it covers."""
-    leaves = [bytes.fromhex(cid) for cid in ids]
-    if not leaves or any(len(leaf) != 32 for leaf in leaves):
-        raise EvidenceError("a batch is one or more 32-byte capsule ids")
+    caller has it from :func:`capseal.ledger.batch_root`. Raises EvidenceError
+    (nothing written) when the quote does not verify. Returns the number of
+    records it covers."""
     if first_proof is None:
-        computed, first_proof = merkle.root_and_path(leaves, 0)
+        try:
+            computed, first_proof = batch_root(ids)
+        except ValueError as exc:
+            raise EvidenceError(f"{exc}; nothing written") from None
         if computed != root:
             raise EvidenceError("the batch's Merkle root is not the quoted one; nothing written")
     first = evidence_for_batch(shared, root, 0, len(ids), tuple(first_proof))

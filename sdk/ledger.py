@@ -45,7 +45,7 @@ from . import merkle
 from .errors import DuplicateRecordError, LedgerClosedError, LedgerCorruptError, LedgerError, MalformedJSONError
 from .record import SealedRecord, dumps_canonical
 
-__all__ = ["Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "LEDGER_FORMAT", "batch_slot"]
+__all__ = ["Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "LEDGER_FORMAT", "batch_root", "batch_slot"]
 
 LEDGER_FORMAT = "capseal-ledger/2"
 _GENESIS = bytes(32)
@@ -216,10 +216,8 @@ class _Batch:
         self._proofs: tuple[tuple[bytes, ...], ...] | None = None
 
     @staticmethod
-    def check(record_ids: Sequence[str], merkle_root: bytes, shared: Any) -> list[bytes]:
-        """Refuse (ValueError) a batch that is not a non-empty list of distinct
-        capsule ids whose RFC 9162 root is ``merkle_root``, with filled shared
-        members that leave ``binding`` to each record. Returns the raw leaves."""
+    def raw_leaves(record_ids: Sequence[str]) -> list[bytes]:
+        """The raw leaves of a non-empty list of distinct capsule ids, or ValueError."""
         if not record_ids:
             raise ValueError("a batch names one or more records")
         if len(set(record_ids)) != len(record_ids):
@@ -230,11 +228,21 @@ class _Batch:
             raise ValueError("a batch's records are named by their hex capsule ids") from None
         if any(len(leaf) != 32 or rid != leaf.hex() for rid, leaf in zip(record_ids, leaves)):
             raise ValueError("a batch's records are named by their 64-hex-digit lowercase capsule ids")
+        return leaves
+
+    @staticmethod
+    def check(record_ids: Sequence[str], merkle_root: bytes, shared: Any) -> None:
+        """Refuse (ValueError) a batch that is not a non-empty list of distinct
+        capsule ids whose RFC 9162 root is ``merkle_root``, with filled shared
+        members that leave ``binding`` to each record."""
         if not isinstance(shared, Mapping) or not shared or "binding" in shared:
             raise ValueError("a batch's shared quote members are a filled object without 'binding'")
-        if merkle.root_and_path(leaves)[0] != merkle_root:
+        last = _last_root
+        if last is not None and last[1] == merkle_root and last[0] == tuple(record_ids):
+            return  # these very ids were checked and hashed by batch_root()
+        if merkle.root_and_path(_Batch.raw_leaves(record_ids))[0] != merkle_root:
             raise ValueError("the batch's records do not hash to its merkle_root (RFC 9162)")
-        return leaves
+
 
     @classmethod
     def parse(cls, body: bytes) -> _Batch:
@@ -245,6 +253,24 @@ class _Batch:
         if self._proofs is None:  # every proof at once: O(n log n), once per batch
             self._proofs = merkle.build([bytes.fromhex(rid) for rid in self.leaves]).proofs
         return batch_slot(self.shared, self.root, leaf_index, len(self.leaves), self._proofs[leaf_index])
+
+
+# the ids and root of the latest batch_root() call: add_evidence_batch() then
+# checks that batch without hashing it a second time (one tuple comparison)
+_last_root: tuple[tuple[str, ...], bytes] | None = None
+
+
+def batch_root(record_ids: Sequence[str]) -> tuple[bytes, tuple[bytes, ...]]:
+    """The RFC 9162 root of a batch of capsule ids (in leaf order) and the
+    first id's audit path: what a batch writer quotes and checks the quote
+    with. Refuses (ValueError) ids that are not distinct lowercase capsule
+    ids. :meth:`Ledger.add_evidence_batch` of the same ids and root reuses this
+    hashing instead of repeating it."""
+    global _last_root
+    ids = tuple(record_ids)
+    root, path = merkle.root_and_path(_Batch.raw_leaves(ids), 0)
+    _last_root = (ids, root)
+    return root, path
 
 
 def _row_hash(prev_hex: str, header: dict[str, Any], body: bytes, extra: bytes = b"") -> str:

@@ -20,7 +20,7 @@ from capseal import Ledger, Producer, merkle
 from capseal.attest.evidence import evidence_for_batch
 from capseal.errors import LedgerCorruptError, LedgerError
 from capseal.keys import UnsafeEphemeralSigner
-from capseal.ledger import _batch_header, _row_hash
+from capseal.ledger import _batch_header, _row_hash, batch_root
 from capseal.record import dumps_canonical
 
 from .test_attest_support import producer, spec  # noqa: F401
@@ -90,6 +90,22 @@ def test_a_batch_is_refused_whole(producer: Producer) -> None:
             led.add_evidence_batch(batch, root, shared)
     assert list(led.evidence_entries()) == []
     assert all(led.evidence_history(c) == [None] for c in ids)
+
+
+def test_batch_root_hashes_once_and_never_vouches_for_another_root(producer: Producer) -> None:
+    ids = [producer.seal(spec(i)).capsule_id for i in range(7)]
+    root, first_path = batch_root(ids)
+    assert root == _root(ids) and first_path == tuple(merkle.path_recursive(0, [bytes.fromhex(c) for c in ids]))
+    led = producer.ledger
+    with pytest.raises(ValueError, match="merkle_root"):  # the remembered ids do not excuse another root
+        led.add_evidence_batch(ids, _root(ids[::-1]), SHARED)
+    with pytest.raises(ValueError, match="merkle_root"):  # nor other ids with the remembered root
+        led.add_evidence_batch(ids[::-1], root, SHARED)
+    for bad in ([], [ids[0], ids[0]], [ids[0].upper()]):
+        with pytest.raises(ValueError):
+            batch_root(bad)
+    led.add_evidence_batch(ids, root, SHARED)
+    assert led.current_evidence(ids[6]) == _reference_slot(ids, 6)
 
 
 def test_history_chain_and_export_import_with_slots_and_batches(producer: Producer, tmp_path: Path) -> None:

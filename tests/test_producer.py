@@ -116,26 +116,26 @@ def test_observers_see_durable_records(tmp_path: Path) -> None:
     assert seen == [producer.epoch_record.capsule_id, a.capsule_id, b.capsule_id]
 
 
-def test_id_observers_see_id_seq_and_the_epoch_boundary(tmp_path: Path) -> None:
+@pytest.mark.parametrize("with_record_observer", [False, True])  # alone, and beside a record observer
+def test_id_observers_see_id_seq_and_the_epoch_boundary(tmp_path: Path, with_record_observer: bool) -> None:
     def failing(cid: str, seq: int, boundary: bool) -> None:
         raise RuntimeError("a failing observer never undoes a seal")
 
-    for with_record_observer in (False, True):  # alone, and beside a record observer
-        seen: list[tuple[str, int, bool]] = []
-        records: list[str] = []
-        with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / f"l{with_record_observer}.db") as producer:
-            producer.add_id_observer(lambda cid, seq, boundary: seen.append((cid, seq, boundary)))
-            producer.add_id_observer(failing)
-            if with_record_observer:
-                producer.add_observer(lambda r: records.append(r.capsule_id))
-            a = producer.seal({"action_id": "a", "action_type": "fyi"})
-            b = producer.submit({"action_id": "b", "action_type": "fyi"}).result()
-            first = producer.epoch_record.capsule_id
-            boundary = producer.rotate_epoch()
-            c = producer.seal({"action_id": "c", "action_type": "fyi"})
-        assert seen == [(first, 1, True), (a.capsule_id, 2, False), (b.capsule_id, 3, False),
-                        (boundary.capsule_id, 4, True), (c.capsule_id, 5, False)]
-        assert records == ([cid for cid, _, _ in seen] if with_record_observer else [])
+    seen: list[tuple[str, int, bool]] = []
+    records: list[str] = []
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
+        producer.add_id_observer(lambda cid, seq, boundary: seen.append((cid, seq, boundary)))
+        producer.add_id_observer(failing)
+        if with_record_observer:
+            producer.add_observer(lambda r: records.append(r.capsule_id))
+        a = producer.seal({"action_id": "a", "action_type": "fyi"})
+        b = producer.submit({"action_id": "b", "action_type": "fyi"}).result()
+        first = producer.epoch_record.capsule_id
+        boundary = producer.rotate_epoch()
+        c = producer.seal({"action_id": "c", "action_type": "fyi"})
+    assert seen == [(first, 1, True), (a.capsule_id, 2, False), (b.capsule_id, 3, False),
+                    (boundary.capsule_id, 4, True), (c.capsule_id, 5, False)]
+    assert records == ([cid for cid, _, _ in seen] if with_record_observer else [])
 
 
 def test_submit_refuses_before_queueing(tmp_path: Path) -> None:
