@@ -423,6 +423,7 @@ class Ledger:
         )
         self._read_lock = threading.Lock()
         self._batches: dict[int, _Batch] = {}  # recently read batch rows (see _state)
+        self._commit_listeners: list[Callable[[list[StoredEntry]], None]] = []
 
     # ------------------------------------------------------------------ opening
 
@@ -508,6 +509,19 @@ class Ledger:
         if errors:
             raise errors[0]
         return [p.stored for p in pendings if p.stored is not None]
+
+    def add_commit_listener(self, listener: Callable[[list[StoredEntry]], None]) -> None:
+        """Call ``listener(entries)`` on the committing thread after every
+        commit, with the records it made durable, in seq order. Must not block;
+        an error in it never undoes the commit. Why, beside ``on_durable``: a
+        per-record callback is an object per record that lives until its group
+        commits, and at full speed that allocator and GC churn cost the
+        sealing thread about a tenth of its throughput."""
+        self._commit_listeners.append(listener)
+
+    def remove_commit_listener(self, listener: Callable[[list[StoredEntry]], None]) -> None:
+        if listener in self._commit_listeners:
+            self._commit_listeners.remove(listener)
 
     def submit(
         self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True
@@ -618,6 +632,13 @@ class Ledger:
                 try:
                     p.on_durable(p.stored)
                 except Exception:  # a callback never undoes a durable append
+                    pass
+        if self._commit_listeners:
+            stored = [p.stored for p in batch if p.stored is not None]
+            for listener in list(self._commit_listeners):
+                try:
+                    listener(stored)
+                except Exception:  # a listener never undoes a durable append
                     pass
         with self._mutex:
             for p in batch:

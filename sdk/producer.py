@@ -196,6 +196,9 @@ class Producer:
             self._pipeline.close()
         if self._owns_ledger:
             self.ledger.close()
+        elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
+            self.ledger.flush()
+            self.ledger.remove_commit_listener(self._on_commit)
 
     def add_observer(self, callback: Callable[[SealedRecord], None]) -> None:
         """Call ``callback(record)`` after each record is durable. It must not
@@ -207,12 +210,22 @@ class Producer:
     def add_id_observer(self, callback: Callable[[str, int, bool], None]) -> None:
         """Call ``callback(capsule_id, seq, epoch_boundary)`` after each record
         is durable (the batch evidence worker). Same rules as
-        :meth:`add_observer`, but nothing of the record but its id waits for
-        the commit. Why it exists: keeping every record alive through its
-        group-commit window cost full-speed sealing 10–20 % of its throughput
-        (more live objects for the allocator and the garbage collector), most
-        of what batch evidence cost before it used this."""
+        :meth:`add_observer`, but nothing of the record waits for its commit:
+        the ledger reports each committed group once (``add_commit_listener``).
+        Why it exists: keeping every record (or a callback per record) alive
+        through its group-commit window cost full-speed sealing 10–20 % of its
+        throughput in allocator and GC work, most of what batch evidence cost
+        before it used this."""
+        if not self._id_observers:
+            self.ledger.add_commit_listener(self._on_commit)
         self._id_observers.append(callback)
+
+    def _on_commit(self, entries: list[StoredEntry]) -> None:
+        """The ledger's commit listener: this producer's capsules, to the id observers."""
+        stream = self._stream
+        for e in entries:
+            if e.stream == stream and e.record_type == "capsule":
+                self._dispatch_ids(e.record_id, e.seq, e.tag == "epoch_boundary")
 
     def _new_epoch_id(self) -> str:
         stamp = self._clock().replace("-", "").replace(":", "")
@@ -321,15 +334,10 @@ class Producer:
 
     def _enqueue(self, record: SealedRecord, *, wake: bool) -> PendingAppend:
         entry = self._entry(record)
-        callback: Callable[[StoredEntry], None] | None = None
-        if self._observers:
-            callback = partial(self._notify_sealed, record)
-        elif self._id_observers:  # only the id waits for the commit
-            callback = partial(self._notify_id, record.capsule_id)
+        callback = partial(self._notify_sealed, record) if self._observers else None
         with self._epoch_lock:  # the epoch boundary goes in first, once
             if self._epoch_entry is not None:
-                notify = self._notify_epoch if self._observers or self._id_observers else None
-                self.ledger.submit(self._epoch_entry, notify, wake=wake)
+                self.ledger.submit(self._epoch_entry, self._notify_epoch if self._observers else None, wake=wake)
                 self._epoch_entry = None
             return self.ledger.submit(entry, callback, wake=wake)
 
@@ -362,24 +370,17 @@ class Producer:
     def _notify_sealed(self, record: SealedRecord, stored: StoredEntry) -> None:
         # the record as sealed (what the caller gets back), not re-parsed from
         # the stored JSON: parsing cost ~27 us per record on the committing thread
-        self._dispatch(SealedRecord(record.capsule, record.envelopes, None, seq=stored.seq), stored.seq, False)
-
-    def _notify_id(self, capsule_id: str, stored: StoredEntry) -> None:
-        self._dispatch_ids(capsule_id, stored.seq, False)
+        self._dispatch(SealedRecord(record.capsule, record.envelopes, None, seq=stored.seq))
 
     def _notify_epoch(self, stored: StoredEntry) -> None:
-        if self._observers:
-            self._dispatch(SealedRecord.from_json(stored.record(), seq=stored.seq), stored.seq, True)
-        else:
-            self._dispatch_ids(stored.record_id, stored.seq, True)
+        self._dispatch(SealedRecord.from_json(stored.record(), seq=stored.seq))
 
-    def _dispatch(self, record: SealedRecord, seq: int, epoch_boundary: bool) -> None:
+    def _dispatch(self, record: SealedRecord) -> None:
         for callback in self._observers:
             try:
                 callback(record)
             except Exception:  # an observer never undoes a durable seal
                 pass
-        self._dispatch_ids(record.capsule_id, seq, epoch_boundary)
 
     def _dispatch_ids(self, capsule_id: str, seq: int, epoch_boundary: bool) -> None:
         for callback in self._id_observers:

@@ -8,7 +8,7 @@ import agent_action_capsule as ref
 import pytest
 
 import capseal
-from capseal import Producer
+from capseal import Ledger, Producer
 from capseal.errors import AssuranceMismatchError, DuplicateRecordError, InputError
 from capseal.keys import UnsafeEphemeralSigner
 
@@ -136,6 +136,27 @@ def test_id_observers_see_id_seq_and_the_epoch_boundary(tmp_path: Path, with_rec
     assert seen == [(first, 1, True), (a.capsule_id, 2, False), (b.capsule_id, 3, False),
                     (boundary.capsule_id, 4, True), (c.capsule_id, 5, False)]
     assert records == ([cid for cid, _, _ in seen] if with_record_observer else [])
+
+
+def test_id_observers_on_a_shared_ledger_see_only_their_producer(tmp_path: Path) -> None:
+    seen: dict[str, list[str]] = {"a": [], "b": [], "a2": []}
+    with Ledger(tmp_path / "shared.db") as ledger:
+        ledger.add_commit_listener(lambda entries: 1 / 0)  # a failing listener never undoes a commit
+        a = Producer("acme", "agent-a@1", UnsafeEphemeralSigner(), ledger)
+        b = Producer("acme", "agent-b@1", UnsafeEphemeralSigner(), ledger)
+        a.add_id_observer(lambda cid, seq, boundary: seen["a"].append(cid))
+        b.add_id_observer(lambda cid, seq, boundary: seen["b"].append(cid))
+        ra = a.seal({"action_id": "a-1", "action_type": "fyi"})
+        rb = b.seal({"action_id": "b-1", "action_type": "fyi"})
+        a.close()  # stops listening; a later producer of the same stream is not reported to it
+        a2 = Producer("acme", "agent-a@1", UnsafeEphemeralSigner(), ledger)
+        a2.add_id_observer(lambda cid, seq, boundary: seen["a2"].append(cid))
+        ra2 = a2.seal({"action_id": "a-2", "action_type": "fyi"})
+        b.close()
+        a2.close()
+        assert ledger.count() == 6
+    assert seen == {"a": [a.epoch_record.capsule_id, ra.capsule_id], "b": [b.epoch_record.capsule_id, rb.capsule_id],
+                    "a2": [a2.epoch_record.capsule_id, ra2.capsule_id]}
 
 
 def test_submit_refuses_before_queueing(tmp_path: Path) -> None:
