@@ -20,7 +20,7 @@ in one run it prints:
 Targets (issue 4): evidence costs the seal path <= 10 % throughput; every
 record has verified evidence within 2 s of sealing at 1,000 records/s.
 
-Usage: python bench/evidence.py [--n 2500] [--warmup 1000] [--rounds 7] [--seconds 5] [--rate 1000]
+Usage: python bench/evidence.py [--n 2500] [--warmup 1000] [--rounds 21] [--seconds 5] [--rate 1000]
        [--quote-delay 0.2] [--max-records 1024] [--max-delay 0.25] [--json]
 """
 
