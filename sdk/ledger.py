@@ -254,6 +254,10 @@ class _Batch:
             self._proofs = merkle.build([bytes.fromhex(rid) for rid in self.leaves]).proofs
         return batch_slot(self.shared, self.root, leaf_index, len(self.leaves), self._proofs[leaf_index])
 
+    def drop_proofs(self) -> None:
+        """Forget the built proofs (memory); slot() builds them again if asked."""
+        self._proofs = None
+
 
 # the ids and root of the latest batch_root() call: add_evidence_batch() then
 # checks that batch without hashing it a second time (one tuple comparison)
@@ -874,11 +878,20 @@ class Ledger:
                 batch = _Batch.parse(ev.body)
                 for i, rid in enumerate(batch.leaves):
                     evidence[rid] = (batch, i)
+        warm: list[_Batch] = []  # batches with built proofs: a few, so memory stays bounded
         for stored in self.entries():
             if stored.record_type == "capsule":
                 rec = SealedRecord.from_json(stored.record(), seq=stored.seq)
                 state = evidence.get(stored.record_id)
-                yield rec.with_evidence(state[0].slot(state[1]) if isinstance(state, tuple) else state)
+                if isinstance(state, tuple):
+                    batch, index = state
+                    if batch not in warm:
+                        warm.append(batch)
+                        if len(warm) > 4:
+                            warm.pop(0).drop_proofs()
+                    yield rec.with_evidence(batch.slot(index))
+                else:
+                    yield rec.with_evidence(state)
 
     def last_tagged(self, tag: str, stream: str) -> StoredEntry | None:
         rows = self._query(
