@@ -50,11 +50,11 @@ def test_each_record_reads_back_the_slot_of_its_leaf(producer: Producer) -> None
     ids = [producer.seal(spec(i)).capsule_id for i in range(64)]
     led = producer.ledger
     start = 0
-    expected: dict[str, dict] = {}
+    want: dict[str, dict] = {}
     for n in (1, 2, 3, 17, 41):  # odd sizes carry nodes up unchanged
         batch = ids[start : start + n]
         start += n
-        expected.update((cid, _reference_slot(batch, i)) for i, cid in enumerate(batch))
+        want.update((cid, _reference_slot(batch, i)) for i, cid in enumerate(batch))
         entry = led.add_evidence_batch(batch, _root(batch), SHARED)
         assert entry.is_batch and entry.record_id is None
         assert [rid for rid, _ in entry.slots()] == batch
@@ -67,7 +67,7 @@ def test_each_record_reads_back_the_slot_of_its_leaf(producer: Producer) -> None
                                            _root(batch))
     # records() walks more batches than it keeps proofs for: every slot still exact
     by_id = {r.capsule_id: r.hardware_evidence for r in led.records()}
-    assert {cid: by_id[cid] for cid in expected} == expected and by_id[ids[40]] == _reference_slot(ids[23:64], 40 - 23)
+    assert {cid: by_id[cid] for cid in want} == want and by_id[ids[40]] == _reference_slot(ids[23:64], 40 - 23)
     assert led.check_chain() == []
     # one row for the whole batch: the quote is stored once, not once per record
     assert sum(1 for _ in led.evidence_entries()) == 5
