@@ -111,6 +111,7 @@ class BatchEvidence:
         self.on_batch = on_batch
         self.stats = BatchStats()
         self._stats_lock = threading.Lock()
+        self._solo_seen: set[str] = set()  # capsule ids queued for a quote of their own
         self._policy = self_policy(quoter.identity)
         # The hand-off from the seal path is a plain list append (atomic under
         # the GIL): the worker is woken once per batch (first item, a full
@@ -131,7 +132,7 @@ class BatchEvidence:
         if not self._accepting:
             return  # after close: the slot stays null
         if self.solo_if is not None and self.solo_if(record):
-            self._put(_Item(record.capsule_id, time.monotonic(), True, record))
+            self._put_solo(_Item(record.capsule_id, time.monotonic(), True, record))
         else:
             self._put((record.capsule_id, time.monotonic()))
 
@@ -141,7 +142,7 @@ class BatchEvidence:
         if not self._accepting:
             return
         if epoch_boundary:
-            self._put(_Item(capsule_id, time.monotonic(), True, None))
+            self._put_solo(_Item(capsule_id, time.monotonic(), True, None))
         else:
             self._put((capsule_id, time.monotonic()))
 
@@ -149,6 +150,15 @@ class BatchEvidence:
         """Queue a capsule id that is already in the ledger (e.g. a backfill)."""
         if self._accepting:
             self._put((capsule_id, time.monotonic()))
+
+    def _put_solo(self, item: _Item) -> None:
+        """Queue a record for a quote of its own, once: attach() may learn of
+        an epoch boundary both from the producer and by reading the ledger."""
+        with self._stats_lock:
+            if item.capsule_id in self._solo_seen:
+                return
+            self._solo_seen.add(item.capsule_id)
+        self._put(item)
 
     def _put(self, item: Any, *, wake: bool = False) -> None:
         buf = self._buf

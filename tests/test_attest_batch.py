@@ -17,7 +17,7 @@ from typing import Any
 import agent_action_capsule as ref
 import pytest
 
-from capseal import Producer
+from capseal import Ledger, Producer
 from capseal.attest import BatchEvidence, attach, is_epoch_boundary, verify_evidence
 from capseal.audit import verify_ledger
 from capseal.errors import EvidenceError
@@ -231,6 +231,22 @@ def test_attach_after_the_epoch_opened_still_quotes_the_boundary(producer: Produ
     worker.close()
     ev = producer.ledger.get(producer.epoch_record.capsule_id).hardware_evidence  # type: ignore[union-attr]
     assert ev is not None and ev["binding"]["capsule_id"] == producer.epoch_record.capsule_id
+
+
+def test_a_boundary_still_in_its_commit_window_is_quoted_once(tmp_path: Path, tpm_a: AttestTPM) -> None:
+    """attach() while the boundary is queued but not yet committed: the commit
+    reports it to the worker, and attach() reads it back from the ledger too;
+    it gets one quote, not two."""
+    ledger = Ledger(tmp_path / "l.db", group_window=0.5)  # a wide window: attach() lands inside it
+    with Producer("acme.example", "buyer-agent@1.4", UnsafeEphemeralSigner(), ledger) as p:
+        p.submit(spec(1))
+        worker = attach(p, tpm_a.quoter(), max_records=100, max_delay=0.01)
+        assert worker.flush(30)
+        worker.close()
+        assert worker.stats.solo_quoted == 1
+        history = p.ledger.evidence_history(p.epoch_record.capsule_id)
+        assert len(history) == 2 and history[0] is None and history[1] is not None  # sealed null, then one quote
+    ledger.close()
 
 
 def test_a_tpm_that_goes_away_and_comes_back(tmp_path: Path) -> None:
