@@ -28,7 +28,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["leaf_hash", "node_hash", "Tree", "build", "root_and_path", "root_recursive", "path_recursive", "verify_inclusion", "verify_all", "root_from_proof"]
+__all__ = ["leaf_hash", "node_hash", "Tree", "build", "root_and_path", "root_recursive", "path_recursive", "verify_inclusion", "root_from_proof"]
 
 _sha256 = hashlib.sha256
 
@@ -173,61 +173,6 @@ def root_from_proof(leaf_index: int, tree_size: int, leaf_digest: bytes, proof: 
     if sn != 0:
         return None
     return r
-
-
-def verify_all(leaves: Sequence[bytes], proofs: Sequence[Sequence[bytes]], root: bytes) -> bool:
-    """True when EVERY ``proofs[i]`` proves ``leaves[i]`` at index i of a tree
-    of ``len(leaves)`` under ``root`` — the same answer as calling
-    :func:`verify_inclusion` for each leaf, in O(n) hashes instead of O(n log n).
-
-    Why it is the same: in the RFC 9162 §2.1.3.2 walk, after ``k`` shifts the
-    pair (k, fn) names one tree node for every leaf (sn = (n-1) >> k does not
-    depend on the leaf). Once a walk reaches a node that an earlier walk
-    already carried to ``root``, with the same hash and the same remaining
-    proof elements, the rest of this walk would repeat that one exactly.
-    """
-    n = len(leaves)
-    if len(proofs) != n:
-        return False
-    if n == 0:
-        return root == _sha256(b"").digest()
-    sha = _sha256
-    done: dict[tuple[int, int], tuple[bytes, tuple[bytes, ...]]] = {}
-    for index in range(n):
-        proof = tuple(proofs[index])
-        fn, sn, k = index, n - 1, 0
-        r = sha(b"\x00" + leaves[index]).digest()
-        walked: list[tuple[tuple[int, int], bytes, int]] = []
-        settled = False
-        for pos, p in enumerate(proof):
-            if sn == 0:
-                return False
-            if fn & 1 or fn == sn:
-                r = sha(b"\x01" + p + r).digest()
-                if not fn & 1:
-                    while fn and not fn & 1:
-                        fn >>= 1
-                        sn >>= 1
-                        k += 1
-            else:
-                r = sha(b"\x01" + r + p).digest()
-            fn >>= 1
-            sn >>= 1
-            k += 1
-            key = (k, fn)
-            seen = done.get(key)
-            if seen is not None:
-                if seen[0] != r or seen[1] != proof[pos + 1 :]:
-                    return False
-                settled = True
-                break
-            walked.append((key, r, pos + 1))
-        if not settled:
-            if sn != 0 or r != root:
-                return False
-        for key, node, rest in walked:  # every node on this walk now provably leads to root
-            done[key] = (node, proof[rest:])
-    return True
 
 
 def verify_inclusion(leaf: bytes, leaf_index: int, tree_size: int, proof: Sequence[bytes], root: bytes) -> bool:
