@@ -53,7 +53,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from capseal import merkle
-from capseal.findings import Finding
+from capseal.findings import Finding, HasFindings
 
 from . import tpmwire
 from .evidence import KIND, PCRSelection, is_software_device, pcr_digest
@@ -89,7 +89,7 @@ _HASHES = {"sha1": hashes.SHA1(), "sha256": hashes.SHA256(), "sha384": hashes.SH
 
 
 @dataclass
-class EvidenceResult:
+class EvidenceResult(HasFindings):
     """What the verifier concluded about one slot. ``ok`` is True only for
     ``verified`` and ``verified-software-tpm``."""
 
@@ -99,9 +99,6 @@ class EvidenceResult:
     @property
     def ok(self) -> bool:
         return self.status in (VERIFIED, VERIFIED_SOFTWARE)
-
-    def codes(self) -> list[str]:
-        return [f.code for f in self.findings]
 
 
 class _Stop(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Finding", "VerificationResult", "Severity"]
+__all__ = ["Finding", "HasFindings", "VerificationResult", "Severity"]
 
 Severity = Literal["error", "warning", "info"]
 
@@ -32,14 +32,11 @@ class Finding:
         return f"[{self.severity}] {where}{self.code}: {self.detail}"
 
 
-@dataclass
-class VerificationResult:
-    """Result of verifying one capsule. One ``ok`` flag gates every other field."""
+class HasFindings:
+    """``errors`` and ``codes()`` for every verifier's result (capsule,
+    judgment, evidence): one reading of a ``findings`` list, written once."""
 
-    ok: bool
-    findings: list[Finding] = field(default_factory=list)
-    derived: dict[str, str] = field(default_factory=dict)
-    capsule_id: str | None = None
+    findings: list[Finding]
 
     @property
     def errors(self) -> list[Finding]:
@@ -47,6 +44,16 @@ class VerificationResult:
 
     def codes(self) -> list[str]:
         return [f.code for f in self.findings]
+
+
+@dataclass
+class VerificationResult(HasFindings):
+    """Result of verifying one capsule. One ``ok`` flag gates every other field."""
+
+    ok: bool
+    findings: list[Finding] = field(default_factory=list)
+    derived: dict[str, str] = field(default_factory=dict)
+    capsule_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capseal.canonical import is_hex64, json_digest
-from capseal.findings import Finding
+from capseal.findings import Finding, HasFindings
 from capseal.ledger import Ledger, StoredEntry
 
 from .envelope import header_commitment, verify_judgment_envelope
@@ -40,7 +40,7 @@ __all__ = ["JudgmentReport", "verify_judgment", "verify_entry"]
 
 
 @dataclass
-class JudgmentReport:
+class JudgmentReport(HasFindings):
     """What a verifier says of one judgment record (integrity, never correctness)."""
 
     ok: bool
@@ -50,13 +50,6 @@ class JudgmentReport:
     signature: str = "unclaimed"  # authored | invalid | unclaimed
     signer_kid: str | None = None
     findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
-
-    def codes(self) -> list[str]:
-        return [f.code for f in self.findings]
 
     def to_dict(self) -> dict[str, Any]:
         return {
