@@ -9,7 +9,7 @@ Backends are chosen by URI scheme from :data:`SIGNER_FOR_URI_SCHEME`; optional
 ones load lazily.
 """
 
-from ._base import SignatureResult, Signer, SignerSelfTest, alg_for_public_key, kid_for
+from ._base import PendingSignature, SignatureResult, Signer, SignerSelfTest, alg_for_public_key, kid_for
 from ._registry import SIGNER_FOR_URI_SCHEME, SecretsHandler, open_signer, redact_uri, register_scheme
 from ._software import FileSigner, SoftwareSigner, UnsafeEphemeralSigner, generate_private_key, write_pkcs8
 from .custody import CUSTODY_SCHEMA, custody_statement
@@ -17,6 +17,7 @@ from .custody import CUSTODY_SCHEMA, custody_statement
 __all__ = [
     "Signer",
     "SignatureResult",
+    "PendingSignature",
     "SignerSelfTest",
     "SoftwareSigner",
     "FileSigner",

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from capseal.errors import UnsupportedAlgorithmError
 
-__all__ = ["Signer", "SignatureResult", "kid_for", "alg_for_public_key", "SignerSelfTest"]
+__all__ = ["Signer", "SignatureResult", "PendingSignature", "kid_for", "alg_for_public_key", "SignerSelfTest"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,26 @@ class SignatureResult:
 
     def __repr__(self) -> str:
         return f"SignatureResult(alg={self.alg!r}, kid={self.kid[:16]}…, {len(self.signature)} bytes)"
+
+
+class PendingSignature(ABC):
+    """A signature on its way (see :meth:`Signer.begin_sign`)."""
+
+    @abstractmethod
+    def result(self) -> SignatureResult:
+        """The signature, or the typed error ``sign`` would have raised."""
+
+
+class _SignOnResult(PendingSignature):
+    """The default: nothing happens until ``result()``, which calls ``sign``."""
+
+    __slots__ = ("_signer", "_data")
+
+    def __init__(self, signer: Signer, data: bytes) -> None:
+        self._signer, self._data = signer, data
+
+    def result(self) -> SignatureResult:
+        return self._signer.sign(self._data)
 
 
 def alg_for_public_key(public_key: Any) -> str:
@@ -75,6 +95,12 @@ class Signer(ABC):
     #: (a token or TPM): the producer then verifies every signature it gets back.
     external_device: bool = False
 
+    #: True when :meth:`begin_sign` hands the work to the device's own command
+    #: queue and returns at once (the TPM backend): the producer's pipeline
+    #: then queues signatures straight to the device instead of keeping a
+    #: thread that waits on each one.
+    queues_signatures: bool = False
+
     @property
     @abstractmethod
     def alg(self) -> str: ...
@@ -114,6 +140,14 @@ class Signer(ABC):
 
     @abstractmethod
     def sign(self, data: bytes) -> SignatureResult: ...
+
+    def begin_sign(self, data: bytes) -> PendingSignature:
+        """Start signing ``data``; ``result()`` gives what :meth:`sign` would
+        return or raise. By default the signature is made inside ``result()``;
+        a backend whose device queues commands (``queues_signatures``)
+        overrides this so that several signatures can be in the queue at once
+        and the device never waits for the caller between two of them."""
+        return _SignOnResult(self, data)
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ from capseal.errors import (
     UnsupportedAlgorithmError,
 )
 
-from ._base import SignatureResult, Signer
+from ._base import PendingSignature, SignatureResult, Signer
 from ._registry import SecretsHandler
 from ._tpm_device import TPMDevice, TPMInfo, get_device
 from ._tpm_uri import TPM_RH_OWNER, TPMKeyFile, TPMKeyURI, format_handle, parse_tpm_uri
@@ -178,6 +180,7 @@ class TPMSigner(Signer):
     """
 
     external_device = True
+    queues_signatures = True
 
     def __init__(
         self,
@@ -346,6 +349,17 @@ class TPMSigner(Signer):
                                 what=f"signing with {self._ref.describe_key()}", timeout=self._timeout)
         return SignatureResult(raw, self.kid, self._shape.alg)
 
+    def begin_sign(self, data: bytes) -> PendingSignature:
+        """Queue the signature on the device's worker and return at once; the
+        same errors and timeout as :meth:`sign` come from ``result()`` (the
+        timeout counts from now)."""
+        if self._closed:
+            raise SignerUnavailableError(f"{self.describe_short()} was closed")
+        digest = self._digest(data).digest()
+        fut = self._device.submit(lambda ectx: self._sign_on_worker(ectx, digest),
+                                  what=f"signing with {self._ref.describe_key()}")
+        return _QueuedSignature(self, fut, time.monotonic())
+
     def _sign_on_worker(self, ectx: Any, digest: bytes) -> bytes:
         shape = self._shape
         for attempt in (0, 1):
@@ -439,6 +453,20 @@ class TPMSigner(Signer):
             self._device.call(release, what="releasing a TPM key", timeout=10, retry=False)
         except Exception:  # closing never raises; the device flushes on its own close
             pass
+
+
+class _QueuedSignature(PendingSignature):
+    """A TPM2_Sign queued on the device worker (see :meth:`TPMSigner.begin_sign`)."""
+
+    __slots__ = ("_signer", "_fut", "_started")
+
+    def __init__(self, signer: TPMSigner, fut: Future[bytes], started: float) -> None:
+        self._signer, self._fut, self._started = signer, fut, started
+
+    def result(self) -> SignatureResult:
+        signer = self._signer
+        raw = signer._device.wait(self._fut, signer._timeout, started=self._started)
+        return SignatureResult(raw, signer.kid, signer._shape.alg)
 
 
 class _FastSign:

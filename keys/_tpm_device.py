@@ -353,11 +353,28 @@ class TPMDevice:
         what = what or getattr(fn, "__name__", "TPM command").strip("<>")
         if threading.current_thread() is self._thread:  # re-entrant use from inside a job
             return self._run(fn, retry, what)
+        return self.wait(self.submit(fn, what=what, retry=retry), timeout)
+
+    def submit(self, fn: Callable[[Any], T], *, what: str, retry: bool = True) -> Future[T]:
+        """Queue ``fn(ectx)`` for the worker and return at once; :meth:`wait`
+        for the result. Why: a caller that keeps several commands queued keeps
+        the TPM busy back to back, instead of leaving it idle while each
+        result travels to the caller's thread and the next command back (the
+        signing pipeline does this). Must not be called from inside a job."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("TPMDevice.submit from inside a job would wait on itself; use call()")
         if self._closed:
             raise SignerUnavailableError(f"TPM {self.tcti}: this device handle was closed")
         fut: Future[T] = Future()
         self._jobs.put((fn, retry, what, fut))
-        deadline = None if timeout is None else time.monotonic() + timeout
+        return fut
+
+    def wait(self, fut: Future[T], timeout: float | None = None, *, started: float | None = None) -> T:
+        """The result of a job queued with :meth:`submit`, as :meth:`call` returns it.
+        ``timeout`` counts from ``started`` (a ``time.monotonic()`` reading;
+        default now); on expiry the job is abandoned and SignerUnavailableError
+        raised."""
+        deadline = None if timeout is None else (time.monotonic() if started is None else started) + timeout
         while True:
             wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
             try:

@@ -343,7 +343,8 @@ class Producer:
 
     def _submit_pipelined(self, spec: dict[str, Any]) -> PendingRecord:
         """submit() for a token or TPM: prepare here, sign on the pipeline's
-        signing thread, check and append on its finishing thread."""
+        signing thread (a TPM: queued on its own worker), check and append on
+        the pipeline's finishing thread."""
         if self._closed:
             raise LedgerClosedError("this producer is closed")
         capsule, cid_raw = self._prepare(self._assemble(spec))  # every input refusal happens here
@@ -352,9 +353,12 @@ class Producer:
         if self._pipeline is None:
             with self._epoch_lock:
                 if self._pipeline is None:
+                    signer = self.signer
+                    queued = getattr(signer, "queues_signatures", False)
                     self._pipeline = SigningPipeline(
-                        self.signer.kid[:16],
-                        sign=lambda job: self.signer.sign(job[1].tbs),
+                        signer.kid[:16],
+                        sign=None if queued else (lambda job: signer.sign(job[1].tbs)),
+                        begin=(lambda job: signer.begin_sign(job[1].tbs)) if queued else None,
                         finish=self._finish_pipelined,
                         fail=lambda job, exc: job[2]._fail(exc),
                     )

@@ -5,6 +5,7 @@ own record and writes nothing, and close()/flush() finish what was queued."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 import capseal
 from capseal import Ledger, Producer
 from capseal.errors import DeviceError, FloatInDigestError, SignatureFailedError
-from capseal.keys import SignatureResult, SoftwareSigner, generate_private_key
+from capseal.keys import PendingSignature, SignatureResult, SoftwareSigner, generate_private_key
 
 
 class FlakyDevice(SoftwareSigner):
@@ -39,8 +40,34 @@ class FlakyDevice(SoftwareSigner):
         return result
 
 
-def test_pipeline_keeps_order_and_checks_every_signature(tmp_path: Path) -> None:
-    device = FlakyDevice()
+class _Queued(PendingSignature):
+    def __init__(self, fut: Future[SignatureResult]) -> None:
+        self.fut = fut
+
+    def result(self) -> SignatureResult:
+        return self.fut.result()
+
+
+class QueuedFlakyDevice(FlakyDevice):
+    """The same, for a device with its own command queue (as the TPM backend
+    is): ``begin_sign`` queues on one worker thread and returns at once."""
+
+    queues_signatures = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="device-queue")
+
+    def begin_sign(self, data: bytes) -> PendingSignature:
+        return _Queued(self.worker.submit(self.sign, data))
+
+
+DEVICES = pytest.mark.parametrize("make", [FlakyDevice, QueuedFlakyDevice], ids=["signing-thread", "device-queue"])
+
+
+@DEVICES
+def test_pipeline_keeps_order_and_checks_every_signature(make: type[FlakyDevice], tmp_path: Path) -> None:
+    device = make()
     with Producer("acme", "agent@1", device, Ledger(tmp_path / "l.db")) as producer:
         first = producer.seal({"action_id": "sync-0", "action_type": "fyi"})  # sync path: epoch + 1 record
         start = device.calls
@@ -62,8 +89,9 @@ def test_pipeline_keeps_order_and_checks_every_signature(tmp_path: Path) -> None
     assert report.ok and len(report.records) == 20
 
 
-def test_pipeline_refuses_bad_input_before_queueing(tmp_path: Path) -> None:
-    device = FlakyDevice()
+@DEVICES
+def test_pipeline_refuses_bad_input_before_queueing(make: type[FlakyDevice], tmp_path: Path) -> None:
+    device = make()
     with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
         with pytest.raises(FloatInDigestError):
             producer.submit({"action_id": "f", "action_type": "fyi", "x-v": 0.1})
@@ -72,8 +100,9 @@ def test_pipeline_refuses_bad_input_before_queueing(tmp_path: Path) -> None:
         assert device.calls == calls and producer.ledger.count() == 0  # never reached the device or the ledger
 
 
-def test_close_finishes_the_queue(tmp_path: Path) -> None:
-    device = FlakyDevice()
+@DEVICES
+def test_close_finishes_the_queue(make: type[FlakyDevice], tmp_path: Path) -> None:
+    device = make()
     producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
     pendings = [producer.submit({"action_id": f"c-{i}", "action_type": "fyi"}) for i in range(50)]
     producer.close()
@@ -105,3 +134,34 @@ def test_seal_signs_on_the_calling_thread(tmp_path: Path) -> None:
         assert not [t for t in threading.enumerate() if t.name.startswith("capseal-sign")]
         producer.submit({"action_id": "q", "action_type": "fyi"}).result()
         assert producer._pipeline is not None
+
+
+def test_a_device_queue_needs_no_signing_thread(tmp_path: Path) -> None:
+    """With ``queues_signatures`` the caller's thread queues each signature on
+    the device and only the finishing thread waits for them; a signature that
+    cannot even be queued fails its own record, in order, and writes nothing."""
+    device = QueuedFlakyDevice()
+    real_begin = device.begin_sign
+    refuse = {3}
+    count = 0
+
+    def begin(data: bytes) -> PendingSignature:
+        nonlocal count
+        count += 1
+        if count in refuse:
+            raise DeviceError("device queue full (injected)")
+        return real_begin(data)
+
+    device.begin_sign = begin  # type: ignore[method-assign]
+    with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+        pendings = [producer.submit({"action_id": f"q-{i}", "action_type": "fyi"}) for i in range(6)]
+        producer.flush()
+        assert not [t for t in threading.enumerate() if t.name.startswith("capseal-sign")]
+        assert [t.name for t in threading.enumerate() if t.name.startswith("capseal-finish")]
+        with pytest.raises(DeviceError, match="injected"):
+            pendings[2].result()
+        seqs = [p.result().seq for i, p in enumerate(pendings) if i != 2]
+        assert seqs == sorted(seqs) and len(seqs) == 5
+        assert producer.ledger.count() == 1 + 5  # the epoch boundary and the five that were signed
+    device.worker.shutdown()
+    assert capseal.verify_ledger(tmp_path / "l.db").ok

@@ -5,6 +5,7 @@ written for a failed seal, and sealing resumes without restarting the process.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -104,6 +105,34 @@ def test_swtpm_stopped_mid_run_then_restarted(tpm: Any, tmp_path: Path) -> None:
     report = verify_ledger(ledger)
     assert report.ok, [f.to_dict() for f in report.findings] + [r.to_dict() for r in report.records if not r.ok][:3]
     assert report.counts()["records"] == count
+
+
+def test_submitted_records_while_the_tpm_is_down(tpm: Any, tmp_path: Path) -> None:
+    """submit() queues signatures straight on the TPM worker (no signing
+    thread): with the TPM stopped, every queued record fails with a typed
+    error naming the TCTI and nothing is written for it; after a restart the
+    same producer's queued records are sealed again, in order."""
+    ledger = tmp_path / "l.db"
+    signer = open_signer(_uri(tpm))
+    with Producer("acme", "agent@1", signer, ledger) as producer:
+        before = [producer.submit(_spec(i)) for i in range(100)]
+        producer.flush()
+        assert [p.result().seq for p in before] == list(range(2, 102))
+        assert not [t for t in threading.enumerate() if t.name.startswith("capseal-sign")]
+        tpm.stop()
+        down = [producer.submit(_spec(100 + i)) for i in range(20)]
+        producer.flush()
+        for p in down:
+            with pytest.raises(SignerUnavailableError, match=re.escape(tpm.tcti)):
+                p.result()
+        assert producer.ledger.count() == 101  # the epoch boundary and the 100 signed before
+        tpm.start()
+        after = [producer.submit(_spec(200 + i)) for i in range(100)]
+        producer.flush()
+        assert [p.result().seq for p in after] == list(range(102, 202))
+    signer.close()
+    report = verify_ledger(ledger)
+    assert report.ok and report.counts()["records"] == 201
 
 
 def test_object_slots_full(tpm: Any, tmp_path: Path) -> None:
