@@ -30,6 +30,7 @@ from capseal.errors import DeviceError, KeyURIError, SignerUnavailableError
 
 from ._base import SignatureResult, Signer, alg_for_public_key, kid_for
 from ._pkcs11_calls import run
+from ._pkcs11_fast import FastSign
 from ._pkcs11_keys import (
     find_private_keys,
     find_public_key,
@@ -109,6 +110,8 @@ class PKCS11Signer(Signer):
         self._private: Any = pair.private
         self._epoch: int = epoch
         self._kid_cache = kid_for(pair.public_key)
+        # C_Sign straight through the function table when the mechanism allows (see _pkcs11_fast)
+        self._fast = FastSign.create(ts.module.real, self._mech.mechanism, self._mech.param, self._mech.size)
 
     @classmethod
     def from_uri(
@@ -169,8 +172,17 @@ class PKCS11Signer(Signer):
         payload = mech.prehash(data).digest() if mech.prehash is not None else bytes(data)
         mechanism, param = mech.mechanism, mech.param
 
+        fast = self._fast
+
         def call(session: Any) -> bytes:
-            return self._key(ts, session).sign(payload, mechanism=mechanism, mechanism_param=param)
+            key = self._key(ts, session)
+            if fast is not None:
+                signature = fast.sign(session.handle, key.handle, payload)
+                if signature is not None:
+                    return signature
+            # python-pkcs11 makes the signature, or raises the typed error that
+            # the fast path only saw as a return value
+            return key.sign(payload, mechanism=mechanism, mechanism_param=param)
 
         signature = run(ts, call, self._where)
         if mech.size is not None and len(signature) != mech.size:

@@ -159,6 +159,34 @@ def test_sessions_closed_underneath_reconnect(fault_token: dict[str, Any], tmp_p
     assert "reconnecting" in logs.text and PIN not in logs.text
 
 
+def test_direct_c_sign_hands_every_failure_to_python_pkcs11(fault_token: dict[str, Any], tmp_path: Path) -> None:
+    """The direct C_Sign path (Ed25519 and ECDSA keys) answers None for any
+    return value but CKR_OK, on a dead session as on a wrong key handle, and
+    leaves no signing operation active: the same signature then goes through
+    python-pkcs11, which raises its typed error and the signer reconnects."""
+    with open_signer(fault_token["uri"], pin=PIN) as signer:
+        fast = signer._fast
+        assert fast is not None  # an Ed25519 key on SoftHSM2 signs directly
+        message = b"direct C_Sign"
+        with P11_LOCK:
+            session = signer.token_session.ensure()
+            key = signer._key(signer.token_session, session)
+            direct = fast.sign(session.handle, key.handle, message)
+            assert direct is not None and len(direct) == 64
+            signer.public_key.verify(direct, message)
+            assert fast.sign(session.handle, 0xFFFF_FFF0, message) is None  # CKR_KEY_HANDLE_INVALID: refused
+            again = fast.sign(session.handle, key.handle, message)  # no operation was left active
+            assert again == direct  # Ed25519 is deterministic
+            dead = session.handle
+        _close_all_sessions(signer.token_session.token.slot.slot_id)
+        with P11_LOCK:
+            assert fast.sign(dead, key.handle, message) is None  # CKR_SESSION_HANDLE_INVALID: refused
+        before = signer.token_session.reconnects
+        result = signer.sign(message)  # python-pkcs11 raises SessionHandleInvalid; the signer reconnects
+        assert signer.token_session.reconnects == before + 1
+        signer.public_key.verify(result.signature, message)
+
+
 def test_token_storage_vanishes_and_returns(fault_token: dict[str, Any], tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "l.db"
     away = tmp_path / "token-away"

@@ -50,6 +50,8 @@ def test_sealed_capsules_verify_everywhere(alg: str, keys: dict[str, str], softh
     ledger = tmp_path / "ledger.db"
     with open_signer(keys[alg], pin=softhsm.pin) as signer:
         assert isinstance(signer, PKCS11Signer) and signer.external_device
+        # Ed25519 and ECDSA sign through the direct C_Sign path; RSA-PSS (a mechanism parameter) does not
+        assert (signer._fast is not None) == (alg != "PS256")
         pem = signer.public_key_pem()
         epoch, planned, confirmed = _seal_two(signer, ledger)
 
