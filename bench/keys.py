@@ -2,30 +2,33 @@
 
 Rows:
   * software Ed25519 (``UnsafeEphemeralSigner``) — the reference point;
-  * SoftHSM2 Ed25519, P-256 and RSA-PSS keys through ``PKCS11Signer``, with the
-    raw ``C_Sign`` rate (python-pkcs11 called directly under the same lock, the
-    floor the token sets) beside capseal's ``sign()`` and sealed records;
-  * TPM rows from ``bench/_keys_tpm.py`` when that file exists
-    (``run(n) -> [(label, signs_per_s, sealed_per_s)]``).
+  * SoftHSM2 Ed25519, P-256 and RSA-PSS keys through ``PKCS11Signer``;
+  * swtpm P-256 (``bench/_keys_tpm.py``).
 
-"Sealed" means durable in a real ledger file (WAL, fsync on commit): records
-are handed over with ``Producer.submit()`` and counted after ``flush()``, from
-one thread and from two. Two threads matter for a token: python-pkcs11
-releases the GIL inside ``C_Sign``, so one thread's canonicalisation, checks
-and ledger work can overlap the other's signature (the PKCS#11 lock still
-lets only one call into the module at a time; contended calls are made by
-one worker thread, see ``_pkcs11_session._TokenWorker``). One more line
-repeats two threads with ``sys.setswitchinterval(0.0005)``, an operator
-setting (restored at once) that hands the GIL back sooner after each call.
+For each device the figures come from rounds (``--rounds``, default 5), each
+round running every arm once, the order rotating (``_common.rotating_rounds``):
+this host's speed drifts by a third or more over seconds, so a sealed rate is
+only compared with the raw rate of its own round, and the medians are shown.
 
-The producer verifies every signature a device returns (``external_device``,
-design §3.3): for Ed25519 one verify, about 0.13 ms. One extra line measures
-SoftHSM2 Ed25519 with that check skipped — in this benchmark only, through a
-wrapper marked as such — so its cost is visible; capseal itself never skips it.
+  * raw: the device alone, nothing else running. For a token, the higher of
+    python-pkcs11's ``key.sign`` and the direct ``C_Sign`` capseal uses for
+    Ed25519 and ECDSA (``keys/_pkcs11_fast.py``), both under the PKCS#11
+    lock — the stricter baseline; for swtpm, ``ESAPI.sign`` on a private
+    connection;
+  * sealed: durable in a real ledger file (WAL, fsync on commit): records
+    handed to ``Producer.submit()`` from one thread and from two, counted after
+    ``flush()``; the better of the two is the round's sealed figure;
+  * sealed/raw: the median of the per-round ratios, with its range.
 
-The SoftHSM2 token is created by ``hardware/softhsm-token.sh`` in a temp dir.
+The producer verifies every signature a device returns (design §3 principle 3;
+Ed25519 about 0.15 ms, P-256 about 0.1 ms). For SoftHSM2 Ed25519 one more arm
+seals with that check switched off — in this benchmark only, through a private
+attribute — so its cost is visible; capseal has no public way to skip it.
 
-Usage: python bench/keys.py [--n 1000] [--json]
+The SoftHSM2 token is created by ``hardware/softhsm-token.sh`` in a temp dir;
+swtpm is started by ``hardware/swtpm.sh`` on a free loopback port.
+
+Usage: python bench/keys.py [--n 1000] [--rounds 5] [--json]
 """
 
 from __future__ import annotations
@@ -35,55 +38,38 @@ from pathlib import Path as _Path
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parent))
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from _common import submit_rate, typical_spec  # noqa: E402
+from _common import SealedArm, print_row, rotating_rounds, summarize, typical_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PIN, SO_PIN, LABEL = "bench-pin-1234", "bench-so-5678", "capseal-bench"
+PIN, SO_PIN, LABEL = "bench-pin-Qx~7", "bench-so-Jw~3", "capseal-bench"
 
 
 spec = typical_spec  # the same capsule as bench/seal.py
 
 
-def best_rate(fn: Callable[[int], Any], n: int, repeats: int = 3) -> float:
-    """Best of ``repeats`` runs of ``fn(i)`` for i in range(n), per second (the machine is shared)."""
-    fn(-1)
-    best = 0.0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for i in range(n):
-            fn(i)
-        best = max(best, n / (time.perf_counter() - start))
-    return best
+def ops_rate(fn: Callable[[], Any], n: int) -> float:
+    """``fn()`` n times, per second."""
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return n / (time.perf_counter() - start)
 
 
-_counter = iter(range(10**12))
-_counter_lock = threading.Lock()
-
-
-def _next() -> int:
-    with _counter_lock:
-        return next(_counter)
-
-
-def sealed_rate(signer: Any, tmp: str, n: int, threads: int, repeats: int = 2) -> float:
-    """Durable records per second: ``threads`` threads submit n records in all, then flush."""
-    from capseal import Producer
-
-    with Producer("acme", "bench-agent@1", signer, os.path.join(tmp, f"l-{_next()}.db")) as producer:
-        producer.seal(spec(-_next() - 1))  # the epoch boundary and first commit are not measured
-        return submit_rate(producer, n, threads, _next, repeats)
+def best_rate(fn: Callable[[], Any], n: int, repeats: int = 3) -> float:
+    """Best of ``repeats`` runs of :func:`ops_rate` (the software row only)."""
+    fn()
+    return max(ops_rate(fn, n) for _ in range(repeats))
 
 
 def start_softhsm(tmp: str) -> dict[str, str]:
@@ -94,9 +80,10 @@ def start_softhsm(tmp: str) -> dict[str, str]:
     return env
 
 
-def raw_c_sign_rate(signer: Any, n: int) -> float:
-    """python-pkcs11 ``key.sign`` on the signer's own key handle, under the
-    process-wide lock, nothing else: what the token itself allows."""
+def raw_signers(signer: Any) -> dict[str, Callable[[], Any]]:
+    """One raw signature on the signer's own session and key handle, under the
+    process-wide lock, nothing else: python-pkcs11's ``key.sign`` and, when
+    the mechanism allows, the direct ``C_Sign`` capseal uses."""
     from capseal.keys._pkcs11_session import P11_LOCK
 
     ts = signer.token_session
@@ -104,124 +91,93 @@ def raw_c_sign_rate(signer: Any, n: int) -> float:
     msg = os.urandom(120)  # a COSE Sig_structure over a capsule id is ~120 bytes
     payload = mech.prehash(msg).digest() if mech.prehash is not None else msg
     with P11_LOCK:
-        key = signer._key(ts, ts.ensure())
+        session = ts.ensure()
+        key = signer._key(ts, session)
 
-    def one(_: int) -> None:
+    def python_pkcs11() -> None:
         with P11_LOCK:
             key.sign(payload, mechanism=mech.mechanism, mechanism_param=mech.param)
 
-    return best_rate(one, n)
+    out: dict[str, Callable[[], Any]] = {"raw key.sign": python_pkcs11}
+    fast = signer._fast
+    if fast is not None:
+        def direct() -> None:
+            with P11_LOCK:
+                if fast.sign(session.handle, key.handle, payload) is None:
+                    raise RuntimeError("direct C_Sign failed")
+
+        out["raw direct C_Sign"] = direct
+    return out
 
 
-class _BenchOnlySkipDeviceCheck:
-    """Bench-only wrapper: presents a token signer as *not* external, so the
-    producer skips its per-signature verify. Used for one labelled line."""
+def softhsm_rows(n: int, rounds: int, tmp: str) -> list[dict[str, Any]]:
+    start_softhsm(tmp)
+    module = next(p for p in ("/usr/lib/softhsm/libsofthsm2.so", "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so")
+                  if os.path.exists(p))
+    return [softhsm_row(name, f"pkcs11:token={LABEL};object=bench-{alg}?module-path={module}", alg, count, r, tmp)
+            for name, alg, count, r in (("SoftHSM2 Ed25519", "ed25519", n, rounds), ("SoftHSM2 P-256", "p256", n, rounds),
+                                        ("SoftHSM2 RSA-PSS 3072", "rsa-pss", max(n // 4, 50), max(3, rounds // 2)))]
 
-    def __new__(cls, inner: Any) -> Any:
-        from capseal.keys import Signer
 
-        class Unchecked(Signer):
-            external_device = False
-            alg = property(lambda self: inner.alg)
-            public_key = property(lambda self: inner.public_key)
-            uri = property(lambda self: inner.uri)
-            kid = property(lambda self: inner.kid)
+def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str) -> dict[str, Any]:
+    from capseal.keys.provision import create_key
 
-            def sign(self, data: bytes) -> Any:
-                return inner.sign(data)
+    msg = os.urandom(120)
+    with create_key(uri, alg, pin=PIN) as signer:
+        raws = raw_signers(signer)
+        arms: dict[str, Callable[[], float]] = {label: partial(ops_rate, f, count) for label, f in raws.items()}
+        arms["sign()"] = lambda: ops_rate(lambda: signer.sign(msg), count)
+        opened = [SealedArm(signer, tmp, count)]
+        arms["sealed 1 thr"] = lambda: opened[0].rate(1)
+        arms["sealed 2 thr"] = lambda: opened[0].rate(2)
+        if alg == "ed25519":
+            opened.append(SealedArm(signer, tmp, count, bench_only_skip_device_check=True))
+            arms["sealed 1 thr, no device check (bench only)"] = lambda: opened[1].rate(1)
+        try:
+            figures = rotating_rounds(arms, rounds)
+        finally:
+            for arm in opened:
+                arm.close()
+    return summarize(name, figures, list(raws), ["sealed 1 thr", "sealed 2 thr"])
 
-            def describe(self) -> dict[str, Any]:
-                return inner.describe()
 
-        return Unchecked()
+def software_row(n: int, tmp: str) -> dict[str, Any]:
+    from capseal.keys import UnsafeEphemeralSigner
+
+    software = UnsafeEphemeralSigner("EdDSA")
+    msg = os.urandom(120)
+    sealed = SealedArm(software, tmp, n)
+    try:
+        return {"backend": "software Ed25519", "sign()": best_rate(lambda: software.sign(msg), n),
+                "sealed 1 thr": max(sealed.rate(1) for _ in range(2)),
+                "sealed 2 thr": max(sealed.rate(2) for _ in range(2))}
+    finally:
+        sealed.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1000, help="operations per measurement (RSA uses n/4)")
+    ap.add_argument("--n", type=int, default=1000, help="operations per arm and round (RSA uses n/4)")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    n = args.n
-    rows: list[dict[str, Any]] = []
-    extra: dict[str, float] = {}
-    msg = os.urandom(120)
 
     with tempfile.TemporaryDirectory(prefix="capseal-bench-keys-") as tmp:
-        start_softhsm(tmp)
-        module = next(p for p in ("/usr/lib/softhsm/libsofthsm2.so", "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so")
-                      if os.path.exists(p))
-        from capseal.keys import UnsafeEphemeralSigner
-        from capseal.keys.provision import create_key
+        software = software_row(args.n, tmp)
+        rows = softhsm_rows(args.n, args.rounds, tmp)
+    import _keys_tpm  # noqa: E402  (a sibling script: swtpm rows)
 
-        software = UnsafeEphemeralSigner("EdDSA")
-        rows.append({"backend": "software Ed25519", "signs_per_s": best_rate(lambda i: software.sign(msg), n),
-                     "raw_c_sign_per_s": None,
-                     "sealed_1t_per_s": sealed_rate(software, tmp, n, 1),
-                     "sealed_2t_per_s": sealed_rate(software, tmp, n, 2)})
-
-        for name, alg, count in (("SoftHSM2 Ed25519", "ed25519", n), ("SoftHSM2 P-256", "p256", n),
-                                 ("SoftHSM2 RSA-PSS 3072", "rsa-pss", max(n // 4, 50))):
-            uri = f"pkcs11:token={LABEL};object=bench-{alg}?module-path={module}"
-            with create_key(uri, alg, pin=PIN) as signer:
-                row: dict[str, Any] = {"backend": name,
-                       "raw_c_sign_per_s": raw_c_sign_rate(signer, count),
-                       "signs_per_s": best_rate(lambda i: signer.sign(msg), count),
-                       "sealed_1t_per_s": sealed_rate(signer, tmp, count, 1),
-                       "sealed_2t_per_s": sealed_rate(signer, tmp, count, 2)}
-                rows.append(row)
-                if alg == "ed25519":
-                    unchecked = _BenchOnlySkipDeviceCheck(signer)
-                    extra["softhsm_ed25519_sealed_2t_no_device_check_per_s"] = sealed_rate(unchecked, tmp, count, 2)
-                    extra["softhsm_ed25519_sealed_1t_no_device_check_per_s"] = sealed_rate(unchecked, tmp, count, 1)
-                    # an operator setting, restored at once: a thread coming
-                    # back from C_Sign gets the GIL sooner (capseal never sets it)
-                    previous = sys.getswitchinterval()
-                    sys.setswitchinterval(0.0005)
-                    try:
-                        extra["softhsm_ed25519_sealed_2t_switch_0_5ms_per_s"] = sealed_rate(signer, tmp, count, 2)
-                    finally:
-                        sys.setswitchinterval(previous)
-
-    tpm_rows: list[tuple[str, float, float]] = []
-    tpm_error = None
-    tpm_file = Path(__file__).with_name("_keys_tpm.py")
-    if tpm_file.exists():
-        try:
-            spec_ = importlib.util.spec_from_file_location("_keys_tpm", tpm_file)
-            assert spec_ is not None and spec_.loader is not None
-            mod = importlib.util.module_from_spec(spec_)
-            spec_.loader.exec_module(mod)
-            tpm_rows = list(mod.run(n))
-        except Exception as exc:  # report, do not hide the other figures
-            tpm_error = f"{type(exc).__name__}: {exc}"
-
-    for row in rows:
-        raw = row["raw_c_sign_per_s"]
-        best_sealed = max(row["sealed_1t_per_s"], row["sealed_2t_per_s"])
-        row["sealed_vs_raw"] = best_sealed / raw if raw else None
+    rows.append(_keys_tpm.measure_rounds(args.n, args.rounds))
 
     if args.json:
-        print(json.dumps({"rows": rows, "extra": extra, "tpm": tpm_rows, "tpm_error": tpm_error}, indent=1))
+        print(json.dumps({"software": software, "rows": rows}, indent=1))
         return 0
-    print(f"signing backends, n={n} (RSA n/4), best of runs; sealed = durable in the ledger (submit + flush)")
-    print(f"  {'backend':<24}{'raw C_Sign/s':>13}{'sign()/s':>10}{'sealed/s 1 thr':>16}{'sealed/s 2 thr':>16}{'sealed/raw':>12}")
+    print(f"signing backends, n={args.n} per arm and round; sealed = durable in the ledger (submit + flush), "
+          "every device signature verified")
+    print(f"  software Ed25519 (best of runs): sign() {software['sign()']:.0f}/s, sealed "
+          f"{software['sealed 1 thr']:.0f}/s from 1 thread, {software['sealed 2 thr']:.0f}/s from 2")
     for row in rows:
-        raw = f"{row['raw_c_sign_per_s']:.0f}" if row["raw_c_sign_per_s"] else "—"
-        ratio = f"{row['sealed_vs_raw'] * 100:.0f} %" if row["sealed_vs_raw"] else "—"
-        print(f"  {row['backend']:<24}{raw:>13}{row['signs_per_s']:>10.0f}{row['sealed_1t_per_s']:>16.0f}"
-              f"{row['sealed_2t_per_s']:>16.0f}{ratio:>12}")
-    print("  SoftHSM2 Ed25519 without the producer's per-signature device check (bench only; capseal always checks):")
-    print(f"    sealed/s 1 thr {extra['softhsm_ed25519_sealed_1t_no_device_check_per_s']:.0f}, "
-          f"2 thr {extra['softhsm_ed25519_sealed_2t_no_device_check_per_s']:.0f}")
-    print("  SoftHSM2 Ed25519, 2 threads, sys.setswitchinterval(0.0005) (an operator setting; capseal never sets it):")
-    print(f"    sealed/s 2 thr {extra['softhsm_ed25519_sealed_2t_switch_0_5ms_per_s']:.0f}")
-    if tpm_rows:
-        for label, signs, sealed in tpm_rows:
-            print(f"  {label:<24}{'':>13}{signs:>10.0f}{sealed:>16.0f}")
-    elif tpm_error:
-        print(f"  TPM: bench/_keys_tpm.py failed: {tpm_error}")
-    else:
-        print("  TPM: bench/_keys_tpm.py not present")
+        print_row(row)
     return 0
 
 

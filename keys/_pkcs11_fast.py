@@ -6,13 +6,21 @@ signature (``C_SignInit``, ``C_Sign`` asking for the length, ``C_Sign``), each
 releasing and re-taking the GIL, and allocates an 8 KB output buffer each
 time. In the producer's pipeline the signing thread then queues for the GIL
 three times per signature behind threads doing capseal's own Python work,
-and the token waits meanwhile. Measured on SoftHSM2 Ed25519 with one Python
-thread competing for the GIL: 1,500–1,670 signatures/s through ``key.sign``,
-2,190–2,460/s here.
+and the token waits meanwhile. Alone, SoftHSM2 Ed25519 signs about 20 %
+faster this way (3,080–3,180/s against 2,300–2,680/s through ``key.sign``).
 
-Here ``C_SignInit`` runs with the GIL held (it only sets up the operation)
-and ``C_Sign`` runs once, with the GIL released, into a buffer of the
-signature's size made once per signer. Rules:
+Two calls per signature, into a buffer made once per signer, and for each
+call the GIL is kept or handed away as the call deserves (:class:`_GILPolicy`):
+a call that answers in microseconds (SoftHSM2's ``C_SignInit``, ~40 µs; its
+P-256 ``C_Sign``, ~45 µs) costs less with the GIL kept than with a handoff,
+while a slow one (SoftHSM2's Ed25519 ``C_Sign``, ~370 µs; any real device's
+round trip) must never stall the process's other threads. Measured in the
+pipelined producer against releasing the GIL for both calls (medians of 6 and
+10 rotating rounds): Ed25519 1,317 against 1,043 sealed/s with ``C_SignInit``
+kept and ``C_Sign`` released (+26 %); P-256 1,874 against 1,803 with both kept
+(+4 %, within this host's noise); the mixed choices were worse for P-256.
+
+Rules:
 
 * only for mechanisms without parameters (``CKM_EDDSA``, ``CKM_ECDSA``) and a
   known signature size; RSA-PSS keeps python-pkcs11's path;
@@ -34,6 +42,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 from typing import Any
 
 __all__ = ["FastSign"]
@@ -55,17 +64,76 @@ class _FunctionList(ctypes.Structure):
     _fields_ = [("major", ctypes.c_ubyte), ("minor", ctypes.c_ubyte)] + [(f"f{i}", ctypes.c_void_p) for i in range(44)]
 
 
-_SignInitType = ctypes.PYFUNCTYPE(_CK_ULONG, _CK_ULONG, ctypes.POINTER(_Mechanism), _CK_ULONG)  # keeps the GIL
-_SignType = ctypes.CFUNCTYPE(_CK_ULONG, _CK_ULONG, ctypes.c_char_p, _CK_ULONG, ctypes.c_void_p,
-                             ctypes.POINTER(_CK_ULONG))  # releases the GIL
+_SIGN_INIT_ARGS = (_CK_ULONG, _CK_ULONG, ctypes.POINTER(_Mechanism), _CK_ULONG)
+_SIGN_ARGS = (_CK_ULONG, _CK_ULONG, ctypes.c_char_p, _CK_ULONG, ctypes.c_void_p, ctypes.POINTER(_CK_ULONG))
 
-_TABLES: dict[str, tuple[Any, Any, Any] | None] = {}
+# s: a call this quick costs less with the GIL kept than with a handoff (waking
+# a thread and taking the GIL back costs tens to hundreds of µs under load).
+# SoftHSM2's calls fall in two clusters, 40–70 µs and ~370 µs (Ed25519 C_Sign),
+# and double under load: the limit sits between them.
+_KEEP_BELOW = 200e-6
+_PROBE_LIMIT = 1e-3  # s: a probe this slow ends the probing: the GIL is released
+_STALL_LIMIT = 50e-3  # s: a kept call this slow (a device gone slow) releases the GIL for good
+_PROBES = 16
+
+
+class _GILPolicy:
+    """One module function, called with the GIL kept (``PYFUNCTYPE``) or
+    released (``CFUNCTYPE``) as the function itself turns out to deserve.
+
+    The first 16 calls are probes, run with the GIL kept and timed: one over
+    1 ms releases the GIL at once (a slow device stalls the other threads at
+    most once); otherwise the GIL stays kept if their lower quartile is under
+    200 µs. After that the choice holds — a preempted call now and then must
+    not flip it — except that a kept call over 50 ms (a device that became
+    slow) releases the GIL for good. Only ever called under ``P11_LOCK``: one
+    caller at a time."""
+
+    __slots__ = ("_kept", "_released", "_keep", "_probes")
+
+    def __init__(self, address: int, args: tuple[Any, ...]) -> None:
+        self._kept = ctypes.PYFUNCTYPE(*args)(address)
+        self._released = ctypes.CFUNCTYPE(*args)(address)
+        self._keep = True
+        self._probes: list[float] | None = []
+
+    @property
+    def keeps_gil(self) -> bool:
+        return self._keep
+
+    @property
+    def probing(self) -> bool:
+        return self._probes is not None
+
+    def __call__(self, *args: Any) -> int:
+        if not self._keep:
+            return int(self._released(*args))
+        start = time.perf_counter()
+        rv = int(self._kept(*args))
+        took = time.perf_counter() - start
+        probes = self._probes
+        if probes is None:
+            if took > _STALL_LIMIT:
+                self._keep = False
+        elif took > _PROBE_LIMIT:
+            self._keep, self._probes = False, None
+        else:
+            probes.append(took)
+            if len(probes) == _PROBES:
+                # the lower quartile: interference (a preempted call, cold caches
+                # at start) only ever adds time, so the quick calls tell the cost
+                self._keep, self._probes = sorted(probes)[_PROBES // 4] < _KEEP_BELOW, None
+        return rv
+
+
+_TABLES: dict[str, tuple[Any, int, int] | None] = {}
 _TABLES_LOCK = threading.Lock()
 
 
-def _table(path: str) -> tuple[Any, Any, Any] | None:
-    """(library, C_SignInit, C_Sign) of the module at ``path`` (already loaded
-    and initialised by python-pkcs11: the same dlopen handle), or None."""
+def _table(path: str) -> tuple[Any, int, int] | None:
+    """(library, address of C_SignInit, of C_Sign) for the module at ``path``
+    (already loaded and initialised by python-pkcs11: the same dlopen
+    handle), or None."""
     with _TABLES_LOCK:
         if path in _TABLES:
             return _TABLES[path]
@@ -77,8 +145,7 @@ def _table(path: str) -> tuple[Any, Any, Any] | None:
                 functions = table.contents
                 exported = ctypes.cast(lib.C_GetFunctionList, ctypes.c_void_p).value
                 if getattr(functions, f"f{_GET_FUNCTION_LIST}") == exported:
-                    entry = (lib, _SignInitType(getattr(functions, f"f{_SIGN_INIT}")),
-                             _SignType(getattr(functions, f"f{_SIGN}")))
+                    entry = (lib, getattr(functions, f"f{_SIGN_INIT}"), getattr(functions, f"f{_SIGN}"))
         except (OSError, AttributeError, ValueError, TypeError) as exc:
             log.debug("no direct C_Sign for %s: %s", path, type(exc).__name__)
         _TABLES[path] = entry
@@ -97,12 +164,20 @@ class FastSign:
         table = _table(module_path)
         return None if table is None else cls(table, mechanism, size)
 
-    def __init__(self, table: tuple[Any, Any, Any], mechanism: int, size: int) -> None:
-        self._lib, self._init, self._sign = table
+    def __init__(self, table: tuple[Any, int, int], mechanism: int, size: int) -> None:
+        self._lib = table[0]
+        # per signer: the same module answers each mechanism at its own speed
+        self._init = _GILPolicy(table[1], _SIGN_INIT_ARGS)
+        self._sign = _GILPolicy(table[2], _SIGN_ARGS)
         self._mechanism = _Mechanism(int(mechanism), None, 0)
         self._out = ctypes.create_string_buffer(_BUFFER)
         self._out_len = _CK_ULONG()
         self._size = size  # the caller checks the length it gets against this
+
+    @property
+    def keeps_gil(self) -> dict[str, bool]:
+        """Which calls currently run with the GIL kept (diagnostics)."""
+        return {"C_SignInit": self._init.keeps_gil, "C_Sign": self._sign.keeps_gil}
 
     def sign(self, session_handle: int, key_handle: int, data: bytes) -> bytes | None:
         """The signature, or None when the module said anything but CKR_OK
