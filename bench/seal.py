@@ -4,12 +4,13 @@ Prints, for a typical capsule (effect + disposition + constraints + chain):
   * reference: agent-action-capsule 0.12.0 ``Capsule(...).seal()`` plus an
     Ed25519 AAC profile envelope (cbor2 + cryptography), capsules/s;
   * the bare floor: JCS (json fast path), SHA-256, COSE_Sign1, Ed25519 sign;
+    (these first three in rotating rounds: medians, and capseal/reference per round)
   * capseal: ``Producer`` seal path (assemble, derive assurance, canonicalize,
     strict model, Class-1 self-check, sign) without the ledger;
   * capseal into the durable ledger: one thread waiting for each record, one
     thread pipelining with submit()/flush(), and 4 threads (group commit).
 
-Usage: python bench/seal.py [--n 3000] [--json]
+Usage: python bench/seal.py [--n 3000] [--rounds 7] [--json]
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import cbor2
-from _common import PARENT, threaded_rate
+from _common import PARENT, median, rotating_rounds, threaded_rate
 from _common import typical_spec as _typical
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -100,13 +102,11 @@ def floor_sealer() -> Callable[[int], bytes]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of the reference / floor / capseal comparison")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     n = args.n
     out: dict[str, float] = {}
-
-    out["reference_signed_per_s"] = rate(reference_sealer(), n)
-    out["floor_per_s"] = rate(floor_sealer(), n)
 
     with tempfile.TemporaryDirectory() as tmp:
         producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), os.path.join(tmp, "mem.db"))
@@ -116,7 +116,17 @@ def main(argv: list[str] | None = None) -> int:
             capsule = producer._assemble(typical_spec(next(seq)))
             return producer._sign(capsule)
 
-        out["capseal_signed_per_s"] = rate(capseal_no_ledger, n)
+        # the three in rotating rounds, each round's ratio from neighbours in
+        # time (this host's speed drifts by a third over seconds)
+        sealers = {"reference": reference_sealer(), "floor": floor_sealer(), "capseal": capseal_no_ledger}
+        figures = rotating_rounds({name: partial(rate, fn, n, 1) for name, fn in sealers.items()}, args.rounds)
+        out["reference_signed_per_s"] = median(figures["reference"])
+        out["floor_per_s"] = median(figures["floor"])
+        out["capseal_signed_per_s"] = median(figures["capseal"])
+        ratios = [c / r for c, r in zip(figures["capseal"], figures["reference"])]
+        out["speedup_vs_reference"] = median(ratios)
+        out["speedup_min"], out["speedup_max"] = min(ratios), max(ratios)
+        out["floor_vs_reference"] = median([f / r for f, r in zip(figures["floor"], figures["reference"])])
         producer.close()
 
         producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), os.path.join(tmp, "durable.db"))
@@ -142,15 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         out["ledger_records_per_commit"] = stats.records / max(stats.commits, 1)
         producer.close()
 
-    out["speedup_vs_reference"] = out["capseal_signed_per_s"] / out["reference_signed_per_s"]
-    out["floor_vs_reference"] = out["floor_per_s"] / out["reference_signed_per_s"]
     if args.json:
         print(json.dumps({k: round(v, 2) for k, v in out.items()}))
         return 0
-    print(f"sealing a typical capsule (effect + disposition + constraints + chain), n={n}, best of runs")
+    print(f"sealing a typical capsule (effect + disposition + constraints + chain), n={n}; the first three: "
+          f"medians of {args.rounds} rotating rounds, ratios per round; the rest: best of runs")
     print(f"  reference Capsule.seal() + Ed25519 envelope : {out['reference_signed_per_s']:9.0f} /s")
     print(f"  bare floor (JCS, SHA-256, COSE, Ed25519)    : {out['floor_per_s']:9.0f} /s  ({out['floor_vs_reference']:.2f}x reference)")
-    print(f"  capseal sealed and signed (no ledger)       : {out['capseal_signed_per_s']:9.0f} /s  ({out['speedup_vs_reference']:.2f}x reference)")
+    print(f"  capseal sealed and signed (no ledger)       : {out['capseal_signed_per_s']:9.0f} /s  "
+          f"({out['speedup_vs_reference']:.2f}x reference; rounds {out['speedup_min']:.2f}–{out['speedup_max']:.2f}x)")
     print(f"  capseal durable into the ledger, 1 thread   : {out['capseal_durable_1thread_per_s']:9.0f} /s")
     print(f"  capseal durable, 1 thread, submit()+flush() : {out['capseal_durable_pipelined_per_s']:9.0f} /s")
     print(f"  capseal durable into the ledger, 4 threads  : {out['capseal_durable_4threads_per_s']:9.0f} /s"
