@@ -34,13 +34,15 @@ Rules:
   small, the operation is ended with a buffer of the size it asks for);
 * the function table is trusted only when its ``C_GetFunctionList`` entry is
   the module's exported ``C_GetFunctionList`` (the layout is as expected);
-  otherwise there is no fast path.
+  otherwise there is no fast path. Not on Windows, where PKCS#11 structures
+  are packed differently.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -134,10 +136,12 @@ def _table(path: str) -> tuple[Any, int, int] | None:
     """(library, address of C_SignInit, of C_Sign) for the module at ``path``
     (already loaded and initialised by python-pkcs11: the same dlopen
     handle), or None."""
+    if sys.platform == "win32":  # CK_* structures are 1-byte packed there
+        return None
     with _TABLES_LOCK:
         if path in _TABLES:
             return _TABLES[path]
-        entry: tuple[Any, Any, Any] | None = None
+        entry: tuple[Any, int, int] | None = None
         try:
             lib = ctypes.CDLL(path)  # holds a reference: the module is never unloaded under us
             table = ctypes.POINTER(_FunctionList)()
