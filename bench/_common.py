@@ -134,5 +134,8 @@ def print_row(row: dict[str, Any]) -> None:
           f"(per-round range {100 * lo:.0f}–{100 * hi:.0f} %)")
     for arm, value in row["median"].items():
         print(f"    {arm:<46}{value:>8.0f} /s")
+    if "keeps_gil" in row:
+        kept = [call for call, keep in row["keeps_gil"].items() if keep]
+        print(f"    {'direct path keeps the GIL across':<46}{', '.join(kept) or 'neither call':>8}")
     if "swtpm_busy_median" in row:
         print(f"    {'swtpm busy while sealing (CPU / wall)':<46}{100 * row['swtpm_busy_median']:>7.0f} %")

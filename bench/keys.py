@@ -138,7 +138,10 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
         finally:
             for arm in opened:
                 arm.close()
-    return summarize(name, figures, list(raws), ["sealed 1 thr", "sealed 2 thr"])
+        row = summarize(name, figures, list(raws), ["sealed 1 thr", "sealed 2 thr"])
+        if signer._fast is not None:
+            row["keeps_gil"] = signer._fast.keeps_gil
+    return row
 
 
 def software_row(n: int, tmp: str) -> dict[str, Any]:

@@ -159,16 +159,18 @@ def _table(path: str) -> tuple[Any, int, int] | None:
 class FastSign:
     """One signer's direct ``C_Sign``: its mechanism and output buffer."""
 
-    __slots__ = ("_lib", "_init", "_sign", "_mechanism", "_out", "_out_len", "_size")
+    __slots__ = ("_lib", "_init", "_sign", "_mechanism", "_out", "_out_len")
 
     @classmethod
     def create(cls, module_path: str, mechanism: int, param: Any, size: int | None) -> FastSign | None:
+        """None unless the mechanism takes no parameter and makes signatures of
+        one known size (the caller checks each signature's length against it)."""
         if param is not None or size is None:
             return None
         table = _table(module_path)
-        return None if table is None else cls(table, mechanism, size)
+        return None if table is None else cls(table, mechanism)
 
-    def __init__(self, table: tuple[Any, int, int], mechanism: int, size: int) -> None:
+    def __init__(self, table: tuple[Any, int, int], mechanism: int) -> None:
         self._lib = table[0]
         # per signer: the same module answers each mechanism at its own speed
         self._init = _GILPolicy(table[1], _SIGN_INIT_ARGS)
@@ -176,11 +178,10 @@ class FastSign:
         self._mechanism = _Mechanism(int(mechanism), None, 0)
         self._out = ctypes.create_string_buffer(_BUFFER)
         self._out_len = _CK_ULONG()
-        self._size = size  # the caller checks the length it gets against this
 
     @property
     def keeps_gil(self) -> dict[str, bool]:
-        """Which calls currently run with the GIL kept (diagnostics)."""
+        """Which calls currently run with the GIL kept (bench/keys.py prints it)."""
         return {"C_SignInit": self._init.keeps_gil, "C_Sign": self._sign.keeps_gil}
 
     def sign(self, session_handle: int, key_handle: int, data: bytes) -> bytes | None:
