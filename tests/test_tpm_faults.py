@@ -5,7 +5,9 @@ written for a failed seal, and sealing resumes without restarting the process.""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -133,6 +135,38 @@ def test_submitted_records_while_the_tpm_is_down(tpm: Any, tmp_path: Path) -> No
     signer.close()
     report = verify_ledger(ledger)
     assert report.ok and report.counts()["records"] == 201
+
+
+def test_a_hung_tpm_times_out_and_sealing_resumes(tpm: Any, tmp_path: Path) -> None:
+    """swtpm frozen (SIGSTOP: the connection stays open, no answer comes):
+    seal() and every queued submit() fail after the signer's timeout with a
+    typed error naming the TCTI, and write nothing; once the TPM answers
+    again (SIGCONT) the same producer seals again, in the same process."""
+    ledger = tmp_path / "l.db"
+    signer = open_signer(_uri(tpm), timeout=1.0)
+    try:
+        with Producer("acme", "agent@1", signer, ledger) as producer:
+            producer.seal(_spec(0))
+            os.kill(tpm.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(SignerUnavailableError, match=re.escape(f"TPM {tpm.tcti} did not answer within 1.0 s")):
+                    producer.seal(_spec(1))
+                queued = [producer.submit(_spec(2 + i)) for i in range(5)]
+                producer.flush()
+                for pending in queued:
+                    with pytest.raises(SignerUnavailableError, match=re.escape(tpm.tcti)):
+                        pending.result()
+                assert producer.ledger.count() == 2  # the epoch boundary and the first record
+            finally:
+                os.kill(tpm.pid, signal.SIGCONT)
+            after = [producer.submit(_spec(10 + i)) for i in range(20)]
+            producer.flush()
+            assert [p.result().seq for p in after] == list(range(3, 23))
+            producer.seal(_spec(30))
+    finally:
+        signer.close()
+    report = verify_ledger(ledger)
+    assert report.ok and report.counts()["records"] == 23
 
 
 def test_object_slots_full(tpm: Any, tmp_path: Path) -> None:
