@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -351,14 +350,15 @@ class TPMSigner(Signer):
 
     def begin_sign(self, data: bytes) -> PendingSignature:
         """Queue the signature on the device's worker and return at once; the
-        same errors and timeout as :meth:`sign` come from ``result()`` (the
-        timeout counts from now)."""
+        same errors as :meth:`sign` come from ``result()``, and the same
+        timeout: on the TPM's time per command, never on the wait in the
+        queue (see :meth:`TPMDevice.wait`)."""
         if self._closed:
             raise SignerUnavailableError(f"{self.describe_short()} was closed")
         digest = self._digest(data).digest()
         fut = self._device.submit(lambda ectx: self._sign_on_worker(ectx, digest),
                                   what=f"signing with {self._ref.describe_key()}")
-        return _QueuedSignature(self, fut, time.monotonic())
+        return _QueuedSignature(self, fut)
 
     def _sign_on_worker(self, ectx: Any, digest: bytes) -> bytes:
         shape = self._shape
@@ -458,14 +458,14 @@ class TPMSigner(Signer):
 class _QueuedSignature(PendingSignature):
     """A TPM2_Sign queued on the device worker (see :meth:`TPMSigner.begin_sign`)."""
 
-    __slots__ = ("_signer", "_fut", "_started")
+    __slots__ = ("_signer", "_fut")
 
-    def __init__(self, signer: TPMSigner, fut: Future[bytes], started: float) -> None:
-        self._signer, self._fut, self._started = signer, fut, started
+    def __init__(self, signer: TPMSigner, fut: Future[bytes]) -> None:
+        self._signer, self._fut = signer, fut
 
     def result(self) -> SignatureResult:
         signer = self._signer
-        raw = signer._device.wait(self._fut, signer._timeout, started=self._started)
+        raw = signer._device.wait(self._fut, signer._timeout)
         return SignatureResult(raw, signer.kid, signer._shape.alg)
 
 

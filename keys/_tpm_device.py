@@ -328,6 +328,9 @@ class TPMDevice:
         self._generation = 0
         self._closed = False
         self._lock = threading.Lock()
+        #: when the worker started the command it is running (None: idle); the
+        #: timeouts of :meth:`wait` count from it
+        self._busy_since: float | None = None
         self._thread = threading.Thread(target=self._worker, name=f"capseal-tpm[{tcti}]", daemon=True)
         self._thread.start()
 
@@ -345,8 +348,9 @@ class TPMDevice:
 
         ``retry``: when the connection turns out to be dead, reconnect and run
         ``fn`` once more (only for idempotent work; provisioning passes False).
-        ``timeout``: seconds to wait for the worker (a hung TPM); on expiry
-        SignerUnavailableError is raised and the job is abandoned.
+        ``timeout``: seconds the TPM may spend on one command (a hung TPM);
+        on expiry SignerUnavailableError is raised and the job is abandoned
+        (see :meth:`wait`).
         Raises typed capseal errors only (see :func:`map_tss_error`); other
         exceptions from ``fn`` become DeviceError (the original is chained).
         """
@@ -369,20 +373,28 @@ class TPMDevice:
         self._jobs.put((fn, retry, what, fut))
         return fut
 
-    def wait(self, fut: Future[T], timeout: float | None = None, *, started: float | None = None) -> T:
+    def wait(self, fut: Future[T], timeout: float | None = None) -> T:
         """The result of a job queued with :meth:`submit`, as :meth:`call` returns it.
-        ``timeout`` counts from ``started`` (a ``time.monotonic()`` reading;
-        default now); on expiry the job is abandoned and SignerUnavailableError
+
+        ``timeout`` bounds how long the TPM may spend on *one* command, not
+        how long a job may wait its turn: a deep queue in front of a working
+        TPM never times out. When the command the worker is running has gone
+        on for ``timeout`` — counted from when it started, or from when this
+        wait began if that is later — the TPM is taken for hung: this job is
+        abandoned (dropped if it has not started) and SignerUnavailableError
         raised."""
-        deadline = None if timeout is None else (time.monotonic() if started is None else started) + timeout
+        began = time.monotonic()
         while True:
+            since = self._busy_since
+            deadline = None if timeout is None else max(began, since or began) + timeout
             wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
             try:
                 return fut.result(wait)
             except _FutureTimeout:
                 if not self._thread.is_alive():  # closed while this job was being queued
                     raise SignerUnavailableError(f"TPM {self.tcti}: this device handle was closed") from None
-                if deadline is not None and time.monotonic() >= deadline:
+                since = self._busy_since
+                if timeout is not None and since is not None and time.monotonic() >= max(began, since) + timeout:
                     fut.cancel()
                     raise SignerUnavailableError(f"TPM {self.tcti} did not answer within {timeout} s") from None
 
@@ -464,12 +476,15 @@ class TPMDevice:
                 return
             if not fut.set_running_or_notify_cancel():
                 continue
+            self._busy_since = time.monotonic()
             try:
                 result = self._run(fn, retry, what)
             except BaseException as exc:  # handed to the caller, never lost
                 fut.set_exception(exc)
             else:
                 fut.set_result(result)
+            finally:
+                self._busy_since = None
 
     def _drain_after_close(self) -> None:
         while True:

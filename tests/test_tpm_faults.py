@@ -169,6 +169,25 @@ def test_a_hung_tpm_times_out_and_sealing_resumes(tpm: Any, tmp_path: Path) -> N
     assert report.ok and report.counts()["records"] == 23
 
 
+def test_a_deep_queue_before_a_slow_tpm_does_not_time_out(tpm: Any) -> None:
+    """The timeout bounds the TPM's time per command, not a job's wait in the
+    queue: 60 commands of 50 ms each queued at once on the real device worker
+    (3 s in all) all succeed with a 1 s timeout, in order."""
+    device = get_device(tpm.tcti)
+
+    def slow_command(i: int) -> Any:
+        def job(ectx: Any) -> int:
+            time.sleep(0.05)  # a slow TPM command (an RSA signature on a discrete TPM)
+            ectx.get_random(8)  # and a real one
+            return i
+
+        return job
+
+    futures = [device.submit(slow_command(i), what=f"command {i}") for i in range(60)]
+    assert device.wait(futures[-1], 1.0) == 59  # waits 3 s behind 59 commands, none of them hung
+    assert [device.wait(f, 1.0) for f in futures] == list(range(60))
+
+
 def test_object_slots_full(tpm: Any, tmp_path: Path) -> None:
     """Another connection fills the three transient slots: sealing with a
     persistent key and with a key file fails with TPMObjectMemoryError naming
