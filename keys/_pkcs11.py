@@ -111,7 +111,8 @@ class PKCS11Signer(Signer):
         self._epoch: int = epoch
         self._kid_cache = kid_for(pair.public_key)
         # C_Sign straight through the function table when the mechanism allows (see _pkcs11_fast)
-        self._fast = FastSign.create(ts.module.real, self._mech.mechanism, self._mech.param, self._mech.size)
+        self._fast = FastSign.create(ts.module.real, self._mech.mechanism, self._mech.param, self._mech.size,
+                                     software_token=ts.token.manufacturer_id in SOFTWARE_TOKEN_MANUFACTURERS)
 
     @classmethod
     def from_uri(

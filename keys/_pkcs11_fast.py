@@ -10,11 +10,12 @@ and the token waits meanwhile. Alone, SoftHSM2 Ed25519 signs about 20 %
 faster this way (3,080–3,180/s against 2,300–2,680/s through ``key.sign``).
 
 Two calls per signature, into a buffer made once per signer, and for each
-call the GIL is kept or handed away as the call deserves (:class:`_GILPolicy`):
-a call that answers in microseconds (SoftHSM2's ``C_SignInit``, ~40 µs; its
-P-256 ``C_Sign``, ~45 µs) costs less with the GIL kept than with a handoff,
-while a slow one (SoftHSM2's Ed25519 ``C_Sign``, ~370 µs; any real device's
-round trip) must never stall the process's other threads. Measured in the
+call the GIL is released — or, on an in-process software token only, kept or
+handed away as the call deserves (:class:`_GILPolicy`): a call that answers
+in microseconds (SoftHSM2's ``C_SignInit``, ~40 µs; its P-256 ``C_Sign``,
+~45 µs) costs less with the GIL kept than with a handoff, while a slow one
+(SoftHSM2's Ed25519 ``C_Sign``, ~370 µs) is better left to run beside the
+other threads, and a real device's calls may block for any length of time. Measured in the
 pipelined producer against releasing the GIL for both calls (medians of 6 and
 10 rotating rounds): Ed25519 1,317 against 1,043 sealed/s with ``C_SignInit``
 kept and ``C_Sign`` released (+26 %); P-256 1,874 against 1,803 with both kept
@@ -30,8 +31,8 @@ Rules:
   signature through python-pkcs11, which raises its own typed exceptions (and
   the reconnect logic applies): error handling exists once. A failed
   ``C_Sign`` ends the operation (PKCS#11 §5.11; the buffer is never too small),
-  so the retry starts clean (and should a module still say the buffer is too
-  small, the operation is ended with a buffer of the size it asks for);
+  so the retry starts clean; and nothing — not a KeyboardInterrupt between
+  the two calls — leaves an operation active (see :meth:`FastSign.sign`);
 * the function table is trusted only when its ``C_GetFunctionList`` entry is
   the module's exported ``C_GetFunctionList`` (the layout is as expected);
   otherwise there is no fast path. Not on Windows, where PKCS#11 structures
@@ -53,7 +54,9 @@ log = logging.getLogger("capseal.keys.pkcs11")
 
 _CK_ULONG = ctypes.c_ulong
 _CKR_BUFFER_TOO_SMALL = 0x150
+_CKR_OPERATION_ACTIVE = 0x90
 _BUFFER = 1024  # far above any signature made here (at most 96 bytes)
+_SPARE = 16384  # ends a leftover operation whatever its mechanism (RSA-8192 signs 1 KB)
 _SIGN_INIT, _SIGN, _GET_FUNCTION_LIST = 42, 43, 3  # 0-based slots after CK_VERSION (PKCS#11 2.40 §5.13)
 
 
@@ -83,21 +86,26 @@ class _GILPolicy:
     """One module function, called with the GIL kept (``PYFUNCTYPE``) or
     released (``CFUNCTYPE``) as the function itself turns out to deserve.
 
-    The first 16 calls are probes, run with the GIL kept and timed: one over
-    1 ms releases the GIL at once (a slow device stalls the other threads at
-    most once); otherwise the GIL stays kept if their lower quartile is under
-    200 µs. After that the choice holds — a preempted call now and then must
-    not flip it — except that a kept call over 50 ms (a device that became
-    slow) releases the GIL for good. Only ever called under ``P11_LOCK``: one
-    caller at a time."""
+    Only an in-process software token may keep the GIL (``may_keep``): a
+    call into a real device can block for as long as the device likes (a
+    network HSM reconnecting, a token pulled out), and with the GIL kept the
+    whole process would stop with it. Any other module's calls always release
+    it.
+
+    For a software token the first 16 calls are probes, run with the GIL
+    kept and timed: one over 1 ms releases the GIL at once; otherwise the GIL
+    stays kept if their lower quartile is under 200 µs. After that the choice
+    holds — a preempted call now and then must not flip it — except that a
+    kept call over 50 ms releases the GIL for good. Only ever called under
+    ``P11_LOCK``: one caller at a time."""
 
     __slots__ = ("_kept", "_released", "_keep", "_probes")
 
-    def __init__(self, address: int, args: tuple[Any, ...]) -> None:
+    def __init__(self, address: int, args: tuple[Any, ...], *, may_keep: bool) -> None:
         self._kept = ctypes.PYFUNCTYPE(*args)(address)
         self._released = ctypes.CFUNCTYPE(*args)(address)
-        self._keep = True
-        self._probes: list[float] | None = []
+        self._keep = may_keep
+        self._probes: list[float] | None = [] if may_keep else None
 
     @property
     def keeps_gil(self) -> bool:
@@ -162,19 +170,22 @@ class FastSign:
     __slots__ = ("_lib", "_init", "_sign", "_mechanism", "_out", "_out_len")
 
     @classmethod
-    def create(cls, module_path: str, mechanism: int, param: Any, size: int | None) -> FastSign | None:
+    def create(cls, module_path: str, mechanism: int, param: Any, size: int | None, *,
+               software_token: bool) -> FastSign | None:
         """None unless the mechanism takes no parameter and makes signatures of
-        one known size (the caller checks each signature's length against it)."""
+        one known size (the caller checks each signature's length against it).
+        ``software_token``: the module is an in-process software token, whose
+        quick calls may keep the GIL (see :class:`_GILPolicy`)."""
         if param is not None or size is None:
             return None
         table = _table(module_path)
-        return None if table is None else cls(table, mechanism)
+        return None if table is None else cls(table, mechanism, software_token=software_token)
 
-    def __init__(self, table: tuple[Any, int, int], mechanism: int) -> None:
+    def __init__(self, table: tuple[Any, int, int], mechanism: int, *, software_token: bool) -> None:
         self._lib = table[0]
         # per signer: the same module answers each mechanism at its own speed
-        self._init = _GILPolicy(table[1], _SIGN_INIT_ARGS)
-        self._sign = _GILPolicy(table[2], _SIGN_ARGS)
+        self._init = _GILPolicy(table[1], _SIGN_INIT_ARGS, may_keep=software_token)
+        self._sign = _GILPolicy(table[2], _SIGN_ARGS, may_keep=software_token)
         self._mechanism = _Mechanism(int(mechanism), None, 0)
         self._out = ctypes.create_string_buffer(_BUFFER)
         self._out_len = _CK_ULONG()
@@ -186,16 +197,35 @@ class FastSign:
 
     def sign(self, session_handle: int, key_handle: int, data: bytes) -> bytes | None:
         """The signature, or None when the module said anything but CKR_OK
-        (the caller then signs through python-pkcs11). ``P11_LOCK`` held."""
-        if self._init(session_handle, ctypes.byref(self._mechanism), key_handle) != 0:
-            return None
-        self._out_len.value = _BUFFER
-        rv = self._sign(session_handle, data, len(data), self._out, ctypes.byref(self._out_len))
-        if rv == _CKR_BUFFER_TOO_SMALL:  # the operation is still active: end it, then use the slow path
-            bigger = ctypes.create_string_buffer(max(int(self._out_len.value), _BUFFER) * 2)
-            self._out_len.value = len(bigger)
-            self._sign(session_handle, data, len(data), bigger, ctypes.byref(self._out_len))
-            return None
+        (the caller then signs through python-pkcs11). ``P11_LOCK`` held.
+
+        No signing operation is ever left active on the session: whatever
+        stops this method between ``C_SignInit`` and a completed ``C_Sign`` (a
+        KeyboardInterrupt, a module that still says the buffer is too small)
+        ends the operation before it returns or raises. And an operation
+        someone else left active (CKR_OPERATION_ACTIVE) is ended once and
+        ``C_SignInit`` tried again, instead of failing every later signature."""
+        rv = self._init(session_handle, ctypes.byref(self._mechanism), key_handle)
+        if rv == _CKR_OPERATION_ACTIVE:
+            self._end_operation(session_handle)
+            rv = self._init(session_handle, ctypes.byref(self._mechanism), key_handle)
         if rv != 0:
             return None
-        return self._out.raw[: self._out_len.value]
+        done = False
+        try:
+            self._out_len.value = _BUFFER
+            rv = self._sign(session_handle, data, len(data), self._out, ctypes.byref(self._out_len))
+            done = rv != _CKR_BUFFER_TOO_SMALL  # any other answer ends the operation (PKCS#11 §5.11)
+            if rv != 0:
+                return None
+            return self._out.raw[: self._out_len.value]
+        finally:
+            if not done:
+                self._end_operation(session_handle)
+
+    def _end_operation(self, session_handle: int) -> None:
+        """End an active signing operation: a ``C_Sign`` into a buffer big enough
+        for any signature (its result is thrown away)."""
+        spare = ctypes.create_string_buffer(_SPARE)
+        length = _CK_ULONG(_SPARE)
+        self._sign._released(session_handle, b"\0", 1, spare, ctypes.byref(length))

@@ -66,6 +66,7 @@ class SigningPipeline:
         self._to_finish: queue.Queue[Any] = queue.Queue(maxsize=depth if begin is not None else 0)
         self._lock = threading.Condition()
         self._outstanding = 0
+        self._putting = 0
         self._closed = False
         self._threads = [threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True)]
         if begin is None:
@@ -78,15 +79,26 @@ class SigningPipeline:
             if self._closed:
                 raise LedgerClosedError("the signing pipeline is closed")
             self._outstanding += 1
-        if self._begin is None:
-            self._to_sign.put(job)
-            return
+            self._putting += 1  # close() queues its stop only after every put under way
+        queued = False
         try:
-            pending = self._begin(job)
-        except BaseException as exc:  # noqa: BLE001 - failed like a signature that failed, in order
-            self._to_finish.put((job, None, exc))
-            return
-        self._to_finish.put((job, pending, None))
+            if self._begin is None:
+                self._to_sign.put(job)
+            else:
+                try:
+                    pending = self._begin(job)
+                except Exception as exc:  # noqa: BLE001 - failed like a signature that failed, in order
+                    self._to_finish.put((job, None, exc))
+                else:
+                    self._to_finish.put((job, pending, None))
+            queued = True
+        finally:
+            with self._lock:
+                self._putting -= 1
+                if not queued:  # e.g. KeyboardInterrupt: the caller learns it; the job never was
+                    self._outstanding -= 1
+                if (self._closed and self._putting == 0) or self._outstanding == 0:
+                    self._lock.notify_all()  # close() or drain() may be waiting for this
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every job put so far has been finished or failed."""
@@ -99,6 +111,7 @@ class SigningPipeline:
             if self._closed:
                 return
             self._closed = True
+            self._lock.wait_for(lambda: self._putting == 0)  # their jobs go in before the stop
         (self._to_sign if self._begin is None else self._to_finish).put(_STOP)
         for t in self._threads:
             t.join()

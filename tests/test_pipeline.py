@@ -5,8 +5,10 @@ own record and writes nothing, and close()/flush() finish what was queued."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,12 +63,30 @@ class QueuedFlakyDevice(FlakyDevice):
     def begin_sign(self, data: bytes) -> PendingSignature:
         return _Queued(self.worker.submit(self.sign, data))
 
+    def close(self) -> None:
+        self.worker.shutdown()
 
-DEVICES = pytest.mark.parametrize("make", [FlakyDevice, QueuedFlakyDevice], ids=["signing-thread", "device-queue"])
+
+@pytest.fixture()
+def make(request: pytest.FixtureRequest) -> Iterator[Callable[[], FlakyDevice]]:
+    """Makes devices of the parametrized class; each is closed after the test."""
+    made: list[FlakyDevice] = []
+
+    def new() -> FlakyDevice:
+        made.append(request.param())
+        return made[-1]
+
+    yield new
+    for device in made:
+        device.close()
+
+
+DEVICES = pytest.mark.parametrize("make", [FlakyDevice, QueuedFlakyDevice], ids=["signing-thread", "device-queue"],
+                                  indirect=True)
 
 
 @DEVICES
-def test_pipeline_keeps_order_and_checks_every_signature(make: type[FlakyDevice], tmp_path: Path) -> None:
+def test_pipeline_keeps_order_and_checks_every_signature(make: Callable[[], FlakyDevice], tmp_path: Path) -> None:
     device = make()
     with Producer("acme", "agent@1", device, Ledger(tmp_path / "l.db")) as producer:
         first = producer.seal({"action_id": "sync-0", "action_type": "fyi"})  # sync path: epoch + 1 record
@@ -90,7 +110,7 @@ def test_pipeline_keeps_order_and_checks_every_signature(make: type[FlakyDevice]
 
 
 @DEVICES
-def test_pipeline_refuses_bad_input_before_queueing(make: type[FlakyDevice], tmp_path: Path) -> None:
+def test_pipeline_refuses_bad_input_before_queueing(make: Callable[[], FlakyDevice], tmp_path: Path) -> None:
     device = make()
     with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
         with pytest.raises(FloatInDigestError):
@@ -101,7 +121,7 @@ def test_pipeline_refuses_bad_input_before_queueing(make: type[FlakyDevice], tmp
 
 
 @DEVICES
-def test_close_finishes_the_queue(make: type[FlakyDevice], tmp_path: Path) -> None:
+def test_close_finishes_the_queue(make: Callable[[], FlakyDevice], tmp_path: Path) -> None:
     device = make()
     producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
     pendings = [producer.submit({"action_id": f"c-{i}", "action_type": "fyi"}) for i in range(50)]
@@ -163,5 +183,55 @@ def test_a_device_queue_needs_no_signing_thread(tmp_path: Path) -> None:
         seqs = [p.result().seq for i, p in enumerate(pendings) if i != 2]
         assert seqs == sorted(seqs) and len(seqs) == 5
         assert producer.ledger.count() == 1 + 5  # the epoch boundary and the five that were signed
-    device.worker.shutdown()
+    device.close()
     assert capseal.verify_ledger(tmp_path / "l.db").ok
+
+
+def test_close_during_a_put_loses_nothing(tmp_path: Path) -> None:
+    """close() while another thread's submit() is still handing its job to the
+    device: the job goes in before the pipeline stops, and is sealed."""
+    device = QueuedFlakyDevice()
+    entered = threading.Event()
+    real_begin = device.begin_sign
+
+    def slow_begin(data: bytes) -> PendingSignature:
+        entered.set()
+        threading.Event().wait(0.3)  # the device takes its time to accept the command
+        return real_begin(data)
+
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    producer.submit({"action_id": "first", "action_type": "fyi"}).result()
+    device.begin_sign = slow_begin  # type: ignore[method-assign]
+    submitted: list[Any] = []
+    caller = threading.Thread(target=lambda: submitted.append(producer.submit({"action_id": "late", "action_type": "fyi"})))
+    caller.start()
+    assert entered.wait(5)
+    producer.close()  # while the put is under way
+    caller.join()
+    assert submitted[0].result(timeout=5).seq == 3  # the epoch boundary, "first", then this one
+    device.close()
+    with Ledger(tmp_path / "l.db") as ledger:
+        assert ledger.count() == 3
+
+
+def test_an_interrupt_while_queueing_is_the_callers(tmp_path: Path) -> None:
+    """A KeyboardInterrupt while submit() hands the job to the device reaches
+    the caller (it is not turned into a failed record), nothing is written,
+    and flush() does not wait for a job that never was."""
+    device = QueuedFlakyDevice()
+    real_begin = device.begin_sign
+
+    def interrupted(data: bytes) -> PendingSignature:
+        raise KeyboardInterrupt
+
+    with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+        producer.submit({"action_id": "before", "action_type": "fyi"}).result()
+        device.begin_sign = interrupted  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            producer.submit({"action_id": "interrupted", "action_type": "fyi"})
+        device.begin_sign = real_begin  # type: ignore[method-assign]
+        producer.flush(timeout=5)
+        assert producer._pipeline is not None and producer._pipeline.drain(timeout=5)
+        assert producer.submit({"action_id": "after", "action_type": "fyi"}).result().seq == 3
+        assert producer.ledger.count() == 3
+    device.close()

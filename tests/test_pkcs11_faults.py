@@ -187,6 +187,44 @@ def test_direct_c_sign_hands_every_failure_to_python_pkcs11(fault_token: dict[st
         signer.public_key.verify(result.signature, message)
 
 
+class _InterruptedCSign:
+    """Stands in for the direct path's C_Sign and raises KeyboardInterrupt
+    before calling it: as if Ctrl-C landed between C_SignInit and C_Sign."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self._released = real._released  # what FastSign uses to end an operation
+
+    def __call__(self, *args: Any) -> int:
+        raise KeyboardInterrupt
+
+
+def test_no_signing_operation_is_left_active(fault_token: dict[str, Any]) -> None:
+    """Neither an interrupt between C_SignInit and C_Sign nor an operation
+    someone else left active on the shared session stops later signatures."""
+    message = b"operation state"
+    with open_signer(fault_token["uri"], pin=PIN) as signer:
+        fast = signer._fast
+        assert fast is not None
+        ts = signer.token_session
+        real = fast._sign
+        fast._sign = _InterruptedCSign(real)  # type: ignore[assignment]
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                signer.sign(message)
+        finally:
+            fast._sign = real
+        with P11_LOCK:  # the interrupted operation was ended: a new one starts at once
+            session = ts.ensure()
+            key = signer._key(ts, session)
+            assert fast._init._released(session.handle, ctypes.byref(fast._mechanism), key.handle) == 0
+            # ...and is left active now, as a crashed caller elsewhere in the process would leave it
+        result = signer.sign(message)  # CKR_OPERATION_ACTIVE: ended once, C_SignInit again
+        signer.public_key.verify(result.signature, message)
+        assert signer.sign(message).signature == result.signature  # Ed25519 is deterministic
+        assert ts.reconnects == 0  # recovered in the session, no reconnect needed
+
+
 def test_token_storage_vanishes_and_returns(fault_token: dict[str, Any], tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "l.db"
     away = tmp_path / "token-away"

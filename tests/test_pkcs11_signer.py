@@ -52,6 +52,8 @@ def test_sealed_capsules_verify_everywhere(alg: str, keys: dict[str, str], softh
         assert isinstance(signer, PKCS11Signer) and signer.external_device
         # Ed25519 and ECDSA sign through the direct C_Sign path; RSA-PSS (a mechanism parameter) does not
         assert (signer._fast is not None) == (alg != "PS256")
+        if signer._fast is not None:  # SoftHSM2 is a software token: its quick calls may keep the GIL
+            assert signer._fast._init.probing and signer._fast._sign.probing
         pem = signer.public_key_pem()
         epoch, planned, confirmed = _seal_two(signer, ledger)
 
