@@ -205,14 +205,15 @@ class FastSign:
         ends the operation before it returns or raises. And an operation
         someone else left active (CKR_OPERATION_ACTIVE) is ended once and
         ``C_SignInit`` tried again, instead of failing every later signature."""
-        rv = self._init(session_handle, ctypes.byref(self._mechanism), key_handle)
-        if rv == _CKR_OPERATION_ACTIVE:
-            self._end_operation(session_handle)
-            rv = self._init(session_handle, ctypes.byref(self._mechanism), key_handle)
-        if rv != 0:
-            return None
-        done = False
+        done = False  # until an answer has ended the operation (or none began)
         try:
+            rv = self._init(session_handle, ctypes.byref(self._mechanism), key_handle)
+            if rv == _CKR_OPERATION_ACTIVE:
+                self._end_operation(session_handle)
+                rv = self._init(session_handle, ctypes.byref(self._mechanism), key_handle)
+            if rv != 0:
+                done = True
+                return None
             self._out_len.value = _BUFFER
             rv = self._sign(session_handle, data, len(data), self._out, ctypes.byref(self._out_len))
             done = rv != _CKR_BUFFER_TOO_SMALL  # any other answer ends the operation (PKCS#11 §5.11)
@@ -225,7 +226,8 @@ class FastSign:
 
     def _end_operation(self, session_handle: int) -> None:
         """End an active signing operation: a ``C_Sign`` into a buffer big enough
-        for any signature (its result is thrown away)."""
+        for any signature (its result is thrown away). Harmless when none is
+        active (the module answers CKR_OPERATION_NOT_INITIALIZED)."""
         spare = ctypes.create_string_buffer(_SPARE)
         length = _CK_ULONG(_SPARE)
         self._sign._released(session_handle, b"\0", 1, spare, ctypes.byref(length))
