@@ -162,10 +162,12 @@ def test_pin_sources_and_uri_without_pin(keys: dict[str, str], softhsm: Any, tmp
     assert prompts == [f"PIN for PKCS#11 token {softhsm.label!r}"]
 
 
-def test_eight_threads_seal_8000_records_through_one_token(keys: dict[str, str], softhsm: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["seal", "submit"])
+def test_eight_threads_seal_8000_records_through_one_token(keys: dict[str, str], softhsm: Any, tmp_path: Path, how: str) -> None:
     """8 threads × 1,000 records, two producers (an Ed25519 and a P-256 key on
     the same token, so two signers share the token's one session) into one
-    ledger: no crash, no PKCS#11 error, every record verifies."""
+    ledger, by ``seal()`` and by ``submit()`` (the signing pipelines and the
+    direct C_Sign path): no crash, no PKCS#11 error, every record verifies."""
     path = tmp_path / "threads.db"
     with Ledger(path) as ledger:
         ed = open_signer(keys["EdDSA"], pin=softhsm.pin)
@@ -175,7 +177,7 @@ def test_eight_threads_seal_8000_records_through_one_token(keys: dict[str, str],
         reconnects = ts.reconnects
         producers = [Producer("acme", "agent-ed@1", ed, ledger), Producer("acme", "agent-p256@1", p256, ledger)]
 
-        errors = seal_from_threads(producers)
+        errors = seal_from_threads(producers, submit=how == "submit")
         for p in producers:
             p.close()
         ed.close()

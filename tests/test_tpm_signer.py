@@ -257,9 +257,11 @@ def test_list_keys_shows_roles(tpm: dict[str, Any]) -> None:
     assert only["role"] == "signing-key" and only["parent"] == "0x40000001"
 
 
-def test_eight_threads_seal_8000_records_through_one_swtpm(tpm: dict[str, Any], tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["seal", "submit"])
+def test_eight_threads_seal_8000_records_through_one_swtpm(tpm: dict[str, Any], tmp_path: Path, how: str) -> None:
     """8 threads × 1,000 records, two producers (the persistent P-256 key and
-    the key file, so two signers queue on one TPM worker) into one ledger: no
+    the key file, so two signers queue on one TPM worker) into one ledger, by
+    ``seal()`` and by ``submit()`` (signatures queued on the worker): no
     crash, no TPM error, 8,000 records, every one verifies."""
     path = tmp_path / "threads.db"
     device = get_device(tpm["tcti"])
@@ -270,7 +272,7 @@ def test_eight_threads_seal_8000_records_through_one_swtpm(tpm: dict[str, Any], 
         assert a.device is b.device is device
         producers = [Producer("acme", "agent-a@1", a, ledger), Producer("acme", "agent-b@1", b, ledger)]
 
-        errors = seal_from_threads(producers)
+        errors = seal_from_threads(producers, submit=how == "submit")
         for p in producers:
             p.close()
         a.close()
