@@ -60,7 +60,7 @@ class SigningPipeline:
         depth: int = 256,
     ) -> None:
         if (sign is None) == (begin is None):
-            raise ValueError("a signing pipeline takes sign or begin, not both")
+            raise ValueError("a signing pipeline takes exactly one of sign and begin")
         self._sign, self._begin, self._finish, self._fail = sign, begin, finish, fail
         self._to_sign: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._to_finish: queue.Queue[Any] = queue.Queue(maxsize=depth if begin is not None else 0)
