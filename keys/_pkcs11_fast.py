@@ -47,6 +47,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["FastSign"]
@@ -100,13 +101,15 @@ class _GILPolicy:
     kept call over 50 ms releases the GIL for good. Only ever called under
     ``P11_LOCK``: one caller at a time."""
 
-    __slots__ = ("_kept", "_released", "_keep", "_probes")
+    __slots__ = ("_kept", "_released", "_keep", "_probes", "_clock")
 
-    def __init__(self, address: int, args: tuple[Any, ...], *, may_keep: bool) -> None:
+    def __init__(self, address: int, args: tuple[Any, ...], *, may_keep: bool,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self._kept = ctypes.PYFUNCTYPE(*args)(address)
         self._released = ctypes.CFUNCTYPE(*args)(address)
         self._keep = may_keep
         self._probes: list[float] | None = [] if may_keep else None
+        self._clock = clock  # seconds; tests give the durations exactly
 
     @property
     def keeps_gil(self) -> bool:
@@ -119,9 +122,10 @@ class _GILPolicy:
     def __call__(self, *args: Any) -> int:
         if not self._keep:
             return int(self._released(*args))
-        start = time.perf_counter()
+        clock = self._clock
+        start = clock()
         rv = int(self._kept(*args))
-        took = time.perf_counter() - start
+        took = clock() - start
         probes = self._probes
         if probes is None:
             if took > _STALL_LIMIT:

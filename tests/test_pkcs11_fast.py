@@ -1,7 +1,9 @@
-"""The GIL policy of the direct C_Sign path (keys/_pkcs11_fast.py), on real C
-functions whose duration is known: libc's ``usleep``. A call that answers in
+"""The GIL policy of the direct C_Sign path (keys/_pkcs11_fast.py), calling a
+real C function (libc's ``usleep``). The policy decides from how long calls
+take; the tests give it those durations exactly through its clock, so the
+decisions do not depend on this machine's load: a call that answers in
 microseconds keeps the GIL, judged by the lower quartile of its probes; one
-that takes milliseconds releases it at once and for good, and while it runs
+over 1 ms releases it at once and for good, and while a released call runs
 other threads run Python; a module that is not a software token never keeps
 it."""
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+from collections.abc import Iterable
 
 from capseal.keys._pkcs11_fast import _GILPolicy
 
@@ -18,17 +21,37 @@ _USLEEP = ctypes.cast(_LIBC.usleep, ctypes.c_void_p).value
 _ARGS = (ctypes.c_int, ctypes.c_uint)
 
 
+class _Durations:
+    """A clock read twice per timed call (before and after): the calls seem
+    to take the given durations, in seconds, in order."""
+
+    def __init__(self, durations: Iterable[float]) -> None:
+        self._durations = iter(durations)
+        self._now = 0.0
+        self._before = True
+
+    def __call__(self) -> float:
+        if not self._before:
+            self._now += next(self._durations)
+        self._before = not self._before
+        return self._now
+
+
+def _policy(durations: Iterable[float], *, may_keep: bool = True) -> _GILPolicy:
+    return _GILPolicy(_USLEEP, _ARGS, may_keep=may_keep, clock=_Durations(durations))  # type: ignore[arg-type]
+
+
 def test_a_quick_call_keeps_the_gil_after_its_probes() -> None:
-    quick = _GILPolicy(_USLEEP, _ARGS, may_keep=True)  # type: ignore[arg-type]
+    quick = _policy([40e-6] * 16 + [5e-3, 60e-3])
     for _ in range(16):
         assert quick(0) == 0
-    assert quick.keeps_gil and not quick.probing  # usleep(0) answers far under 200 µs
-    quick(5000)  # one slow answer later (5 ms: a preempted call) does not flip the choice...
+    assert quick.keeps_gil and not quick.probing
+    quick(0)  # seems to take 5 ms (a preempted call): the choice holds...
     assert quick.keeps_gil
-    quick(60_000)  # ...a kept call over 50 ms (a device gone slow) releases the GIL for good
+    quick(0)  # ...60 ms with the GIL kept (a device gone slow): released for good
     assert not quick.keeps_gil
     for _ in range(8):
-        quick(0)
+        quick(0)  # released calls are not timed; the GIL never comes back
     assert not quick.keeps_gil
 
 
@@ -36,27 +59,26 @@ def test_the_choice_follows_the_lower_quartile_of_the_probes() -> None:
     """Interference only ever adds time, so the quick probes tell a call's
     cost: 5 quick probes of 16 keep the GIL (the median alone would not),
     4 do not."""
-    five_quick = _GILPolicy(_USLEEP, _ARGS, may_keep=True)  # type: ignore[arg-type]
-    for i in range(16):
-        five_quick(0 if i in (0, 3, 6, 9, 12) else 300)  # 5 × usleep(0), 11 × 0.3 ms: under the 1 ms probe limit
+    five_quick = _policy([40e-6 if i in (0, 3, 6, 9, 12) else 400e-6 for i in range(16)])
+    four_quick = _policy([40e-6 if i in (0, 4, 8, 12) else 400e-6 for i in range(16)])
+    for _ in range(16):
+        five_quick(0)
+        four_quick(0)
     assert not five_quick.probing and five_quick.keeps_gil
-    four_quick = _GILPolicy(_USLEEP, _ARGS, may_keep=True)  # type: ignore[arg-type]
-    for i in range(16):
-        four_quick(0 if i in (0, 4, 8, 12) else 300)  # 4 × usleep(0), 12 × 0.3 ms
     assert not four_quick.probing and not four_quick.keeps_gil
 
 
 def test_a_module_that_is_not_a_software_token_never_keeps_the_gil() -> None:
-    device = _GILPolicy(_USLEEP, _ARGS, may_keep=False)  # type: ignore[arg-type]
+    device = _policy([], may_keep=False)  # never timed: the clock has nothing to give
     assert not device.keeps_gil and not device.probing
     for _ in range(16):
-        device(0)  # however quick its answers
+        device(0)
     assert not device.keeps_gil
 
 
-def test_a_slow_call_releases_the_gil_at_once_and_for_good() -> None:
-    slow = _GILPolicy(_USLEEP, _ARGS, may_keep=True)  # type: ignore[arg-type]
-    assert slow.keeps_gil  # probing starts with the GIL kept
+def test_a_slow_call_releases_the_gil_at_once_and_other_threads_run_meanwhile() -> None:
+    slow = _policy([0.2])  # the first call, a probe with the GIL kept, takes 0.2 s: over the 1 ms limit
+    assert slow.keeps_gil and slow.probing
     progress = 0
     stop = threading.Event()
 
@@ -73,8 +95,8 @@ def test_a_slow_call_releases_the_gil_at_once_and_for_good() -> None:
     worker = threading.Thread(target=python_work)
     worker.start()
     try:
-        kept = python_progress_during(200_000)  # the first call is a probe: the GIL is kept...
-        assert not slow.keeps_gil and not slow.probing  # ...and 0.2 s is over the 1 ms limit: released from now on
+        kept = python_progress_during(200_000)  # the probe keeps the GIL for the real 0.2 s...
+        assert not slow.keeps_gil and not slow.probing  # ...and released it for good
         released = python_progress_during(200_000)
     finally:
         stop.set()
@@ -82,6 +104,3 @@ def test_a_slow_call_releases_the_gil_at_once_and_for_good() -> None:
     # with the GIL released the other thread ran Python throughout the call;
     # with it kept, at most a switch interval's worth after the call returned
     assert released > 1000 and released > 5 * kept
-    for _ in range(8):
-        slow(0)  # quick answers later do not bring the GIL back
-    assert not slow.keeps_gil
