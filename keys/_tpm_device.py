@@ -349,8 +349,8 @@ class TPMDevice:
         ``retry``: when the connection turns out to be dead, reconnect and run
         ``fn`` once more (only for idempotent work; provisioning passes False).
         ``timeout``: seconds the TPM may spend on one command (a hung TPM);
-        on expiry SignerUnavailableError is raised and the job is abandoned
-        (see :meth:`wait`).
+        once the running command has taken longer, SignerUnavailableError is
+        raised and the job is abandoned (see :meth:`wait`).
         Raises typed capseal errors only (see :func:`map_tss_error`); other
         exceptions from ``fn`` become DeviceError (the original is chained).
         """
@@ -378,23 +378,20 @@ class TPMDevice:
 
         ``timeout`` bounds how long the TPM may spend on *one* command, not
         how long a job may wait its turn: a deep queue in front of a working
-        TPM never times out. When the command the worker is running has gone
-        on for ``timeout`` — counted from when it started, or from when this
-        wait began if that is later — the TPM is taken for hung: this job is
-        abandoned (dropped if it has not started) and SignerUnavailableError
-        raised."""
-        began = time.monotonic()
+        TPM never times out. Once the command the worker is running has gone
+        on for ``timeout`` since it started, the TPM is taken for hung, and
+        every job waiting on it — queued or running — is abandoned at once
+        (dropped if it has not started) with SignerUnavailableError."""
         while True:
             since = self._busy_since
-            deadline = None if timeout is None else max(began, since or began) + timeout
-            wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+            wait = 1.0 if timeout is None or since is None else min(1.0, max(0.0, since + timeout - time.monotonic()))
             try:
                 return fut.result(wait)
             except _FutureTimeout:
                 if not self._thread.is_alive():  # closed while this job was being queued
                     raise SignerUnavailableError(f"TPM {self.tcti}: this device handle was closed") from None
                 since = self._busy_since
-                if timeout is not None and since is not None and time.monotonic() >= max(began, since) + timeout:
+                if timeout is not None and since is not None and time.monotonic() >= since + timeout:
                     fut.cancel()
                     raise SignerUnavailableError(f"TPM {self.tcti} did not answer within {timeout} s") from None
 
@@ -470,9 +467,11 @@ class TPMDevice:
         while True:
             fn, retry, what, fut = self._jobs.get()
             if fn is _STOP:
+                self._busy_since = time.monotonic()  # a hung TPM times out a job that slipped in, too
                 self._disconnect(flush=True)
                 fut.set_result(None)
                 self._drain_after_close()
+                self._busy_since = None
                 return
             if not fut.set_running_or_notify_cancel():
                 continue

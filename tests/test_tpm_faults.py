@@ -139,30 +139,37 @@ def test_submitted_records_while_the_tpm_is_down(tpm: Any, tmp_path: Path) -> No
 
 def test_a_hung_tpm_times_out_and_sealing_resumes(tpm: Any, tmp_path: Path) -> None:
     """swtpm frozen (SIGSTOP: the connection stays open, no answer comes):
-    seal() and every queued submit() fail after the signer's timeout with a
-    typed error naming the TCTI, and write nothing; once the TPM answers
-    again (SIGCONT) the same producer seals again, in the same process."""
+    seal() fails after the signer's timeout with a typed error naming the
+    TCTI, every submit() queued behind the hung command fails at once, and
+    nothing is written; once the TPM answers again (SIGCONT) the same
+    producer seals again, in the same process."""
     ledger = tmp_path / "l.db"
     signer = open_signer(_uri(tpm), timeout=1.0)
     try:
         with Producer("acme", "agent@1", signer, ledger) as producer:
             producer.seal(_spec(0))
+            device = get_device(tpm.tcti)
             os.kill(tpm.pid, signal.SIGSTOP)
             try:
                 with pytest.raises(SignerUnavailableError, match=re.escape(f"TPM {tpm.tcti} did not answer within 1.0 s")):
                     producer.seal(_spec(1))
-                queued = [producer.submit(_spec(2 + i)) for i in range(5)]
+                queued = [producer.submit(_spec(2 + i)) for i in range(50)]
+                started = time.monotonic()
                 producer.flush()
+                # behind a command already hung the queue fails at once; one timeout
+                # per record would take 50 s (a behaviour bound, not a speed figure)
+                assert time.monotonic() - started < 10
                 for pending in queued:
                     with pytest.raises(SignerUnavailableError, match=re.escape(tpm.tcti)):
                         pending.result()
                 assert producer.ledger.count() == 2  # the epoch boundary and the first record
             finally:
                 os.kill(tpm.pid, signal.SIGCONT)
-            after = [producer.submit(_spec(10 + i)) for i in range(20)]
+            _wait(lambda: device._busy_since is None, "the hung command to come back")
+            after = [producer.submit(_spec(100 + i)) for i in range(20)]
             producer.flush()
             assert [p.result().seq for p in after] == list(range(3, 23))
-            producer.seal(_spec(30))
+            producer.seal(_spec(200))
     finally:
         signer.close()
     report = verify_ledger(ledger)
