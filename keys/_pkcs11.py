@@ -111,8 +111,11 @@ class PKCS11Signer(Signer):
         self._epoch: int = epoch
         self._kid_cache = kid_for(pair.public_key)
         # C_Sign straight through the function table when the mechanism allows (see _pkcs11_fast)
+        # a software token in this process: SoftHSM2's own module, not one reached through a proxy
+        in_process = ts.token.manufacturer_id in SOFTWARE_TOKEN_MANUFACTURERS and \
+            os.path.basename(ts.module.real).startswith("libsofthsm2")
         self._fast = FastSign.create(ts.module.real, self._mech.mechanism, self._mech.param, self._mech.size,
-                                     software_token=ts.token.manufacturer_id in SOFTWARE_TOKEN_MANUFACTURERS)
+                                     software_token=in_process)
 
     @classmethod
     def from_uri(

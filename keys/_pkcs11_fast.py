@@ -58,8 +58,8 @@ _CK_ULONG = ctypes.c_ulong
 _CKR_BUFFER_TOO_SMALL = 0x150
 _CKR_OPERATION_ACTIVE = 0x90
 _BUFFER = 1024  # far above any signature made here (at most 96 bytes)
-_SPARE = 16384  # ends a leftover operation whatever its mechanism (RSA-8192 signs 1 KB)
-_SIGN_INIT, _SIGN, _GET_FUNCTION_LIST = 42, 43, 3  # 0-based slots after CK_VERSION (PKCS#11 2.40 §5.13)
+_SPARE = 1 << 17  # ends a leftover operation whatever its mechanism (SLH-DSA signs up to ~50 KB)
+_SIGN_INIT, _SIGN, _SIGN_FINAL, _GET_FUNCTION_LIST = 42, 43, 45, 3  # 0-based slots after CK_VERSION (PKCS#11 2.40 §5.13)
 
 
 class _Mechanism(ctypes.Structure):
@@ -67,12 +67,13 @@ class _Mechanism(ctypes.Structure):
 
 
 class _FunctionList(ctypes.Structure):
-    # CK_VERSION, then the 2.40 function pointers in order; only the first 44 are read
-    _fields_ = [("major", ctypes.c_ubyte), ("minor", ctypes.c_ubyte)] + [(f"f{i}", ctypes.c_void_p) for i in range(44)]
+    # CK_VERSION, then the 2.40 function pointers in order; only the first 46 are read
+    _fields_ = [("major", ctypes.c_ubyte), ("minor", ctypes.c_ubyte)] + [(f"f{i}", ctypes.c_void_p) for i in range(46)]
 
 
 _SIGN_INIT_ARGS = (_CK_ULONG, _CK_ULONG, ctypes.POINTER(_Mechanism), _CK_ULONG)
 _SIGN_ARGS = (_CK_ULONG, _CK_ULONG, ctypes.c_char_p, _CK_ULONG, ctypes.c_void_p, ctypes.POINTER(_CK_ULONG))
+_SignFinal = ctypes.CFUNCTYPE(_CK_ULONG, _CK_ULONG, ctypes.c_void_p, ctypes.POINTER(_CK_ULONG))
 
 # s: a call this quick costs less with the GIL kept than with a handoff (waking
 # a thread and taking the GIL back costs tens to hundreds of µs under load).
@@ -141,12 +142,12 @@ class _GILPolicy:
         return rv
 
 
-_TABLES: dict[str, tuple[Any, int, int] | None] = {}
+_TABLES: dict[str, tuple[Any, int, int, int] | None] = {}
 _TABLES_LOCK = threading.Lock()
 
 
-def _table(path: str) -> tuple[Any, int, int] | None:
-    """(library, address of C_SignInit, of C_Sign) for the module at ``path``
+def _table(path: str) -> tuple[Any, int, int, int] | None:
+    """(library, addresses of C_SignInit, C_Sign, C_SignFinal) for the module at ``path``
     (already loaded and initialised by python-pkcs11: the same dlopen
     handle), or None."""
     if sys.platform == "win32":  # CK_* structures are 1-byte packed there
@@ -154,7 +155,7 @@ def _table(path: str) -> tuple[Any, int, int] | None:
     with _TABLES_LOCK:
         if path in _TABLES:
             return _TABLES[path]
-        entry: tuple[Any, int, int] | None = None
+        entry: tuple[Any, int, int, int] | None = None
         try:
             lib = ctypes.CDLL(path)  # holds a reference: the module is never unloaded under us
             table = ctypes.POINTER(_FunctionList)()
@@ -162,7 +163,8 @@ def _table(path: str) -> tuple[Any, int, int] | None:
                 functions = table.contents
                 exported = ctypes.cast(lib.C_GetFunctionList, ctypes.c_void_p).value
                 if getattr(functions, f"f{_GET_FUNCTION_LIST}") == exported:
-                    entry = (lib, getattr(functions, f"f{_SIGN_INIT}"), getattr(functions, f"f{_SIGN}"))
+                    entry = (lib, getattr(functions, f"f{_SIGN_INIT}"), getattr(functions, f"f{_SIGN}"),
+                             getattr(functions, f"f{_SIGN_FINAL}"))
         except (OSError, AttributeError, ValueError, TypeError) as exc:
             log.debug("no direct C_Sign for %s: %s", path, type(exc).__name__)
         _TABLES[path] = entry
@@ -172,7 +174,7 @@ def _table(path: str) -> tuple[Any, int, int] | None:
 class FastSign:
     """One signer's direct ``C_Sign``: its mechanism and output buffer."""
 
-    __slots__ = ("_lib", "_init", "_sign", "_mechanism", "_out", "_out_len")
+    __slots__ = ("_lib", "_init", "_sign", "_final", "_mechanism", "_out", "_out_len")
 
     @classmethod
     def create(cls, module_path: str, mechanism: int, param: Any, size: int | None, *,
@@ -186,11 +188,12 @@ class FastSign:
         table = _table(module_path)
         return None if table is None else cls(table, mechanism, software_token=software_token)
 
-    def __init__(self, table: tuple[Any, int, int], mechanism: int, *, software_token: bool) -> None:
+    def __init__(self, table: tuple[Any, int, int, int], mechanism: int, *, software_token: bool) -> None:
         self._lib = table[0]
         # per signer: the same module answers each mechanism at its own speed
         self._init = _GILPolicy(table[1], _SIGN_INIT_ARGS, may_keep=software_token)
         self._sign = _GILPolicy(table[2], _SIGN_ARGS, may_keep=software_token)
+        self._final = _SignFinal(table[3])
         self._mechanism = _Mechanism(int(mechanism), None, 0)
         self._out = ctypes.create_string_buffer(_BUFFER)
         self._out_len = _CK_ULONG()
@@ -231,8 +234,11 @@ class FastSign:
 
     def _end_operation(self, session_handle: int) -> None:
         """End an active signing operation: a ``C_Sign`` into a buffer big enough
-        for any signature (its result is thrown away). Harmless when none is
-        active (the module answers CKR_OPERATION_NOT_INITIALIZED)."""
+        for any signature, or — for a multi-part operation, which ``C_Sign``
+        may not end — a ``C_SignFinal`` (results thrown away). Harmless when
+        none is active (the module answers CKR_OPERATION_NOT_INITIALIZED)."""
         spare = ctypes.create_string_buffer(_SPARE)
         length = _CK_ULONG(_SPARE)
-        self._sign._released(session_handle, b"\0", 1, spare, ctypes.byref(length))
+        if self._sign._released(session_handle, b"\0", 1, spare, ctypes.byref(length)) == _CKR_OPERATION_ACTIVE:
+            length.value = _SPARE
+            self._final(session_handle, spare, ctypes.byref(length))

@@ -38,6 +38,19 @@ from .errors import LedgerClosedError
 __all__ = ["SigningPipeline"]
 
 _STOP = object()
+_QUEUED, _CLAIMED, _WITHDRAWN = 0, 1, 2
+_CLOSE_WAIT = 30.0  # s close() waits for puts under way before it stops the pipeline
+
+
+class _Ticket:
+    """One job on its way. ``state`` (changed under the pipeline's lock) says
+    who accounts for it: the finishing thread once it has *claimed* it, or
+    ``put`` when an interrupt made it *withdraw* the job — never both."""
+
+    __slots__ = ("job", "state")
+
+    def __init__(self, job: Any) -> None:
+        self.job, self.state = job, _QUEUED
 
 
 class SigningPipeline:
@@ -75,27 +88,31 @@ class SigningPipeline:
             t.start()
 
     def put(self, job: Any) -> None:
+        ticket = _Ticket(job)
         with self._lock:
             if self._closed:
                 raise LedgerClosedError("the signing pipeline is closed")
             self._outstanding += 1
             self._putting += 1  # close() queues its stop only after every put under way
-        queued = False
+        handed = False
         try:
             if self._begin is None:
-                self._to_sign.put(job)
+                self._to_sign.put(ticket)
             else:
                 try:
                     pending = self._begin(job)
                 except Exception as exc:  # noqa: BLE001 - failed like a signature that failed, in order
-                    self._to_finish.put((job, None, exc))
+                    self._to_finish.put((ticket, None, exc))
                 else:
-                    self._to_finish.put((job, pending, None))
-            queued = True
+                    self._to_finish.put((ticket, pending, None))
+            handed = True
         finally:
             with self._lock:
                 self._putting -= 1
-                if not queued:  # e.g. KeyboardInterrupt: the caller learns it; the job never was
+                if not handed and ticket.state == _QUEUED:
+                    # interrupted (KeyboardInterrupt): the caller learns it and the
+                    # job is withdrawn, even if it reached the queue just before
+                    ticket.state = _WITHDRAWN
                     self._outstanding -= 1
                 if (self._closed and self._putting == 0) or self._outstanding == 0:
                     self._lock.notify_all()  # close() or drain() may be waiting for this
@@ -106,53 +123,76 @@ class SigningPipeline:
             return self._lock.wait_for(lambda: self._outstanding == 0, timeout)
 
     def close(self) -> None:
-        """Finish what was put, then stop both threads. Idempotent."""
+        """Finish what was put, then stop both threads. Idempotent. A job that
+        still arrives after the stop (a put stuck behind a full queue for
+        longer than close() waits) is failed, never left unresolved."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._lock.wait_for(lambda: self._putting == 0)  # their jobs go in before the stop
+            self._lock.wait_for(lambda: self._putting == 0, _CLOSE_WAIT)  # their jobs go in before the stop
         (self._to_sign if self._begin is None else self._to_finish).put(_STOP)
         for t in self._threads:
             t.join()
+        for q in (self._to_sign, self._to_finish):
+            while True:
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not _STOP:
+                    ticket = item if isinstance(item, _Ticket) else item[0]
+                    self._settle(ticket, None, LedgerClosedError("the signing pipeline closed before this record was signed"))
 
     def _sign_loop(self) -> None:
         sign = self._sign
         assert sign is not None
         while True:
-            job = self._to_sign.get()
-            if job is _STOP:
+            ticket = self._to_sign.get()
+            if ticket is _STOP:
                 self._to_finish.put(_STOP)
                 return
-            try:
-                signature = sign(job)
-            except BaseException as exc:  # noqa: BLE001 - the job's owner learns it; the device may recover
-                self._to_finish.put((job, None, exc))
+            if ticket.state == _WITHDRAWN:  # a benign race: at worst one signature is made for nothing
                 continue
-            self._to_finish.put((job, signature, None))
+            try:
+                signature = sign(ticket.job)
+            except BaseException as exc:  # noqa: BLE001 - the job's owner learns it; the device may recover
+                self._to_finish.put((ticket, None, exc))
+                continue
+            self._to_finish.put((ticket, signature, None))
 
     def _finish_loop(self) -> None:
-        queued = self._begin is not None
         while True:
             item = self._to_finish.get()
             if item is _STOP:
                 return
-            job, signature, error = item
-            try:
-                if queued and error is None:
-                    try:
-                        signature = signature.result()
-                    except BaseException as exc:  # noqa: BLE001 - the job's owner learns it
-                        error = exc
-                if error is not None:
+            self._settle(*item)
+
+    def _settle(self, ticket: _Ticket, signature: Any, error: BaseException | None) -> None:
+        """Finish or fail one job, unless ``put`` withdrew it; account for it once."""
+        with self._lock:
+            if ticket.state != _QUEUED:
+                return
+            ticket.state = _CLAIMED
+        job = ticket.job
+        try:
+            if self._begin is not None and error is None:
+                try:
+                    signature = signature.result()
+                except BaseException as exc:  # noqa: BLE001 - the job's owner learns it
+                    error = exc
+            if error is None:
+                try:
+                    self._finish(job, signature)
+                except BaseException as exc:  # noqa: BLE001
+                    error = exc
+            if error is not None:
+                try:
                     self._fail(job, error)
-                else:
-                    try:
-                        self._finish(job, signature)
-                    except BaseException as exc:  # noqa: BLE001
-                        self._fail(job, exc)
-            finally:
-                with self._lock:
-                    self._outstanding -= 1
-                    if self._outstanding == 0:
-                        self._lock.notify_all()
+                except Exception:  # noqa: BLE001 - a failing callback must not stop the pipeline
+                    pass
+        finally:
+            with self._lock:
+                self._outstanding -= 1
+                if self._outstanding == 0:
+                    self._lock.notify_all()

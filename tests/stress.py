@@ -31,7 +31,7 @@ def seal_from_threads(producers: Sequence[Producer], *, threads: int = 8, per_th
                 else:
                     producer.seal(spec)
             for pending in pendings:
-                pending.result()
+                pending.result(timeout=120)  # a lost record fails the test instead of hanging it
         except BaseException as exc:  # noqa: BLE001 - returned to the test
             errors.append(exc)
 

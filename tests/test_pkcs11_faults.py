@@ -225,6 +225,38 @@ def test_no_signing_operation_is_left_active(fault_token: dict[str, Any]) -> Non
         assert ts.reconnects == 0  # recovered in the session, no reconnect needed
 
 
+class _PSSParams(ctypes.Structure):
+    _fields_ = [("hashAlg", ctypes.c_ulong), ("mgf", ctypes.c_ulong), ("sLen", ctypes.c_ulong)]
+
+
+def test_a_multi_part_operation_left_on_the_shared_session(fault_token: dict[str, Any]) -> None:
+    """Another key of the same token (so the same logged-in session) has a
+    multi-part RSA-PSS signature left half done (C_SignInit + C_SignUpdate,
+    never finished): the Ed25519 signer ends it and signs, without a reconnect."""
+    from capseal.keys._pkcs11_fast import _FunctionList, _Mechanism
+
+    rsa_uri = fault_token["uri"].replace("object=seal-key", "object=half-done-rsa")
+    with create_key(rsa_uri, "rsa-pss", pin=PIN, rsa_bits=2048) as rsa, open_signer(fault_token["uri"], pin=PIN) as signer:
+        ts = signer.token_session
+        assert rsa.token_session is ts
+        lib = ctypes.CDLL("/usr/lib/softhsm/libsofthsm2.so")
+        table = ctypes.POINTER(_FunctionList)()
+        assert lib.C_GetFunctionList(ctypes.byref(table)) == 0
+        sign_init = ctypes.CFUNCTYPE(ctypes.c_ulong, ctypes.c_ulong, ctypes.POINTER(_Mechanism), ctypes.c_ulong)(table.contents.f42)
+        sign_update = ctypes.CFUNCTYPE(ctypes.c_ulong, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_ulong)(table.contents.f44)
+        params = _PSSParams(0x250, 2, 32)  # CKM_SHA256, CKG_MGF1_SHA256, salt 32
+        mechanism = _Mechanism(0x43, ctypes.cast(ctypes.pointer(params), ctypes.c_void_p), ctypes.sizeof(params))  # CKM_SHA256_RSA_PKCS_PSS
+        with P11_LOCK:
+            session = ts.ensure()
+            assert sign_init(session.handle, ctypes.byref(mechanism), rsa._key(ts, session).handle) == 0
+            assert sign_update(session.handle, b"half", 4) == 0  # ...and never finished
+        before = ts.reconnects
+        result = signer.sign(b"after a half-done operation")
+        signer.public_key.verify(result.signature, b"after a half-done operation")
+        assert ts.reconnects == before
+        assert rsa.sign(b"and the RSA key signs again").alg == "PS256"
+
+
 def test_token_storage_vanishes_and_returns(fault_token: dict[str, Any], tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "l.db"
     away = tmp_path / "token-away"
