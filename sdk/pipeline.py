@@ -81,6 +81,7 @@ class SigningPipeline:
         self._outstanding = 0
         self._putting = 0
         self._closed = False
+        self._stopped = False  # the threads have ended
         self._threads = [threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True)]
         if begin is None:
             self._threads.append(threading.Thread(target=self._sign_loop, name=f"capseal-sign:{name}", daemon=True))
@@ -106,6 +107,8 @@ class SigningPipeline:
                 else:
                     self._to_finish.put((ticket, pending, None))
             handed = True
+            if self._stopped:  # close() gave up waiting for this put: nobody will finish the job
+                self._fail_leftovers()
         finally:
             with self._lock:
                 self._putting -= 1
@@ -134,6 +137,11 @@ class SigningPipeline:
         (self._to_sign if self._begin is None else self._to_finish).put(_STOP)
         for t in self._threads:
             t.join()
+        self._stopped = True  # before the sweep: a put landing after it sweeps for itself
+        self._fail_leftovers()
+
+    def _fail_leftovers(self) -> None:
+        """Fail every job still queued once the pipeline's threads have stopped."""
         for q in (self._to_sign, self._to_finish):
             while True:
                 try:

@@ -15,7 +15,7 @@ import pytest
 
 import capseal
 from capseal import Ledger, Producer
-from capseal.errors import DeviceError, FloatInDigestError, SignatureFailedError
+from capseal.errors import DeviceError, FloatInDigestError, LedgerClosedError, SignatureFailedError
 from capseal.keys import PendingSignature, SignatureResult, SoftwareSigner, generate_private_key
 
 
@@ -289,3 +289,58 @@ def test_an_interrupt_just_after_queueing_withdraws_the_job_once(tmp_path: Path)
         assert sealed in (["before", "after"], ["before", "withdrawn", "after"])
     finally:
         device.close()
+
+
+def test_a_put_that_outlasts_close_is_failed_not_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close() waits only so long (here 0.2 s instead of 30 s) for a put under
+    way; a job that reaches the queue after the pipeline has stopped is
+    failed with a typed error, never left unresolved, and nothing is written."""
+    import capseal.pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "_CLOSE_WAIT", 0.2)
+    device = QueuedFlakyDevice()
+    release = threading.Event()
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    try:
+        producer.submit({"action_id": "first", "action_type": "fyi"}).result()
+        real_begin = device.begin_sign
+
+        def begin_after_release(data: bytes) -> PendingSignature:
+            assert release.wait(5)
+            return real_begin(data)
+
+        device.begin_sign = begin_after_release  # type: ignore[method-assign]
+        submitted: list[Any] = []
+        caller = threading.Thread(target=lambda: submitted.append(producer.submit({"action_id": "late", "action_type": "fyi"})))
+        caller.start()
+        producer.close()  # gives up on the put after 0.2 s and stops
+        release.set()
+        caller.join()
+        with pytest.raises(LedgerClosedError, match="closed before this record was signed"):
+            submitted[0].result(timeout=5)
+        with Ledger(tmp_path / "l.db") as ledger:
+            assert ledger.count() == 2  # the epoch boundary and "first"
+    finally:
+        release.set()
+        device.close()
+
+
+def test_a_fail_callback_that_raises_does_not_stop_the_pipeline() -> None:
+    from capseal.pipeline import SigningPipeline
+
+    finished: list[int] = []
+
+    def sign(job: int) -> int:
+        if job % 2:
+            raise DeviceError("odd jobs fail (injected)")
+        return job
+
+    def fail(job: int, exc: BaseException) -> None:
+        raise RuntimeError("the callback itself breaks")
+
+    pipeline = SigningPipeline("t", sign, lambda job, sig: finished.append(sig), fail)
+    for job in range(10):
+        pipeline.put(job)
+    assert pipeline.drain(timeout=5)
+    pipeline.close()
+    assert finished == [0, 2, 4, 6, 8]
