@@ -174,8 +174,11 @@ class TPMSigner(Signer):
     """A signing key inside a TPM 2.0, named by a ``tpm2:`` URI.
 
     Thread-safe: ``sign`` may be called from any number of threads; the TPM
-    work is queued on the device worker. The auth value (``pin``) is kept only
-    in memory and never appears in ``uri``, ``repr`` or messages.
+    work is queued on the device worker. ``timeout`` (seconds, default 60)
+    is how long one TPM command may take before the TPM is taken for hung and
+    the signature fails with SignerUnavailableError; time spent waiting in
+    the queue behind other commands does not count. The auth value (``pin``)
+    is kept only in memory and never appears in ``uri``, ``repr`` or messages.
     """
 
     external_device = True
