@@ -90,13 +90,14 @@ class SigningPipeline:
 
     def put(self, job: Any) -> None:
         ticket = _Ticket(job)
-        with self._lock:
-            if self._closed:
-                raise LedgerClosedError("the signing pipeline is closed")
-            self._outstanding += 1
-            self._putting += 1  # close() queues its stop only after every put under way
-        handed = False
-        try:
+        registered = handed = False
+        try:  # opened before the counts go up: an interrupt anywhere after that undoes them
+            with self._lock:
+                if self._closed:
+                    raise LedgerClosedError("the signing pipeline is closed")
+                self._outstanding += 1
+                self._putting += 1  # close() queues its stop only after every put under way
+                registered = True
             if self._begin is None:
                 self._to_sign.put(ticket)
             else:
@@ -110,15 +111,22 @@ class SigningPipeline:
             if self._stopped:  # close() gave up waiting for this put: nobody will finish the job
                 self._fail_leftovers()
         finally:
-            with self._lock:
-                self._putting -= 1
-                if not handed and ticket.state == _QUEUED:
-                    # interrupted (KeyboardInterrupt): the caller learns it and the
-                    # job is withdrawn, even if it reached the queue just before
-                    ticket.state = _WITHDRAWN
-                    self._outstanding -= 1
-                if (self._closed and self._putting == 0) or self._outstanding == 0:
-                    self._lock.notify_all()  # close() or drain() may be waiting for this
+            if registered:
+                self._unregister(ticket, handed)
+
+    def _unregister(self, ticket: _Ticket, handed: bool) -> None:
+        """The end of a put: it is no longer under way, and a job it could not
+        hand over is withdrawn."""
+        with self._lock:
+            self._putting -= 1
+            if not handed and ticket.state == _QUEUED:
+                # interrupted (KeyboardInterrupt): the caller learns it and the job
+                # is withdrawn unless the finishing thread has taken it already
+                # (then it is sealed, though the caller saw the interrupt)
+                ticket.state = _WITHDRAWN
+                self._outstanding -= 1
+            if (self._closed and self._putting == 0) or self._outstanding == 0:
+                self._lock.notify_all()  # close() or drain() may be waiting for this
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every job put so far has been finished or failed."""

@@ -301,10 +301,13 @@ class Producer:
         return body
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until every submitted record is durable (or refused)."""
-        if self._pipeline is not None:
-            self._pipeline.drain(timeout)
-        self.ledger.flush(timeout)
+        """Wait until every submitted record is durable (or refused); with
+        ``timeout``, raise LedgerError when that takes longer (the records
+        stay queued and are still written)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._pipeline is not None and not self._pipeline.drain(timeout):
+            raise LedgerError(f"submitted records not signed within {timeout} s")
+        self.ledger.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     @property
     def epoch_opened(self) -> bool:

@@ -15,7 +15,7 @@ import pytest
 
 import capseal
 from capseal import Ledger, Producer
-from capseal.errors import DeviceError, FloatInDigestError, LedgerClosedError, SignatureFailedError
+from capseal.errors import DeviceError, FloatInDigestError, LedgerClosedError, LedgerError, SignatureFailedError
 from capseal.keys import PendingSignature, SignatureResult, SoftwareSigner, generate_private_key
 
 
@@ -344,3 +344,29 @@ def test_a_fail_callback_that_raises_does_not_stop_the_pipeline() -> None:
     assert pipeline.drain(timeout=5)
     pipeline.close()
     assert finished == [0, 2, 4, 6, 8]
+
+
+def test_flush_with_a_timeout_says_when_records_are_not_yet_signed(tmp_path: Path) -> None:
+    """flush(timeout) on a slow device raises LedgerError instead of
+    returning as if the records were durable; they are still written."""
+    device = QueuedFlakyDevice()
+    real_sign = device.sign
+    go = threading.Event()
+
+    def slow_sign(data: bytes) -> SignatureResult:
+        go.wait(5)
+        return real_sign(data)
+
+    try:
+        with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+            producer.submit({"action_id": "first", "action_type": "fyi"}).result()
+            device.sign = slow_sign  # type: ignore[method-assign]
+            pendings = [producer.submit({"action_id": f"slow-{i}", "action_type": "fyi"}) for i in range(5)]
+            with pytest.raises(LedgerError, match="not signed within 0.2 s"):
+                producer.flush(timeout=0.2)
+            go.set()
+            producer.flush(timeout=10)
+            assert [p.result(timeout=5).seq for p in pendings] == [3, 4, 5, 6, 7]
+    finally:
+        go.set()
+        device.close()
