@@ -447,11 +447,11 @@ class TPMDevice:
         with _REGISTRY_LOCK:
             if _REGISTRY.get(self.tcti) is self:
                 del _REGISTRY[self.tcti]
-        if threading.current_thread() is self._thread:
+        done: Future[None] = Future()
+        self._jobs.put((_STOP, False, "close", done))  # the worker ends after what is queued before it
+        if threading.current_thread() is self._thread:  # closed from inside a job: no waiting on itself
             self._disconnect(flush=True)
             return
-        done: Future[None] = Future()
-        self._jobs.put((_STOP, False, "close", done))
         try:
             done.result(10)
         except Exception:  # a hung TPM must not hang interpreter shutdown

@@ -101,3 +101,27 @@ def _raw_transient_count(tcti: str) -> int:
         return len(list(data.data.handles))
     finally:
         ectx.close()
+
+
+def test_closed_from_inside_a_job_the_worker_still_stops(swtpm: Any) -> None:
+    """close() called by a job on the worker itself: the job finishes, a job
+    queued before the close still runs (as with close() from outside), then
+    the worker closes what it opened and ends; later work is refused."""
+    device = TPMDevice(swtpm.tcti)  # a connection of its own, outside the registry
+    gate = threading.Event()
+
+    def closing_job(ectx: Any) -> str:
+        assert gate.wait(5)  # the next job is queued behind this one by now
+        device.close()
+        return "closed from inside"
+
+    first = device.submit(closing_job, what="closing job")
+    behind = device.submit(lambda ectx: ectx.get_random(8), what="queued behind")
+    gate.set()
+    assert device.wait(first, 10) == "closed from inside"
+    assert len(device.wait(behind, 10)) == 8
+    device._thread.join(10)
+    assert not device._thread.is_alive()  # it used to keep running, its connection open
+    assert device._ectx is None
+    with pytest.raises(SignerUnavailableError, match="closed"):
+        device.call(lambda ectx: None)
