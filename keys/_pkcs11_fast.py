@@ -174,7 +174,7 @@ def _table(path: str) -> tuple[Any, int, int, int] | None:
 class FastSign:
     """One signer's direct ``C_Sign``: its mechanism and output buffer."""
 
-    __slots__ = ("_lib", "_init", "_sign", "_final", "_mechanism", "_out", "_out_len")
+    __slots__ = ("_init", "_sign", "_final", "_mechanism", "_out", "_out_len")
 
     @classmethod
     def create(cls, module_path: str, mechanism: int, param: Any, size: int | None, *,
@@ -189,7 +189,7 @@ class FastSign:
         return None if table is None else cls(table, mechanism, software_token=software_token)
 
     def __init__(self, table: tuple[Any, int, int, int], mechanism: int, *, software_token: bool) -> None:
-        self._lib = table[0]
+        # table[0], the library itself, stays referenced by _TABLES for the process's life
         # per signer: the same module answers each mechanism at its own speed
         self._init = _GILPolicy(table[1], _SIGN_INIT_ARGS, may_keep=software_token)
         self._sign = _GILPolicy(table[2], _SIGN_ARGS, may_keep=software_token)

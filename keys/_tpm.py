@@ -344,18 +344,13 @@ class TPMSigner(Signer):
         return self._pinned_name
 
     def sign(self, data: bytes) -> SignatureResult:
-        if self._closed:
-            raise SignerUnavailableError(f"{self.describe_short()} was closed")
-        digest = self._digest(data).digest()
-        raw = self._device.call(lambda ectx: self._sign_on_worker(ectx, digest),
-                                what=f"signing with {self._ref.describe_key()}", timeout=self._timeout)
-        return SignatureResult(raw, self.kid, self._shape.alg)
+        return self.begin_sign(data).result()
 
     def begin_sign(self, data: bytes) -> PendingSignature:
-        """Queue the signature on the device's worker and return at once; the
-        same errors as :meth:`sign` come from ``result()``, and the same
-        timeout: on the TPM's time per command, never on the wait in the
-        queue (see :meth:`TPMDevice.wait`)."""
+        """Queue the signature on the device's worker and return at once;
+        ``result()`` waits for it (``sign`` is just that). The timeout bounds
+        the TPM's time per command, never the wait in the queue (see
+        :meth:`TPMDevice.wait`)."""
         if self._closed:
             raise SignerUnavailableError(f"{self.describe_short()} was closed")
         digest = self._digest(data).digest()
