@@ -15,7 +15,7 @@ call the GIL is released — or, on an in-process software token only, kept or
 handed away as the call deserves (:class:`_GILPolicy`): a call that answers
 in microseconds (SoftHSM2's ``C_SignInit``, ~40 µs; its P-256 ``C_Sign``,
 ~45 µs) costs less with the GIL kept than with a handoff, while a slow one
-(SoftHSM2's Ed25519 ``C_Sign``, ~370 µs) is better left to run beside the
+(SoftHSM2's Ed25519 ``C_Sign``, 200–370 µs) is better left to run beside the
 other threads, and a real device's calls may block for any length of time. Measured in the
 pipelined producer against releasing the GIL for both calls (medians of 6 and
 10 rotating rounds): Ed25519 1,317 against 1,043 sealed/s with ``C_SignInit``
@@ -77,9 +77,15 @@ _SignFinal = ctypes.CFUNCTYPE(_CK_ULONG, _CK_ULONG, ctypes.c_void_p, ctypes.POIN
 
 # s: a call this quick costs less with the GIL kept than with a handoff (waking
 # a thread and taking the GIL back costs tens to hundreds of µs under load).
-# SoftHSM2's calls fall in two clusters, 40–70 µs and ~370 µs (Ed25519 C_Sign),
-# and double under load: the limit sits between them.
-_KEEP_BELOW = 200e-6
+# SoftHSM2's calls fall in two clusters: 40–70 µs (C_SignInit, P-256 C_Sign)
+# and 200–370 µs (Ed25519 C_Sign; ~200 µs when this host runs fast), the
+# quick ones doubling under load. The limit sits between them, near their
+# geometric middle. It was 200 µs: in a fast phase the probes of Ed25519's
+# C_Sign had lower quartiles of 199–208 µs, so half the signers kept the GIL
+# across it, and the pipelined producer sealed 880–1,150 records/s instead of
+# 1,280–1,850 (alternating runs; with the GIL kept, the device's 200 µs
+# blocked all of capseal's Python work).
+_KEEP_BELOW = 120e-6
 _PROBE_LIMIT = 1e-3  # s: a probe this slow ends the probing: the GIL is released
 _STALL_LIMIT = 50e-3  # s: a kept call this slow (a device gone slow) releases the GIL for good
 _PROBES = 16
@@ -97,7 +103,7 @@ class _GILPolicy:
 
     For a software token the first 16 calls are probes, run with the GIL
     kept and timed: one over 1 ms releases the GIL at once; otherwise the GIL
-    stays kept if their lower quartile is under 200 µs. After that the choice
+    stays kept if their lower quartile is under 120 µs. After that the choice
     holds — a preempted call now and then must not flip it — except that a
     kept call over 50 ms releases the GIL for good. Only ever called under
     ``P11_LOCK``: one caller at a time."""

@@ -22,8 +22,20 @@ time at full speed (measured with swtpm); queued, its commands run back to
 back.
 
 Order is kept end to end (single-threaded FIFO stages), a device error fails
-only its own record (nothing is written for it), and the queue is bounded so a
-slow device pushes back on callers instead of growing memory.
+only its own record (nothing is written for it), and the jobs under way are
+bounded (``depth``) so a slow device pushes back on callers instead of growing
+memory.
+
+The hand-offs are ``queue.SimpleQueue`` (C, one lock) and the bound is kept
+on the pipeline's own count of jobs under way, which it keeps anyway. With
+``queue.Queue`` (Python code and a fresh ``Condition`` waiter per blocking
+call, at each of two hand-offs) the pipeline cost about 210 µs of CPU per
+record over sealing on one thread, measured with a software key sent through
+it; with SimpleQueue, 40–110 µs. A caller that finds the pipeline full waits
+for one job to finish, not for a batch: the wait hands the GIL to the
+signing thread once per record, while a caller refilling in bursts (waiting
+for depth/8 to drain) kept the GIL through each burst and the token idled
+behind it (SoftHSM2 Ed25519: 1,170–1,340 against 1,550–1,920 sealed/s).
 """
 
 from __future__ import annotations
@@ -74,12 +86,18 @@ class SigningPipeline:
     ) -> None:
         if (sign is None) == (begin is None):
             raise ValueError("a signing pipeline takes exactly one of sign and begin")
+        if depth < 1:
+            raise ValueError("depth >= 1")
         self._sign, self._begin, self._finish, self._fail = sign, begin, finish, fail
-        self._to_sign: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._to_finish: queue.Queue[Any] = queue.Queue(maxsize=depth if begin is not None else 0)
-        self._lock = threading.Condition()
-        self._outstanding = 0
+        self._to_sign: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._to_finish: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._depth = depth
+        mutex = threading.Lock()
+        self._lock = threading.Condition(mutex)  # drain() and close() wait on it
+        self._room = threading.Condition(mutex)  # callers waiting for the pipeline to drain below depth
+        self._outstanding = 0  # jobs put and not yet finished, failed or withdrawn
         self._putting = 0
+        self._waiting_for_room = 0
         self._closed = False
         self._stopped = False  # the threads have ended
         self._threads = [threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True)]
@@ -89,10 +107,17 @@ class SigningPipeline:
             t.start()
 
     def put(self, job: Any) -> None:
+        """Hand ``job`` to the device; waits while ``depth`` jobs are under way."""
         ticket = _Ticket(job)
         registered = handed = False
         try:  # opened before the counts go up: an interrupt anywhere after that undoes them
             with self._lock:
+                if self._outstanding >= self._depth and not self._closed:
+                    self._waiting_for_room += 1
+                    try:
+                        self._room.wait_for(lambda: self._closed or self._outstanding < self._depth)
+                    finally:
+                        self._waiting_for_room -= 1
                 if self._closed:
                     raise LedgerClosedError("the signing pipeline is closed")
                 self._outstanding += 1
@@ -124,9 +149,17 @@ class SigningPipeline:
                 # is withdrawn unless the finishing thread has taken it already
                 # (then it is sealed, though the caller saw the interrupt)
                 ticket.state = _WITHDRAWN
-                self._outstanding -= 1
-            if (self._closed and self._putting == 0) or self._outstanding == 0:
-                self._lock.notify_all()  # close() or drain() may be waiting for this
+                self._done_one()
+            if self._closed and self._putting == 0:
+                self._lock.notify_all()  # close() may be waiting for this
+
+    def _done_one(self) -> None:
+        """One job fewer under way (the lock held): wake whoever waits on that."""
+        self._outstanding -= 1
+        if self._outstanding == 0:
+            self._lock.notify_all()  # drain() may be waiting for this
+        if self._waiting_for_room and self._outstanding < self._depth:
+            self._room.notify_all()
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every job put so far has been finished or failed."""
@@ -135,12 +168,14 @@ class SigningPipeline:
 
     def close(self) -> None:
         """Finish what was put, then stop both threads. Idempotent. A job that
-        still arrives after the stop (a put stuck behind a full queue for
-        longer than close() waits) is failed, never left unresolved."""
+        still arrives after the stop (a put whose hand-over to the device took
+        longer than close() waits) is failed, never left unresolved; a caller
+        waiting for room gets LedgerClosedError."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._room.notify_all()  # callers waiting for room learn that it is closed
             self._lock.wait_for(lambda: self._putting == 0, _CLOSE_WAIT)  # their jobs go in before the stop
         (self._to_sign if self._begin is None else self._to_finish).put(_STOP)
         for t in self._threads:
@@ -209,6 +244,4 @@ class SigningPipeline:
                     pass
         finally:
             with self._lock:
-                self._outstanding -= 1
-                if self._outstanding == 0:
-                    self._lock.notify_all()
+                self._done_one()

@@ -249,14 +249,17 @@ def test_an_interrupt_while_queueing_is_the_callers(tmp_path: Path) -> None:
         device.close()
 
 
-class _InterruptAfterPut(queue.Queue):  # type: ignore[type-arg]
-    """The pipeline's queue, with a KeyboardInterrupt arriving just after an
-    item went in (CPython delivers a pending SIGINT right as a call returns)."""
+class _InterruptAfterPut:
+    """The pipeline's finishing queue (the same object the finishing thread
+    reads), with a KeyboardInterrupt arriving just after an item went in
+    (CPython delivers a pending SIGINT right as a call returns)."""
 
-    armed = False
+    def __init__(self, inner: queue.SimpleQueue[Any]) -> None:
+        self.inner, self.armed = inner, True
+        self.get, self.get_nowait = inner.get, inner.get_nowait
 
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        super().put(item, block, timeout)
+    def put(self, item: Any) -> None:
+        self.inner.put(item)
         if self.armed:
             self.armed = False
             raise KeyboardInterrupt
@@ -272,9 +275,7 @@ def test_an_interrupt_just_after_queueing_withdraws_the_job_once(tmp_path: Path)
             producer.submit({"action_id": "before", "action_type": "fyi"}).result()
             pipeline = producer._pipeline
             assert pipeline is not None
-            interrupting = pipeline._to_finish
-            interrupting.__class__ = _InterruptAfterPut  # the same queue object the finishing thread reads
-            interrupting.armed = True  # type: ignore[attr-defined]
+            pipeline._to_finish = _InterruptAfterPut(pipeline._to_finish)  # type: ignore[assignment]
             with pytest.raises(KeyboardInterrupt):
                 producer.submit({"action_id": "withdrawn", "action_type": "fyi"})
             assert pipeline.drain(timeout=5) and pipeline._outstanding == 0
@@ -370,3 +371,83 @@ def test_flush_with_a_timeout_says_when_records_are_not_yet_signed(tmp_path: Pat
     finally:
         go.set()
         device.close()
+
+
+def _blocked_pipeline(depth: int) -> tuple[Any, threading.Event, list[int]]:
+    """A pipeline whose device signs nothing until ``go`` is set."""
+    from capseal.pipeline import SigningPipeline
+
+    go = threading.Event()
+    finished: list[int] = []
+
+    def sign(job: int) -> int:
+        assert go.wait(10)
+        return job
+
+    def fail(job: int, exc: BaseException) -> None:
+        raise AssertionError(f"job {job} failed: {exc!r}")
+
+    return SigningPipeline("t", sign, lambda job, sig: finished.append(sig), fail, depth=depth), go, finished
+
+
+def _until(condition: Callable[[], bool]) -> bool:
+    """Poll ``condition`` for up to 5 s (a liveness guard, not a timing)."""
+    pause = threading.Event()
+    for _ in range(500):
+        if condition():
+            return True
+        pause.wait(0.01)
+    return False
+
+
+def test_a_full_pipeline_makes_callers_wait_and_loses_nothing() -> None:
+    """With ``depth`` jobs under way the next put waits (a slow device pushes
+    back on its callers instead of growing memory); once the device moves
+    again it goes in, and every job finishes, in order."""
+    pipeline, go, finished = _blocked_pipeline(depth=4)
+    try:
+        for job in range(4):
+            pipeline.put(job)
+        late = threading.Thread(target=pipeline.put, args=(4,))
+        late.start()
+        assert _until(lambda: pipeline._waiting_for_room == 1)
+        assert pipeline._outstanding == 4  # the fifth is not in
+        go.set()
+        late.join(5)
+        assert not late.is_alive()
+        assert pipeline.drain(timeout=5)
+        assert finished == [0, 1, 2, 3, 4]
+    finally:
+        go.set()
+        pipeline.close()
+
+
+def test_close_tells_a_caller_waiting_for_room_and_finishes_the_rest() -> None:
+    pipeline, go, finished = _blocked_pipeline(depth=2)
+    errors: list[BaseException] = []
+
+    def put_late() -> None:
+        try:
+            pipeline.put(2)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            errors.append(exc)
+
+    try:
+        pipeline.put(0)
+        pipeline.put(1)
+        late = threading.Thread(target=put_late)
+        late.start()
+        assert _until(lambda: pipeline._waiting_for_room == 1)
+        closing = threading.Thread(target=pipeline.close)
+        closing.start()
+        late.join(5)
+        assert not late.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], LedgerClosedError)
+        go.set()  # close() finishes what was put
+        closing.join(10)
+        assert not closing.is_alive()
+        assert finished == [0, 1]
+        assert pipeline._outstanding == 0
+    finally:
+        go.set()
+        pipeline.close()

@@ -68,6 +68,19 @@ def test_the_choice_follows_the_lower_quartile_of_the_probes() -> None:
     assert not four_quick.probing and not four_quick.keeps_gil
 
 
+def test_the_limit_sits_between_softhsm2s_quick_and_slow_calls() -> None:
+    """SoftHSM2's quick calls (C_SignInit, P-256 C_Sign: 40–70 µs, up to
+    about twice that under load) keep the GIL; its Ed25519 C_Sign, ~200 µs
+    when the host runs fast, releases it (a limit of 200 µs once kept it)."""
+    quick_loaded = _policy([100e-6] * 16)
+    ed25519_fast_host = _policy([199e-6] * 16)
+    for _ in range(16):
+        quick_loaded(0)
+        ed25519_fast_host(0)
+    assert quick_loaded.keeps_gil
+    assert not ed25519_fast_host.keeps_gil
+
+
 def test_a_module_that_is_not_a_software_token_never_keeps_the_gil() -> None:
     device = _policy([], may_keep=False)  # never timed: the clock has nothing to give
     assert not device.keeps_gil and not device.probing
