@@ -3,6 +3,7 @@
 # Python environment (.venv). Idempotent; safe to run on every `make`.
 #
 #   system (Debian/Ubuntu): softhsm2 swtpm swtpm-tools tpm2-tools libtss2-dev pkg-config gcc
+#     opensc-pkcs11 (its pkcs11-spy proxy module: tests/test_pkcs11_proxy.py)
 #   python: .venv with capseal[test,pkcs11,tpm,dev] (tpm2-pytss builds from source: ~30 s once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,8 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc)
 pkg-config --exists tss2-esys tss2-tctildr 2>/dev/null || need+=(libtss2-dev)
 [ -e /usr/lib/softhsm/libsofthsm2.so ] || [ -e /usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so ] \
   || [ -e /usr/lib/aarch64-linux-gnu/softhsm/libsofthsm2.so ] || need+=(softhsm2)
+compgen -G "/usr/lib/*/pkcs11-spy.so" >/dev/null || compgen -G "/usr/lib/*/pkcs11/pkcs11-spy.so" >/dev/null \
+  || need+=(opensc-pkcs11)
 
 if [ ${#need[@]} -gt 0 ]; then
   # de-duplicate
