@@ -116,6 +116,12 @@ class SigningPipeline:
                     self._waiting_for_room += 1
                     try:
                         self._room.wait_for(lambda: self._closed or self._outstanding < self._depth)
+                    except BaseException:
+                        # interrupted: pass on the wake-up this caller may have
+                        # taken, so no other caller sleeps beside a free place
+                        if self._outstanding < self._depth:
+                            self._room.notify()
+                        raise
                     finally:
                         self._waiting_for_room -= 1
                 if self._closed:
@@ -158,8 +164,8 @@ class SigningPipeline:
         self._outstanding -= 1
         if self._outstanding == 0:
             self._lock.notify_all()  # drain() may be waiting for this
-        if self._waiting_for_room and self._outstanding < self._depth:
-            self._room.notify_all()
+        if self._waiting_for_room:
+            self._room.notify()  # one place freed, one caller woken (not all of them, each record)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every job put so far has been finished or failed."""

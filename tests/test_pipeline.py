@@ -451,3 +451,27 @@ def test_close_tells_a_caller_waiting_for_room_and_finishes_the_rest() -> None:
     finally:
         go.set()
         pipeline.close()
+
+
+def test_many_callers_waiting_for_room_all_get_in() -> None:
+    """Each finished job wakes one waiting caller (not all of them, every
+    record): with six callers waiting on a pipeline of depth 2, every one
+    of them gets in and every job finishes."""
+    pipeline, go, finished = _blocked_pipeline(depth=2)
+    try:
+        pipeline.put(0)
+        pipeline.put(1)
+        callers = [threading.Thread(target=pipeline.put, args=(job,)) for job in range(2, 8)]
+        for caller in callers:
+            caller.start()
+        assert _until(lambda: pipeline._waiting_for_room == 6)
+        go.set()
+        for caller in callers:
+            caller.join(5)
+            assert not caller.is_alive()
+        assert pipeline.drain(timeout=5)
+        assert sorted(finished) == list(range(8)) and finished[:2] == [0, 1]
+        assert pipeline._waiting_for_room == 0 and pipeline._outstanding == 0
+    finally:
+        go.set()
+        pipeline.close()
