@@ -2,9 +2,10 @@
 
 Why: a PKCS#11 token or TPM spends hundreds of microseconds per signature in C
 code that releases the GIL, while capseal's own work per record (canonical
-form, model, Class-1 self-check, checking the device's signature, the ledger)
-needs the GIL. Done one after the other the two add up; done in three stages
-they overlap, and the device sets the pace:
+form, model, Class-1 self-check, the ledger) needs the GIL. Done one after
+the other the two add up; done in three stages they overlap, and the device
+sets the pace (checking the device's signature overlaps too: recent
+cryptography releases, 50.0.2 here, let go of the GIL while verifying):
 
 1. the caller's thread prepares the capsule and the bytes to be signed (every
    refusal of the caller's input happens here, before anything is queued);
@@ -32,26 +33,42 @@ on the pipeline's own count of jobs under way, which it keeps anyway. With
 call, at each of two hand-offs) the pipeline cost about 210 µs of CPU per
 record over sealing on one thread, measured with a software key sent through
 it; with SimpleQueue, 40–110 µs. A caller that finds the pipeline full waits
-for one job to finish, not for a batch: the wait hands the GIL to the
-signing thread once per record, while a caller refilling in bursts (waiting
-for depth/8 to drain) kept the GIL through each burst and the token idled
-behind it (SoftHSM2 Ed25519: 1,170–1,340 against 1,550–1,920 sealed/s).
+for one job to finish, not for a batch, and each finished job wakes one
+waiting caller: the wait hands the GIL to the signing thread once per
+record, while a caller refilling in bursts (waiting for depth/8 to drain)
+kept the GIL through each burst and the token idled behind it (SoftHSM2
+Ed25519: 1,170–1,340 against 1,550–1,920 sealed/s).
+
+What is left between the token and its raw rate, measured with SoftHSM2
+Ed25519 on this 2-vCPU host: per record, the signing thread waits 130–190 µs
+for the GIL after each ``C_Sign`` returns (other threads hold it), and
+``C_Sign`` itself takes 10–50 % more CPU than alone while the other vCPU
+works (a Python loop in an unrelated process on that vCPU: about +30 %).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import LedgerClosedError
+from .errors import LedgerClosedError, SignerUnavailableError
 
 __all__ = ["SigningPipeline"]
 
 _STOP = object()
 _QUEUED, _CLAIMED, _WITHDRAWN = 0, 1, 2
 _CLOSE_WAIT = 30.0  # s close() waits for puts under way before it stops the pipeline
+
+
+def _left(deadline: float | None, cap: float | None = None) -> float | None:
+    """Seconds to ``deadline`` (never below 0), at most ``cap``; None = no limit."""
+    if deadline is None:
+        return cap
+    left = max(0.0, deadline - time.monotonic())
+    return left if cap is None else min(left, cap)
 
 
 class _Ticket:
@@ -99,7 +116,8 @@ class SigningPipeline:
         self._putting = 0
         self._waiting_for_room = 0
         self._closed = False
-        self._stopped = False  # the threads have ended
+        self._stopped = False  # the threads have ended, or close() gave up waiting for them
+        self._signing: _Ticket | None = None  # the job on the device now (signing thread)
         self._threads = [threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True)]
         if begin is None:
             self._threads.append(threading.Thread(target=self._sign_loop, name=f"capseal-sign:{name}", daemon=True))
@@ -172,34 +190,70 @@ class SigningPipeline:
         with self._lock:
             return self._lock.wait_for(lambda: self._outstanding == 0, timeout)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> int:
         """Finish what was put, then stop both threads. Idempotent. A job that
         still arrives after the stop (a put whose hand-over to the device took
         longer than close() waits) is failed, never left unresolved; a caller
-        waiting for room gets LedgerClosedError."""
+        waiting for room gets LedgerClosedError.
+
+        ``timeout`` bounds the wait for the device: a call into a token
+        cannot be cancelled (PKCS#11 has no way), so a hung one would hold
+        close() for ever. When it runs out, every job not yet finished —
+        queued, or on the device now — fails with SignerUnavailableError, and
+        the threads end by themselves if the device ever answers. Returns how
+        many jobs that failed (0 when the device finished in time)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if self._closed:
-                return
+                return 0
             self._closed = True
             self._room.notify_all()  # callers waiting for room learn that it is closed
-            self._lock.wait_for(lambda: self._putting == 0, _CLOSE_WAIT)  # their jobs go in before the stop
+            # their jobs go in before the stop
+            self._lock.wait_for(lambda: self._putting == 0, _left(deadline, _CLOSE_WAIT))
         (self._to_sign if self._begin is None else self._to_finish).put(_STOP)
         for t in self._threads:
-            t.join()
+            t.join(_left(deadline))
         self._stopped = True  # before the sweep: a put landing after it sweeps for itself
+        if any(t.is_alive() for t in self._threads):
+            return self._abandon(timeout)
         self._fail_leftovers()
+        return 0
+
+    def _abandon(self, timeout: float | None) -> int:
+        """close() ran out of time with the device still busy: fail every job
+        not yet finished, and leave the threads a way out."""
+        error = SignerUnavailableError(
+            f"the device had not signed this record {timeout} s into close(); it was not written")
+        failed = self._sweep(error)
+        on_device = self._signing  # read after _stopped was set: see _sign_loop
+        if on_device is not None:
+            failed += self._settle(on_device, None, error)
+        self._to_sign.put(_STOP)  # once the device answers, both threads end
+        self._to_finish.put(_STOP)
+        return failed
 
     def _fail_leftovers(self) -> None:
         """Fail every job still queued once the pipeline's threads have stopped."""
+        self._sweep(LedgerClosedError("the signing pipeline closed before this record was signed"))
+
+    def _sweep(self, error: BaseException) -> int:
+        """Fail every job still queued; how many. A stop found on the way is
+        put back: a thread that is still running needs it to end."""
+        failed = 0
         for q in (self._to_sign, self._to_finish):
+            stops = 0
             while True:
                 try:
                     item = q.get_nowait()
                 except queue.Empty:
                     break
-                if item is not _STOP:
-                    ticket = item if isinstance(item, _Ticket) else item[0]
-                    self._settle(ticket, None, LedgerClosedError("the signing pipeline closed before this record was signed"))
+                if item is _STOP:
+                    stops += 1
+                else:
+                    failed += self._settle(item if isinstance(item, _Ticket) else item[0], None, error)
+            for _ in range(stops):
+                q.put(_STOP)
+        return failed
 
     def _sign_loop(self) -> None:
         sign = self._sign
@@ -211,11 +265,18 @@ class SigningPipeline:
                 return
             if ticket.state == _WITHDRAWN:  # a benign race: at worst one signature is made for nothing
                 continue
+            self._signing = ticket
+            if self._stopped:  # close() gave up on the device: it may have missed this job (see _abandon)
+                self._signing = None
+                self._settle(ticket, None, SignerUnavailableError("the signing pipeline closed before this record was signed"))
+                continue
             try:
                 signature = sign(ticket.job)
             except BaseException as exc:  # noqa: BLE001 - the job's owner learns it; the device may recover
                 self._to_finish.put((ticket, None, exc))
                 continue
+            finally:
+                self._signing = None
             self._to_finish.put((ticket, signature, None))
 
     def _finish_loop(self) -> None:
@@ -225,11 +286,12 @@ class SigningPipeline:
                 return
             self._settle(*item)
 
-    def _settle(self, ticket: _Ticket, signature: Any, error: BaseException | None) -> None:
-        """Finish or fail one job, unless ``put`` withdrew it; account for it once."""
+    def _settle(self, ticket: _Ticket, signature: Any, error: BaseException | None) -> bool:
+        """Finish or fail one job, unless it was withdrawn or settled already;
+        account for it once. True when this call settled it."""
         with self._lock:
             if ticket.state != _QUEUED:
-                return
+                return False
             ticket.state = _CLAIMED
         job = ticket.job
         try:
@@ -251,3 +313,4 @@ class SigningPipeline:
         finally:
             with self._lock:
                 self._done_one()
+        return True

@@ -31,7 +31,7 @@ from capseal.keys import SignatureResult, Signer, SignerSelfTest
 from .assurance import derive_assurance, enforce_claim
 from .canonical import canonical_bytes, json_digest
 from .envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope, sign_envelope
-from .errors import InputError, LedgerClosedError, LedgerError, SealAbortedError
+from .errors import InputError, LedgerClosedError, LedgerError, SealAbortedError, SignerUnavailableError
 from .ledger import Ledger, LedgerEntry, PendingAppend, StoredEntry
 from .model import validate_capsule
 from .pipeline import SigningPipeline
@@ -187,18 +187,28 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Finish what was submitted (it becomes durable), then release the ledger."""
+    def close(self, timeout: float | None = None) -> None:
+        """Finish what was submitted (it becomes durable), then release the ledger.
+
+        ``timeout`` (seconds) bounds the wait for a token or TPM to sign what
+        is queued. Why: a call into a PKCS#11 token cannot be cancelled, so a
+        hung token would hold close() for ever. When it runs out, the records
+        still unsigned fail (their ``result()`` raises SignerUnavailableError
+        and nothing is written for them), the ledger is closed all the same,
+        and close() then raises SignerUnavailableError saying how many."""
         if self._closed:
             return
         self._closed = True
-        if self._pipeline is not None:
-            self._pipeline.close()
+        abandoned = self._pipeline.close(timeout) if self._pipeline is not None else 0
         if self._owns_ledger:
             self.ledger.close()
         elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
             self.ledger.flush()
             self.ledger.remove_commit_listener(self._on_commit)
+        if abandoned:
+            raise SignerUnavailableError(
+                f"{self.signer.describe_short()} had not signed {abandoned} submitted record(s) {timeout} s into "
+                "close(); they were not written")
 
     def add_observer(self, callback: Callable[[SealedRecord], None]) -> None:
         """Call ``callback(record)`` after each record is durable. It must not

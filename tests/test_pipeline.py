@@ -15,7 +15,14 @@ import pytest
 
 import capseal
 from capseal import Ledger, Producer
-from capseal.errors import DeviceError, FloatInDigestError, LedgerClosedError, LedgerError, SignatureFailedError
+from capseal.errors import (
+    DeviceError,
+    FloatInDigestError,
+    LedgerClosedError,
+    LedgerError,
+    SignatureFailedError,
+    SignerUnavailableError,
+)
 from capseal.keys import PendingSignature, SignatureResult, SoftwareSigner, generate_private_key
 
 
@@ -475,3 +482,50 @@ def test_many_callers_waiting_for_room_all_get_in() -> None:
     finally:
         go.set()
         pipeline.close()
+
+
+def test_close_with_a_timeout_gives_up_on_a_hung_device(tmp_path: Path) -> None:
+    """A token call that never returns (PKCS#11 cannot cancel one) must not
+    hold close() for ever: with a timeout, the records not yet signed fail
+    with SignerUnavailableError, nothing is written for them, the ledger is
+    closed, close() says how many; the device's thread ends once it answers."""
+    device = FlakyDevice()
+    real_sign = device.sign
+    answer = threading.Event()
+
+    def hung_sign(data: bytes) -> SignatureResult:
+        answer.wait(30)
+        return real_sign(data)
+
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    try:
+        producer.submit({"action_id": "first", "action_type": "fyi"}).result()
+        pipeline = producer._pipeline
+        assert pipeline is not None
+        device.sign = hung_sign  # type: ignore[method-assign]
+        pendings = [producer.submit({"action_id": f"hung-{i}", "action_type": "fyi"}) for i in range(5)]
+        assert _until(lambda: pipeline._signing is not None)  # the first of them is on the device
+        with pytest.raises(SignerUnavailableError, match=r"had not signed 5 submitted record\(s\) 0.3 s into close"):
+            producer.close(timeout=0.3)
+        for pending in pendings:
+            with pytest.raises(SignerUnavailableError, match="not written"):
+                pending.result(timeout=5)
+        with Ledger(tmp_path / "l.db") as ledger:
+            assert ledger.count() == 2  # the epoch boundary and "first"
+        answer.set()  # the device answers at last: the threads end, and still nothing is written
+        for t in pipeline._threads:
+            t.join(5)
+            assert not t.is_alive()
+        with Ledger(tmp_path / "l.db") as ledger:
+            assert ledger.count() == 2
+        producer.close(timeout=0.3)  # idempotent
+    finally:
+        answer.set()
+
+
+def test_close_with_a_timeout_on_a_working_device_writes_everything(tmp_path: Path) -> None:
+    device = FlakyDevice()
+    with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+        pendings = [producer.submit({"action_id": f"ok-{i}", "action_type": "fyi"}) for i in range(50)]
+        producer.close(timeout=30)
+    assert [p.result(timeout=5).seq for p in pendings] == list(range(2, 52))
