@@ -139,3 +139,5 @@ def print_row(row: dict[str, Any]) -> None:
         print(f"    {'direct path keeps the GIL across':<46}{', '.join(kept) or 'neither call':>8}")
     if "swtpm_busy_median" in row:
         print(f"    {'swtpm busy while sealing (CPU / wall)':<46}{100 * row['swtpm_busy_median']:>7.0f} %")
+    if "swtpm_cpu_per_sign_median" in row:
+        print(f"    {'swtpm CPU per raw signature':<46}{1e6 * row['swtpm_cpu_per_sign_median']:>6.0f} µs")
