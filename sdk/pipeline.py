@@ -117,7 +117,7 @@ class SigningPipeline:
         self._waiting_for_room = 0
         self._closed = False
         self._stopped = False  # the threads have ended, or close() gave up waiting for them
-        self._signing: _Ticket | None = None  # the job on the device now (signing thread)
+        self._live: dict[_Ticket, None] = {}  # put, and not yet claimed or withdrawn (in order)
         self._threads = [threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True)]
         if begin is None:
             self._threads.append(threading.Thread(target=self._sign_loop, name=f"capseal-sign:{name}", daemon=True))
@@ -146,6 +146,7 @@ class SigningPipeline:
                     raise LedgerClosedError("the signing pipeline is closed")
                 self._outstanding += 1
                 self._putting += 1  # close() queues its stop only after every put under way
+                self._live[ticket] = None
                 registered = True
             if self._begin is None:
                 self._to_sign.put(ticket)
@@ -173,6 +174,7 @@ class SigningPipeline:
                 # is withdrawn unless the finishing thread has taken it already
                 # (then it is sealed, though the caller saw the interrupt)
                 ticket.state = _WITHDRAWN
+                del self._live[ticket]
                 self._done_one()
             if self._closed and self._putting == 0:
                 self._lock.notify_all()  # close() may be waiting for this
@@ -199,9 +201,10 @@ class SigningPipeline:
         ``timeout`` bounds the wait for the device: a call into a token
         cannot be cancelled (PKCS#11 has no way), so a hung one would hold
         close() for ever. When it runs out, every job not yet finished —
-        queued, or on the device now — fails with SignerUnavailableError, and
-        the threads end by themselves if the device ever answers. Returns how
-        many jobs that failed (0 when the device finished in time)."""
+        queued, on the device now, or signed and not yet checked — fails with
+        SignerUnavailableError, and the threads end by themselves if the
+        device ever answers. Returns how many jobs that failed (0 when the
+        device finished in time)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if self._closed:
@@ -221,25 +224,32 @@ class SigningPipeline:
 
     def _abandon(self, timeout: float | None) -> int:
         """close() ran out of time with the device still busy: fail every job
-        not yet finished, and leave the threads a way out."""
-        error = SignerUnavailableError(
-            f"the device had not signed this record {timeout} s into close(); it was not written")
-        failed = self._sweep(error)
-        on_device = self._signing  # read after _stopped was set: see _sign_loop
-        if on_device is not None:
-            failed += self._settle(on_device, None, error)
+        not yet finished, and leave the threads a way out.
+
+        Every live job is claimed at once, under the lock: whatever the
+        threads do next (the device may answer this very moment) finds it
+        claimed and leaves it alone, so each job is failed once and the count
+        is exact."""
+        with self._lock:
+            given_up = [ticket for ticket in self._live if ticket.state == _QUEUED]
+            for ticket in given_up:
+                ticket.state = _CLAIMED
+            self._live.clear()
+        error = SignerUnavailableError(f"close() gave up on the device {timeout} s in, before this record was "
+                                       "signed and checked; it was not written")
+        for ticket in given_up:
+            self._complete(ticket.job, None, error)
         self._to_sign.put(_STOP)  # once the device answers, both threads end
         self._to_finish.put(_STOP)
-        return failed
+        return len(given_up)
 
     def _fail_leftovers(self) -> None:
         """Fail every job still queued once the pipeline's threads have stopped."""
         self._sweep(LedgerClosedError("the signing pipeline closed before this record was signed"))
 
-    def _sweep(self, error: BaseException) -> int:
-        """Fail every job still queued; how many. A stop found on the way is
-        put back: a thread that is still running needs it to end."""
-        failed = 0
+    def _sweep(self, error: BaseException) -> None:
+        """Fail every job still queued. A stop found on the way is put back:
+        a thread that is still running needs it to end."""
         for q in (self._to_sign, self._to_finish):
             stops = 0
             while True:
@@ -250,10 +260,9 @@ class SigningPipeline:
                 if item is _STOP:
                     stops += 1
                 else:
-                    failed += self._settle(item if isinstance(item, _Ticket) else item[0], None, error)
+                    self._settle(item if isinstance(item, _Ticket) else item[0], None, error)
             for _ in range(stops):
                 q.put(_STOP)
-        return failed
 
     def _sign_loop(self) -> None:
         sign = self._sign
@@ -263,43 +272,46 @@ class SigningPipeline:
             if ticket is _STOP:
                 self._to_finish.put(_STOP)
                 return
-            if ticket.state == _WITHDRAWN:  # a benign race: at worst one signature is made for nothing
-                continue
-            self._signing = ticket
-            if self._stopped:  # close() gave up on the device: it may have missed this job (see _abandon)
-                self._signing = None
-                self._settle(ticket, None, SignerUnavailableError("the signing pipeline closed before this record was signed"))
-                continue
+            if ticket.state != _QUEUED:  # withdrawn, or given up by close(): not wanted (a benign race
+                continue                 # may still make one signature for nothing)
             try:
                 signature = sign(ticket.job)
             except BaseException as exc:  # noqa: BLE001 - the job's owner learns it; the device may recover
                 self._to_finish.put((ticket, None, exc))
                 continue
-            finally:
-                self._signing = None
             self._to_finish.put((ticket, signature, None))
 
     def _finish_loop(self) -> None:
+        queued_on_device = self._begin is not None
         while True:
             item = self._to_finish.get()
             if item is _STOP:
                 return
-            self._settle(*item)
-
-    def _settle(self, ticket: _Ticket, signature: Any, error: BaseException | None) -> bool:
-        """Finish or fail one job, unless it was withdrawn or settled already;
-        account for it once. True when this call settled it."""
-        with self._lock:
-            if ticket.state != _QUEUED:
-                return False
-            ticket.state = _CLAIMED
-        job = ticket.job
-        try:
-            if self._begin is not None and error is None:
+            ticket, signature, error = item
+            if queued_on_device and error is None:
+                # wait for the device *before* claiming the job: until then
+                # close() can still give it up (a hung TPM must not hold it)
+                if ticket.state != _QUEUED:
+                    continue
                 try:
                     signature = signature.result()
                 except BaseException as exc:  # noqa: BLE001 - the job's owner learns it
                     error = exc
+            self._settle(ticket, signature, error)
+
+    def _settle(self, ticket: _Ticket, signature: Any, error: BaseException | None) -> None:
+        """Finish or fail one job, unless it was withdrawn or given up already:
+        each job is accounted for once."""
+        with self._lock:
+            if ticket.state != _QUEUED:
+                return
+            ticket.state = _CLAIMED
+            del self._live[ticket]
+        self._complete(ticket.job, signature, error)
+
+    def _complete(self, job: Any, signature: Any, error: BaseException | None) -> None:
+        """Finish a claimed job (or fail it: ``error``), then count it done."""
+        try:
             if error is None:
                 try:
                     self._finish(job, signature)
@@ -313,4 +325,3 @@ class SigningPipeline:
         finally:
             with self._lock:
                 self._done_one()
-        return True

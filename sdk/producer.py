@@ -196,10 +196,12 @@ class Producer:
         still unsigned fail (their ``result()`` raises SignerUnavailableError
         and nothing is written for them), the ledger is closed all the same,
         and close() then raises SignerUnavailableError saying how many."""
-        if self._closed:
-            return
-        self._closed = True
-        abandoned = self._pipeline.close(timeout) if self._pipeline is not None else 0
+        with self._epoch_lock:  # a first submit() making the pipeline right now: before or after, not during
+            if self._closed:
+                return
+            self._closed = True
+            pipeline = self._pipeline
+        abandoned = pipeline.close(timeout) if pipeline is not None else 0
         if self._owns_ledger:
             self.ledger.close()
         elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
@@ -365,6 +367,8 @@ class Producer:
         pending = PendingRecord(capsule["capsule_id"])
         if self._pipeline is None:
             with self._epoch_lock:
+                if self._closed:  # close() ran meanwhile: nobody would close a pipeline made now
+                    raise LedgerClosedError("this producer is closed")
                 if self._pipeline is None:
                     signer = self.signer
                     queued = getattr(signer, "queues_signatures", False)

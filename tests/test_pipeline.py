@@ -5,6 +5,7 @@ own record and writes nothing, and close()/flush() finish what was queued."""
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -484,16 +485,20 @@ def test_many_callers_waiting_for_room_all_get_in() -> None:
         pipeline.close()
 
 
-def test_close_with_a_timeout_gives_up_on_a_hung_device(tmp_path: Path) -> None:
-    """A token call that never returns (PKCS#11 cannot cancel one) must not
+@pytest.mark.parametrize("make", [FlakyDevice, QueuedFlakyDevice], indirect=True, ids=["signing-thread", "device-queue"])
+def test_close_with_a_timeout_gives_up_on_a_hung_device(make: Callable[[], FlakyDevice], tmp_path: Path) -> None:
+    """A device call that never returns (PKCS#11 cannot cancel one) must not
     hold close() for ever: with a timeout, the records not yet signed fail
-    with SignerUnavailableError, nothing is written for them, the ledger is
-    closed, close() says how many; the device's thread ends once it answers."""
-    device = FlakyDevice()
+    with SignerUnavailableError — the one on the device too, whether a
+    signing thread or the finishing thread waits for it — nothing is written
+    for them, the ledger is closed, close() says how many; the threads end
+    once the device answers."""
+    device = make()
     real_sign = device.sign
-    answer = threading.Event()
+    answer, on_device = threading.Event(), threading.Event()
 
     def hung_sign(data: bytes) -> SignatureResult:
+        on_device.set()
         answer.wait(30)
         return real_sign(data)
 
@@ -504,12 +509,13 @@ def test_close_with_a_timeout_gives_up_on_a_hung_device(tmp_path: Path) -> None:
         assert pipeline is not None
         device.sign = hung_sign  # type: ignore[method-assign]
         pendings = [producer.submit({"action_id": f"hung-{i}", "action_type": "fyi"}) for i in range(5)]
-        assert _until(lambda: pipeline._signing is not None)  # the first of them is on the device
+        assert on_device.wait(5)  # the first of them is on the device
         with pytest.raises(SignerUnavailableError, match=r"had not signed 5 submitted record\(s\) 0.3 s into close"):
             producer.close(timeout=0.3)
         for pending in pendings:
-            with pytest.raises(SignerUnavailableError, match="not written"):
+            with pytest.raises(SignerUnavailableError, match="gave up on the device 0.3 s in.*not written"):
                 pending.result(timeout=5)
+        assert pipeline._outstanding == 0
         with Ledger(tmp_path / "l.db") as ledger:
             assert ledger.count() == 2  # the epoch boundary and "first"
         answer.set()  # the device answers at last: the threads end, and still nothing is written
@@ -529,3 +535,73 @@ def test_close_with_a_timeout_on_a_working_device_writes_everything(tmp_path: Pa
         pendings = [producer.submit({"action_id": f"ok-{i}", "action_type": "fyi"}) for i in range(50)]
         producer.close(timeout=30)
     assert [p.result(timeout=5).seq for p in pendings] == list(range(2, 52))
+
+
+def test_close_counts_exactly_when_the_device_answers_as_it_gives_up() -> None:
+    """The device answers while close() is failing the jobs it gave up on:
+    the threads find them claimed and leave them alone, so each job fails
+    once, none is finished late, and the count close() returns is exact."""
+    pipeline, go, finished = _blocked_pipeline(depth=8)
+    failed: list[tuple[int, str]] = []
+
+    def fail(job: int, exc: BaseException) -> None:
+        failed.append((job, type(exc).__name__))
+        if job == 0:  # the device answers now, and the signing thread runs through its queue
+            go.set()
+            assert _until(lambda: pipeline._to_sign.qsize() == 0)
+
+    pipeline._fail = fail
+    for job in range(3):
+        pipeline.put(job)
+    assert pipeline.close(timeout=0.3) == 3
+    for t in pipeline._threads:
+        t.join(5)
+        assert not t.is_alive()
+    assert failed == [(0, "SignerUnavailableError"), (1, "SignerUnavailableError"), (2, "SignerUnavailableError")]
+    assert finished == [] and pipeline._outstanding == 0
+
+
+def _waiting_in(thread: threading.Thread, function: str) -> bool:
+    """True while ``thread`` runs (here: blocks on a lock) in the producer's ``function`` itself."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    return frame is not None and frame.f_code.co_name == function and frame.f_code.co_filename.endswith("producer.py")
+
+
+def test_close_racing_the_first_submit_leaves_no_pipeline_running(tmp_path: Path) -> None:
+    """The first submit() makes the pipeline; a close() at that moment used
+    to miss it, leaving its threads running for ever. Now one goes first:
+    either the submit is refused, or its record is sealed and the pipeline
+    closed."""
+    device = FlakyDevice()
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    outcome: list[Any] = []
+
+    def submit() -> None:
+        try:
+            outcome.append(producer.submit({"action_id": "racing", "action_type": "fyi"}))
+        except LedgerClosedError as exc:
+            outcome.append(exc)
+
+    with producer._epoch_lock:  # the submit stops just before it makes the pipeline
+        caller = threading.Thread(target=submit)
+        caller.start()
+        assert _until(lambda: _waiting_in(caller, "_submit_pipelined"))
+        closer = threading.Thread(target=producer.close)
+        closer.start()
+        assert _until(lambda: _waiting_in(closer, "close"))
+    caller.join(5)
+    closer.join(5)
+    assert not caller.is_alive() and not closer.is_alive()
+    pipeline = producer._pipeline
+    if isinstance(outcome[0], LedgerClosedError):
+        assert pipeline is None
+        expected = 1  # the epoch boundary
+    else:
+        assert outcome[0].result(timeout=5).seq == 2
+        expected = 2
+    if pipeline is not None:
+        for t in pipeline._threads:
+            t.join(5)
+            assert not t.is_alive()
+    with Ledger(tmp_path / "l.db") as ledger:
+        assert ledger.count() == expected
