@@ -40,6 +40,10 @@ class PendingSignature(ABC):
     def result(self) -> SignatureResult:
         """The signature, or the typed error ``sign`` would have raised."""
 
+    def cancel(self) -> None:
+        """The signature is no longer wanted: a device queue drops the command
+        if it has not started (a started one finishes and is thrown away)."""
+
 
 class _SignOnResult(PendingSignature):
     """The default: nothing happens until ``result()``, which calls ``sign``."""

@@ -466,6 +466,9 @@ class _QueuedSignature(PendingSignature):
         raw = signer._device.wait(self._fut, signer._timeout)
         return SignatureResult(raw, signer.kid, signer._shape.alg)
 
+    def cancel(self) -> None:
+        self._fut.cancel()  # the worker skips a cancelled job (Future.cancel fails once it runs)
+
 
 class _FastSign:
     """TPM2_Sign straight through cffi, for the hot path.

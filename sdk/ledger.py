@@ -418,6 +418,7 @@ class Ledger:
         # steps aside while one waits (see _side_write)
         self._side_writers = 0
         self._closing = False
+        self._committing: int | None = None  # the thread inside _drain (it runs the callbacks)
         self._closed = False
         self.stats = _Stats()
         self._db = self._connect(synchronous)
@@ -467,6 +468,7 @@ class Ledger:
 
     def close(self) -> None:
         """Drain what was submitted (it becomes durable), then close."""
+        self._refuse_inside_commit("close()")
         with self._mutex:
             if self._closed:
                 return
@@ -565,6 +567,7 @@ class Ledger:
     def _wait(self, pendings: Sequence[PendingAppend], timeout: float | None) -> None:
         """Wait for ``pendings``; when nobody is writing, commit the queue on
         this thread (group-commit leader) instead of handing it to another."""
+        self._refuse_inside_commit("waiting for a record to be durable")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._mutex:
@@ -619,6 +622,21 @@ class Ledger:
 
     def _drain(self) -> None:
         """Commit everything queued right now. The caller holds _write_lock."""
+        self._committing = threading.get_ident()
+        try:
+            self._drain_batch()
+        finally:
+            self._committing = None
+
+    def _refuse_inside_commit(self, what: str) -> None:
+        """A callback run by a commit (an observer, a commit listener) that
+        waits for a commit — flush, result(), seal(), close — would wait on
+        the thread it runs on: refused with a clear error instead of hanging."""
+        if self._committing == threading.get_ident():
+            raise LedgerError(f"{what} from inside a commit of {self.path.name} (an observer or commit listener) "
+                              "would wait on that commit; do it after the callback returns")
+
+    def _drain_batch(self) -> None:
         with self._mutex:
             batch, self._queue = self._queue, []
             self._in_flight = batch

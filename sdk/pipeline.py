@@ -61,6 +61,7 @@ __all__ = ["SigningPipeline"]
 _STOP = object()
 _QUEUED, _CLAIMED, _WITHDRAWN = 0, 1, 2
 _CLOSE_WAIT = 30.0  # s close() waits for puts under way before it stops the pipeline
+_FINISHING_WAIT = 5.0  # s close(timeout), giving up on the device, waits for jobs already past it
 
 
 def _left(deadline: float | None, cap: float | None = None) -> float | None:
@@ -76,10 +77,21 @@ class _Ticket:
     who accounts for it: the finishing thread once it has *claimed* it, or
     ``put`` when an interrupt made it *withdraw* the job — never both."""
 
-    __slots__ = ("job", "state")
+    __slots__ = ("job", "state", "pending")
 
     def __init__(self, job: Any) -> None:
         self.job, self.state = job, _QUEUED
+        self.pending: Any = None  # begin mode: the signature queued on the device
+
+    def cancel(self) -> None:
+        """The job will not be finished: drop its command from the device's
+        queue if it has not started (a TPM would otherwise sign for nothing,
+        holding up every later user of the device)."""
+        if self.pending is not None:
+            try:
+                self.pending.cancel()
+            except Exception:  # noqa: BLE001 - a best effort; the job is settled either way
+                pass
 
 
 class SigningPipeline:
@@ -152,11 +164,11 @@ class SigningPipeline:
                 self._to_sign.put(ticket)
             else:
                 try:
-                    pending = self._begin(job)
+                    ticket.pending = self._begin(job)
                 except Exception as exc:  # noqa: BLE001 - failed like a signature that failed, in order
                     self._to_finish.put((ticket, None, exc))
                 else:
-                    self._to_finish.put((ticket, pending, None))
+                    self._to_finish.put((ticket, ticket.pending, None))
             handed = True
             if self._stopped:  # close() gave up waiting for this put: nobody will finish the job
                 self._fail_leftovers()
@@ -167,6 +179,7 @@ class SigningPipeline:
     def _unregister(self, ticket: _Ticket, handed: bool) -> None:
         """The end of a put: it is no longer under way, and a job it could not
         hand over is withdrawn."""
+        withdrawn = False
         with self._lock:
             self._putting -= 1
             if not handed and ticket.state == _QUEUED:
@@ -176,8 +189,11 @@ class SigningPipeline:
                 ticket.state = _WITHDRAWN
                 del self._live[ticket]
                 self._done_one()
+                withdrawn = True
             if self._closed and self._putting == 0:
                 self._lock.notify_all()  # close() may be waiting for this
+        if withdrawn:
+            ticket.cancel()
 
     def _done_one(self) -> None:
         """One job fewer under way (the lock held): wake whoever waits on that."""
@@ -200,10 +216,12 @@ class SigningPipeline:
 
         ``timeout`` bounds the wait for the device: a call into a token
         cannot be cancelled (PKCS#11 has no way), so a hung one would hold
-        close() for ever. When it runs out, every job not yet finished —
-        queued, on the device now, or signed and not yet checked — fails with
-        SignerUnavailableError, and the threads end by themselves if the
-        device ever answers. Returns how many jobs that failed (0 when the
+        close() for ever. When it runs out, every job the device has not
+        answered — queued, or on the device now — fails with
+        SignerUnavailableError (its command dropped from a device's own queue
+        if it has not started); jobs already past the device are let finish
+        (up to 5 s more), and the threads end by themselves if the device
+        ever answers. Returns how many jobs failed that way (0 when the
         device finished in time)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
@@ -238,10 +256,16 @@ class SigningPipeline:
         error = SignerUnavailableError(f"close() gave up on the device {timeout} s in, before this record was "
                                        "signed and checked; it was not written")
         for ticket in given_up:
+            ticket.cancel()
             self._complete(ticket.job, None, error)
         self._to_sign.put(_STOP)  # once the device answers, both threads end
         self._to_finish.put(_STOP)
-        return len(given_up)
+        # jobs the finishing thread had claimed are past the device (checking a
+        # signature, handing it to the ledger): let them end, so the count and
+        # the ledger that closes next agree; any still going are counted as given up
+        with self._lock:
+            self._lock.wait_for(lambda: self._outstanding == 0, _FINISHING_WAIT)
+            return len(given_up) + self._outstanding
 
     def _fail_leftovers(self) -> None:
         """Fail every job still queued once the pipeline's threads have stopped."""
@@ -292,6 +316,7 @@ class SigningPipeline:
                 # wait for the device *before* claiming the job: until then
                 # close() can still give it up (a hung TPM must not hold it)
                 if ticket.state != _QUEUED:
+                    ticket.cancel()
                     continue
                 try:
                     signature = signature.result()

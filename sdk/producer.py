@@ -193,9 +193,12 @@ class Producer:
         ``timeout`` (seconds) bounds the wait for a token or TPM to sign what
         is queued. Why: a call into a PKCS#11 token cannot be cancelled, so a
         hung token would hold close() for ever. When it runs out, the records
-        still unsigned fail (their ``result()`` raises SignerUnavailableError
-        and nothing is written for them), the ledger is closed all the same,
-        and close() then raises SignerUnavailableError saying how many."""
+        the device has not signed fail (their ``result()`` raises
+        SignerUnavailableError and nothing is written for them; a TPM's
+        commands for them are dropped from its queue), records already past
+        the device are still written, the ledger is closed all the same, and
+        close() then raises SignerUnavailableError saying how many failed."""
+        self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
         with self._epoch_lock:  # a first submit() making the pipeline right now: before or after, not during
             if self._closed:
                 return
@@ -209,12 +212,15 @@ class Producer:
             self.ledger.remove_commit_listener(self._on_commit)
         if abandoned:
             raise SignerUnavailableError(
-                f"{self.signer.describe_short()} had not signed {abandoned} submitted record(s) {timeout} s into "
-                "close(); they were not written")
+                f"{self.signer.describe_short()}: {abandoned} submitted record(s) not signed and checked {timeout} s "
+                "into close(); they were not written")
 
     def add_observer(self, callback: Callable[[SealedRecord], None]) -> None:
         """Call ``callback(record)`` after each record is durable. It must not
-        block; errors in it never undo a seal. Each record is kept alive until
+        block, nor wait for a commit (``seal``, ``flush``, ``result`` and
+        ``close`` raise LedgerError there, before doing anything: the commit
+        runs the callback; ``submit`` is fine);
+        errors in it never undo a seal. Each record is kept alive until
         its group commits, for this; when the id is enough, use
         :meth:`add_id_observer`."""
         self._observers.append(callback)
@@ -316,6 +322,7 @@ class Producer:
         """Wait until every submitted record is durable (or refused); with
         ``timeout``, raise LedgerError when that takes longer (the records
         stay queued and are still written)."""
+        self.ledger._refuse_inside_commit("flush()")
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._pipeline is not None and not self._pipeline.drain(timeout):
             raise LedgerError(f"submitted records not signed within {timeout} s")
@@ -327,6 +334,7 @@ class Producer:
         return self._epoch_entry is None
 
     def _seal(self, spec: dict[str, Any]) -> SealedRecord:
+        self.ledger._refuse_inside_commit("seal()")  # before anything is signed or queued
         return self._submit(spec, wake=False).result()
 
     def _entry(self, record: SealedRecord, *, tag: str | None = None) -> LedgerEntry:

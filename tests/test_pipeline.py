@@ -58,6 +58,9 @@ class _Queued(PendingSignature):
     def result(self) -> SignatureResult:
         return self.fut.result()
 
+    def cancel(self) -> None:
+        self.fut.cancel()
+
 
 class QueuedFlakyDevice(FlakyDevice):
     """The same, for a device with its own command queue (as the TPM backend
@@ -510,7 +513,7 @@ def test_close_with_a_timeout_gives_up_on_a_hung_device(make: Callable[[], Flaky
         device.sign = hung_sign  # type: ignore[method-assign]
         pendings = [producer.submit({"action_id": f"hung-{i}", "action_type": "fyi"}) for i in range(5)]
         assert on_device.wait(5)  # the first of them is on the device
-        with pytest.raises(SignerUnavailableError, match=r"had not signed 5 submitted record\(s\) 0.3 s into close"):
+        with pytest.raises(SignerUnavailableError, match=r": 5 submitted record\(s\) not signed and checked 0.3 s into close"):
             producer.close(timeout=0.3)
         for pending in pendings:
             with pytest.raises(SignerUnavailableError, match="gave up on the device 0.3 s in.*not written"):
@@ -605,3 +608,103 @@ def test_close_racing_the_first_submit_leaves_no_pipeline_running(tmp_path: Path
             assert not t.is_alive()
     with Ledger(tmp_path / "l.db") as ledger:
         assert ledger.count() == expected
+
+
+def _finish_held(producer: Producer) -> tuple[Any, threading.Event, threading.Event]:
+    """The producer's pipeline, with its finishing step held at ``release``
+    (``entered`` set once a job is in it): a job already past the device."""
+    pipeline = producer._pipeline
+    assert pipeline is not None
+    real_finish, entered, release = pipeline._finish, threading.Event(), threading.Event()
+
+    def held_finish(job: Any, signature: Any) -> None:
+        entered.set()
+        assert release.wait(10)
+        real_finish(job, signature)
+
+    pipeline._finish = held_finish
+    return pipeline, entered, release
+
+
+def test_close_giving_up_on_the_device_lets_a_job_past_it_finish(tmp_path: Path) -> None:
+    """A record already signed and being checked when close(timeout) gives
+    up is not the device's to lose: close() lets it finish, it is written,
+    and close() does not count it (it used to go unwritten and uncounted)."""
+    device = FlakyDevice()
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    producer.submit({"action_id": "first", "action_type": "fyi"}).result()
+    pipeline, entered, release = _finish_held(producer)
+    pending = producer.submit({"action_id": "past-the-device", "action_type": "fyi"})
+    assert entered.wait(5)
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            producer.close(timeout=0.2)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            errors.append(exc)
+
+    closer = threading.Thread(target=close)
+    closer.start()
+    assert _until(lambda: pipeline._stopped)  # close() has given up on the device...
+    release.set()  # ...and the job past it finishes
+    closer.join(10)
+    assert not closer.is_alive() and errors == []
+    assert pending.result(timeout=5).seq == 3
+    with Ledger(tmp_path / "l.db") as ledger:
+        assert ledger.count() == 3
+
+
+def test_close_counts_a_job_past_the_device_that_does_not_finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import capseal.pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "_FINISHING_WAIT", 0.2)
+    device = FlakyDevice()
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    producer.submit({"action_id": "first", "action_type": "fyi"}).result()
+    _pipeline, entered, release = _finish_held(producer)
+    try:
+        pending = producer.submit({"action_id": "stuck-in-finishing", "action_type": "fyi"})
+        assert entered.wait(5)
+        with pytest.raises(SignerUnavailableError, match=r"1 submitted record\(s\)"):
+            producer.close(timeout=0.2)
+    finally:
+        release.set()
+    with pytest.raises(LedgerClosedError):
+        pending.result(timeout=5)
+    with Ledger(tmp_path / "l.db") as ledger:
+        assert ledger.count() == 2
+
+
+def test_close_giving_up_drops_commands_still_queued_on_the_device(tmp_path: Path) -> None:
+    """A device with its own queue (as a TPM): the commands close(timeout)
+    gave up on are taken off the queue, so the device does not sign them for
+    nothing once it answers; only the one it was running completes."""
+    device = QueuedFlakyDevice()
+    real_sign = device.sign
+    answer, on_device = threading.Event(), threading.Event()
+    signed_after_close: list[bytes] = []
+
+    def hung_sign(data: bytes) -> SignatureResult:
+        on_device.set()
+        answer.wait(30)
+        signed_after_close.append(data)
+        return real_sign(data)
+
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    try:
+        producer.submit({"action_id": "first", "action_type": "fyi"}).result()
+        device.sign = hung_sign  # type: ignore[method-assign]
+        pendings = [producer.submit({"action_id": f"hung-{i}", "action_type": "fyi"}) for i in range(5)]
+        assert on_device.wait(5)
+        with pytest.raises(SignerUnavailableError, match=r"5 submitted record\(s\)"):
+            producer.close(timeout=0.3)
+        answer.set()
+        device.worker.shutdown(wait=True)
+        assert len(signed_after_close) == 1  # the command that was running; the other four were dropped
+        for pending in pendings:
+            with pytest.raises(SignerUnavailableError):
+                pending.result(timeout=5)
+    finally:
+        answer.set()
+        device.close()

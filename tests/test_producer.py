@@ -181,3 +181,41 @@ def test_ledger_records_read_back_equal(tmp_path: Path) -> None:
         header = entry.header()
         assert header["record_type"] == "capsule" and header["epistemic_type"] == "producer_claim"
         assert len(bytes.fromhex(header["nonce"])) == 16  # 128 bits of fresh randomness per record
+
+
+@pytest.mark.parametrize("how", ["seal", "submit"])
+def test_an_observer_that_waits_for_a_commit_is_refused_not_hung(tmp_path: Path, how: str) -> None:
+    """Observers run inside the commit that made their record durable. One
+    that calls close(), seal() or flush() there would wait on that very
+    commit (it used to hang for ever): it gets LedgerError instead, nothing
+    is closed under it, and the producer goes on and closes normally."""
+    import threading
+
+    from capseal.errors import LedgerError
+
+    seen: list[BaseException] = []
+
+    def observer(record: capseal.SealedRecord) -> None:
+        if record.capsule["action_id"] != "trigger":
+            return
+        for call in (sealer.close, lambda: sealer.seal({"action_id": "inner", "action_type": "fyi"}), sealer.flush):
+            try:
+                call()
+            except BaseException as exc:  # noqa: BLE001 - the test reads it
+                seen.append(exc)
+
+    sealer = Producer("acme", "agent@1", UnsafeEphemeralSigner("EdDSA"), tmp_path / "l.db")
+    sealer.add_observer(observer)
+    worker = threading.Thread(
+        target=lambda: getattr(sealer, how)({"action_id": "trigger", "action_type": "fyi"}), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive()
+    sealer.flush()
+    assert [type(e) for e in seen] == [LedgerError] * 3
+    assert all("from inside a commit" in str(e) for e in seen)
+    after = sealer.seal({"action_id": "after", "action_type": "fyi"})
+    sealer.close()
+    with Ledger(tmp_path / "l.db") as ledger:
+        # the epoch boundary, the trigger and the record after: the refused seal() wrote nothing
+        assert [e.action_id for e in ledger.entries()][1:] == ["trigger", "after"] and after.seq == 3

@@ -176,6 +176,49 @@ def test_a_hung_tpm_times_out_and_sealing_resumes(tpm: Any, tmp_path: Path) -> N
     assert report.ok and report.counts()["records"] == 23
 
 
+def test_close_with_a_timeout_gives_up_on_a_frozen_tpm(tpm: Any, tmp_path: Path) -> None:
+    """swtpm frozen with 20 records submitted (the signer's own timeout is
+    long): close(timeout=1) gives up, every record fails with a typed error
+    and nothing is written; the 19 TPM2_Sign commands still queued are taken
+    off the device's queue, so once the TPM answers (SIGCONT) it does not
+    sign for nothing, and a new producer on the same signer seals at once."""
+    ledger = tmp_path / "l.db"
+    signer = open_signer(_uri(tpm), timeout=60.0)
+    queued_on_tpm: list[Any] = []
+    real_begin = signer.begin_sign
+
+    def observed_begin(data: bytes) -> Any:  # the real call; the test keeps what it returns
+        queued_on_tpm.append(real_begin(data))
+        return queued_on_tpm[-1]
+
+    signer.begin_sign = observed_begin  # type: ignore[method-assign]
+    try:
+        producer = Producer("acme", "agent@1", signer, ledger)
+        producer.seal(_spec(0))
+        device = get_device(tpm.tcti)
+        del queued_on_tpm[:]  # the self-test's and seal()'s signatures (sign() goes through begin_sign too)
+        os.kill(tpm.pid, signal.SIGSTOP)
+        try:
+            pendings = [producer.submit(_spec(1 + i)) for i in range(20)]
+            _wait(lambda: device._busy_since is not None, "the first command to reach the frozen TPM")
+            with pytest.raises(SignerUnavailableError, match=r": 20 submitted record\(s\) not signed and checked 1.0 s"):
+                producer.close(timeout=1.0)
+            for pending in pendings:
+                with pytest.raises(SignerUnavailableError, match="gave up on the device"):
+                    pending.result()
+            assert [q._fut.cancelled() for q in queued_on_tpm] == [False] + [True] * 19
+        finally:
+            os.kill(tpm.pid, signal.SIGCONT)
+        _wait(lambda: device._busy_since is None and device._jobs.empty(), "the TPM to finish its one command")
+        assert queued_on_tpm[0]._fut.done() and not queued_on_tpm[0]._fut.cancelled()
+        with Producer("acme", "agent@1", signer, ledger) as again:
+            again.seal(_spec(100))
+    finally:
+        signer.close()
+    report = verify_ledger(ledger)
+    assert report.ok and report.counts()["records"] == 4  # two epoch boundaries, record 0 and record 100
+
+
 def test_a_deep_queue_before_a_slow_tpm_does_not_time_out(tpm: Any) -> None:
     """The timeout bounds the TPM's time per command, not a job's wait in the
     queue: 60 commands of 50 ms each queued at once on the real device worker
