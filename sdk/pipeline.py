@@ -74,8 +74,9 @@ def _left(deadline: float | None, cap: float | None = None) -> float | None:
 
 class _Ticket:
     """One job on its way. ``state`` (changed under the pipeline's lock) says
-    who accounts for it: the finishing thread once it has *claimed* it, or
-    ``put`` when an interrupt made it *withdraw* the job — never both."""
+    who accounts for it: whoever *claimed* it (the finishing thread, or
+    close() giving up on the device), or ``put`` when an interrupt made it
+    *withdraw* the job — only ever one of them."""
 
     __slots__ = ("job", "state", "pending")
 
