@@ -499,6 +499,7 @@ class Ledger:
 
     def append(self, entry: LedgerEntry) -> StoredEntry:
         """Append one record; returns once it is durable. Raises on refusal."""
+        self._refuse_inside_commit("append()")  # before anything is queued
         pending = self._enqueue(entry, None, wake=False)
         self._wait([pending], None)
         if pending.error is not None:
@@ -509,6 +510,8 @@ class Ledger:
     def append_many(self, entries: Sequence[LedgerEntry]) -> list[StoredEntry]:
         """Append records in order; durable on return. If any is refused, the
         others are still stored and the first refusal is raised after."""
+        if entries:
+            self._refuse_inside_commit("append_many()")  # before anything is queued
         pendings = [self._enqueue(e, None, wake=False) for e in entries]
         self._wait(pendings, None)
         errors = [p.error for p in pendings if p.error is not None]
@@ -567,12 +570,12 @@ class Ledger:
     def _wait(self, pendings: Sequence[PendingAppend], timeout: float | None) -> None:
         """Wait for ``pendings``; when nobody is writing, commit the queue on
         this thread (group-commit leader) instead of handing it to another."""
-        self._refuse_inside_commit("waiting for a record to be durable")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._mutex:
                 if all(p.done for p in pendings):
                     return
+            self._refuse_inside_commit("waiting for a record to be durable")  # durable ones never wait
             if not self._side_writers and self._write_lock.acquire(blocking=False):
                 try:
                     self._drain()
@@ -608,6 +611,7 @@ class Ledger:
     def _side_write(self) -> Iterator[None]:
         """Hold _write_lock for a write beside the record stream (evidence),
         without being starved by the committer."""
+        self._refuse_inside_commit("writing evidence")  # the commit holds _write_lock
         with self._mutex:
             self._side_writers += 1
         try:
@@ -630,8 +634,9 @@ class Ledger:
 
     def _refuse_inside_commit(self, what: str) -> None:
         """A callback run by a commit (an observer, a commit listener) that
-        waits for a commit — flush, result(), seal(), close — would wait on
-        the thread it runs on: refused with a clear error instead of hanging."""
+        waits for a commit — flush, result(), seal(), append, close, an
+        evidence write — would wait on the thread it runs on: refused with a
+        clear error, before anything is queued, instead of hanging."""
         if self._committing == threading.get_ident():
             raise LedgerError(f"{what} from inside a commit of {self.path.name} (an observer or commit listener) "
                               "would wait on that commit; do it after the callback returns")

@@ -52,11 +52,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import LedgerClosedError, SignerUnavailableError
 
-__all__ = ["SigningPipeline"]
+__all__ = ["CloseOutcome", "SigningPipeline"]
 
 _STOP = object()
 _QUEUED, _CLAIMED, _WITHDRAWN = 0, 1, 2
@@ -93,6 +93,15 @@ class _Ticket:
                 self.pending.cancel()
             except Exception:  # noqa: BLE001 - a best effort; the job is settled either way
                 pass
+
+
+class CloseOutcome(NamedTuple):
+    """What close(timeout) had to give up: jobs the device had not answered
+    (failed, not written), and jobs past the device still finishing when the
+    wait for them ran out (they may yet be written)."""
+
+    given_up: int
+    finishing: int
 
 
 class SigningPipeline:
@@ -171,6 +180,8 @@ class SigningPipeline:
                 else:
                     self._to_finish.put((ticket, ticket.pending, None))
             handed = True
+            if ticket.state != _QUEUED:  # given up by close() while begin() ran: its command is not wanted
+                ticket.cancel()
             if self._stopped:  # close() gave up waiting for this put: nobody will finish the job
                 self._fail_leftovers()
         finally:
@@ -209,7 +220,7 @@ class SigningPipeline:
         with self._lock:
             return self._lock.wait_for(lambda: self._outstanding == 0, timeout)
 
-    def close(self, timeout: float | None = None) -> int:
+    def close(self, timeout: float | None = None) -> CloseOutcome:
         """Finish what was put, then stop both threads. Idempotent. A job that
         still arrives after the stop (a put whose hand-over to the device took
         longer than close() waits) is failed, never left unresolved; a caller
@@ -222,12 +233,12 @@ class SigningPipeline:
         SignerUnavailableError (its command dropped from a device's own queue
         if it has not started); jobs already past the device are let finish
         (up to 5 s more), and the threads end by themselves if the device
-        ever answers. Returns how many jobs failed that way (0 when the
-        device finished in time)."""
+        ever answers. Returns what it gave up (all 0 when the device finished
+        in time)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if self._closed:
-                return 0
+                return CloseOutcome(0, 0)
             self._closed = True
             self._room.notify_all()  # callers waiting for room learn that it is closed
             # their jobs go in before the stop
@@ -239,9 +250,9 @@ class SigningPipeline:
         if any(t.is_alive() for t in self._threads):
             return self._abandon(timeout)
         self._fail_leftovers()
-        return 0
+        return CloseOutcome(0, 0)
 
-    def _abandon(self, timeout: float | None) -> int:
+    def _abandon(self, timeout: float | None) -> CloseOutcome:
         """close() ran out of time with the device still busy: fail every job
         not yet finished, and leave the threads a way out.
 
@@ -255,18 +266,18 @@ class SigningPipeline:
                 ticket.state = _CLAIMED
             self._live.clear()
         error = SignerUnavailableError(f"close() gave up on the device {timeout} s in, before this record was "
-                                       "signed and checked; it was not written")
+                                       "signed; it was not written")
         for ticket in given_up:
             ticket.cancel()
             self._complete(ticket.job, None, error)
         self._to_sign.put(_STOP)  # once the device answers, both threads end
         self._to_finish.put(_STOP)
         # jobs the finishing thread had claimed are past the device (checking a
-        # signature, handing it to the ledger): let them end, so the count and
-        # the ledger that closes next agree; any still going are counted as given up
+        # signature, handing it to the ledger): let them end before the ledger
+        # closes; any still going are reported apart (they may yet be written)
         with self._lock:
             self._lock.wait_for(lambda: self._outstanding == 0, _FINISHING_WAIT)
-            return len(given_up) + self._outstanding
+            return CloseOutcome(len(given_up), self._outstanding)
 
     def _fail_leftovers(self) -> None:
         """Fail every job still queued once the pipeline's threads have stopped."""
@@ -285,7 +296,9 @@ class SigningPipeline:
                 if item is _STOP:
                     stops += 1
                 else:
-                    self._settle(item if isinstance(item, _Ticket) else item[0], None, error)
+                    ticket = item if isinstance(item, _Ticket) else item[0]
+                    self._settle(ticket, None, error)
+                    ticket.cancel()  # settled now or before: its command on a device queue is not wanted
             for _ in range(stops):
                 q.put(_STOP)
 

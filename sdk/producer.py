@@ -196,24 +196,29 @@ class Producer:
         the device has not signed fail (their ``result()`` raises
         SignerUnavailableError and nothing is written for them; a TPM's
         commands for them are dropped from its queue), records already past
-        the device are still written, the ledger is closed all the same, and
-        close() then raises SignerUnavailableError saying how many failed."""
-        self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
+        the device are let finish, the ledger is closed all the same, and
+        close() then raises SignerUnavailableError saying how many failed
+        (and how many, past the device but slow to finish, may still be
+        written)."""
         with self._epoch_lock:  # a first submit() making the pipeline right now: before or after, not during
             if self._closed:
                 return
+            if self._owns_ledger or self._id_observers:  # close() waits for a commit then
+                self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
             self._closed = True
             pipeline = self._pipeline
-        abandoned = pipeline.close(timeout) if pipeline is not None else 0
+        outcome = pipeline.close(timeout) if pipeline is not None else None
         if self._owns_ledger:
             self.ledger.close()
         elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
             self.ledger.flush()
             self.ledger.remove_commit_listener(self._on_commit)
-        if abandoned:
-            raise SignerUnavailableError(
-                f"{self.signer.describe_short()}: {abandoned} submitted record(s) not signed and checked {timeout} s "
-                "into close(); they were not written")
+        if outcome is not None and (outcome.given_up or outcome.finishing):
+            said = [f"{outcome.given_up} submitted record(s) not signed {timeout} s into close(): not written"]
+            if outcome.finishing:
+                said.append(f"{outcome.finishing} signed record(s) still on their way to the ledger: they may "
+                            "still be written")
+            raise SignerUnavailableError(f"{self.signer.describe_short()}: " + "; ".join(said))
 
     def add_observer(self, callback: Callable[[SealedRecord], None]) -> None:
         """Call ``callback(record)`` after each record is durable. It must not

@@ -513,7 +513,7 @@ def test_close_with_a_timeout_gives_up_on_a_hung_device(make: Callable[[], Flaky
         device.sign = hung_sign  # type: ignore[method-assign]
         pendings = [producer.submit({"action_id": f"hung-{i}", "action_type": "fyi"}) for i in range(5)]
         assert on_device.wait(5)  # the first of them is on the device
-        with pytest.raises(SignerUnavailableError, match=r": 5 submitted record\(s\) not signed and checked 0.3 s into close"):
+        with pytest.raises(SignerUnavailableError, match=r": 5 submitted record\(s\) not signed 0.3 s into close\(\): not written$"):
             producer.close(timeout=0.3)
         for pending in pendings:
             with pytest.raises(SignerUnavailableError, match="gave up on the device 0.3 s in.*not written"):
@@ -556,7 +556,7 @@ def test_close_counts_exactly_when_the_device_answers_as_it_gives_up() -> None:
     pipeline._fail = fail
     for job in range(3):
         pipeline.put(job)
-    assert pipeline.close(timeout=0.3) == 3
+    assert pipeline.close(timeout=0.3) == (3, 0)
     for t in pipeline._threads:
         t.join(5)
         assert not t.is_alive()
@@ -666,7 +666,9 @@ def test_close_counts_a_job_past_the_device_that_does_not_finish(tmp_path: Path,
     try:
         pending = producer.submit({"action_id": "stuck-in-finishing", "action_type": "fyi"})
         assert entered.wait(5)
-        with pytest.raises(SignerUnavailableError, match=r"1 submitted record\(s\)"):
+        with pytest.raises(SignerUnavailableError,
+                           match=r"0 submitted record\(s\) .*; 1 signed record\(s\) still on their way to the ledger: "
+                                 "they may still be written"):
             producer.close(timeout=0.2)
     finally:
         release.set()
@@ -697,7 +699,7 @@ def test_close_giving_up_drops_commands_still_queued_on_the_device(tmp_path: Pat
         device.sign = hung_sign  # type: ignore[method-assign]
         pendings = [producer.submit({"action_id": f"hung-{i}", "action_type": "fyi"}) for i in range(5)]
         assert on_device.wait(5)
-        with pytest.raises(SignerUnavailableError, match=r"5 submitted record\(s\)"):
+        with pytest.raises(SignerUnavailableError, match=r": 5 submitted record\(s\) not signed"):
             producer.close(timeout=0.3)
         answer.set()
         device.worker.shutdown(wait=True)
@@ -708,3 +710,78 @@ def test_close_giving_up_drops_commands_still_queued_on_the_device(tmp_path: Pat
     finally:
         answer.set()
         device.close()
+
+
+def test_a_put_still_handing_over_when_close_gives_up_drops_its_command() -> None:
+    """A put still inside begin() when close(timeout) gives up: its job is
+    failed with the rest, and the command begin() queued is taken off the
+    device's queue once begin() returns, so the device never signs it."""
+    from capseal.pipeline import SigningPipeline
+
+    device = ThreadPoolExecutor(max_workers=1)
+    hung, in_begin, release_begin = threading.Event(), threading.Event(), threading.Event()
+    futures: list[Future[int]] = []
+    ran: list[int] = []
+
+    def device_sign(job: int) -> int:
+        if job == 0:
+            assert hung.wait(10)
+        ran.append(job)
+        return job
+
+    class Pending:
+        def __init__(self, fut: Future[int]) -> None:
+            self.fut = fut
+
+        def result(self) -> int:
+            return self.fut.result()
+
+        def cancel(self) -> None:
+            self.fut.cancel()
+
+    def begin(job: int) -> Pending:
+        futures.append(device.submit(device_sign, job))
+        if job == 1:
+            in_begin.set()
+            assert release_begin.wait(10)
+        return Pending(futures[-1])
+
+    failed: list[int] = []
+    pipeline = SigningPipeline("t", None, lambda job, sig: None, lambda job, exc: failed.append(job), begin=begin)
+    try:
+        pipeline.put(0)  # on the device, hung
+        putter = threading.Thread(target=pipeline.put, args=(1,))
+        putter.start()
+        assert in_begin.wait(5)
+        assert pipeline.close(timeout=0.2) == (2, 0)  # its wait for the put is bounded by the deadline too
+        release_begin.set()
+        putter.join(5)
+        assert not putter.is_alive()
+    finally:
+        release_begin.set()
+        hung.set()
+        device.shutdown(wait=True)
+    assert failed == [0, 1] and futures[1].cancelled() and ran == [0]
+
+
+def test_close_reports_a_record_past_the_device_that_a_shared_ledger_may_still_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a ledger the producer does not own, a record still finishing when
+    close(timeout) stops waiting for it is written afterwards: close() says
+    it may be, not that it was lost."""
+    import capseal.pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "_FINISHING_WAIT", 0.2)
+    with Ledger(tmp_path / "l.db") as ledger:
+        producer = Producer("acme", "agent@1", FlakyDevice(), ledger)
+        producer.submit({"action_id": "first", "action_type": "fyi"}).result()
+        _pipeline, entered, release = _finish_held(producer)
+        try:
+            pending = producer.submit({"action_id": "slow-to-finish", "action_type": "fyi"})
+            assert entered.wait(5)
+            with pytest.raises(SignerUnavailableError, match="0 submitted record.*1 signed record.*may still be written"):
+                producer.close(timeout=0.2)
+        finally:
+            release.set()
+        assert pending.result(timeout=5).seq == 3
+        assert [e.action_id for e in ledger.entries()][1:] == ["first", "slow-to-finish"]

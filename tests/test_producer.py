@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import agent_action_capsule as ref
 import pytest
@@ -219,3 +220,62 @@ def test_an_observer_that_waits_for_a_commit_is_refused_not_hung(tmp_path: Path,
     with Ledger(tmp_path / "l.db") as ledger:
         # the epoch boundary, the trigger and the record after: the refused seal() wrote nothing
         assert [e.action_id for e in ledger.entries()][1:] == ["trigger", "after"] and after.seq == 3
+
+
+def test_an_observer_may_read_a_durable_record_and_close_another_producer(tmp_path: Path) -> None:
+    """What waits for nothing stays allowed inside a commit: ``result()`` of
+    a record already durable, and closing a producer that shares the ledger
+    (it owns no ledger and has no id observers, so its close() waits for no
+    commit)."""
+    with Ledger(tmp_path / "l.db") as ledger:
+        watcher = Producer("acme", "watcher@1", UnsafeEphemeralSigner("EdDSA"), ledger)
+        agent = Producer("acme", "agent@1", UnsafeEphemeralSigner("EdDSA"), ledger)
+        first = watcher.submit({"action_id": "first", "action_type": "fyi"})
+        first_seq = first.result().seq
+        seen: list[Any] = []
+
+        def observer(record: capseal.SealedRecord) -> None:
+            if record.capsule["action_id"] == "second":
+                seen.append(first.result().seq)
+                agent.close()
+                seen.append("agent closed")
+
+        watcher.add_observer(observer)
+        watcher.seal({"action_id": "second", "action_type": "fyi"})
+        assert seen == [first_seq, "agent closed"]
+        watcher.close()
+
+
+def test_a_commit_listener_that_writes_to_the_ledger_is_refused_before_anything_is_queued(tmp_path: Path) -> None:
+    """A commit listener runs inside the commit: an append() or an evidence
+    write there would wait on it (an evidence write used to hang for ever).
+    Each is refused with LedgerError, and nothing is written for it."""
+    import threading
+
+    from capseal.errors import LedgerError
+    from capseal.ledger import LedgerEntry
+
+    ledger = Ledger(tmp_path / "l.db")
+    seen: list[BaseException] = []
+
+    def listener(entries: list[Any]) -> None:
+        if any(e.record_id == "trigger" for e in entries):
+            for write in (lambda: ledger.append(LedgerEntry("follow-up", "note", "producer_claim", b"{}")),
+                          lambda: ledger.add_evidence("trigger", {"kind": "x-test"})):
+                try:
+                    write()
+                except BaseException as exc:  # noqa: BLE001 - the test reads it
+                    seen.append(exc)
+
+    ledger.add_commit_listener(listener)
+    writer = threading.Thread(target=ledger.append, args=(LedgerEntry("trigger", "note", "producer_claim", b"{}"),),
+                              daemon=True)
+    writer.start()
+    writer.join(10)
+    assert not writer.is_alive()
+    assert [type(e) for e in seen] == [LedgerError, LedgerError]
+    assert "append() from inside a commit" in str(seen[0]) and "writing evidence from inside a commit" in str(seen[1])
+    ledger.flush()
+    assert [e.record_id for e in ledger.entries()] == ["trigger"]
+    assert list(ledger.evidence_entries()) == []
+    ledger.close()
