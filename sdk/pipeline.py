@@ -78,11 +78,13 @@ class _Ticket:
     close() giving up on the device), or ``put`` when an interrupt made it
     *withdraw* the job — only ever one of them."""
 
-    __slots__ = ("job", "state", "pending")
+    __slots__ = ("job", "state", "pending", "seq", "unregistered")
 
     def __init__(self, job: Any) -> None:
         self.job, self.state = job, _QUEUED
         self.pending: Any = None  # begin mode: the signature queued on the device
+        self.seq = 0  # order of registration (drain() waits for the jobs put before it)
+        self.unregistered = False  # put's bookkeeping done (it may be retried after an interrupt)
 
     def cancel(self) -> None:
         """The job will not be finished: drop its command from the device's
@@ -134,12 +136,14 @@ class SigningPipeline:
         mutex = threading.Lock()
         self._lock = threading.Condition(mutex)  # drain() and close() wait on it
         self._room = threading.Condition(mutex)  # callers waiting for the pipeline to drain below depth
-        self._outstanding = 0  # jobs put and not yet finished, failed or withdrawn
+        # jobs put and not yet finished, failed or withdrawn, in the order they were put
+        self._live: dict[_Ticket, None] = {}
+        self._seq = 0
         self._putting = 0
         self._waiting_for_room = 0
+        self._draining = 0  # threads waiting in drain() or for close()'s last jobs
         self._closed = False
         self._stopped = False  # the threads have ended, or close() gave up waiting for them
-        self._live: dict[_Ticket, None] = {}  # put, and not yet claimed or withdrawn (in order)
         self._threads = [threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True)]
         if begin is None:
             self._threads.append(threading.Thread(target=self._sign_loop, name=f"capseal-sign:{name}", daemon=True))
@@ -152,22 +156,22 @@ class SigningPipeline:
         registered = handed = False
         try:  # opened before the counts go up: an interrupt anywhere after that undoes them
             with self._lock:
-                if self._outstanding >= self._depth and not self._closed:
+                if len(self._live) >= self._depth and not self._closed:
                     self._waiting_for_room += 1
                     try:
-                        self._room.wait_for(lambda: self._closed or self._outstanding < self._depth)
+                        self._room.wait_for(lambda: self._closed or len(self._live) < self._depth)
                     except BaseException:
                         # interrupted: pass on the wake-up this caller may have
                         # taken, so no other caller sleeps beside a free place
-                        if self._outstanding < self._depth:
+                        if len(self._live) < self._depth:
                             self._room.notify()
                         raise
                     finally:
                         self._waiting_for_room -= 1
                 if self._closed:
                     raise LedgerClosedError("the signing pipeline is closed")
-                self._outstanding += 1
                 self._putting += 1  # close() queues its stop only after every put under way
+                ticket.seq, self._seq = self._seq, self._seq + 1
                 self._live[ticket] = None
                 registered = True
             if self._begin is None:
@@ -186,39 +190,65 @@ class SigningPipeline:
                 self._fail_leftovers()
         finally:
             if registered:
-                self._unregister(ticket, handed)
+                interrupt: BaseException | None = None
+                while True:  # a second Ctrl-C must not skip the bookkeeping (flush would wait for ever)
+                    try:
+                        self._unregister(ticket, handed)
+                        break
+                    except KeyboardInterrupt as exc:
+                        interrupt = exc
+                if interrupt is not None:
+                    raise interrupt
 
     def _unregister(self, ticket: _Ticket, handed: bool) -> None:
         """The end of a put: it is no longer under way, and a job it could not
-        hand over is withdrawn."""
+        hand over is withdrawn. Idempotent (put retries it after an interrupt)."""
         withdrawn = False
         with self._lock:
+            if ticket.unregistered:
+                return
+            ticket.unregistered = True
             self._putting -= 1
             if not handed and ticket.state == _QUEUED:
                 # interrupted (KeyboardInterrupt): the caller learns it and the job
                 # is withdrawn unless the finishing thread has taken it already
                 # (then it is sealed, though the caller saw the interrupt)
                 ticket.state = _WITHDRAWN
-                del self._live[ticket]
-                self._done_one()
+                self._retire(ticket)
                 withdrawn = True
             if self._closed and self._putting == 0:
                 self._lock.notify_all()  # close() may be waiting for this
         if withdrawn:
             ticket.cancel()
 
-    def _done_one(self) -> None:
-        """One job fewer under way (the lock held): wake whoever waits on that."""
-        self._outstanding -= 1
-        if self._outstanding == 0:
-            self._lock.notify_all()  # drain() may be waiting for this
+    def _retire(self, ticket: _Ticket) -> None:
+        """A job is done with (the lock held): wake whoever waits on that."""
+        del self._live[ticket]
+        if self._draining:
+            self._lock.notify_all()  # drain() or close() may be waiting for this one
         if self._waiting_for_room:
             self._room.notify()  # one place freed, one caller woken (not all of them, each record)
 
+    @property
+    def _outstanding(self) -> int:
+        """Jobs put and not yet finished, failed or withdrawn."""
+        return len(self._live)
+
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every job put so far has been finished or failed."""
+        """Wait until every job put so far has been finished or failed (not
+        those put meanwhile: under a steady stream from other threads, waiting
+        for an empty pipeline could last for ever)."""
         with self._lock:
-            return self._lock.wait_for(lambda: self._outstanding == 0, timeout)
+            mark = self._seq
+            return self._wait_live(lambda: not self._live or next(iter(self._live)).seq >= mark, timeout)
+
+    def _wait_live(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait (the lock held) until ``done()`` about the live jobs."""
+        self._draining += 1
+        try:
+            return self._lock.wait_for(done, timeout)
+        finally:
+            self._draining -= 1
 
     def close(self, timeout: float | None = None) -> CloseOutcome:
         """Finish what was put, then stop both threads. Idempotent. A job that
@@ -246,9 +276,9 @@ class SigningPipeline:
         (self._to_sign if self._begin is None else self._to_finish).put(_STOP)
         for t in self._threads:
             t.join(_left(deadline))
-        self._stopped = True  # before the sweep: a put landing after it sweeps for itself
         if any(t.is_alive() for t in self._threads):
             return self._abandon(timeout)
+        self._stopped = True  # before the sweep: a put landing after it sweeps for itself
         self._fail_leftovers()
         return CloseOutcome(0, 0)
 
@@ -261,23 +291,24 @@ class SigningPipeline:
         claimed and leaves it alone, so each job is failed once and the count
         is exact."""
         with self._lock:
+            # with the claim: a put landing before it is claimed here, one after it sweeps for itself
+            self._stopped = True
             given_up = [ticket for ticket in self._live if ticket.state == _QUEUED]
             for ticket in given_up:
                 ticket.state = _CLAIMED
-            self._live.clear()
         error = SignerUnavailableError(f"close() gave up on the device {timeout} s in, before this record was "
                                        "signed; it was not written")
         for ticket in given_up:
             ticket.cancel()
-            self._complete(ticket.job, None, error)
+            self._complete(ticket, None, error)
         self._to_sign.put(_STOP)  # once the device answers, both threads end
         self._to_finish.put(_STOP)
         # jobs the finishing thread had claimed are past the device (checking a
         # signature, handing it to the ledger): let them end before the ledger
         # closes; any still going are reported apart (they may yet be written)
         with self._lock:
-            self._lock.wait_for(lambda: self._outstanding == 0, _FINISHING_WAIT)
-            return CloseOutcome(len(given_up), self._outstanding)
+            self._wait_live(lambda: not self._live, _FINISHING_WAIT)
+            return CloseOutcome(len(given_up), len(self._live))
 
     def _fail_leftovers(self) -> None:
         """Fail every job still queued once the pipeline's threads have stopped."""
@@ -345,11 +376,11 @@ class SigningPipeline:
             if ticket.state != _QUEUED:
                 return
             ticket.state = _CLAIMED
-            del self._live[ticket]
-        self._complete(ticket.job, signature, error)
+        self._complete(ticket, signature, error)
 
-    def _complete(self, job: Any, signature: Any, error: BaseException | None) -> None:
-        """Finish a claimed job (or fail it: ``error``), then count it done."""
+    def _complete(self, ticket: _Ticket, signature: Any, error: BaseException | None) -> None:
+        """Finish a claimed job (or fail it: ``error``), then retire it."""
+        job = ticket.job
         try:
             if error is None:
                 try:
@@ -363,4 +394,4 @@ class SigningPipeline:
                     pass
         finally:
             with self._lock:
-                self._done_one()
+                self._retire(ticket)

@@ -293,7 +293,9 @@ class Producer:
         The producer writes spec_version, format_version, canonicalization_id,
         operator, developer, timestamp, epoch_id, assurance and capsule_id.
         ``parent`` adds ``chain: {parent_capsule_id, relation}``. Returns once
-        the record is durable in the ledger (this thread signs and commits).
+        the record is durable in the ledger (this thread signs and commits;
+        with a token or TPM that has records submitted, the record goes
+        through the signing pipeline behind them, so order is kept).
         """
         return self._seal(self._body(spec, parent, relation))
 
@@ -340,6 +342,10 @@ class Producer:
 
     def _seal(self, spec: dict[str, Any]) -> SealedRecord:
         self.ledger._refuse_inside_commit("seal()")  # before anything is signed or queued
+        if self._pipeline is not None:
+            # a token or TPM with records submitted: this one goes behind them,
+            # so one thread's records reach the ledger in the order it made them
+            return self._submit_pipelined(spec).result()
         return self._submit(spec, wake=False).result()
 
     def _entry(self, record: SealedRecord, *, tag: str | None = None) -> LedgerEntry:

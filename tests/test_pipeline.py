@@ -785,3 +785,145 @@ def test_close_reports_a_record_past_the_device_that_a_shared_ledger_may_still_w
             release.set()
         assert pending.result(timeout=5).seq == 3
         assert [e.action_id for e in ledger.entries()][1:] == ["first", "slow-to-finish"]
+
+
+def test_drain_waits_for_what_was_put_before_it_not_for_an_empty_pipeline() -> None:
+    """Another thread keeps the pipeline busy for good; drain() (so flush())
+    still returns once the jobs put before it are done (it used to wait for
+    an empty pipeline, which never came)."""
+    from capseal.pipeline import SigningPipeline
+
+    stop = threading.Event()
+    highest_put = [-1]
+    finished: list[int] = []
+
+    def sign(job: int) -> int:  # the device answers job j only once job j+1 is under way
+        while not stop.is_set() and highest_put[0] <= job:
+            stop.wait(0.001)
+        return job
+
+    pipeline = SigningPipeline("t", sign, lambda job, sig: finished.append(sig), lambda job, exc: None, depth=4)
+
+    def feed() -> None:
+        job = 0
+        while not stop.is_set():
+            pipeline.put(job)
+            highest_put[0] = job
+            job += 1
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        assert _until(lambda: len(finished) >= 3)
+        mark = pipeline._seq
+        assert pipeline.drain(timeout=10)
+        assert set(range(mark)) <= set(finished)  # every job put before the drain is done
+    finally:
+        stop.set()
+        feeder.join(5)
+        pipeline.close()
+
+
+def test_close_counts_a_put_that_lands_while_it_gives_up() -> None:
+    """A put whose hand-over ends just as close(timeout) gives up on the
+    device is counted with the rest (it used to sweep the queue itself,
+    failing jobs with LedgerClosedError that close() never counted)."""
+    from capseal.pipeline import SigningPipeline
+
+    device = ThreadPoolExecutor(max_workers=1)
+    hung, in_begin, release_begin = threading.Event(), threading.Event(), threading.Event()
+    failed: list[tuple[int, str]] = []
+
+    def device_sign(job: int) -> int:
+        if job == 0:
+            assert hung.wait(10)
+        return job
+
+    def begin(job: int) -> _Queued:
+        fut = device.submit(device_sign, job)
+        if job == 3:
+            in_begin.set()
+            assert release_begin.wait(10)
+        return _Queued(fut)
+
+    pipeline = SigningPipeline("t", None, lambda job, sig: None, lambda job, exc: failed.append((job, type(exc).__name__)),
+                               begin=begin)
+    real_abandon = pipeline._abandon
+    putter = threading.Thread(target=pipeline.put, args=(3,))
+
+    def abandon_after_the_put(timeout: float | None) -> Any:
+        release_begin.set()  # the put's hand-over ends between the wait and the claim
+        putter.join(5)
+        return real_abandon(timeout)
+
+    pipeline._abandon = abandon_after_the_put  # type: ignore[method-assign]
+    try:
+        for job in range(3):
+            pipeline.put(job)  # 0 hangs on the device; 1 and 2 wait behind it
+        putter.start()
+        assert in_begin.wait(5)
+        assert pipeline.close(timeout=0.2) == (4, 0)
+        assert sorted(failed) == [(j, "SignerUnavailableError") for j in range(4)]
+    finally:
+        release_begin.set()
+        hung.set()
+        device.shutdown(wait=True)
+
+
+def test_seal_after_submit_on_one_thread_keeps_the_order(tmp_path: Path) -> None:
+    """With a device, seal() after submit() on the same thread goes behind
+    the submitted record (it used to sign on the caller's thread and reach
+    the ledger first: a child written before its parent)."""
+    device = FlakyDevice()
+    real_sign, release = device.sign, threading.Event()
+
+    def slow_sign(data: bytes) -> SignatureResult:
+        assert release.wait(10)
+        return real_sign(data)
+
+    with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+        producer.submit({"action_id": "warm", "action_type": "fyi"}).result()
+        device.sign = slow_sign  # type: ignore[method-assign]
+        parent = producer.submit({"action_id": "parent", "action_type": "fyi"})
+        threading.Timer(0.2, release.set).start()  # the device answers after seal() has begun
+        child = producer.seal({"action_id": "child", "action_type": "fyi"}, parent=parent.capsule_id)
+        assert parent.result(timeout=5).seq == 3 and child.seq == 4
+    with Ledger(tmp_path / "l.db") as ledger:
+        assert [e.action_id for e in ledger.entries()][1:] == ["warm", "parent", "child"]
+
+
+def test_a_second_interrupt_as_put_cleans_up_does_not_skip_the_bookkeeping(tmp_path: Path) -> None:
+    """Two Ctrl-Cs: the first while submit() hands the job over, the second
+    just as put() cleans up after it. The bookkeeping still runs (once), the
+    caller gets the interrupt, and flush() does not wait for a job that was
+    withdrawn."""
+    device = QueuedFlakyDevice()
+    real_begin = device.begin_sign
+
+    def interrupted(data: bytes) -> PendingSignature:
+        raise KeyboardInterrupt
+
+    try:
+        with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+            producer.submit({"action_id": "before", "action_type": "fyi"}).result()
+            pipeline = producer._pipeline
+            assert pipeline is not None
+            real_unregister = pipeline._unregister
+            calls = [0]
+
+            def unregister_interrupted_once(ticket: Any, handed: bool) -> None:
+                calls[0] += 1
+                if calls[0] == 1:
+                    raise KeyboardInterrupt  # what a signal at the call's entry does
+                real_unregister(ticket, handed)
+
+            pipeline._unregister = unregister_interrupted_once  # type: ignore[method-assign]
+            device.begin_sign = interrupted  # type: ignore[method-assign]
+            with pytest.raises(KeyboardInterrupt):
+                producer.submit({"action_id": "interrupted", "action_type": "fyi"})
+            device.begin_sign = real_begin  # type: ignore[method-assign]
+            assert calls[0] == 2 and pipeline._putting == 0 and pipeline._outstanding == 0
+            producer.flush(timeout=5)
+            assert producer.submit({"action_id": "after", "action_type": "fyi"}).result(timeout=5).seq == 3
+    finally:
+        device.close()
