@@ -78,13 +78,14 @@ class _Ticket:
     close() giving up on the device), or ``put`` when an interrupt made it
     *withdraw* the job — only ever one of them."""
 
-    __slots__ = ("job", "state", "pending", "seq", "unregistered")
+    __slots__ = ("job", "state", "pending", "seq", "unregistered", "signed")
 
     def __init__(self, job: Any) -> None:
         self.job, self.state = job, _QUEUED
         self.pending: Any = None  # begin mode: the signature queued on the device
         self.seq = 0  # order of registration (drain() waits for the jobs put before it)
         self.unregistered = False  # put's bookkeeping done (it may be retried after an interrupt)
+        self.signed = False  # the signing thread has the device's answer (close() lets it finish)
 
     def cancel(self) -> None:
         """The job will not be finished: drop its command from the device's
@@ -143,6 +144,8 @@ class SigningPipeline:
         self._waiting_for_room = 0
         self._draining = 0  # threads waiting in drain() or for close()'s last jobs
         self._closed = False
+        self._closing_done = threading.Event()  # the first close() has returned: self._outcome
+        self._outcome = CloseOutcome(0, 0)
         self._stopped = False  # the threads have ended, or close() gave up waiting for them
         self._threads = [threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True)]
         if begin is None:
@@ -202,32 +205,39 @@ class SigningPipeline:
 
     def _unregister(self, ticket: _Ticket, handed: bool) -> None:
         """The end of a put: it is no longer under way, and a job it could not
-        hand over is withdrawn. Idempotent (put retries it after an interrupt)."""
-        withdrawn = False
+        hand over is withdrawn. Each step can be repeated (put retries this
+        after an interrupt) and checks its own state, so an interrupt between
+        two steps leaves nothing half done."""
         with self._lock:
-            if ticket.unregistered:
-                return
-            ticket.unregistered = True
-            self._putting -= 1
+            if not ticket.unregistered:
+                self._putting -= 1
+                ticket.unregistered = True  # no call between these two: an interrupt cannot split them
             if not handed and ticket.state == _QUEUED:
                 # interrupted (KeyboardInterrupt): the caller learns it and the job
                 # is withdrawn unless the finishing thread has taken it already
                 # (then it is sealed, though the caller saw the interrupt)
                 ticket.state = _WITHDRAWN
+            if ticket.state == _WITHDRAWN and ticket in self._live:
                 self._retire(ticket)
-                withdrawn = True
             if self._closed and self._putting == 0:
                 self._lock.notify_all()  # close() may be waiting for this
-        if withdrawn:
+        if ticket.state == _WITHDRAWN:
             ticket.cancel()
 
     def _retire(self, ticket: _Ticket) -> None:
-        """A job is done with (the lock held): wake whoever waits on that."""
-        del self._live[ticket]
+        """A job is done with (the lock held): wake whoever waits on that.
+        The wake-ups come first: interrupted between them, the job is still
+        live and the caller's retry does it all again."""
         if self._draining:
             self._lock.notify_all()  # drain() or close() may be waiting for this one
         if self._waiting_for_room:
             self._room.notify()  # one place freed, one caller woken (not all of them, each record)
+        del self._live[ticket]
+
+    @property
+    def busy(self) -> bool:
+        """Jobs are on their way (put and not yet in the ledger's queue or failed)."""
+        return bool(self._live)
 
     @property
     def _outstanding(self) -> int:
@@ -268,19 +278,30 @@ class SigningPipeline:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if self._closed:
-                return CloseOutcome(0, 0)
-            self._closed = True
-            self._room.notify_all()  # callers waiting for room learn that it is closed
-            # their jobs go in before the stop
-            self._lock.wait_for(lambda: self._putting == 0, _left(deadline, _CLOSE_WAIT))
-        (self._to_sign if self._begin is None else self._to_finish).put(_STOP)
-        for t in self._threads:
-            t.join(_left(deadline))
-        if any(t.is_alive() for t in self._threads):
-            return self._abandon(timeout)
-        self._stopped = True  # before the sweep: a put landing after it sweeps for itself
-        self._fail_leftovers()
-        return CloseOutcome(0, 0)
+                first = False
+            else:
+                first = self._closed = True
+                self._room.notify_all()  # callers waiting for room learn that it is closed
+                # their jobs go in before the stop
+                self._lock.wait_for(lambda: self._putting == 0, _left(deadline, _CLOSE_WAIT))
+                late = self._putting > 0
+        if not first:  # another close() is under way: its outcome is this one's
+            if self._closing_done.wait(timeout):
+                return self._outcome
+            with self._lock:
+                return CloseOutcome(0, len(self._live))  # still being finished by the first close()
+        try:
+            (self._to_sign if self._begin is None else self._to_finish).put(_STOP)
+            for t in self._threads:
+                t.join(_left(deadline))
+            if any(t.is_alive() for t in self._threads) or (late and timeout is not None):
+                self._outcome = self._abandon(timeout)  # a put it stopped waiting for is given up, and counted
+            else:
+                self._stopped = True  # before the sweep: a put landing after it sweeps for itself
+                self._fail_leftovers()
+            return self._outcome
+        finally:
+            self._closing_done.set()
 
     def _abandon(self, timeout: float | None) -> CloseOutcome:
         """close() ran out of time with the device still busy: fail every job
@@ -293,19 +314,20 @@ class SigningPipeline:
         with self._lock:
             # with the claim: a put landing before it is claimed here, one after it sweeps for itself
             self._stopped = True
-            given_up = [ticket for ticket in self._live if ticket.state == _QUEUED]
+            # a signature the signing thread already has is past the device: let it finish
+            given_up = [ticket for ticket in self._live if ticket.state == _QUEUED and not ticket.signed]
             for ticket in given_up:
                 ticket.state = _CLAIMED
         error = SignerUnavailableError(f"close() gave up on the device {timeout} s in, before this record was "
-                                       "signed; it was not written")
+                                       "signed and checked; it was not written")
         for ticket in given_up:
             ticket.cancel()
             self._complete(ticket, None, error)
         self._to_sign.put(_STOP)  # once the device answers, both threads end
         self._to_finish.put(_STOP)
-        # jobs the finishing thread had claimed are past the device (checking a
-        # signature, handing it to the ledger): let them end before the ledger
-        # closes; any still going are reported apart (they may yet be written)
+        # jobs past the device (signed, or claimed by the finishing thread:
+        # checking a signature, handing it to the ledger): let them end before
+        # the ledger closes; any still going are reported apart (they may yet be written)
         with self._lock:
             self._wait_live(lambda: not self._live, _FINISHING_WAIT)
             return CloseOutcome(len(given_up), len(self._live))
@@ -348,6 +370,7 @@ class SigningPipeline:
             except BaseException as exc:  # noqa: BLE001 - the job's owner learns it; the device may recover
                 self._to_finish.put((ticket, None, exc))
                 continue
+            ticket.signed = True  # before the hand-over: close() then leaves it to the finishing thread
             self._to_finish.put((ticket, signature, None))
 
     def _finish_loop(self) -> None:

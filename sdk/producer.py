@@ -169,6 +169,7 @@ class Producer:
         self.cite_epoch = cite_epoch
         self._epoch_lock = threading.Lock()
         self._pipeline: SigningPipeline | None = None
+        self._close_done = threading.Event()  # the first close() has returned
         self._epoch_entry: LedgerEntry | None = None
         try:
             SignerSelfTest.run(signer)
@@ -200,19 +201,26 @@ class Producer:
         close() then raises SignerUnavailableError saying how many failed
         (and how many, past the device but slow to finish, may still be
         written)."""
+        pipeline = None
         with self._epoch_lock:  # a first submit() making the pipeline right now: before or after, not during
-            if self._closed:
-                return
-            if self._owns_ledger or self._id_observers:  # close() waits for a commit then
-                self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
-            self._closed = True
-            pipeline = self._pipeline
-        outcome = pipeline.close(timeout) if pipeline is not None else None
-        if self._owns_ledger:
-            self.ledger.close()
-        elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
-            self.ledger.flush()
-            self.ledger.remove_commit_listener(self._on_commit)
+            first = not self._closed
+            if first:
+                if self._owns_ledger or self._id_observers:  # close() waits for a commit then
+                    self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
+                self._closed = True
+                pipeline = self._pipeline
+        if not first:  # another close() is under way: return when it has (or this one's timeout ends)
+            self._close_done.wait(timeout)
+            return
+        try:
+            outcome = pipeline.close(timeout) if pipeline is not None else None
+            if self._owns_ledger:
+                self.ledger.close()
+            elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
+                self.ledger.flush()
+                self.ledger.remove_commit_listener(self._on_commit)
+        finally:
+            self._close_done.set()
         if outcome is not None and (outcome.given_up or outcome.finishing):
             said = [f"{outcome.given_up} submitted record(s) not signed {timeout} s into close(): not written"]
             if outcome.finishing:
@@ -294,8 +302,9 @@ class Producer:
         operator, developer, timestamp, epoch_id, assurance and capsule_id.
         ``parent`` adds ``chain: {parent_capsule_id, relation}``. Returns once
         the record is durable in the ledger (this thread signs and commits;
-        with a token or TPM that has records submitted, the record goes
-        through the signing pipeline behind them, so order is kept).
+        with a token or TPM that has submitted records still on their way,
+        the record goes through the signing pipeline behind them, so order is
+        kept).
         """
         return self._seal(self._body(spec, parent, relation))
 
@@ -342,9 +351,10 @@ class Producer:
 
     def _seal(self, spec: dict[str, Any]) -> SealedRecord:
         self.ledger._refuse_inside_commit("seal()")  # before anything is signed or queued
-        if self._pipeline is not None:
-            # a token or TPM with records submitted: this one goes behind them,
-            # so one thread's records reach the ledger in the order it made them
+        if self._pipeline is not None and self._pipeline.busy:
+            # a token or TPM with submitted records still on their way: this one
+            # goes behind them, so one thread's records reach the ledger in the
+            # order it made them (otherwise it signs here: ~150 µs less CPU)
             return self._submit_pipelined(spec).result()
         return self._submit(spec, wake=False).result()
 

@@ -927,3 +927,117 @@ def test_a_second_interrupt_as_put_cleans_up_does_not_skip_the_bookkeeping(tmp_p
             assert producer.submit({"action_id": "after", "action_type": "fyi"}).result(timeout=5).seq == 3
     finally:
         device.close()
+
+
+def test_close_with_a_timeout_counts_a_put_it_stopped_waiting_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close(timeout) waits only so long for a put still handing its job over
+    (here 0.2 s for 30 s); the device is fine and the threads end in time,
+    yet that record cannot be finished: it is given up and counted, not
+    failed behind close()'s back."""
+    import capseal.pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "_CLOSE_WAIT", 0.2)
+    device, release, got = QueuedFlakyDevice(), threading.Event(), []
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    try:
+        producer.submit({"action_id": "first", "action_type": "fyi"}).result()
+        pipeline = producer._pipeline
+        assert pipeline is not None
+        real_begin = device.begin_sign
+
+        def begin_after_release(data: bytes) -> PendingSignature:
+            assert release.wait(10)
+            return real_begin(data)
+
+        device.begin_sign = begin_after_release  # type: ignore[method-assign]
+        caller = threading.Thread(target=lambda: got.append(producer.submit({"action_id": "late", "action_type": "fyi"})))
+        caller.start()
+        assert _until(lambda: pipeline._putting == 1)
+        with pytest.raises(SignerUnavailableError, match=r": 1 submitted record\(s\) not signed"):
+            producer.close(timeout=10)
+        release.set()
+        caller.join(5)
+        with pytest.raises(SignerUnavailableError, match="gave up"):
+            got[0].result(timeout=5)
+    finally:
+        release.set()
+        device.close()
+
+
+def test_an_interrupt_inside_the_clean_up_leaves_nothing_half_done(tmp_path: Path) -> None:
+    """A second Ctrl-C that lands inside put's clean-up, just as it retires
+    the withdrawn job: the retry finishes the job's retirement, so flush()
+    does not wait for ever and no place in the pipeline is lost."""
+    device = QueuedFlakyDevice()
+    try:
+        with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+            producer.submit({"action_id": "before", "action_type": "fyi"}).result()
+            pipeline = producer._pipeline
+            assert pipeline is not None
+            real_begin, real_retire = device.begin_sign, pipeline._retire
+            caller, calls = threading.get_ident(), [0]
+
+            def retire(ticket: Any) -> None:
+                if threading.get_ident() == caller and not calls[0]:
+                    calls[0] = 1
+                    raise KeyboardInterrupt  # the second Ctrl-C, at the call's entry
+                real_retire(ticket)
+
+            def interrupted(data: bytes) -> PendingSignature:
+                raise KeyboardInterrupt
+
+            pipeline._retire, device.begin_sign = retire, interrupted  # type: ignore[method-assign]
+            with pytest.raises(KeyboardInterrupt):
+                producer.submit({"action_id": "interrupted", "action_type": "fyi"})
+            pipeline._retire, device.begin_sign = real_retire, real_begin  # type: ignore[method-assign]
+            assert pipeline._putting == 0 and pipeline._outstanding == 0
+            producer.flush(timeout=5)
+    finally:
+        device.close()
+
+
+def test_a_second_close_returns_when_the_first_has_finished() -> None:
+    """close() from two threads: the second does not return early, as if
+    everything were done, while the first still waits for the device."""
+    pipeline, go, finished = _blocked_pipeline(depth=4)
+    pipeline.put(0)
+    first = threading.Thread(target=pipeline.close)
+    first.start()
+    try:
+        assert _until(lambda: pipeline._closed)
+        assert pipeline.close(timeout=0.2) == (0, 1)  # not done yet: one job still on its way
+        go.set()
+        assert pipeline.close(timeout=5) == (0, 0)  # the first close's own outcome
+        assert finished == [0]
+    finally:
+        go.set()
+        first.join(5)
+
+
+def test_close_giving_up_lets_records_the_device_already_signed_finish() -> None:
+    """With a signing thread, a signature already made but still waiting for
+    the finishing thread is past the device: close(timeout) lets it finish
+    instead of failing it as unsigned."""
+    from capseal.pipeline import SigningPipeline
+
+    signed: list[int] = []
+    finished: list[int] = []
+    failed: list[int] = []
+    hold = threading.Event()
+
+    def finish(job: int, signature: int) -> None:
+        if job == 0:
+            assert hold.wait(10)  # the finishing thread is slow on job 0
+        finished.append(job)
+
+    def sign(job: int) -> int:
+        signed.append(job)
+        return job
+
+    pipeline = SigningPipeline("t", sign, finish, lambda job, exc: failed.append(job))
+    pipeline.put(0)
+    pipeline.put(1)
+    assert _until(lambda: signed == [0, 1])  # the device answered both
+    threading.Timer(0.5, hold.set).start()  # after close() has given up waiting
+    assert pipeline.close(timeout=0.2) == (0, 0)
+    assert finished == [0, 1] and failed == []
