@@ -142,7 +142,9 @@ class SigningPipeline:
         self._seq = 0
         self._putting = 0
         self._waiting_for_room = 0
-        self._draining = 0  # threads waiting in drain() or for close()'s last jobs
+        # marks of the threads waiting in drain() or for close()'s last jobs: each
+        # waits until every job put before its mark is done
+        self._drain_marks: list[int] = []
         self._closed = False
         self._closing_done = threading.Event()  # the first close() has returned: self._outcome
         self._outcome = CloseOutcome(0, 0)
@@ -228,10 +230,14 @@ class SigningPipeline:
         """A job is done with (the lock held): wake whoever waits on that.
         The wake-ups come first: interrupted between them, the job is still
         live and the caller's retry does it all again."""
-        if self._draining:
-            self._lock.notify_all()  # drain() or close() may be waiting for this one
         if self._waiting_for_room:
             self._room.notify()  # one place freed, one caller woken (not all of them, each record)
+        if self._drain_marks:
+            live = iter(self._live)
+            if next(live) is ticket:  # the oldest job: a drain may be over (else it is not)
+                after = next(live, None)
+                if after is None or after.seq >= min(self._drain_marks):
+                    self._lock.notify_all()
         del self._live[ticket]
 
     @property
@@ -249,16 +255,17 @@ class SigningPipeline:
         those put meanwhile: under a steady stream from other threads, waiting
         for an empty pipeline could last for ever)."""
         with self._lock:
-            mark = self._seq
-            return self._wait_live(lambda: not self._live or next(iter(self._live)).seq >= mark, timeout)
+            return self._wait_done_before(self._seq, timeout)
 
-    def _wait_live(self, done: Callable[[], bool], timeout: float | None) -> bool:
-        """Wait (the lock held) until ``done()`` about the live jobs."""
-        self._draining += 1
+    def _wait_done_before(self, mark: int, timeout: float | None) -> bool:
+        """Wait (the lock held) until every job put before ``mark`` is done.
+        ``_retire`` wakes waiters only when the oldest job goes and the next
+        is past the smallest mark: not at every record of a long flush."""
+        self._drain_marks.append(mark)
         try:
-            return self._lock.wait_for(done, timeout)
+            return self._lock.wait_for(lambda: not self._live or next(iter(self._live)).seq >= mark, timeout)
         finally:
-            self._draining -= 1
+            self._drain_marks.remove(mark)
 
     def close(self, timeout: float | None = None) -> CloseOutcome:
         """Finish what was put, then stop both threads. Idempotent. A job that
@@ -329,7 +336,7 @@ class SigningPipeline:
         # checking a signature, handing it to the ledger): let them end before
         # the ledger closes; any still going are reported apart (they may yet be written)
         with self._lock:
-            self._wait_live(lambda: not self._live, _FINISHING_WAIT)
+            self._wait_done_before(self._seq, _FINISHING_WAIT)  # nothing is put any more: all of them
             return CloseOutcome(len(given_up), len(self._live))
 
     def _fail_leftovers(self) -> None:

@@ -1041,3 +1041,32 @@ def test_close_giving_up_lets_records_the_device_already_signed_finish() -> None
     threading.Timer(0.5, hold.set).start()  # after close() has given up waiting
     assert pipeline.close(timeout=0.2) == (0, 0)
     assert finished == [0, 1] and failed == []
+
+
+def test_a_drain_is_woken_when_its_jobs_are_done_not_at_every_job() -> None:
+    """flush() after a burst waits on the pipeline; each finished job used to
+    wake it (a GIL hand-off per record while the device worked). Now it is
+    woken once the jobs before its mark are done."""
+    pipeline, go, finished = _blocked_pipeline(depth=64)
+    wakes = [0]
+    real_notify_all = pipeline._lock.notify_all
+
+    def counted_notify_all() -> None:
+        wakes[0] += 1
+        real_notify_all()
+
+    try:
+        for job in range(50):
+            pipeline.put(job)
+        pipeline._lock.notify_all = counted_notify_all
+        drained: list[bool] = []
+        drainer = threading.Thread(target=lambda: drained.append(pipeline.drain(timeout=10)))
+        drainer.start()
+        assert _until(lambda: bool(pipeline._drain_marks))
+        go.set()
+        drainer.join(10)
+        assert drained == [True] and len(finished) == 50
+        assert wakes[0] == 1
+    finally:
+        go.set()
+        pipeline.close()
