@@ -79,6 +79,11 @@ class QueuedFlakyDevice(FlakyDevice):
         self.worker.shutdown()
 
 
+def _interrupted(data: bytes) -> PendingSignature:
+    """A device hand-over that a Ctrl-C interrupts."""
+    raise KeyboardInterrupt
+
+
 @pytest.fixture()
 def make(request: pytest.FixtureRequest) -> Iterator[Callable[[], FlakyDevice]]:
     """Makes devices of the parametrized class; each is closed after the test."""
@@ -242,13 +247,10 @@ def test_an_interrupt_while_queueing_is_the_callers(tmp_path: Path) -> None:
     device = QueuedFlakyDevice()
     real_begin = device.begin_sign
 
-    def interrupted(data: bytes) -> PendingSignature:
-        raise KeyboardInterrupt
-
     try:
         with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
             producer.submit({"action_id": "before", "action_type": "fyi"}).result()
-            device.begin_sign = interrupted  # type: ignore[method-assign]
+            device.begin_sign = _interrupted  # type: ignore[method-assign]
             with pytest.raises(KeyboardInterrupt):
                 producer.submit({"action_id": "interrupted", "action_type": "fyi"})
             device.begin_sign = real_begin  # type: ignore[method-assign]
@@ -900,9 +902,6 @@ def test_a_second_interrupt_as_put_cleans_up_does_not_skip_the_bookkeeping(tmp_p
     device = QueuedFlakyDevice()
     real_begin = device.begin_sign
 
-    def interrupted(data: bytes) -> PendingSignature:
-        raise KeyboardInterrupt
-
     try:
         with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
             producer.submit({"action_id": "before", "action_type": "fyi"}).result()
@@ -918,7 +917,7 @@ def test_a_second_interrupt_as_put_cleans_up_does_not_skip_the_bookkeeping(tmp_p
                 real_unregister(ticket, handed)
 
             pipeline._unregister = unregister_interrupted_once  # type: ignore[method-assign]
-            device.begin_sign = interrupted  # type: ignore[method-assign]
+            device.begin_sign = _interrupted  # type: ignore[method-assign]
             with pytest.raises(KeyboardInterrupt):
                 producer.submit({"action_id": "interrupted", "action_type": "fyi"})
             device.begin_sign = real_begin  # type: ignore[method-assign]
@@ -983,10 +982,7 @@ def test_an_interrupt_inside_the_clean_up_leaves_nothing_half_done(tmp_path: Pat
                     raise KeyboardInterrupt  # the second Ctrl-C, at the call's entry
                 real_retire(ticket)
 
-            def interrupted(data: bytes) -> PendingSignature:
-                raise KeyboardInterrupt
-
-            pipeline._retire, device.begin_sign = retire, interrupted  # type: ignore[method-assign]
+            pipeline._retire, device.begin_sign = retire, _interrupted  # type: ignore[method-assign]
             with pytest.raises(KeyboardInterrupt):
                 producer.submit({"action_id": "interrupted", "action_type": "fyi"})
             pipeline._retire, device.begin_sign = real_retire, real_begin  # type: ignore[method-assign]
