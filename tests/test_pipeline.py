@@ -52,10 +52,12 @@ class FlakyDevice(SoftwareSigner):
 
 
 class _Queued(PendingSignature):
-    def __init__(self, fut: Future[SignatureResult]) -> None:
+    """A signature queued on a device worker (a concurrent.futures Future)."""
+
+    def __init__(self, fut: Future[Any]) -> None:
         self.fut = fut
 
-    def result(self) -> SignatureResult:
+    def result(self) -> Any:
         return self.fut.result()
 
     def cancel(self) -> None:
@@ -731,22 +733,12 @@ def test_a_put_still_handing_over_when_close_gives_up_drops_its_command() -> Non
         ran.append(job)
         return job
 
-    class Pending:
-        def __init__(self, fut: Future[int]) -> None:
-            self.fut = fut
-
-        def result(self) -> int:
-            return self.fut.result()
-
-        def cancel(self) -> None:
-            self.fut.cancel()
-
-    def begin(job: int) -> Pending:
+    def begin(job: int) -> _Queued:
         futures.append(device.submit(device_sign, job))
         if job == 1:
             in_begin.set()
             assert release_begin.wait(10)
-        return Pending(futures[-1])
+        return _Queued(futures[-1])
 
     failed: list[int] = []
     pipeline = SigningPipeline("t", None, lambda job, sig: None, lambda job, exc: failed.append(job), begin=begin)
