@@ -146,7 +146,8 @@ class SigningPipeline:
         # waits until every job put before its mark is done
         self._drain_marks: list[int] = []
         self._closed = False
-        self._closing_done = threading.Event()  # the first close() has returned: self._outcome
+        self._closer = False  # a close() is under way
+        self._closing_done = threading.Event()  # a close() has finished: self._outcome
         self._outcome = CloseOutcome(0, 0)
         self._stopped = False  # the threads have ended, or close() gave up waiting for them
         self._threads = [threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True)]
@@ -283,22 +284,28 @@ class SigningPipeline:
         ever answers. Returns what it gave up (all 0 when the device finished
         in time)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            if self._closed:
-                first = False
-            else:
-                first = self._closed = True
+        while True:
+            with self._lock:
+                if self._closing_done.is_set():
+                    return self._outcome
+                if not self._closer:  # no close() under way (or it was interrupted): this one does it
+                    self._closer = True
+                    break
+            # another close() is under way: its outcome is this one's, unless a
+            # Ctrl-C stopped it (then this one takes over)
+            if self._closing_done.wait(_left(deadline, 0.1)):
+                return self._outcome
+            if deadline is not None and time.monotonic() >= deadline:
+                with self._lock:
+                    return CloseOutcome(0, len(self._live))  # still being finished by the other close()
+        try:
+            with self._lock:
+                self._closed = True
                 self._room.notify_all()  # callers waiting for room learn that it is closed
                 # their jobs go in before the stop
                 self._lock.wait_for(lambda: self._putting == 0, _left(deadline, _CLOSE_WAIT))
                 late = self._putting > 0
-        if not first:  # another close() is under way: its outcome is this one's
-            if self._closing_done.wait(timeout):
-                return self._outcome
-            with self._lock:
-                return CloseOutcome(0, len(self._live))  # still being finished by the first close()
-        try:
-            (self._to_sign if self._begin is None else self._to_finish).put(_STOP)
+            (self._to_sign if self._begin is None else self._to_finish).put(_STOP)  # repeated: harmless
             for t in self._threads:
                 t.join(_left(deadline))
             if any(t.is_alive() for t in self._threads) or (late and timeout is not None):
@@ -306,9 +313,11 @@ class SigningPipeline:
             else:
                 self._stopped = True  # before the sweep: a put landing after it sweeps for itself
                 self._fail_leftovers()
-            return self._outcome
-        finally:
-            self._closing_done.set()
+        except BaseException:
+            self._closer = False  # interrupted (Ctrl-C): the next close() does it again; every step repeats
+            raise
+        self._closing_done.set()
+        return self._outcome
 
     def _abandon(self, timeout: float | None) -> CloseOutcome:
         """close() ran out of time with the device still busy: fail every job
@@ -330,8 +339,12 @@ class SigningPipeline:
         for ticket in given_up:
             ticket.cancel()
             self._complete(ticket, None, error)
-        self._to_sign.put(_STOP)  # once the device answers, both threads end
-        self._to_finish.put(_STOP)
+        # once the device answers, both threads end. With a signing thread the
+        # stop reaches the finishing thread through it, behind its last job: a
+        # stop put straight into _to_finish could overtake a signed job
+        self._to_sign.put(_STOP)
+        if self._begin is not None:
+            self._to_finish.put(_STOP)
         # jobs past the device (signed, or claimed by the finishing thread:
         # checking a signature, handing it to the ledger): let them end before
         # the ledger closes; any still going are reported apart (they may yet be written)

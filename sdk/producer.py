@@ -169,7 +169,8 @@ class Producer:
         self.cite_epoch = cite_epoch
         self._epoch_lock = threading.Lock()
         self._pipeline: SigningPipeline | None = None
-        self._close_done = threading.Event()  # the first close() has returned
+        self._closer = False  # a close() is under way
+        self._close_done = threading.Event()  # a close() has finished
         self._epoch_entry: LedgerEntry | None = None
         try:
             SignerSelfTest.run(signer)
@@ -201,17 +202,22 @@ class Producer:
         close() then raises SignerUnavailableError saying how many failed
         (and how many, past the device but slow to finish, may still be
         written)."""
-        pipeline = None
-        with self._epoch_lock:  # a first submit() making the pipeline right now: before or after, not during
-            first = not self._closed
-            if first:
-                if self._owns_ledger or self._id_observers:  # close() waits for a commit then
-                    self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
-                self._closed = True
-                pipeline = self._pipeline
-        if not first:  # another close() is under way: return when it has (or this one's timeout ends)
-            self._close_done.wait(timeout)
-            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._epoch_lock:  # a first submit() making the pipeline right now: before or after, not during
+                if self._close_done.is_set():
+                    return
+                if not self._closer:  # no close() under way (or a Ctrl-C stopped it): this one does it
+                    if self._owns_ledger or self._id_observers:  # close() waits for a commit then
+                        self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
+                    self._closed = self._closer = True
+                    pipeline = self._pipeline
+                    break
+            # another close() is under way: return when it has
+            if self._close_done.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LedgerError(f"close() still under way in another thread after {timeout} s")
         try:
             outcome = pipeline.close(timeout) if pipeline is not None else None
             if self._owns_ledger:
@@ -219,8 +225,10 @@ class Producer:
             elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
                 self.ledger.flush()
                 self.ledger.remove_commit_listener(self._on_commit)
-        finally:
-            self._close_done.set()
+        except BaseException:
+            self._closer = False  # interrupted: the next close() does it again (every step repeats)
+            raise
+        self._close_done.set()
         if outcome is not None and (outcome.given_up or outcome.finishing):
             said = [f"{outcome.given_up} submitted record(s) not signed {timeout} s into close(): not written"]
             if outcome.finishing:

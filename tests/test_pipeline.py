@@ -1058,3 +1058,106 @@ def test_a_drain_is_woken_when_its_jobs_are_done_not_at_every_job() -> None:
     finally:
         go.set()
         pipeline.close()
+
+
+def test_giving_up_never_lets_the_stop_overtake_a_signed_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """close(timeout) gives up just as the signing thread hands over a job it
+    has signed (left to the finishing thread): the finishing thread's stop
+    comes behind that job, through the signing thread, so the job finishes
+    (a stop put straight into the queue could overtake it, and it waited for
+    ever)."""
+    import capseal.pipeline as pipeline_module
+    from capseal.pipeline import SigningPipeline
+
+    monkeypatch.setattr(pipeline_module, "_FINISHING_WAIT", 5.0)
+    done: list[tuple[str, int]] = []
+    pipeline = SigningPipeline("t", lambda job: job, lambda job, sig: done.append(("ok", job)),
+                               lambda job, exc: done.append(("fail", job)))
+    inner, handing, gave_up = pipeline._to_finish, threading.Event(), threading.Event()
+
+    class HandOverAfterGivingUp:  # the signing thread is preempted between marking the job signed and its put
+        get, get_nowait = inner.get, inner.get_nowait
+
+        def put(self, item: Any) -> None:
+            if item is not pipeline_module._STOP and not handing.is_set():
+                handing.set()
+                assert gave_up.wait(5)
+            inner.put(item)
+
+    pipeline._to_finish = HandOverAfterGivingUp()  # type: ignore[assignment]
+    real_abandon = pipeline._abandon
+
+    def abandon(timeout: float | None) -> Any:
+        threading.Timer(0.2, gave_up.set).start()  # the hand-over resumes while close() waits for it
+        return real_abandon(timeout)
+
+    pipeline._abandon = abandon  # type: ignore[method-assign]
+    pipeline.put(0)
+    assert handing.wait(5)
+    assert pipeline.close(timeout=0.2) == (0, 0)
+    assert done == [("ok", 0)] and pipeline._outstanding == 0
+
+
+def test_a_close_interrupted_by_ctrl_c_is_done_by_the_next_close() -> None:
+    pipeline, go, finished = _blocked_pipeline(depth=4)
+    pipeline.put(0)
+    thread = pipeline._threads[0]
+    real_join = thread.join
+
+    def interrupted_join(timeout: float | None = None) -> None:
+        thread.join = real_join  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    thread.join = interrupted_join  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.close()
+    assert not pipeline._closing_done.is_set()  # not reported as done
+    go.set()
+    assert pipeline.close(timeout=5) == (0, 0)  # this one finishes the job
+    assert finished == [0] and pipeline._outstanding == 0 and pipeline._closing_done.is_set()
+
+
+def test_a_producer_close_interrupted_by_ctrl_c_is_done_by_the_next_close(tmp_path: Path) -> None:
+    device = FlakyDevice()
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    pending = producer.submit({"action_id": "a", "action_type": "fyi"})
+    pipeline = producer._pipeline
+    assert pipeline is not None
+    real_close = pipeline.close
+
+    def interrupted_close(timeout: float | None = None) -> Any:
+        pipeline.close = real_close  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    pipeline.close = interrupted_close  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        producer.close()
+    assert not producer.ledger._closed
+    producer.close(timeout=5)  # does it all
+    assert producer.ledger._closed and pending.result(timeout=5).seq == 2
+
+
+def test_a_second_producer_close_with_a_timeout_says_the_first_is_still_going(tmp_path: Path) -> None:
+    device, go = FlakyDevice(), threading.Event()
+    real_sign = device.sign
+
+    def slow_sign(data: bytes) -> SignatureResult:
+        assert go.wait(10)
+        return real_sign(data)
+
+    producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
+    producer.submit({"action_id": "a", "action_type": "fyi"}).result()
+    device.sign = slow_sign  # type: ignore[method-assign]
+    pending = producer.submit({"action_id": "b", "action_type": "fyi"})
+    first = threading.Thread(target=producer.close)
+    first.start()
+    try:
+        assert _until(lambda: producer._closer)
+        with pytest.raises(LedgerError, match="close\\(\\) still under way in another thread after 0.3 s"):
+            producer.close(timeout=0.3)
+        assert not producer.ledger._closed
+    finally:
+        go.set()
+        first.join(10)
+    assert producer.ledger._closed and pending.result(timeout=5).seq == 3
+    producer.close(timeout=0.3)  # after the first has finished: nothing to do, nothing raised
