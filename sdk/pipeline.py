@@ -147,6 +147,8 @@ class SigningPipeline:
         self._drain_marks: list[int] = []
         self._closed = False
         self._closer = False  # a close() is under way
+        self._abandoning: list[_Ticket] = []  # claimed by close() giving up, not yet failed
+        self._given_up = 0  # jobs close() gave up on (kept across a close() taking over)
         self._closing_done = threading.Event()  # a close() has finished: self._outcome
         self._outcome = CloseOutcome(0, 0)
         self._stopped = False  # the threads have ended, or close() gave up waiting for them
@@ -230,7 +232,10 @@ class SigningPipeline:
     def _retire(self, ticket: _Ticket) -> None:
         """A job is done with (the lock held): wake whoever waits on that.
         The wake-ups come first: interrupted between them, the job is still
-        live and the caller's retry does it all again."""
+        live and the caller's retry does it all again. Retiring a job twice
+        does nothing the second time."""
+        if ticket not in self._live:
+            return
         if self._waiting_for_room:
             self._room.notify()  # one place freed, one caller woken (not all of them, each record)
         if self._drain_marks:
@@ -284,21 +289,22 @@ class SigningPipeline:
         ever answers. Returns what it gave up (all 0 when the device finished
         in time)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                if self._closing_done.is_set():
-                    return self._outcome
-                if not self._closer:  # no close() under way (or it was interrupted): this one does it
-                    self._closer = True
-                    break
-            # another close() is under way: its outcome is this one's, unless a
-            # Ctrl-C stopped it (then this one takes over)
-            if self._closing_done.wait(_left(deadline, 0.1)):
-                return self._outcome
-            if deadline is not None and time.monotonic() >= deadline:
-                with self._lock:
-                    return CloseOutcome(0, len(self._live))  # still being finished by the other close()
+        mine = False  # this call has taken the close on (set with the flag: no call between them)
         try:
+            while True:
+                with self._lock:
+                    if self._closing_done.is_set():
+                        return self._outcome
+                    if not self._closer:  # no close() under way (or it was interrupted): this one does it
+                        self._closer = mine = True
+                        break
+                # another close() is under way: its outcome is this one's, unless a
+                # Ctrl-C stopped it (then this one takes over)
+                if self._closing_done.wait(_left(deadline, 0.1)):
+                    return self._outcome
+                if deadline is not None and time.monotonic() >= deadline:
+                    with self._lock:
+                        return CloseOutcome(0, len(self._live))  # still being finished by the other close()
             with self._lock:
                 self._closed = True
                 self._room.notify_all()  # callers waiting for room learn that it is closed
@@ -314,7 +320,8 @@ class SigningPipeline:
                 self._stopped = True  # before the sweep: a put landing after it sweeps for itself
                 self._fail_leftovers()
         except BaseException:
-            self._closer = False  # interrupted (Ctrl-C): the next close() does it again; every step repeats
+            if mine:
+                self._closer = False  # interrupted (Ctrl-C): the next close() does it again; every step repeats
             raise
         self._closing_done.set()
         return self._outcome
@@ -326,7 +333,9 @@ class SigningPipeline:
         Every live job is claimed at once, under the lock: whatever the
         threads do next (the device may answer this very moment) finds it
         claimed and leaves it alone, so each job is failed once and the count
-        is exact."""
+        is exact. Repeatable: a close() interrupted in here (Ctrl-C) leaves
+        the jobs it claimed in ``_abandoning``, and the close() that takes
+        over fails them (failing twice is harmless) and keeps the count."""
         with self._lock:
             # with the claim: a put landing before it is claimed here, one after it sweeps for itself
             self._stopped = True
@@ -334,11 +343,15 @@ class SigningPipeline:
             given_up = [ticket for ticket in self._live if ticket.state == _QUEUED and not ticket.signed]
             for ticket in given_up:
                 ticket.state = _CLAIMED
+            self._abandoning += given_up
+            self._given_up += len(given_up)
         error = SignerUnavailableError(f"close() gave up on the device {timeout} s in, before this record was "
                                        "signed and checked; it was not written")
-        for ticket in given_up:
+        while self._abandoning:
+            ticket = self._abandoning[0]
             ticket.cancel()
             self._complete(ticket, None, error)
+            self._abandoning.pop(0)  # only once it is failed and retired
         # once the device answers, both threads end. With a signing thread the
         # stop reaches the finishing thread through it, behind its last job: a
         # stop put straight into _to_finish could overtake a signed job
@@ -350,7 +363,7 @@ class SigningPipeline:
         # the ledger closes; any still going are reported apart (they may yet be written)
         with self._lock:
             self._wait_done_before(self._seq, _FINISHING_WAIT)  # nothing is put any more: all of them
-            return CloseOutcome(len(given_up), len(self._live))
+            return CloseOutcome(self._given_up, len(self._live))
 
     def _fail_leftovers(self) -> None:
         """Fail every job still queued once the pipeline's threads have stopped."""

@@ -203,22 +203,23 @@ class Producer:
         (and how many, past the device but slow to finish, may still be
         written)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._epoch_lock:  # a first submit() making the pipeline right now: before or after, not during
-                if self._close_done.is_set():
-                    return
-                if not self._closer:  # no close() under way (or a Ctrl-C stopped it): this one does it
-                    if self._owns_ledger or self._id_observers:  # close() waits for a commit then
-                        self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
-                    self._closed = self._closer = True
-                    pipeline = self._pipeline
-                    break
-            # another close() is under way: return when it has
-            if self._close_done.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise LedgerError(f"close() still under way in another thread after {timeout} s")
+        mine = False  # this call has taken the close on (set with the flag: no call between them)
         try:
+            while True:
+                with self._epoch_lock:  # a first submit() making the pipeline now: before or after, not during
+                    if self._close_done.is_set():
+                        return
+                    if not self._closer:  # no close() under way (or a Ctrl-C stopped it): this one does it
+                        if self._owns_ledger or self._id_observers:  # close() waits for a commit then
+                            self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
+                        self._closed = self._closer = mine = True
+                        pipeline = self._pipeline
+                        break
+                # another close() is under way: return when it has
+                if self._close_done.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
+                    return
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise LedgerError(f"close() still under way in another thread after {timeout} s")
             outcome = pipeline.close(timeout) if pipeline is not None else None
             if self._owns_ledger:
                 self.ledger.close()
@@ -226,7 +227,8 @@ class Producer:
                 self.ledger.flush()
                 self.ledger.remove_commit_listener(self._on_commit)
         except BaseException:
-            self._closer = False  # interrupted: the next close() does it again (every step repeats)
+            if mine:
+                self._closer = False  # interrupted: the next close() does it again (every step repeats)
             raise
         self._close_done.set()
         if outcome is not None and (outcome.given_up or outcome.finishing):

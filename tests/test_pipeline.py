@@ -1161,3 +1161,69 @@ def test_a_second_producer_close_with_a_timeout_says_the_first_is_still_going(tm
         first.join(10)
     assert producer.ledger._closed and pending.result(timeout=5).seq == 3
     producer.close(timeout=0.3)  # after the first has finished: nothing to do, nothing raised
+
+
+def _hung_device_pipeline(fail_hook: Callable[[int], None] | None = None) -> tuple[Any, threading.Event, list[int]]:
+    """A pipeline whose device hangs until ``go``; its fail callback records
+    each failed job (then calls ``fail_hook``)."""
+    from capseal.pipeline import SigningPipeline
+
+    go, failed = threading.Event(), []
+
+    def sign(job: int) -> int:
+        assert go.wait(10)
+        return job
+
+    def fail(job: int, exc: BaseException) -> None:
+        failed.append(job)
+        if fail_hook is not None:
+            fail_hook(job)
+
+    return SigningPipeline("t", sign, lambda job, sig: None, fail, depth=8), go, failed
+
+
+def test_a_close_interrupted_while_it_waits_after_giving_up_keeps_its_count() -> None:
+    pipeline, go, failed = _hung_device_pipeline()
+    pipeline.put(0)
+    pipeline.put(1)
+    real_wait = pipeline._wait_done_before
+
+    def interrupted(mark: int, timeout: float | None) -> bool:
+        pipeline._wait_done_before = real_wait
+        raise KeyboardInterrupt
+
+    pipeline._wait_done_before = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.close(timeout=0.2)
+        assert sorted(failed) == [0, 1]
+        assert pipeline.close(timeout=0.2) == (2, 0)  # the close that takes over reports both
+    finally:
+        go.set()
+
+
+def test_a_close_interrupted_while_failing_what_it_gave_up_fails_the_rest_on_takeover(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import capseal.pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "_FINISHING_WAIT", 0.3)
+    interrupted: list[int] = []
+
+    def hook(job: int) -> None:
+        if not interrupted:
+            interrupted.append(job)
+            raise KeyboardInterrupt  # a Ctrl-C inside the fail callback of the first job given up
+
+    pipeline, go, failed = _hung_device_pipeline(hook)
+    try:
+        for job in range(3):
+            pipeline.put(job)
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.close(timeout=0.2)
+        assert pipeline.close(timeout=0.2) == (3, 0)
+        assert sorted(set(failed)) == [0, 1, 2] and pipeline._outstanding == 0
+    finally:
+        go.set()
+    for t in pipeline._threads:
+        t.join(5)
+        assert not t.is_alive()
