@@ -86,6 +86,18 @@ def _interrupted(data: bytes) -> PendingSignature:
     raise KeyboardInterrupt
 
 
+def _interrupt_once(owner: Any, name: str) -> None:
+    """The next call of ``owner.name`` is interrupted by a Ctrl-C (and puts
+    the real one back); the calls after it run as usual."""
+    real = getattr(owner, name)
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        setattr(owner, name, real)
+        raise KeyboardInterrupt
+
+    setattr(owner, name, interrupted)
+
+
 @pytest.fixture()
 def make(request: pytest.FixtureRequest) -> Iterator[Callable[[], FlakyDevice]]:
     """Makes devices of the parametrized class; each is closed after the test."""
@@ -1101,14 +1113,7 @@ def test_giving_up_never_lets_the_stop_overtake_a_signed_job(monkeypatch: pytest
 def test_a_close_interrupted_by_ctrl_c_is_done_by_the_next_close() -> None:
     pipeline, go, finished = _blocked_pipeline(depth=4)
     pipeline.put(0)
-    thread = pipeline._threads[0]
-    real_join = thread.join
-
-    def interrupted_join(timeout: float | None = None) -> None:
-        thread.join = real_join  # type: ignore[method-assign]
-        raise KeyboardInterrupt
-
-    thread.join = interrupted_join  # type: ignore[method-assign]
+    _interrupt_once(pipeline._threads[0], "join")
     with pytest.raises(KeyboardInterrupt):
         pipeline.close()
     assert not pipeline._closing_done.is_set()  # not reported as done
@@ -1121,15 +1126,8 @@ def test_a_producer_close_interrupted_by_ctrl_c_is_done_by_the_next_close(tmp_pa
     device = FlakyDevice()
     producer = Producer("acme", "agent@1", device, tmp_path / "l.db")
     pending = producer.submit({"action_id": "a", "action_type": "fyi"})
-    pipeline = producer._pipeline
-    assert pipeline is not None
-    real_close = pipeline.close
-
-    def interrupted_close(timeout: float | None = None) -> Any:
-        pipeline.close = real_close  # type: ignore[method-assign]
-        raise KeyboardInterrupt
-
-    pipeline.close = interrupted_close  # type: ignore[method-assign]
+    assert producer._pipeline is not None
+    _interrupt_once(producer._pipeline, "close")
     with pytest.raises(KeyboardInterrupt):
         producer.close()
     assert not producer.ledger._closed
@@ -1186,13 +1184,7 @@ def test_a_close_interrupted_while_it_waits_after_giving_up_keeps_its_count() ->
     pipeline, go, failed = _hung_device_pipeline()
     pipeline.put(0)
     pipeline.put(1)
-    real_wait = pipeline._wait_done_before
-
-    def interrupted(mark: int, timeout: float | None) -> bool:
-        pipeline._wait_done_before = real_wait
-        raise KeyboardInterrupt
-
-    pipeline._wait_done_before = interrupted
+    _interrupt_once(pipeline, "_wait_done_before")
     try:
         with pytest.raises(KeyboardInterrupt):
             pipeline.close(timeout=0.2)
