@@ -52,11 +52,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from .errors import LedgerClosedError, SignerUnavailableError
 
-__all__ = ["CloseOutcome", "SigningPipeline"]
+__all__ = ["CloseOnce", "CloseOutcome", "SigningPipeline"]
 
 _STOP = object()
 _QUEUED, _CLAIMED, _WITHDRAWN = 0, 1, 2
@@ -70,6 +70,54 @@ def _left(deadline: float | None, cap: float | None = None) -> float | None:
         return cap
     left = max(0.0, deadline - time.monotonic())
     return left if cap is None else min(left, cap)
+
+
+_T = TypeVar("_T")
+
+
+class CloseOnce:
+    """A close done once for every caller, and done again by the next caller
+    when a Ctrl-C stopped it halfway (so each step of it must repeat).
+
+    Why: a close may wait long (PKCS#11 cannot cancel a call into a hung
+    token); a second caller must neither return before the first has
+    finished nor wait for ever behind one an interrupt stopped. Used by
+    :meth:`SigningPipeline.close` and ``Producer.close``."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock  # the owner's lock: ``start`` runs under it
+        self._running = False
+        self.done = threading.Event()
+
+    def run(self, body: Callable[[], _T], deadline: float | None,
+            start: Callable[[], None] | None = None) -> _T | None:
+        """``body()``'s result, or None when a close has already finished.
+        ``start()`` runs under the lock as this caller takes the close on (if
+        it raises, nothing is taken). While another caller's close is under
+        way this one waits for it; TimeoutError when ``deadline`` passes first."""
+        mine = False
+        try:
+            while True:
+                with self._lock:
+                    if self.done.is_set():
+                        return None
+                    if not self._running:
+                        if start is not None:
+                            start()
+                        self._running = mine = True  # one statement: an interrupt cannot split them
+                        break
+                # another close is under way: wait for it, and take over if a Ctrl-C stops it
+                if self.done.wait(_left(deadline, 0.1)):
+                    return None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError
+            result = body()
+        except BaseException:
+            if mine:
+                self._running = False  # interrupted: the next caller does it again
+            raise
+        self.done.set()
+        return result
 
 
 class _Ticket:
@@ -146,11 +194,10 @@ class SigningPipeline:
         # waits until every job put before its mark is done
         self._drain_marks: list[int] = []
         self._closed = False
-        self._closer = False  # a close() is under way
         self._abandoning: list[_Ticket] = []  # claimed by close() giving up, not yet failed
         self._given_up = 0  # jobs close() gave up on (kept across a close() taking over)
-        self._closing_done = threading.Event()  # a close() has finished: self._outcome
-        self._outcome = CloseOutcome(0, 0)
+        self._closing = CloseOnce(self._lock)
+        self._outcome = CloseOutcome(0, 0)  # what the close that finished gave up
         self._stopped = False  # the threads have ended, or close() gave up waiting for them
         self._threads = [threading.Thread(target=self._finish_loop, name=f"capseal-finish:{name}", daemon=True)]
         if begin is None:
@@ -289,42 +336,29 @@ class SigningPipeline:
         ever answers. Returns what it gave up (all 0 when the device finished
         in time)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        mine = False  # this call has taken the close on (set with the flag: no call between them)
         try:
-            while True:
-                with self._lock:
-                    if self._closing_done.is_set():
-                        return self._outcome
-                    if not self._closer:  # no close() under way (or it was interrupted): this one does it
-                        self._closer = mine = True
-                        break
-                # another close() is under way: its outcome is this one's, unless a
-                # Ctrl-C stopped it (then this one takes over)
-                if self._closing_done.wait(_left(deadline, 0.1)):
-                    return self._outcome
-                if deadline is not None and time.monotonic() >= deadline:
-                    with self._lock:
-                        return CloseOutcome(0, len(self._live))  # still being finished by the other close()
+            self._closing.run(lambda: self._close(timeout, deadline), deadline)
+        except TimeoutError:  # another close() is still finishing these
             with self._lock:
-                self._closed = True
-                self._room.notify_all()  # callers waiting for room learn that it is closed
-                # their jobs go in before the stop
-                self._lock.wait_for(lambda: self._putting == 0, _left(deadline, _CLOSE_WAIT))
-                late = self._putting > 0
-            (self._to_sign if self._begin is None else self._to_finish).put(_STOP)  # repeated: harmless
-            for t in self._threads:
-                t.join(_left(deadline))
-            if any(t.is_alive() for t in self._threads) or (late and timeout is not None):
-                self._outcome = self._abandon(timeout)  # a put it stopped waiting for is given up, and counted
-            else:
-                self._stopped = True  # before the sweep: a put landing after it sweeps for itself
-                self._fail_leftovers()
-        except BaseException:
-            if mine:
-                self._closer = False  # interrupted (Ctrl-C): the next close() does it again; every step repeats
-            raise
-        self._closing_done.set()
+                return CloseOutcome(0, len(self._live))
         return self._outcome
+
+    def _close(self, timeout: float | None, deadline: float | None) -> None:
+        """The steps of close(); each can be repeated (see :class:`CloseOnce`)."""
+        with self._lock:
+            self._closed = True
+            self._room.notify_all()  # callers waiting for room learn that it is closed
+            # their jobs go in before the stop
+            self._lock.wait_for(lambda: self._putting == 0, _left(deadline, _CLOSE_WAIT))
+            late = self._putting > 0
+        (self._to_sign if self._begin is None else self._to_finish).put(_STOP)  # repeated: harmless
+        for t in self._threads:
+            t.join(_left(deadline))
+        if any(t.is_alive() for t in self._threads) or (late and timeout is not None):
+            self._outcome = self._abandon(timeout)  # a put it stopped waiting for is given up, and counted
+        else:
+            self._stopped = True  # before the sweep: a put landing after it sweeps for itself
+            self._fail_leftovers()
 
     def _abandon(self, timeout: float | None) -> CloseOutcome:
         """close() ran out of time with the device still busy: fail every job

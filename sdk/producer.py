@@ -34,7 +34,7 @@ from .envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_
 from .errors import InputError, LedgerClosedError, LedgerError, SealAbortedError, SignerUnavailableError
 from .ledger import Ledger, LedgerEntry, PendingAppend, StoredEntry
 from .model import validate_capsule
-from .pipeline import SigningPipeline
+from .pipeline import CloseOnce, CloseOutcome, SigningPipeline
 from .record import SealedRecord
 from .verify import verify_for_seal
 from .vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
@@ -169,8 +169,7 @@ class Producer:
         self.cite_epoch = cite_epoch
         self._epoch_lock = threading.Lock()
         self._pipeline: SigningPipeline | None = None
-        self._closer = False  # a close() is under way
-        self._close_done = threading.Event()  # a close() has finished
+        self._closing = CloseOnce(self._epoch_lock)  # see close()
         self._epoch_entry: LedgerEntry | None = None
         try:
             SignerSelfTest.run(signer)
@@ -203,34 +202,16 @@ class Producer:
         (and how many, past the device but slow to finish, may still be
         written)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        mine = False  # this call has taken the close on (set with the flag: no call between them)
+
+        def start() -> None:  # under _epoch_lock: a first submit() making the pipeline now goes before or after
+            if self._owns_ledger or self._id_observers:  # close() waits for a commit then
+                self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
+            self._closed = True
+
         try:
-            while True:
-                with self._epoch_lock:  # a first submit() making the pipeline now: before or after, not during
-                    if self._close_done.is_set():
-                        return
-                    if not self._closer:  # no close() under way (or a Ctrl-C stopped it): this one does it
-                        if self._owns_ledger or self._id_observers:  # close() waits for a commit then
-                            self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
-                        self._closed = self._closer = mine = True
-                        pipeline = self._pipeline
-                        break
-                # another close() is under way: return when it has
-                if self._close_done.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
-                    return
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise LedgerError(f"close() still under way in another thread after {timeout} s")
-            outcome = pipeline.close(timeout) if pipeline is not None else None
-            if self._owns_ledger:
-                self.ledger.close()
-            elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
-                self.ledger.flush()
-                self.ledger.remove_commit_listener(self._on_commit)
-        except BaseException:
-            if mine:
-                self._closer = False  # interrupted: the next close() does it again (every step repeats)
-            raise
-        self._close_done.set()
+            outcome = self._closing.run(lambda: self._close(timeout), deadline, start)
+        except TimeoutError:
+            raise LedgerError(f"close() still under way in another thread after {timeout} s") from None
         if outcome is not None and (outcome.given_up or outcome.finishing):
             said = [f"{outcome.given_up} submitted record(s) not signed {timeout} s into close(): not written"]
             if outcome.finishing:
@@ -238,11 +219,23 @@ class Producer:
                             "still be written")
             raise SignerUnavailableError(f"{self.signer.describe_short()}: " + "; ".join(said))
 
+    def _close(self, timeout: float | None) -> CloseOutcome | None:
+        """The steps of close() (each can be repeated): the pipeline, then the ledger."""
+        pipeline = self._pipeline  # made before start() closed us, or never
+        outcome = pipeline.close(timeout) if pipeline is not None else None
+        if self._owns_ledger:
+            self.ledger.close()
+        elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
+            self.ledger.flush()
+            self.ledger.remove_commit_listener(self._on_commit)
+        return outcome
+
     def add_observer(self, callback: Callable[[SealedRecord], None]) -> None:
         """Call ``callback(record)`` after each record is durable. It must not
-        block, nor wait for a commit (``seal``, ``flush``, ``result`` and
-        ``close`` raise LedgerError there, before doing anything: the commit
-        runs the callback; ``submit`` is fine);
+        block, nor wait for a commit: the commit runs the callback, so
+        ``seal``, ``close``, and ``flush`` or ``result`` with anything still
+        to commit raise LedgerError there, before anything is queued or
+        closed (``submit`` is fine);
         errors in it never undo a seal. Each record is kept alive until
         its group commits, for this; when the id is enough, use
         :meth:`add_id_observer`."""
@@ -348,7 +341,6 @@ class Producer:
         """Wait until every submitted record is durable (or refused); with
         ``timeout``, raise LedgerError when that takes longer (the records
         stay queued and are still written)."""
-        self.ledger._refuse_inside_commit("flush()")
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._pipeline is not None and not self._pipeline.drain(timeout):
             raise LedgerError(f"submitted records not signed within {timeout} s")

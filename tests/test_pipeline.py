@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,21 +82,34 @@ class QueuedFlakyDevice(FlakyDevice):
         self.worker.shutdown()
 
 
-def _interrupted(data: bytes) -> PendingSignature:
-    """A device hand-over that a Ctrl-C interrupts."""
-    raise KeyboardInterrupt
-
-
-def _interrupt_once(owner: Any, name: str) -> None:
+def _interrupt_once(owner: Any, name: str) -> threading.Event:
     """The next call of ``owner.name`` is interrupted by a Ctrl-C (and puts
-    the real one back); the calls after it run as usual."""
-    real = getattr(owner, name)
+    the real one back); the calls after it run as usual. The event says it
+    happened."""
+    real, fired = getattr(owner, name), threading.Event()
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         setattr(owner, name, real)
+        fired.set()
         raise KeyboardInterrupt
 
     setattr(owner, name, interrupted)
+    return fired
+
+
+@contextmanager
+def _queued_producer(tmp_path: Path) -> Iterator[tuple[QueuedFlakyDevice, Producer, Any]]:
+    """A producer on a device with its own command queue, one record
+    ("before") already sealed through its pipeline: (device, producer,
+    pipeline). Closes both."""
+    device = QueuedFlakyDevice()
+    try:
+        with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+            producer.submit({"action_id": "before", "action_type": "fyi"}).result()
+            assert producer._pipeline is not None
+            yield device, producer, producer._pipeline
+    finally:
+        device.close()
 
 
 @pytest.fixture()
@@ -258,22 +272,14 @@ def test_an_interrupt_while_queueing_is_the_callers(tmp_path: Path) -> None:
     """A KeyboardInterrupt while submit() hands the job to the device reaches
     the caller (it is not turned into a failed record), nothing is written,
     and flush() does not wait for a job that never was."""
-    device = QueuedFlakyDevice()
-    real_begin = device.begin_sign
-
-    try:
-        with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
-            producer.submit({"action_id": "before", "action_type": "fyi"}).result()
-            device.begin_sign = _interrupted  # type: ignore[method-assign]
-            with pytest.raises(KeyboardInterrupt):
-                producer.submit({"action_id": "interrupted", "action_type": "fyi"})
-            device.begin_sign = real_begin  # type: ignore[method-assign]
-            producer.flush(timeout=5)
-            assert producer._pipeline is not None and producer._pipeline.drain(timeout=5)
-            assert producer.submit({"action_id": "after", "action_type": "fyi"}).result(timeout=5).seq == 3
-            assert producer.ledger.count() == 3
-    finally:
-        device.close()
+    with _queued_producer(tmp_path) as (device, producer, pipeline):
+        _interrupt_once(device, "begin_sign")
+        with pytest.raises(KeyboardInterrupt):
+            producer.submit({"action_id": "interrupted", "action_type": "fyi"})
+        producer.flush(timeout=5)
+        assert pipeline.drain(timeout=5)
+        assert producer.submit({"action_id": "after", "action_type": "fyi"}).result(timeout=5).seq == 3
+        assert producer.ledger.count() == 3
 
 
 class _InterruptAfterPut:
@@ -296,27 +302,20 @@ def test_an_interrupt_just_after_queueing_withdraws_the_job_once(tmp_path: Path)
     """The job reached the queue, then the interrupt came: the caller gets
     KeyboardInterrupt, the job is withdrawn, and it is accounted for exactly
     once, so flush() neither hangs nor returns early."""
-    device = QueuedFlakyDevice()
-    try:
-        with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
-            producer.submit({"action_id": "before", "action_type": "fyi"}).result()
-            pipeline = producer._pipeline
-            assert pipeline is not None
-            pipeline._to_finish = _InterruptAfterPut(pipeline._to_finish)  # type: ignore[assignment]
-            with pytest.raises(KeyboardInterrupt):
-                producer.submit({"action_id": "withdrawn", "action_type": "fyi"})
-            assert pipeline.drain(timeout=5) and pipeline._outstanding == 0
-            later = producer.submit({"action_id": "after", "action_type": "fyi"})
-            assert pipeline.drain(timeout=5) and pipeline._outstanding == 0
-            later.result(timeout=5)
-        with Ledger(tmp_path / "l.db") as ledger:
-            sealed = [e.action_id for e in ledger.entries()][1:]
-        # withdrawn, as a rule; sealed only if the finishing thread took the job
-        # in the instant before the interrupt was handled (the GIL decides) —
-        # either way it was accounted for once, which the drains above show
-        assert sealed in (["before", "after"], ["before", "withdrawn", "after"])
-    finally:
-        device.close()
+    with _queued_producer(tmp_path) as (_device, producer, pipeline):
+        pipeline._to_finish = _InterruptAfterPut(pipeline._to_finish)
+        with pytest.raises(KeyboardInterrupt):
+            producer.submit({"action_id": "withdrawn", "action_type": "fyi"})
+        assert pipeline.drain(timeout=5) and pipeline._outstanding == 0
+        later = producer.submit({"action_id": "after", "action_type": "fyi"})
+        assert pipeline.drain(timeout=5) and pipeline._outstanding == 0
+        later.result(timeout=5)
+    with Ledger(tmp_path / "l.db") as ledger:
+        sealed = [e.action_id for e in ledger.entries()][1:]
+    # withdrawn, as a rule; sealed only if the finishing thread took the job
+    # in the instant before the interrupt was handled (the GIL decides) —
+    # either way it was accounted for once, which the drains above show
+    assert sealed in (["before", "after"], ["before", "withdrawn", "after"])
 
 
 def test_a_put_that_outlasts_close_is_failed_not_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -580,10 +579,10 @@ def test_close_counts_exactly_when_the_device_answers_as_it_gives_up() -> None:
     assert finished == [] and pipeline._outstanding == 0
 
 
-def _waiting_in(thread: threading.Thread, function: str) -> bool:
-    """True while ``thread`` runs (here: blocks on a lock) in the producer's ``function`` itself."""
+def _waiting_in(thread: threading.Thread, function: str, module: str = "producer.py") -> bool:
+    """True while ``thread`` runs (here: blocks on a lock) in ``module``'s ``function`` itself."""
     frame = sys._current_frames().get(thread.ident or -1)
-    return frame is not None and frame.f_code.co_name == function and frame.f_code.co_filename.endswith("producer.py")
+    return frame is not None and frame.f_code.co_name == function and frame.f_code.co_filename.endswith(module)
 
 
 def test_close_racing_the_first_submit_leaves_no_pipeline_running(tmp_path: Path) -> None:
@@ -607,7 +606,7 @@ def test_close_racing_the_first_submit_leaves_no_pipeline_running(tmp_path: Path
         assert _until(lambda: _waiting_in(caller, "_submit_pipelined"))
         closer = threading.Thread(target=producer.close)
         closer.start()
-        assert _until(lambda: _waiting_in(closer, "close"))
+        assert _until(lambda: _waiting_in(closer, "run", "pipeline.py"))  # CloseOnce.run, at the producer's lock
     caller.join(5)
     closer.join(5)
     assert not caller.is_alive() and not closer.is_alive()
@@ -903,33 +902,15 @@ def test_a_second_interrupt_as_put_cleans_up_does_not_skip_the_bookkeeping(tmp_p
     just as put() cleans up after it. The bookkeeping still runs (once), the
     caller gets the interrupt, and flush() does not wait for a job that was
     withdrawn."""
-    device = QueuedFlakyDevice()
-    real_begin = device.begin_sign
-
-    try:
-        with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
-            producer.submit({"action_id": "before", "action_type": "fyi"}).result()
-            pipeline = producer._pipeline
-            assert pipeline is not None
-            real_unregister = pipeline._unregister
-            calls = [0]
-
-            def unregister_interrupted_once(ticket: Any, handed: bool) -> None:
-                calls[0] += 1
-                if calls[0] == 1:
-                    raise KeyboardInterrupt  # what a signal at the call's entry does
-                real_unregister(ticket, handed)
-
-            pipeline._unregister = unregister_interrupted_once  # type: ignore[method-assign]
-            device.begin_sign = _interrupted  # type: ignore[method-assign]
-            with pytest.raises(KeyboardInterrupt):
-                producer.submit({"action_id": "interrupted", "action_type": "fyi"})
-            device.begin_sign = real_begin  # type: ignore[method-assign]
-            assert calls[0] == 2 and pipeline._putting == 0 and pipeline._outstanding == 0
-            producer.flush(timeout=5)
-            assert producer.submit({"action_id": "after", "action_type": "fyi"}).result(timeout=5).seq == 3
-    finally:
-        device.close()
+    with _queued_producer(tmp_path) as (device, producer, pipeline):
+        second = _interrupt_once(pipeline, "_unregister")  # what a signal at the call's entry does
+        _interrupt_once(device, "begin_sign")
+        with pytest.raises(KeyboardInterrupt):
+            producer.submit({"action_id": "interrupted", "action_type": "fyi"})
+        assert second.is_set()
+        assert pipeline._putting == 0 and pipeline._outstanding == 0
+        producer.flush(timeout=5)
+        assert producer.submit({"action_id": "after", "action_type": "fyi"}).result(timeout=5).seq == 3
 
 
 def test_close_with_a_timeout_counts_a_put_it_stopped_waiting_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -971,29 +952,14 @@ def test_an_interrupt_inside_the_clean_up_leaves_nothing_half_done(tmp_path: Pat
     """A second Ctrl-C that lands inside put's clean-up, just as it retires
     the withdrawn job: the retry finishes the job's retirement, so flush()
     does not wait for ever and no place in the pipeline is lost."""
-    device = QueuedFlakyDevice()
-    try:
-        with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
-            producer.submit({"action_id": "before", "action_type": "fyi"}).result()
-            pipeline = producer._pipeline
-            assert pipeline is not None
-            real_begin, real_retire = device.begin_sign, pipeline._retire
-            caller, calls = threading.get_ident(), [0]
-
-            def retire(ticket: Any) -> None:
-                if threading.get_ident() == caller and not calls[0]:
-                    calls[0] = 1
-                    raise KeyboardInterrupt  # the second Ctrl-C, at the call's entry
-                real_retire(ticket)
-
-            pipeline._retire, device.begin_sign = retire, _interrupted  # type: ignore[method-assign]
-            with pytest.raises(KeyboardInterrupt):
-                producer.submit({"action_id": "interrupted", "action_type": "fyi"})
-            pipeline._retire, device.begin_sign = real_retire, real_begin  # type: ignore[method-assign]
-            assert pipeline._putting == 0 and pipeline._outstanding == 0
-            producer.flush(timeout=5)
-    finally:
-        device.close()
+    with _queued_producer(tmp_path) as (device, producer, pipeline):
+        second = _interrupt_once(pipeline, "_retire")  # the second Ctrl-C, at the call's entry (nothing else retires now)
+        _interrupt_once(device, "begin_sign")
+        with pytest.raises(KeyboardInterrupt):
+            producer.submit({"action_id": "interrupted", "action_type": "fyi"})
+        assert second.is_set()
+        assert pipeline._putting == 0 and pipeline._outstanding == 0
+        producer.flush(timeout=5)
 
 
 def test_a_second_close_returns_when_the_first_has_finished() -> None:
@@ -1116,10 +1082,10 @@ def test_a_close_interrupted_by_ctrl_c_is_done_by_the_next_close() -> None:
     _interrupt_once(pipeline._threads[0], "join")
     with pytest.raises(KeyboardInterrupt):
         pipeline.close()
-    assert not pipeline._closing_done.is_set()  # not reported as done
+    assert not pipeline._closing.done.is_set()  # not reported as done
     go.set()
     assert pipeline.close(timeout=5) == (0, 0)  # this one finishes the job
-    assert finished == [0] and pipeline._outstanding == 0 and pipeline._closing_done.is_set()
+    assert finished == [0] and pipeline._outstanding == 0 and pipeline._closing.done.is_set()
 
 
 def test_a_producer_close_interrupted_by_ctrl_c_is_done_by_the_next_close(tmp_path: Path) -> None:
@@ -1150,7 +1116,7 @@ def test_a_second_producer_close_with_a_timeout_says_the_first_is_still_going(tm
     first = threading.Thread(target=producer.close)
     first.start()
     try:
-        assert _until(lambda: producer._closer)
+        assert _until(lambda: producer._closing._running)
         with pytest.raises(LedgerError, match="close\\(\\) still under way in another thread after 0.3 s"):
             producer.close(timeout=0.3)
         assert not producer.ledger._closed
