@@ -897,13 +897,15 @@ def test_seal_after_submit_on_one_thread_keeps_the_order(tmp_path: Path) -> None
         assert [e.action_id for e in ledger.entries()][1:] == ["warm", "parent", "child"]
 
 
-def test_a_second_interrupt_as_put_cleans_up_does_not_skip_the_bookkeeping(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["_unregister", "_retire"], ids=["as-the-clean-up-starts", "inside-the-clean-up"])
+def test_a_second_interrupt_in_puts_clean_up_leaves_nothing_half_done(tmp_path: Path, where: str) -> None:
     """Two Ctrl-Cs: the first while submit() hands the job over, the second
-    just as put() cleans up after it. The bookkeeping still runs (once), the
-    caller gets the interrupt, and flush() does not wait for a job that was
-    withdrawn."""
+    as put() cleans up after it — at the clean-up's entry, or inside it as it
+    retires the withdrawn job (nothing else retires a job then). The retry
+    finishes the bookkeeping, once: the caller gets the interrupt, no place
+    in the pipeline is lost, and flush() does not wait for the withdrawn job."""
     with _queued_producer(tmp_path) as (device, producer, pipeline):
-        second = _interrupt_once(pipeline, "_unregister")  # what a signal at the call's entry does
+        second = _interrupt_once(pipeline, where)  # what a signal at the call's entry does
         _interrupt_once(device, "begin_sign")
         with pytest.raises(KeyboardInterrupt):
             producer.submit({"action_id": "interrupted", "action_type": "fyi"})
@@ -946,20 +948,6 @@ def test_close_with_a_timeout_counts_a_put_it_stopped_waiting_for(tmp_path: Path
     finally:
         release.set()
         device.close()
-
-
-def test_an_interrupt_inside_the_clean_up_leaves_nothing_half_done(tmp_path: Path) -> None:
-    """A second Ctrl-C that lands inside put's clean-up, just as it retires
-    the withdrawn job: the retry finishes the job's retirement, so flush()
-    does not wait for ever and no place in the pipeline is lost."""
-    with _queued_producer(tmp_path) as (device, producer, pipeline):
-        second = _interrupt_once(pipeline, "_retire")  # the second Ctrl-C, at the call's entry (nothing else retires now)
-        _interrupt_once(device, "begin_sign")
-        with pytest.raises(KeyboardInterrupt):
-            producer.submit({"action_id": "interrupted", "action_type": "fyi"})
-        assert second.is_set()
-        assert pipeline._putting == 0 and pipeline._outstanding == 0
-        producer.flush(timeout=5)
 
 
 def test_a_second_close_returns_when_the_first_has_finished() -> None:
