@@ -118,20 +118,30 @@ class SealedArm:
         self.producer.close()
 
 
-def summarize(name: str, figures: dict[str, list[float]], raw_arms: list[str], sealed_arms: list[str]) -> dict[str, Any]:
+def summarize(name: str, figures: dict[str, list[float]], raw_arms: list[str], sealed_arms: list[str],
+              other_sealed: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """Medians per arm, and the median and range of the per-round ratio
-    best sealed / best raw."""
+    best sealed / best raw; ``other_sealed`` names more groups of sealed arms,
+    each given its own ratio against the same raw figures."""
     rounds = len(next(iter(figures.values())))
-    ratios = [max(figures[a][r] for a in sealed_arms) / max(figures[a][r] for a in raw_arms) for r in range(rounds)]
+
+    def ratios(arms: list[str]) -> list[float]:
+        return [max(figures[a][r] for a in arms) / max(figures[a][r] for a in raw_arms) for r in range(rounds)]
+
+    main = ratios(sealed_arms)
+    others = {label: ratios(arms) for label, arms in (other_sealed or {}).items()}
     return {"backend": name, "rounds": rounds, "median": {arm: median(v) for arm, v in figures.items()},
-            "per_round": figures, "sealed_vs_raw_median": median(ratios),
-            "sealed_vs_raw_range": [min(ratios), max(ratios)]}
+            "per_round": figures, "sealed_vs_raw_median": median(main),
+            "sealed_vs_raw_range": [min(main), max(main)],
+            "other_ratios": {label: [median(v), min(v), max(v)] for label, v in others.items()}}
 
 
 def print_row(row: dict[str, Any]) -> None:
     lo, hi = row["sealed_vs_raw_range"]
     print(f"  {row['backend']}: {row['rounds']} rounds, medians; sealed/raw {100 * row['sealed_vs_raw_median']:.0f} % "
           f"(per-round range {100 * lo:.0f}–{100 * hi:.0f} %)")
+    for label, (mid, lo, hi) in row.get("other_ratios", {}).items():
+        print(f"    {label}: sealed/raw {100 * mid:.0f} % (per-round range {100 * lo:.0f}–{100 * hi:.0f} %)")
     for arm, value in row["median"].items():
         print(f"    {arm:<46}{value:>8.0f} /s")
     if "keeps_gil" in row:

@@ -110,6 +110,17 @@ def raw_signers(signer: Any) -> dict[str, Callable[[], Any]]:
     return out
 
 
+def pipelined_rate(signer: Any, n: int) -> float:
+    """Signatures per second with n requests queued at once (``begin_sign``), as
+    the producer's pipeline queues them on a device with a command queue."""
+    msg = os.urandom(120)
+    start = time.perf_counter()
+    pending = [signer.begin_sign(msg) for _ in range(n)]
+    for p in pending:
+        p.result()
+    return n / (time.perf_counter() - start)
+
+
 def softhsm_rows(n: int, rounds: int, tmp: str) -> list[dict[str, Any]]:
     start_softhsm(tmp)
     module = next(p for p in ("/usr/lib/softhsm/libsofthsm2.so", "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so")
@@ -120,6 +131,7 @@ def softhsm_rows(n: int, rounds: int, tmp: str) -> list[dict[str, Any]]:
 
 
 def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str) -> dict[str, Any]:
+    from capseal.keys import open_signer
     from capseal.keys.provision import create_key
 
     msg = os.urandom(120)
@@ -130,15 +142,27 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
         opened = [SealedArm(signer, tmp, count)]
         arms["sealed 1 thr"] = lambda: opened[0].rate(1)
         arms["sealed 2 thr"] = lambda: opened[0].rate(2)
+        raw_arms, other = list(raws), dict[str, list[str]]()
         if alg == "ed25519":
             opened.append(SealedArm(signer, tmp, count, bench_only_skip_device_check=True))
             arms["sealed 1 thr, no device check (bench only)"] = lambda: opened[1].rate(1)
+            process = open_signer(uri, pin=PIN, signing_process=True)
+            # the device through the signing process, nothing else running: one more raw
+            # arm, and the stricter baseline whenever it is the faster
+            arms["raw via signing process (pipelined)"] = partial(pipelined_rate, process, count)
+            raw_arms.append("raw via signing process (pipelined)")
+            opened.append(SealedArm(process, tmp, count))
+            arms["sealed 1 thr, signing process"] = lambda: opened[2].rate(1)
+            arms["sealed 2 thr, signing process"] = lambda: opened[2].rate(2)
+            other["with signing_process=True"] = ["sealed 1 thr, signing process", "sealed 2 thr, signing process"]
         try:
             figures = rotating_rounds(arms, rounds)
         finally:
             for arm in opened:
                 arm.close()
-        row = summarize(name, figures, list(raws), ["sealed 1 thr", "sealed 2 thr"])
+            if alg == "ed25519":
+                process.close()
+        row = summarize(name, figures, raw_arms, ["sealed 1 thr", "sealed 2 thr"], other)
         if signer._fast is not None:
             row["keeps_gil"] = signer._fast.keeps_gil
     return row

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from capseal.errors import DeviceError, KeyURIError, SignerUnavailableError
+from capseal.errors import DeviceError, KeyURIError, SignerUnavailableError, UnsupportedAlgorithmError
 
-from ._base import SignatureResult, Signer, alg_for_public_key, kid_for
+from ._base import PendingSignature, SignatureResult, Signer, alg_for_public_key, kid_for
 from ._pkcs11_calls import run
 from ._pkcs11_fast import FastSign
+from ._pkcs11_helper import SigningProcess
 from ._pkcs11_keys import (
     find_private_keys,
     find_public_key,
@@ -87,6 +89,7 @@ class PKCS11Signer(Signer):
         pin: str | None = None,
         secrets_handler: SecretsHandler | None = None,
         module_allowlist: Any = None,
+        signing_process: bool = False,
     ) -> None:
         parsed = _parse(uri)
         ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
@@ -116,6 +119,36 @@ class PKCS11Signer(Signer):
             os.path.basename(ts.module.real).startswith("libsofthsm2")
         self._fast = FastSign.create(ts.module.real, self._mech.mechanism, self._mech.param, self._mech.size,
                                      software_token=in_process)
+        self._process: SigningProcess | None = None
+        if signing_process:
+            try:
+                self._process = self._start_process(ts, pair)
+            except BaseException:
+                self._release()
+                raise
+            self._stop_process = weakref.finalize(self, self._process.close)
+            self.queues_signatures = True  # the child's pipe is the device's queue: the pipeline need not wait on it
+
+    def _start_process(self, ts: TokenSession, pair: Any) -> SigningProcess:
+        """The child that signs for this signer (see ``_pkcs11_helper``)."""
+        mech = self._mech
+        if self._fast is None:
+            raise UnsupportedAlgorithmError(
+                f"{self._where}: a signing process needs a mechanism without parameters (EdDSA, ECDSA); "
+                f"{self._alg} keys sign in this process")
+        config = {"module": ts.module.real, "token_label": ts.label, "serial": ts.serial,
+                  "key_label": pair.label or "", "key_id": pair.key_id.hex(), "kid": self._kid_cache,
+                  "mechanism": int(mech.mechanism), "size": mech.size}
+        public, alg = self._public, self._alg
+
+        def self_test() -> tuple[bytes, Callable[[bytes], bool]]:
+            from capseal.envelope import signature_ok
+
+            message = b"capseal signing-process self-test " + os.urandom(16)
+            payload = mech.prehash(message).digest() if mech.prehash is not None else message
+            return payload, lambda signature: signature_ok(alg, public, signature, message)
+
+        return SigningProcess(config, ts.pin_for_child, self_test, self._where)
 
     @classmethod
     def from_uri(
@@ -125,12 +158,16 @@ class PKCS11Signer(Signer):
         pin: str | None = None,
         secrets_handler: SecretsHandler | None = None,
         module_allowlist: Any = None,
+        signing_process: bool = False,
         **_options: Any,
     ) -> PKCS11Signer:
         """``open_signer`` entry point. ``module_allowlist`` (a list of paths or a
         colon-separated string) restricts which modules may be loaded, on top
-        of ``CAPSEAL_PKCS11_MODULES``."""
-        return cls(uri, pin=pin, secrets_handler=secrets_handler, module_allowlist=module_allowlist)
+        of ``CAPSEAL_PKCS11_MODULES``. ``signing_process``: make the
+        signatures in a child process of their own (``_pkcs11_helper``: faster
+        under load; Ed25519 and ECDSA keys)."""
+        return cls(uri, pin=pin, secrets_handler=secrets_handler, module_allowlist=module_allowlist,
+                   signing_process=signing_process)
 
     # ------------------------------------------------------------------ Signer
 
@@ -168,12 +205,29 @@ class PKCS11Signer(Signer):
             self._private, self._epoch = pair.private, ts.epoch
         return self._private
 
+    def _payload(self, data: bytes) -> bytes:
+        mech = self._mech
+        return mech.prehash(data).digest() if mech.prehash is not None else bytes(data)
+
     def sign(self, data: bytes) -> SignatureResult:
+        process = self._process
+        if process is not None:
+            return process.begin(self, self._payload(data)).result()
+        return self._sign_in_process(self._payload(data))
+
+    def begin_sign(self, data: bytes) -> PendingSignature:
+        """With a signing process: the request is in the child's pipe when this
+        returns. Otherwise the signature is made in ``result()``."""
+        process = self._process
+        if process is None:
+            return super().begin_sign(data)
+        return process.begin(self, self._payload(data))
+
+    def _sign_in_process(self, payload: bytes) -> SignatureResult:
         ts = self._ts
         if ts is None:
             raise SignerUnavailableError(f"{self.describe_short()} was closed")
         mech = self._mech
-        payload = mech.prehash(data).digest() if mech.prehash is not None else bytes(data)
         mechanism, param = mech.mechanism, mech.param
 
         fast = self._fast
@@ -188,9 +242,12 @@ class PKCS11Signer(Signer):
             # the fast path only saw as a return value
             return key.sign(payload, mechanism=mechanism, mechanism_param=param)
 
-        signature = run(ts, call, self._where)
-        if mech.size is not None and len(signature) != mech.size:
-            raise DeviceError(f"{self._where}: {self._alg} signature is {len(signature)} bytes, expected {mech.size}")
+        return self._signature_result(run(ts, call, self._where))
+
+    def _signature_result(self, signature: bytes) -> SignatureResult:
+        size = self._mech.size
+        if size is not None and len(signature) != size:
+            raise DeviceError(f"{self._where}: {self._alg} signature is {len(signature)} bytes, expected {size}")
         return SignatureResult(signature, self._kid_cache, self._alg)
 
     def describe(self) -> dict[str, Any]:
@@ -216,7 +273,10 @@ class PKCS11Signer(Signer):
         )
 
     def close(self) -> None:
-        """Let go of the token session (the last user closes it). Idempotent."""
+        """Stop the signing process (it signs what it was sent first) and let
+        go of the token session (the last user closes it). Idempotent."""
+        if self._process is not None:
+            self._stop_process()
         with P11_LOCK:
             self._ts = None
             self._private = None

@@ -397,6 +397,11 @@ class TokenSession:
                 f"{self.name}: the PIN given differs from the one this process logged in with"
             )
 
+    def pin_for_child(self) -> str | None:
+        """The PIN this process logged in with, for a signing process of this
+        signer's (``_pkcs11_helper``), which sends it down the child's stdin."""
+        return None if self._pin is None else self._pin.reveal()
+
     def close(self) -> None:
         self._drop()
 

@@ -1,0 +1,345 @@
+"""A signing process: one child process that makes a PKCS#11 signer's
+signatures, so the token never waits for this process's GIL.
+
+Why: in the producer's process, ``C_Sign`` runs without the GIL, but when it
+returns the signing thread queues for the GIL behind the threads building,
+checking and writing records (measured on SoftHSM2 Ed25519: 130–190 µs per
+signature, with the token idle). A child process that does nothing but sign
+has no one to wait for: requests queue in its pipe and the token goes
+straight from one signature to the next, while this process's threads do
+their Python work on the other core. Opt-in (``signing_process=True``):
+a second process and a second logged-in session are the operator's call.
+
+What stays as it was:
+
+* the producer still verifies every signature against the public key this
+  process read from the token (``external_device``); on top, each new child
+  signs a random message that is checked before it gets any work;
+* error handling exists once: when the child refuses a request or dies, the
+  request is signed in this process (``PKCS11Signer``'s own path: typed
+  errors, reconnect), the child is retired, and a new one is started in the
+  background after ``respawn_after`` seconds (doubling, up to a minute, while
+  starts keep failing); meanwhile signatures are made in this process;
+* the PIN reaches the child through its stdin only (never its argv or
+  environment, which other users can read in ``/proc``), and the child's
+  stderr goes to /dev/null; the child runs in its own session, so a Ctrl-C
+  in a terminal stops the parent, which then closes the child;
+* the child exits when its stdin closes, so it cannot outlive this process.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from capseal.errors import DeviceError, SignerError
+
+from ._base import PendingSignature, SignatureResult
+from ._pkcs11_helper_main import _ANSWER, _HEADER, _frame, _write_all
+
+__all__ = ["SigningProcess"]
+
+log = logging.getLogger("capseal.keys.pkcs11")
+
+START_TIMEOUT = 60.0  # s: interpreter start, imports, C_Initialize, login, key lookup, self-test
+_MAX_BACKOFF = 60.0
+
+
+class Owner(Protocol):
+    """The signer a signing process works for (``PKCS11Signer``)."""
+
+    def _sign_in_process(self, payload: bytes) -> SignatureResult: ...
+
+    def _signature_result(self, signature: bytes) -> SignatureResult: ...
+
+
+class _ProcessSignature(PendingSignature):
+    """A signature requested from the child. ``owner`` (the signer) makes it
+    in this process when the child cannot, and turns the bytes into a
+    ``SignatureResult``."""
+
+    __slots__ = ("_owner", "_payload", "_ready", "_signature")
+
+    def __init__(self, owner: Owner, payload: bytes) -> None:
+        self._owner, self._payload = owner, payload
+        self._ready = threading.Lock()
+        self._ready.acquire()  # released once the answer (or the child's end) is in
+        self._signature: bytes | None = None
+
+    def settle(self, signature: bytes | None) -> None:
+        self._signature = signature
+        self._ready.release()
+
+    def result(self) -> SignatureResult:
+        with self._ready:  # blocks until settled; then free for any later call
+            pass
+        if self._signature is None:
+            return self._owner._sign_in_process(self._payload)
+        return self._owner._signature_result(self._signature)
+
+
+class _InProcess(PendingSignature):
+    """No child to ask (starting, or being replaced): signed in this process on ``result()``."""
+
+    __slots__ = ("_owner", "_payload")
+
+    def __init__(self, owner: Owner, payload: bytes) -> None:
+        self._owner, self._payload = owner, payload
+
+    def result(self) -> SignatureResult:
+        return self._owner._sign_in_process(self._payload)
+
+
+class _Child:
+    """One child process, its pipe and the requests it has not answered yet
+    (in order: the child answers in the order it reads)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        assert proc.stdin is not None and proc.stdout is not None
+        self._wfd, self._rfd = proc.stdin.fileno(), proc.stdout.fileno()
+        self._lock = threading.Lock()  # one writer at a time; the order of writes is the order of _waiting
+        self._waiting: collections.deque[_ProcessSignature] = collections.deque()
+        self.accepting = True  # False once retired: no new requests
+        self._reader: threading.Thread | None = None
+
+    # -- start
+
+    def handshake(self, config: bytes, deadline: float) -> dict[str, Any]:
+        _write_all(self._wfd, _frame(config))
+        return json.loads(self._read_frame(deadline))
+
+    def sign_now(self, payload: bytes, deadline: float) -> bytes | None:
+        """One request answered before the reader starts (the self-test)."""
+        _write_all(self._wfd, _frame(payload))
+        status, size = _ANSWER.unpack(self._read(_ANSWER.size, deadline))
+        body = self._read(size, deadline) if size else b""
+        return body if status == 0 else None
+
+    def _read_frame(self, deadline: float) -> bytes:
+        (size,) = _HEADER.unpack(self._read(_HEADER.size, deadline))
+        return self._read(size, deadline)
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        chunks, left = [], n
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([self._rfd], [], [], wait)[0]:
+                raise TimeoutError
+            chunk = os.read(self._rfd, left)
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def start_reader(self, on_end: Callable[[_Child, bool], None]) -> None:
+        """Read answers until the child ends; ``on_end(child, refused)`` when it
+        takes no more requests (refused: the token said no to one)."""
+        self._reader = threading.Thread(target=self._read_loop, args=(on_end,),
+                                         name=f"capseal-signing-process-{self.proc.pid}", daemon=True)
+        self._reader.start()
+
+    # -- work
+
+    def send(self, owner: Owner, payload: bytes) -> _ProcessSignature | None:
+        """The request, written to the child; None when the child takes no more."""
+        pending = _ProcessSignature(owner, payload)
+        with self._lock:
+            if not self.accepting:
+                return None
+            self._waiting.append(pending)  # before the write: the answer may come back at once
+            try:
+                _write_all(self._wfd, _frame(payload))
+            except OSError:  # the child is gone: its reader fails what it had
+                self._waiting.pop()  # ours: appends happen only under this lock
+                self._retire_locked()
+                return None
+            except BaseException:
+                # interrupted mid-write: the child's stream may hold half a frame,
+                # which would shift every later answer by one. Nothing more is
+                # written; the child answers what it read whole, then exits, and
+                # the rest (this one too) is made in-process
+                self._retire_locked()
+                raise
+        return pending
+
+    def _read_loop(self, on_end: Callable[[_Child, bool], None]) -> None:
+        buffer, refused = b"", False
+        try:
+            while True:
+                chunk = os.read(self._rfd, 1 << 16)
+                if not chunk:
+                    return
+                buffer += chunk
+                at = 0
+                while len(buffer) - at >= _ANSWER.size:
+                    status, size = _ANSWER.unpack_from(buffer, at)
+                    if len(buffer) - at - _ANSWER.size < size:
+                        break
+                    start = at + _ANSWER.size
+                    at = start + size
+                    refused = refused or status != 0
+                    self._waiting.popleft().settle(buffer[start:at] if status == 0 else None)
+                buffer = buffer[at:]
+                if refused and self.accepting:
+                    self.retire()
+                    on_end(self, True)
+        except (OSError, IndexError):  # the pipe broke, or an answer nobody asked for: end this child
+            pass
+        finally:
+            self.retire()
+            with self._lock:  # nothing more can be appended: accepting is False
+                while self._waiting:
+                    self._waiting.popleft().settle(None)  # made in-process by whoever waits
+            on_end(self, refused)
+
+    # -- end
+
+    def retire(self) -> None:
+        """No new requests; the child signs what it has, then sees end of file and exits."""
+        with self._lock:
+            self._retire_locked()
+
+    def _retire_locked(self) -> None:
+        self.accepting = False
+        stdin = self.proc.stdin
+        if stdin is not None and not stdin.closed:
+            try:
+                stdin.close()
+            except OSError:
+                pass
+
+    def stop(self, timeout: float) -> None:
+        self.retire()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:  # a token that hangs: the child is killed, its requests fail
+            self.proc.kill()
+            self.proc.wait()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class SigningProcess:
+    """The child process for one signer, started now and replaced as needed.
+
+    ``config``: what the child needs to find the key (no PIN); ``pin``: gives
+    the PIN (or None) at each start; ``self_test``: (payload, check) — a
+    payload to sign and a check of the signature — for each new child."""
+
+    def __init__(self, config: dict[str, Any], pin: Callable[[], str | None],
+                 self_test: Callable[[], tuple[bytes, Callable[[bytes], bool]]], where: str, *,
+                 respawn_after: float = 1.0) -> None:
+        self._config, self._pin, self._self_test, self._where = config, pin, self_test, where
+        self._respawn_after = respawn_after
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._replacing = False
+        self._children: list[_Child] = []  # every child not yet stopped; the last may be current
+        self._child: _Child | None = None
+        child = self._start()  # the first start raises: the caller asked for a signing process
+        self._children.append(child)
+        self._child = child
+
+    @property
+    def pid(self) -> int | None:
+        """The current child's process id (None while there is none)."""
+        child = self._child
+        return None if child is None else child.proc.pid
+
+    def begin(self, owner: Owner, payload: bytes) -> PendingSignature:
+        child = self._child
+        if child is not None:
+            pending = child.send(owner, payload)
+            if pending is not None:
+                return pending
+        return _InProcess(owner, payload)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the children: each signs what it has been sent (for up to
+        ``timeout`` seconds; then it is killed and those requests are made
+        in this process, or fail as the signer's own path does). Idempotent."""
+        with self._lock:
+            self._closed.set()
+            children, self._children, self._child = self._children, [], None
+        for child in children:
+            child.stop(timeout)
+
+    # -- starting and replacing children
+
+    def _start(self) -> _Child:
+        """A new child, logged in and self-tested, its reader running; raises
+        a typed error naming the token and key when it cannot start."""
+        proc = subprocess.Popen([sys.executable, "-m", "capseal.keys._pkcs11_helper_main"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                close_fds=True, start_new_session=True, bufsize=0)
+        child = _Child(proc)
+        deadline = time.monotonic() + START_TIMEOUT
+        failure: SignerError | None = None
+        try:
+            answer = child.handshake(json.dumps({**self._config, "pin": self._pin()}).encode(), deadline)
+            if answer.get("ok") is not True:
+                failure = DeviceError(f"{self._where}: the signing process could not start: "
+                                      f"{answer.get('error', 'unknown error')}: {answer.get('message', '')}".rstrip(": "))
+            else:
+                payload, check = self._self_test()
+                signature = child.sign_now(payload, deadline)
+                if signature is None or not check(signature):
+                    failure = DeviceError(f"{self._where}: the signing process's self-test signature "
+                                          f"{'was refused' if signature is None else 'does not verify'}")
+        except (TimeoutError, EOFError, OSError, ValueError) as exc:
+            kind = {TimeoutError: f"no answer within {START_TIMEOUT:.0f} s", EOFError: "it exited"}.get(
+                type(exc), type(exc).__name__)
+            failure = DeviceError(f"{self._where}: the signing process could not start ({kind})")
+        if failure is not None:
+            child.stop(1.0)
+            raise failure
+        child.start_reader(self._ended)
+        return child
+
+    def _ended(self, child: _Child, refused: bool) -> None:
+        """``child`` takes no more requests (the token refused one, or the child
+        died): it finishes what it has while signatures are made in this
+        process, and a new child is started after a pause."""
+        with self._lock:
+            if self._child is not child or self._closed.is_set():
+                return
+            self._child = None
+            start = not self._replacing
+            self._replacing = True
+        log.warning("%s: the signing process %s; signing in-process until it is replaced", self._where,
+                    "was refused a signature" if refused else "ended")
+        if start:
+            threading.Thread(target=self._replace, name="capseal-signing-process-start", daemon=True).start()
+
+    def _replace(self) -> None:
+        """Start a new child after ``respawn_after`` seconds, and keep trying
+        (the pause doubling up to a minute) until one starts or this closes."""
+        pause = self._respawn_after
+        while not self._closed.wait(pause):
+            try:
+                child = self._start()
+            except SignerError as exc:
+                pause = min(pause * 2, _MAX_BACKOFF)
+                log.warning("%s; signing in-process, trying again in %.0f s", exc, pause)
+                continue
+            with self._lock:
+                self._children = [c for c in self._children if c.proc.poll() is None]
+                if not self._closed.is_set():
+                    self._children.append(child)
+                    self._child, self._replacing = child, False
+                    return
+            child.stop(1.0)  # closed while it started
+            return

@@ -1,0 +1,150 @@
+"""The signing process's side (see ``_pkcs11_helper``): run as
+``python -m capseal.keys._pkcs11_helper_main``, it logs in to one token, finds
+one key, and signs what arrives on stdin until stdin closes.
+
+Why a process of its own: in the producer's process every signature waits
+for the GIL after ``C_Sign`` returns, behind threads busy with capseal's
+Python work, and the token idles meanwhile. Here nothing else runs: requests
+queue in the pipe, and the token goes from one signature to the next.
+
+Protocol (all integers big-endian):
+
+* start: the parent writes one frame, ``u32 length`` + JSON (module path,
+  token label and serial, key label and id, expected kid, mechanism,
+  signature size, PIN); this process answers one frame of JSON:
+  ``{"ok": true}``, or ``{"ok": false, "error": <type>, "message": <text>}``
+  where the text is one of capseal's own typed messages, which never contain
+  a PIN (anything else is reported by its type name only);
+* then each request is ``u32 length`` + the bytes to sign, and each answer
+  ``u8 0`` + ``u32 length`` + the signature, or ``u8 1`` + ``u32 0`` when the
+  module refused (the parent makes that signature itself, which raises the
+  typed error and reconnects as its own path does).
+
+Nothing is written to stderr (the parent sends it to /dev/null): no traceback
+can carry the PIN anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from typing import Any
+
+_HEADER = struct.Struct(">I")
+_ANSWER = struct.Struct(">BI")
+MAX_REQUEST = 1 << 20  # far above any Sig_structure or digest the parent sends
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _frame(data: bytes) -> bytes:
+    return _HEADER.pack(len(data)) + data
+
+
+def _open(config: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(session, key, FastSign) for the key the parent named; raises capseal's
+    typed errors."""
+    import pkcs11
+
+    from capseal.errors import DeviceError, KeyNotFoundError, TokenNotFoundError
+
+    from ._base import kid_for
+    from ._pkcs11_fast import FastSign
+    from ._pkcs11_keys import load_keypair
+    from ._pkcs11_session import _open_logged_in, _Secret, _serial
+    from ._pkcs11_uri import PKCS11URI
+
+    name = f"token {config['token_label']!r} (serial {config['serial']})"
+    tokens = [t for t in pkcs11.lib(config["module"]).get_tokens(token_label=config["token_label"])
+              if _serial(t) == config["serial"]]
+    if not tokens:
+        raise TokenNotFoundError(f"{name} is not present")
+    pin = config.pop("pin")
+    session = _open_logged_in(tokens[0], None if pin is None else _Secret(pin), name)
+    del pin
+    key_id = bytes.fromhex(config["key_id"]) if config["key_id"] else None
+    pair = load_keypair(session, PKCS11URI(object=config["key_label"] or None, id=key_id), name)
+    if kid_for(pair.public_key) != config["kid"]:
+        raise KeyNotFoundError(f"{name}: the key found is not the signer's key")
+    fast = FastSign.create(config["module"], config["mechanism"], None, config["size"],
+                           software_token=True)  # one thread here: a kept GIL holds nobody up
+    if fast is None:
+        raise DeviceError(f"{name}: the module's function table cannot be called directly")
+    return session, pair.private, fast
+
+
+def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) -> None:
+    """Sign every whole request read, then write all their answers at once
+    (one write for a burst: the parent's reader wakes once per burst)."""
+    buffer = b""
+    while True:
+        chunk = os.read(rfd, 1 << 16)
+        if not chunk:
+            return
+        buffer += chunk
+        answers, at = [], 0
+        while len(buffer) - at >= 4:
+            (size,) = _HEADER.unpack_from(buffer, at)
+            if size > MAX_REQUEST:
+                return  # not our parent's protocol: stop (the parent sees end of file)
+            if len(buffer) - at - 4 < size:
+                break
+            data = buffer[at + 4: at + 4 + size]
+            at += 4 + size
+            signature = fast.sign(session_handle, key_handle, data)
+            answers.append(_ANSWER.pack(1, 0) if signature is None else _ANSWER.pack(0, len(signature)) + signature)
+        buffer = buffer[at:]
+        if answers:
+            _write_all(wfd, b"".join(answers))
+
+
+def main() -> int:
+    rfd, wfd = sys.stdin.fileno(), sys.stdout.fileno()
+    header = _read_exactly(rfd, 4)
+    if header is None:
+        return 0
+    raw = _read_exactly(rfd, _HEADER.unpack(header)[0])
+    if raw is None:
+        return 0
+    try:
+        config = json.loads(raw)
+        del raw
+        session, key, fast = _open(config)
+    except Exception as exc:
+        from capseal.errors import SignerError
+
+        message = str(exc) if isinstance(exc, SignerError) else ""
+        _write_all(wfd, _frame(json.dumps({"ok": False, "error": type(exc).__name__, "message": message}).encode()))
+        return 1
+    _write_all(wfd, _frame(b'{"ok": true}'))
+    try:
+        _serve(rfd, wfd, session.handle, key.handle, fast)
+    except (BrokenPipeError, KeyboardInterrupt):
+        return 0
+    finally:
+        try:
+            session.close()
+        except Exception:  # the token may be gone: the process ends anyway
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""``signing_process=True``: a PKCS#11 signer whose signatures are made by a
+child process of its own (keys/_pkcs11_helper.py), against a real SoftHSM2
+token. Capsules verify everywhere, the parent process never signs while the
+child works, the PIN reaches the child only through its stdin, a child that
+is killed or refused loses no record (the parent signs, with its own typed
+errors), a new child takes over, and closing stops the child."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_action_capsule import verify as reference_verify
+from agent_action_capsule.producer_envelope import verify_producer_envelope
+
+from capseal import Producer, verify_ledger
+from capseal.errors import DeviceError, KeyNotFoundError, UnsupportedAlgorithmError
+from capseal.keys import open_signer
+from capseal.keys._pkcs11 import PKCS11Signer
+from capseal.keys._pkcs11_helper import SigningProcess
+from capseal.keys._pkcs11_session import P11_LOCK
+from capseal.keys.provision import create_key
+
+from .cose_checks import assert_envelope_verifies_independently
+from .stress import seal_from_threads
+
+
+def _key(softhsm: Any, alg: str, *, rsa_bits: int = 2048) -> str:
+    with create_key(softhsm.uri(f"proc-{alg}-{os.urandom(3).hex()}"), alg, pin=softhsm.pin, rsa_bits=rsa_bits) as s:
+        return s.uri
+
+
+def _parent_signed(signer: PKCS11Signer) -> bool:
+    """Has this process made a signature with the direct path? (Its first
+    calls are timed probes, so any call leaves a trace.)"""
+    fast = signer._fast
+    assert fast is not None
+    return not fast._sign.probing or bool(fast._sign._probes)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone as a signer
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_for(predicate: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("alg", ["ed25519", "p256"])
+def test_capsules_sealed_through_a_signing_process_verify_everywhere(alg: str, softhsm: Any, tmp_path: Path) -> None:
+    uri = _key(softhsm, alg)
+    ledger = tmp_path / "l.db"
+    with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer) and signer.queues_signatures and signer.external_device
+        pid = signer._process.pid if signer._process is not None else None
+        assert pid is not None and pid != os.getpid() and _alive(pid)
+        pem = signer.public_key_pem()
+        with Producer("acme", "proc-agent@1", signer, ledger) as producer:
+            sealed = [producer.submit({"action_id": f"p-{i}", "action_type": "fyi"}) for i in range(200)]
+            producer.flush()
+            last = producer.seal({"action_id": "p-last", "action_type": "fyi"})
+            records = [p.result() for p in sealed] + [last]
+        assert not _parent_signed(signer)  # every signature came from the child
+        assert signer._process.pid == pid  # and from the one child
+        assert signer.describe()["software_device"] is True  # custody is the token's, as before
+    assert not _alive(pid)  # closing the signer stopped its child
+
+    report = verify_ledger(ledger)
+    assert report.ok and report.counts()["records"] == 202  # the epoch boundary, 200, and the last
+    for record in (records[0], records[-1]):
+        assert reference_verify(record.capsule).ok
+    envelope = last.to_json()["envelopes"][0]
+    if alg == "ed25519":
+        result = verify_producer_envelope(last.capsule_id, bytes.fromhex(last.capsule["signature"]))
+        assert result.ok, result.findings
+    else:
+        assert envelope["alg"] == "ES256"
+        assert_envelope_verifies_independently(bytes.fromhex(envelope["cose"]), pem, bytes.fromhex(last.capsule_id),
+                                               "ES256")
+
+
+def test_the_pin_reaches_the_child_only_through_its_stdin(softhsm: Any) -> None:
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        pid = signer._process.pid if signer._process is not None else 0
+        pin = softhsm.pin.encode()
+        for what in ("cmdline", "environ"):  # readable by other users (cmdline) or by the same user
+            with open(f"/proc/{pid}/{what}", "rb") as f:
+                assert pin not in f.read()
+        assert softhsm.pin not in repr(signer) and softhsm.pin not in repr(signer._process.__dict__)
+
+
+def test_a_killed_signing_process_loses_no_record_and_is_replaced(softhsm: Any, tmp_path: Path) -> None:
+    ledger = tmp_path / "l.db"
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        process = signer._process
+        assert process is not None
+        process._respawn_after = 0.2  # seconds before a new child is started (default 1)
+        first = process.pid
+        assert first is not None
+        with Producer("acme", "proc-agent@1", signer, ledger) as producer:
+            sealed = [producer.submit({"action_id": f"a-{i}", "action_type": "fyi"}) for i in range(300)]
+            os.kill(first, signal.SIGKILL)  # records still in its pipe, and more to come
+            sealed += [producer.submit({"action_id": f"b-{i}", "action_type": "fyi"}) for i in range(300)]
+            producer.flush()
+            assert _parent_signed(signer)  # the child's share of the work came back to this process
+            _wait_for(lambda: process.pid not in (None, first))
+            second = process.pid
+            assert second is not None and _alive(second) and not _alive(first)
+            sealed += [producer.submit({"action_id": f"c-{i}", "action_type": "fyi"}) for i in range(100)]
+            producer.flush()
+            assert [p.result().seq for p in sealed] == list(range(2, 702))
+    assert not _alive(second)
+    report = verify_ledger(ledger)
+    assert report.ok and report.counts()["records"] == 701
+
+
+def test_a_refused_signature_is_made_in_process_with_its_typed_error(softhsm: Any, tmp_path: Path) -> None:
+    """The key is deleted from the token behind the signer's back: the child is
+    refused, the parent makes the signature itself and raises the typed error
+    that names the token and key; nothing is written for that record."""
+    uri = _key(softhsm, "ed25519")
+    ledger = tmp_path / "l.db"
+    with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
+        first = signer._process.pid if signer._process is not None else None
+        with Producer("acme", "proc-agent@1", signer, ledger) as producer:
+            producer.seal({"action_id": "before", "action_type": "fyi"})
+            label = signer._refind.object
+            with P11_LOCK, signer.token_session.token.open(rw=True) as session:
+                for obj in session.get_objects({}):
+                    if obj.label == label:
+                        obj.destroy()
+            with pytest.raises(KeyNotFoundError) as caught:
+                producer.seal({"action_id": "after", "action_type": "fyi"})
+            message = str(caught.value)
+            assert softhsm.label in message and label in message and softhsm.pin not in message
+            assert first is not None
+            _wait_for(lambda: not _alive(first))  # the refused child was retired
+    report = verify_ledger(ledger)
+    assert report.ok and report.counts()["records"] == 2  # the epoch boundary and "before"
+
+
+def test_a_child_that_finds_another_key_is_refused(softhsm: Any) -> None:
+    """The child checks that the key it found is the signer's (by kid) and
+    answers with the typed reason; the PIN is in no message."""
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin) as signer:
+        ts = signer.token_session
+        config = {"module": ts.module.real, "token_label": ts.label, "serial": ts.serial,
+                  "key_label": signer._refind.object, "key_id": "",
+                  "kid": "00" * 32, "mechanism": int(signer._mech.mechanism), "size": 64}
+        with pytest.raises(DeviceError) as caught:
+            SigningProcess(config, ts.pin_for_child, lambda: (b"m", lambda sig: True), "the test's key")
+    message = str(caught.value)
+    assert "KeyNotFoundError" in message and "not the signer's key" in message and softhsm.pin not in message
+
+
+def test_a_signing_process_refuses_mechanisms_with_parameters(softhsm: Any) -> None:
+    uri = _key(softhsm, "rsa-pss")
+    with pytest.raises(UnsupportedAlgorithmError, match="signing process needs a mechanism without parameters"):
+        open_signer(uri, pin=softhsm.pin, signing_process=True)
+    with open_signer(uri, pin=softhsm.pin) as signer:  # nothing was left open: the key still works
+        assert signer.sign(b"x").alg == "PS256"
+
+
+def test_eight_threads_seal_through_one_signing_process(softhsm: Any, tmp_path: Path) -> None:
+    path = tmp_path / "threads.db"
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        producer = Producer("acme", "proc-agent@1", signer, path)
+        errors = seal_from_threads([producer], submit=True, per_thread=250)
+        producer.close()
+        assert errors == [] and not _parent_signed(signer)
+    report = verify_ledger(path)
+    assert report.ok and report.counts()["records"] == 8 * 250 + 1
