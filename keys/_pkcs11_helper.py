@@ -220,16 +220,27 @@ class _Child:
                 pass
 
     def stop(self, timeout: float) -> None:
-        self.retire()
+        """Retire the child and wait up to ``timeout`` seconds for it to finish
+        its queue; past that it is killed (a token that hangs), and what it
+        had is made in-process. A writer blocked on a full pipe (the child not
+        reading) holds the lock: then the child is killed without waiting for
+        it, which frees the writer with a broken pipe."""
+        deadline = time.monotonic() + timeout
+        if self._lock.acquire(timeout=timeout):
+            try:
+                self._retire_locked()
+            finally:
+                self._lock.release()
         try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:  # a token that hangs: the child is killed, its requests fail
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(timeout)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        reader = self._reader
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(timeout)  # the child is gone: its end of file is on the way
+        if (reader is None or not reader.is_alive()) and self.proc.stdout is not None:
+            self.proc.stdout.close()  # only once nobody reads it: a closed fd's number is soon reused
 
 
 class SigningProcess:

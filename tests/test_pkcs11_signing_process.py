@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from agent_action_capsule import verify as reference_verify
 from agent_action_capsule.producer_envelope import verify_producer_envelope
 
 from capseal import Producer, verify_ledger
-from capseal.errors import DeviceError, KeyNotFoundError, UnsupportedAlgorithmError
+from capseal.errors import DeviceError, KeyNotFoundError, SignerUnavailableError, UnsupportedAlgorithmError
 from capseal.keys import open_signer
 from capseal.keys._pkcs11 import PKCS11Signer
 from capseal.keys._pkcs11_helper import SigningProcess
@@ -183,3 +184,42 @@ def test_eight_threads_seal_through_one_signing_process(softhsm: Any, tmp_path: 
         assert errors == [] and not _parent_signed(signer)
     report = verify_ledger(path)
     assert report.ok and report.counts()["records"] == 8 * 250 + 1
+
+
+def test_closing_kills_a_child_that_hangs_and_frees_a_writer_stuck_on_its_pipe(softhsm: Any) -> None:
+    """A child that stops answering (SIGSTOP: a token that hangs) while a
+    caller is blocked writing into its full pipe: closing kills it after the
+    timeout, the writer is freed, and every request is settled (made in this
+    process, or refused as a closed signer's) — nothing waits for ever."""
+    signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
+    process = signer._process
+    assert process is not None and process._child is not None
+    child, pid = process._child, process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    outcomes: list[str] = []
+
+    def flood() -> None:
+        pending = [signer.begin_sign(b"m" * 120) for _ in range(2000)]  # ~250 KB: more than a pipe holds
+        for p in pending:
+            try:
+                p.result()
+                outcomes.append("signed")
+            except SignerUnavailableError:
+                outcomes.append("closed")
+
+    writer = threading.Thread(target=flood)
+    writer.start()
+    try:
+        # the writer is blocked inside a write, holding the child's lock
+        _wait_for(lambda: child._lock.locked() and len(child._waiting) > 100)
+        time.sleep(0.3)
+        assert child._lock.locked() and writer.is_alive()
+        process.close(timeout=1.0)
+        writer.join(60)
+        assert not writer.is_alive()
+        assert not _alive(pid)
+    finally:
+        signer.close()
+        os.kill(pid, signal.SIGCONT) if _alive(pid) else None
+    assert len(outcomes) == 2000 and set(outcomes) <= {"signed", "closed"}
