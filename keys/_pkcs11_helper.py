@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -103,6 +104,24 @@ class _Child:
     """One child process, its pipe and the requests it has not answered yet
     (in order: the child answers in the order it reads)."""
 
+    _live: weakref.WeakSet[_Child] = weakref.WeakSet()
+
+    @classmethod
+    def _forget_all_after_fork(cls) -> None:
+        """In a process forked from this one (multiprocessing's ``fork``): let go
+        of every child's pipe. Otherwise the fork holds the write end of each
+        child's stdin, and a child would live on until the fork exits, after
+        this process is gone. The fork has no reader threads: its copies of
+        these objects are dead, and signing there goes in-process."""
+        for child in list(cls._live):
+            child.accepting = False
+            for pipe in (child.proc.stdin, child.proc.stdout):
+                if pipe is not None:
+                    try:
+                        pipe.close()
+                    except OSError:
+                        pass
+
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
         assert proc.stdin is not None and proc.stdout is not None
@@ -111,6 +130,7 @@ class _Child:
         self._waiting: collections.deque[_ProcessSignature] = collections.deque()
         self.accepting = True  # False once retired: no new requests
         self._reader: threading.Thread | None = None
+        _Child._live.add(self)
 
     # -- start
 
@@ -157,20 +177,24 @@ class _Child:
         with self._lock:
             if not self.accepting:
                 return None
-            self._waiting.append(pending)  # before the write: the answer may come back at once
+            written = False
             try:
+                self._waiting.append(pending)  # before the write: the answer may come back at once
                 _write_all(self._wfd, _frame(payload))
+                written = True
             except OSError:  # the child is gone: its reader fails what it had
-                self._waiting.pop()  # ours: appends happen only under this lock
-                self._retire_locked()
+                if self._waiting and self._waiting[-1] is pending:
+                    self._waiting.pop()  # ours: appends happen only under this lock
                 return None
-            except BaseException:
-                # interrupted mid-write: the child's stream may hold half a frame,
-                # which would shift every later answer by one. Nothing more is
-                # written; the child answers what it read whole, then exits, and
-                # the rest (this one too) is made in-process
-                self._retire_locked()
-                raise
+            finally:
+                if not written:
+                    # a broken pipe, or interrupted (Ctrl-C) anywhere from the append
+                    # on: the child's stream may hold half a frame, or none for a
+                    # request that waits in the queue, either of which would shift
+                    # every later answer by one. Nothing more is written; the child
+                    # answers what it read whole, then exits, and the reader settles
+                    # the rest (made in-process)
+                    self._retire_locked()
         return pending
 
     def _read_loop(self, on_end: Callable[[_Child, bool], None]) -> None:
@@ -243,6 +267,10 @@ class _Child:
             self.proc.stdout.close()  # only once nobody reads it: a closed fd's number is soon reused
 
 
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_Child._forget_all_after_fork)
+
+
 class SigningProcess:
     """The child process for one signer, started now and replaced as needed.
 
@@ -258,11 +286,9 @@ class SigningProcess:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._replacing = False
-        self._children: list[_Child] = []  # every child not yet stopped; the last may be current
+        self._children: list[_Child] = []  # every child started and not yet stopped, starting ones too
         self._child: _Child | None = None
-        child = self._start()  # the first start raises: the caller asked for a signing process
-        self._children.append(child)
-        self._child = child
+        self._use(self._start())  # the first start raises: the caller asked for a signing process
 
     @property
     def pid(self) -> int | None:
@@ -279,9 +305,10 @@ class SigningProcess:
         return _InProcess(owner, payload)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the children: each signs what it has been sent (for up to
-        ``timeout`` seconds; then it is killed and those requests are made
-        in this process, or fail as the signer's own path does). Idempotent."""
+        """Stop the children, a child still starting included: each signs what
+        it has been sent (for up to ``timeout`` seconds; then it is killed
+        and those requests are made in this process, or fail as the signer's
+        own path does). Idempotent."""
         with self._lock:
             self._closed.set()
             children, self._children, self._child = self._children, [], None
@@ -291,12 +318,25 @@ class SigningProcess:
     # -- starting and replacing children
 
     def _start(self) -> _Child:
-        """A new child, logged in and self-tested, its reader running; raises
-        a typed error naming the token and key when it cannot start."""
-        proc = subprocess.Popen([sys.executable, "-m", "capseal.keys._pkcs11_helper_main"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                close_fds=True, start_new_session=True, bufsize=0)
+        """A new child, logged in and self-tested (its reader not yet
+        started); raises a typed error naming the token and key when it
+        cannot start. Listed in ``_children`` from its first moment, so a
+        close() meanwhile stops it (and this start then fails)."""
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "capseal.keys._pkcs11_helper_main"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    close_fds=True, start_new_session=True, bufsize=0)
+        except OSError as exc:  # no processes or file descriptors left, …
+            raise DeviceError(f"{self._where}: the signing process could not start ({type(exc).__name__}: "
+                              f"{exc.strerror or exc})") from None
         child = _Child(proc)
+        with self._lock:
+            closed = self._closed.is_set()
+            if not closed:
+                self._children.append(child)
+        if closed:
+            child.stop(1.0)
+            raise DeviceError(f"{self._where}: the signing process was closed while it started")
         deadline = time.monotonic() + START_TIMEOUT
         failure: SignerError | None = None
         try:
@@ -314,11 +354,32 @@ class SigningProcess:
             kind = {TimeoutError: f"no answer within {START_TIMEOUT:.0f} s", EOFError: "it exited"}.get(
                 type(exc), type(exc).__name__)
             failure = DeviceError(f"{self._where}: the signing process could not start ({kind})")
+        except BaseException:
+            self._discard(child)
+            raise
         if failure is not None:
-            child.stop(1.0)
+            self._discard(child)
             raise failure
-        child.start_reader(self._ended)
         return child
+
+    def _discard(self, child: _Child) -> None:
+        with self._lock:
+            if child in self._children:
+                self._children.remove(child)
+        child.stop(1.0)
+
+    def _use(self, child: _Child) -> None:
+        """Make a started child current, then start its reader: a child that
+        died meanwhile is then seen to end (and replaced) like any other."""
+        with self._lock:
+            self._children = [c for c in self._children if c is child or c.proc.poll() is None]
+            closed = self._closed.is_set()
+            if not closed:
+                self._child, self._replacing = child, False
+        if closed:
+            self._discard(child)
+            return
+        child.start_reader(self._ended)
 
     def _ended(self, child: _Child, refused: bool) -> None:
         """``child`` takes no more requests (the token refused one, or the child
@@ -337,20 +398,21 @@ class SigningProcess:
 
     def _replace(self) -> None:
         """Start a new child after ``respawn_after`` seconds, and keep trying
-        (the pause doubling up to a minute) until one starts or this closes."""
+        (the pause doubling up to a minute) until one starts or this closes.
+        Should this thread itself die, the flag is cleared."""
         pause = self._respawn_after
-        while not self._closed.wait(pause):
-            try:
-                child = self._start()
-            except SignerError as exc:
-                pause = min(pause * 2, _MAX_BACKOFF)
-                log.warning("%s; signing in-process, trying again in %.0f s", exc, pause)
-                continue
+        try:
+            while not self._closed.wait(pause):
+                try:
+                    child = self._start()
+                except Exception as exc:  # noqa: BLE001 - logged; the next attempt follows
+                    pause = min(pause * 2, _MAX_BACKOFF)
+                    log.warning("%s; signing in-process, trying again in %.0f s",
+                                exc if isinstance(exc, SignerError) else f"{self._where}: {type(exc).__name__}", pause)
+                    continue
+                self._use(child)
+                return
+        except BaseException:
             with self._lock:
-                self._children = [c for c in self._children if c.proc.poll() is None]
-                if not self._closed.is_set():
-                    self._children.append(child)
-                    self._child, self._replacing = child, False
-                    return
-            child.stop(1.0)  # closed while it started
-            return
+                self._replacing = False
+            raise

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import struct
 import sys
 from typing import Any
@@ -92,9 +93,17 @@ def _open(config: dict[str, Any]) -> tuple[Any, Any, Any]:
 
 def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) -> None:
     """Sign every whole request read, then write all their answers at once
-    (one write for a burst: the parent's reader wakes once per burst)."""
-    buffer = b""
+    (one write for a burst: the parent's reader wakes once per burst).
+
+    Ends at end of file on stdin, and also when the parent is gone though
+    stdin stays open (a process the parent forked without exec may hold its
+    write end): checked each second while no request comes."""
+    buffer, parent = b"", os.getppid()
     while True:
+        if not select.select([rfd], [], [], 1.0)[0]:
+            if os.getppid() != parent:
+                return
+            continue
         chunk = os.read(rfd, 1 << 16)
         if not chunk:
             return

@@ -7,8 +7,11 @@ errors), a new child takes over, and closing stops the child."""
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +22,7 @@ from agent_action_capsule import verify as reference_verify
 from agent_action_capsule.producer_envelope import verify_producer_envelope
 
 from capseal import Producer, verify_ledger
+from capseal.envelope import signature_ok
 from capseal.errors import DeviceError, KeyNotFoundError, SignerUnavailableError, UnsupportedAlgorithmError
 from capseal.keys import open_signer
 from capseal.keys._pkcs11 import PKCS11Signer
@@ -223,3 +227,117 @@ def test_closing_kills_a_child_that_hangs_and_frees_a_writer_stuck_on_its_pipe(s
         signer.close()
         os.kill(pid, signal.SIGCONT) if _alive(pid) else None
     assert len(outcomes) == 2000 and set(outcomes) <= {"signed", "closed"}
+
+
+class _AppendThenInterrupt(collections.deque):  # type: ignore[type-arg]
+    """A request queue whose next append lands and then raises KeyboardInterrupt:
+    a Ctrl-C arriving between the append and the write of the frame."""
+
+    armed = True
+
+    def append(self, item: Any) -> None:
+        super().append(item)
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_between_queueing_and_writing_a_request_shifts_no_answer(softhsm: Any) -> None:
+    """The request is queued but never written: were the child kept, its
+    answers would each go to the request before theirs (and the last would
+    wait for ever). The child is retired instead; every later signature is
+    over its own message."""
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        process = signer._process
+        assert process is not None and process._child is not None
+        child = process._child
+        signer.sign(b"warm")
+        child._waiting = _AppendThenInterrupt(child._waiting)
+        with pytest.raises(KeyboardInterrupt):
+            signer.begin_sign(b"interrupted")
+        assert not child.accepting  # retired: nothing more goes down its pipe
+        messages = [f"after-{i}".encode() for i in range(50)]
+        pending = [signer.begin_sign(m) for m in messages]
+        for message, p in zip(messages, pending):
+            assert signature_ok("EdDSA", signer.public_key, p.result().signature, message)
+
+
+def test_a_child_that_cannot_be_spawned_is_a_typed_error_and_is_retried(softhsm: Any, monkeypatch: Any) -> None:
+    uri = _key(softhsm, "ed25519")
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python3")
+    with pytest.raises(DeviceError, match="the signing process could not start .FileNotFoundError"):
+        open_signer(uri, pin=softhsm.pin, signing_process=True)
+    monkeypatch.undo()
+    with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
+        process = signer._process
+        assert process is not None
+        process._respawn_after = 0.05
+        first = process.pid
+        assert first is not None
+        monkeypatch.setattr(sys, "executable", "/nonexistent/python3")
+        os.kill(first, signal.SIGKILL)
+        _wait_for(lambda: process._child is None and not _alive(first))
+        assert signer.sign(b"meanwhile").alg == "EdDSA"  # signed in-process
+        time.sleep(0.3)  # a few failed attempts (0.05, 0.1, 0.2 s apart)
+        assert process._child is None and process._replacing
+        monkeypatch.undo()
+        _wait_for(lambda: process.pid is not None)  # the next attempt (at most 0.4 s on) succeeds
+        second = process.pid
+        assert second is not None and second != first and _alive(second)
+
+
+def test_closing_stops_a_child_that_is_still_starting(softhsm: Any) -> None:
+    signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
+    process = signer._process
+    assert process is not None
+    process._respawn_after = 0.05
+    first = process.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    starting: list[int] = []
+
+    def a_new_child_exists() -> bool:
+        with process._lock:
+            starting[:] = [c.proc.pid for c in process._children if c.proc.pid != first]
+        return bool(starting)
+
+    _wait_for(a_new_child_exists)
+    os.kill(starting[0], signal.SIGSTOP)  # held mid-start: its start would wait for its answer
+    try:
+        assert process._child is None
+        process.close(timeout=0.5)
+        assert not _alive(starting[0])  # stopped by close(), not left logged in
+    finally:
+        signer.close()
+        if _alive(starting[0]):
+            os.kill(starting[0], signal.SIGKILL)
+
+
+_FORKING_PARENT = r"""
+import os, signal, sys, time
+from capseal.keys import open_signer
+signer = open_signer(sys.argv[1], pin=os.environ["CAPSEAL_TEST_PIN"], signing_process=True)
+signer.sign(b"x")
+worker = os.fork()
+if worker == 0:  # a worker forked without exec, as multiprocessing's fork does
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1), os.dup2(null, 2)  # the test reads this process's output until it ends
+    time.sleep(60)
+    os._exit(0)
+print(signer._process.pid, worker, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_child_does_not_outlive_a_parent_that_forked(softhsm: Any) -> None:
+    uri = _key(softhsm, "ed25519")
+    env = {**os.environ, "CAPSEAL_TEST_PIN": softhsm.pin}
+    proc = subprocess.run([sys.executable, "-c", _FORKING_PARENT, uri], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    helper, worker = (int(pid) for pid in proc.stdout.split())
+    try:
+        assert _alive(worker)  # the fork outlives its parent, as it would in production
+        _wait_for(lambda: not _alive(helper), timeout=10)
+    finally:
+        os.kill(worker, signal.SIGKILL)
