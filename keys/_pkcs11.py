@@ -132,7 +132,7 @@ class PKCS11Signer(Signer):
     def _start_process(self, ts: TokenSession, pair: Any) -> SigningProcess:
         """The child that signs for this signer (see ``_pkcs11_helper``)."""
         mech = self._mech
-        if self._fast is None:
+        if mech.param is not None or mech.size is None:
             raise UnsupportedAlgorithmError(
                 f"{self._where}: a signing process needs a mechanism without parameters (EdDSA, ECDSA); "
                 f"{self._alg} keys sign in this process")
