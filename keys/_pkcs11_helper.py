@@ -15,11 +15,14 @@ What stays as it was:
 * the producer still verifies every signature against the public key this
   process read from the token (``external_device``); on top, each new child
   signs a random message that is checked before it gets any work;
-* error handling exists once: when the child refuses a request or dies, the
-  request is signed in this process (``PKCS11Signer``'s own path: typed
-  errors, reconnect), the child is retired, and a new one is started in the
-  background after ``respawn_after`` seconds (doubling, up to a minute, while
-  starts keep failing); meanwhile signatures are made in this process;
+* error handling exists once: when the child refuses a request, dies, answers
+  out of step, or stops answering for ``answer_timeout`` seconds (then it is
+  killed), its requests are signed in this process (``PKCS11Signer``'s own
+  path: typed errors, reconnect), the child is retired, and a new one is
+  started in the background after ``respawn_after`` seconds (doubling, up to
+  a minute, while starts keep failing); meanwhile signatures are made in this
+  process. A child refused the PIN is not started again: tokens lock a PIN
+  after a few wrong tries, and capseal never retries a refused PIN;
 * the PIN reaches the child through its stdin only (never its argv or
   environment, which other users can read in ``/proc``), and the child's
   stderr goes to /dev/null; the child runs in its own session, so a Ctrl-C
@@ -42,7 +45,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from capseal.errors import DeviceError, SignerError
+from capseal.errors import DeviceError, PinIncorrectError, PinLockedError, SignerError
 
 from ._base import PendingSignature, SignatureResult
 from ._pkcs11_helper_main import _ANSWER, _HEADER, _frame, _write_all
@@ -52,7 +55,9 @@ __all__ = ["SigningProcess"]
 log = logging.getLogger("capseal.keys.pkcs11")
 
 START_TIMEOUT = 60.0  # s: interpreter start, imports, C_Initialize, login, key lookup, self-test
+ANSWER_TIMEOUT = 30.0  # s without any answer while requests wait: the child is taken to hang
 _MAX_BACKOFF = 60.0
+_PIN_REFUSALS = {"PinIncorrectError": PinIncorrectError, "PinLockedError": PinLockedError}
 
 
 class Owner(Protocol):
@@ -64,14 +69,14 @@ class Owner(Protocol):
 
 
 class _ProcessSignature(PendingSignature):
-    """A signature requested from the child. ``owner`` (the signer) makes it
-    in this process when the child cannot, and turns the bytes into a
+    """A signature requested from a child. ``owner`` (the signer) makes it in
+    this process when the child cannot, and turns the bytes into a
     ``SignatureResult``."""
 
-    __slots__ = ("_owner", "_payload", "_ready", "_signature")
+    __slots__ = ("_owner", "_payload", "_child", "_ready", "_signature")
 
-    def __init__(self, owner: Owner, payload: bytes) -> None:
-        self._owner, self._payload = owner, payload
+    def __init__(self, owner: Owner, payload: bytes, child: _Child) -> None:
+        self._owner, self._payload, self._child = owner, payload, child
         self._ready = threading.Lock()
         self._ready.acquire()  # released once the answer (or the child's end) is in
         self._signature: bytes | None = None
@@ -81,8 +86,11 @@ class _ProcessSignature(PendingSignature):
         self._ready.release()
 
     def result(self) -> SignatureResult:
-        with self._ready:  # blocks until settled; then free for any later call
-            pass
+        # blocks until settled (then free for any later call); a child that
+        # answers nothing for answer_timeout is killed, which settles this
+        while not self._ready.acquire(timeout=self._child.answer_timeout):
+            self._child.kill_if_hung()
+        self._ready.release()
         if self._signature is None:
             return self._owner._sign_in_process(self._payload)
         return self._owner._signature_result(self._signature)
@@ -100,9 +108,20 @@ class _InProcess(PendingSignature):
         return self._owner._sign_in_process(self._payload)
 
 
+class _OutOfStep(Exception):
+    """An answer whose sequence number is not the one expected."""
+
+
 class _Child:
-    """One child process, its pipe and the requests it has not answered yet
-    (in order: the child answers in the order it reads)."""
+    """One child process, its pipes and the requests it has not answered yet
+    (in order: the child answers in the order it reads).
+
+    Who touches the file descriptors: every write to stdin happens under
+    ``_lock`` while ``accepting``, and stdin is closed only under ``_lock``
+    (so a write never lands on a reused fd number). stdout is read by the
+    thread that started the child until ``start_reader``, then only by the
+    reader; it is closed by the reader when it ends, or by the starter when
+    the child is discarded before a reader ever ran."""
 
     _live: weakref.WeakSet[_Child] = weakref.WeakSet()
 
@@ -122,32 +141,46 @@ class _Child:
                     except OSError:
                         pass
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], answer_timeout: float) -> None:
         self.proc = proc
         assert proc.stdin is not None and proc.stdout is not None
         self._wfd, self._rfd = proc.stdin.fileno(), proc.stdout.fileno()
         self._lock = threading.Lock()  # one writer at a time; the order of writes is the order of _waiting
         self._waiting: collections.deque[_ProcessSignature] = collections.deque()
         self.accepting = True  # False once retired: no new requests
+        self.answer_timeout = answer_timeout
+        self._progress = time.monotonic()  # the last answer, or when the queue last went from empty to not
+        self._sequence = 0  # of the next answer
         self._reader: threading.Thread | None = None
         _Child._live.add(self)
 
-    # -- start
+    # -- start (on the starting thread, before the reader runs)
 
-    def handshake(self, config: bytes, deadline: float) -> dict[str, Any]:
-        _write_all(self._wfd, _frame(config))
-        return json.loads(self._read_frame(deadline))
+    def handshake(self, config: bytearray, deadline: float) -> dict[str, Any]:
+        frame = bytearray(_HEADER.pack(len(config)))
+        frame += config
+        try:
+            self._write_or_eof(frame)
+        finally:
+            for held in (frame, config):  # the PIN is in there: nothing keeps it, not a traceback's locals
+                held[:] = bytes(len(held))
+        return json.loads(self._read(_HEADER.unpack(self._read(_HEADER.size, deadline))[0], deadline))
 
     def sign_now(self, payload: bytes, deadline: float) -> bytes | None:
         """One request answered before the reader starts (the self-test)."""
-        _write_all(self._wfd, _frame(payload))
-        status, size = _ANSWER.unpack(self._read(_ANSWER.size, deadline))
+        self._write_or_eof(_frame(payload))
+        status, sequence, size = _ANSWER.unpack(self._read(_ANSWER.size, deadline))
         body = self._read(size, deadline) if size else b""
+        if sequence != self._sequence:
+            raise EOFError
+        self._sequence += 1
         return body if status == 0 else None
 
-    def _read_frame(self, deadline: float) -> bytes:
-        (size,) = _HEADER.unpack(self._read(_HEADER.size, deadline))
-        return self._read(size, deadline)
+    def _write_or_eof(self, data: bytes | bytearray) -> None:
+        with self._lock:
+            if not self.accepting:  # stopped by close() meanwhile: its stdin is closed
+                raise EOFError
+            _write_all(self._wfd, data)
 
     def _read(self, n: int, deadline: float) -> bytes:
         chunks, left = [], n
@@ -166,36 +199,48 @@ class _Child:
         """Read answers until the child ends; ``on_end(child, refused)`` when it
         takes no more requests (refused: the token said no to one)."""
         self._reader = threading.Thread(target=self._read_loop, args=(on_end,),
-                                         name=f"capseal-signing-process-{self.proc.pid}", daemon=True)
+                                        name=f"capseal-signing-process-{self.proc.pid}", daemon=True)
         self._reader.start()
 
     # -- work
 
     def send(self, owner: Owner, payload: bytes) -> _ProcessSignature | None:
         """The request, written to the child; None when the child takes no more."""
-        pending = _ProcessSignature(owner, payload)
+        pending = _ProcessSignature(owner, payload, self)
         with self._lock:
             if not self.accepting:
                 return None
             written = False
             try:
+                if not self._waiting:
+                    self._progress = time.monotonic()
                 self._waiting.append(pending)  # before the write: the answer may come back at once
                 _write_all(self._wfd, _frame(payload))
-                written = True
+                written = self.accepting  # the reader may have retired the child meanwhile
             except OSError:  # the child is gone: its reader fails what it had
                 if self._waiting and self._waiting[-1] is pending:
                     self._waiting.pop()  # ours: appends happen only under this lock
                 return None
             finally:
                 if not written:
-                    # a broken pipe, or interrupted (Ctrl-C) anywhere from the append
-                    # on: the child's stream may hold half a frame, or none for a
-                    # request that waits in the queue, either of which would shift
-                    # every later answer by one. Nothing more is written; the child
-                    # answers what it read whole, then exits, and the reader settles
-                    # the rest (made in-process)
+                    # a broken pipe, a retirement the reader could not finish, or an
+                    # interrupt (Ctrl-C) anywhere from the append on: the child's stream
+                    # may hold half a frame, or none for a request that waits in the
+                    # queue, either of which would put every later answer out of
+                    # step. Nothing more is written; the child answers what it read
+                    # whole, then exits, and the reader settles the rest (in-process)
                     self._retire_locked()
         return pending
+
+    def kill_if_hung(self) -> None:
+        """Kill the child if requests wait and nothing has been answered for
+        ``answer_timeout`` seconds; its reader then settles them all (they
+        are made in-process)."""
+        if self._waiting and time.monotonic() - self._progress > self.answer_timeout and self.proc.poll() is None:
+            log.warning("signing process %d answered nothing for %.0f s; killing it", self.proc.pid,
+                        self.answer_timeout)
+            self.accepting = False
+            self.proc.kill()
 
     def _read_loop(self, on_end: Callable[[_Child, bool], None]) -> None:
         buffer, refused = b"", False
@@ -207,32 +252,50 @@ class _Child:
                 buffer += chunk
                 at = 0
                 while len(buffer) - at >= _ANSWER.size:
-                    status, size = _ANSWER.unpack_from(buffer, at)
+                    status, sequence, size = _ANSWER.unpack_from(buffer, at)
+                    if sequence != self._sequence or size > 1024:
+                        raise _OutOfStep
                     if len(buffer) - at - _ANSWER.size < size:
                         break
                     start = at + _ANSWER.size
                     at = start + size
                     refused = refused or status != 0
+                    self._sequence = (sequence + 1) & 0xFFFFFFFF
+                    self._progress = time.monotonic()
                     self._waiting.popleft().settle(buffer[start:at] if status == 0 else None)
                 buffer = buffer[at:]
                 if refused and self.accepting:
-                    self.retire()
+                    self._retire_from_reader()
                     on_end(self, True)
-        except (OSError, IndexError):  # the pipe broke, or an answer nobody asked for: end this child
-            pass
+        except (OSError, IndexError, _OutOfStep):
+            # the pipe broke, an answer nobody asked for, or one out of step (bytes
+            # that are not the protocol's): this child is done
+            if self.proc.poll() is None:
+                log.warning("signing process %d answered out of step; killing it", self.proc.pid)
+                self.proc.kill()
         finally:
-            self.retire()
-            with self._lock:  # nothing more can be appended: accepting is False
+            self._retire_from_reader()
+            with self._lock:  # the child is gone or going: a writer blocked on its pipe is freed
+                self.accepting = False
                 while self._waiting:
                     self._waiting.popleft().settle(None)  # made in-process by whoever waits
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()  # the reader owns it now; nobody else reads it
             on_end(self, refused)
 
     # -- end
 
-    def retire(self) -> None:
-        """No new requests; the child signs what it has, then sees end of file and exits."""
-        with self._lock:
-            self._retire_locked()
+    def _retire_from_reader(self) -> None:
+        """The reader retires the child without waiting for the lock: a writer
+        holding it may be blocked on a full pipe, which the child only drains
+        once the reader takes its answers. That writer closes stdin itself
+        when its write ends (it sees ``accepting`` is False)."""
+        self.accepting = False
+        if self._lock.acquire(blocking=False):
+            try:
+                self._retire_locked()
+            finally:
+                self._lock.release()
 
     def _retire_locked(self) -> None:
         self.accepting = False
@@ -246,15 +309,20 @@ class _Child:
     def stop(self, timeout: float) -> None:
         """Retire the child and wait up to ``timeout`` seconds for it to finish
         its queue; past that it is killed (a token that hangs), and what it
-        had is made in-process. A writer blocked on a full pipe (the child not
-        reading) holds the lock: then the child is killed without waiting for
-        it, which frees the writer with a broken pipe."""
+        had is made in-process. A child whose reader never started has no
+        queue: it is killed at once (its starter sees end of file and lets
+        go of the pipes). A writer blocked on a full pipe (the child not
+        reading) holds the lock: then the child is killed without waiting,
+        which frees the writer with a broken pipe."""
         deadline = time.monotonic() + timeout
+        self.accepting = False
         if self._lock.acquire(timeout=timeout):
             try:
                 self._retire_locked()
             finally:
                 self._lock.release()
+        if self._reader is None:
+            self.proc.kill()
         try:
             self.proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -263,8 +331,13 @@ class _Child:
         reader = self._reader
         if reader is not None and reader is not threading.current_thread():
             reader.join(timeout)  # the child is gone: its end of file is on the way
-        if (reader is None or not reader.is_alive()) and self.proc.stdout is not None:
-            self.proc.stdout.close()  # only once nobody reads it: a closed fd's number is soon reused
+
+    def discard(self) -> None:
+        """Stop a child whose reader never ran, from the thread that started it
+        (the owner of its stdout until then)."""
+        self.stop(1.0)
+        if self._reader is None and self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 if hasattr(os, "register_at_fork"):
@@ -280,12 +353,13 @@ class SigningProcess:
 
     def __init__(self, config: dict[str, Any], pin: Callable[[], str | None],
                  self_test: Callable[[], tuple[bytes, Callable[[bytes], bool]]], where: str, *,
-                 respawn_after: float = 1.0) -> None:
+                 respawn_after: float = 1.0, answer_timeout: float = ANSWER_TIMEOUT) -> None:
         self._config, self._pin, self._self_test, self._where = config, pin, self_test, where
-        self._respawn_after = respawn_after
+        self._respawn_after, self._answer_timeout = respawn_after, answer_timeout
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._replacing = False
+        self._pin_refused = False  # a child was refused the PIN: none is started again
         self._children: list[_Child] = []  # every child started and not yet stopped, starting ones too
         self._child: _Child | None = None
         self._use(self._start())  # the first start raises: the caller asked for a signing process
@@ -299,6 +373,7 @@ class SigningProcess:
     def begin(self, owner: Owner, payload: bytes) -> PendingSignature:
         child = self._child
         if child is not None:
+            child.kill_if_hung()  # new requests do not queue behind a child that hangs
             pending = child.send(owner, payload)
             if pending is not None:
                 return pending
@@ -329,21 +404,24 @@ class SigningProcess:
         except OSError as exc:  # no processes or file descriptors left, …
             raise DeviceError(f"{self._where}: the signing process could not start ({type(exc).__name__}: "
                               f"{exc.strerror or exc})") from None
-        child = _Child(proc)
+        child = _Child(proc, self._answer_timeout)
         with self._lock:
             closed = self._closed.is_set()
             if not closed:
                 self._children.append(child)
         if closed:
-            child.stop(1.0)
+            child.discard()
             raise DeviceError(f"{self._where}: the signing process was closed while it started")
         deadline = time.monotonic() + START_TIMEOUT
         failure: SignerError | None = None
         try:
-            answer = child.handshake(json.dumps({**self._config, "pin": self._pin()}).encode(), deadline)
+            answer = child.handshake(bytearray(json.dumps({**self._config, "pin": self._pin()}).encode()), deadline)
             if answer.get("ok") is not True:
-                failure = DeviceError(f"{self._where}: the signing process could not start: "
-                                      f"{answer.get('error', 'unknown error')}: {answer.get('message', '')}".rstrip(": "))
+                error, message = str(answer.get("error", "unknown error")), str(answer.get("message", ""))
+                refusal = _PIN_REFUSALS.get(error)
+                failure = refusal(f"{self._where}: the signing process was refused the PIN: {message}") \
+                    if refusal is not None else \
+                    DeviceError(f"{self._where}: the signing process could not start: {error}: {message}".rstrip(": "))
             else:
                 payload, check = self._self_test()
                 signature = child.sign_now(payload, deadline)
@@ -366,7 +444,7 @@ class SigningProcess:
         with self._lock:
             if child in self._children:
                 self._children.remove(child)
-        child.stop(1.0)
+        child.discard()
 
     def _use(self, child: _Child) -> None:
         """Make a started child current, then start its reader: a child that
@@ -389,8 +467,8 @@ class SigningProcess:
             if self._child is not child or self._closed.is_set():
                 return
             self._child = None
-            start = not self._replacing
-            self._replacing = True
+            start = not self._replacing and not self._pin_refused
+            self._replacing = self._replacing or start
         log.warning("%s: the signing process %s; signing in-process until it is replaced", self._where,
                     "was refused a signature" if refused else "ended")
         if start:
@@ -399,12 +477,18 @@ class SigningProcess:
     def _replace(self) -> None:
         """Start a new child after ``respawn_after`` seconds, and keep trying
         (the pause doubling up to a minute) until one starts or this closes.
+        A refused PIN ends the attempts for good: it is never tried again.
         Should this thread itself die, the flag is cleared."""
         pause = self._respawn_after
         try:
             while not self._closed.wait(pause):
                 try:
                     child = self._start()
+                except (PinIncorrectError, PinLockedError) as exc:
+                    with self._lock:
+                        self._pin_refused, self._replacing = True, False
+                    log.error("%s; signing in-process from now on (reopen the signer with the right PIN)", exc)
+                    return
                 except Exception as exc:  # noqa: BLE001 - logged; the next attempt follows
                     pause = min(pause * 2, _MAX_BACKOFF)
                     log.warning("%s; signing in-process, trying again in %.0f s",

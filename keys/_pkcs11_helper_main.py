@@ -16,12 +16,17 @@ Protocol (all integers big-endian):
   where the text is one of capseal's own typed messages, which never contain
   a PIN (anything else is reported by its type name only);
 * then each request is ``u32 length`` + the bytes to sign, and each answer
-  ``u8 0`` + ``u32 length`` + the signature, or ``u8 1`` + ``u32 0`` when the
-  module refused (the parent makes that signature itself, which raises the
-  typed error and reconnects as its own path does).
+  ``u8 status`` + ``u32 sequence`` + ``u32 length`` + the signature: status 0
+  and the signature, or status 1 and no bytes when the module refused (the
+  parent makes that signature itself, which raises the typed error and
+  reconnects as its own path does). The sequence counts requests from 0 (the
+  parent's self-test), so an answer out of step is seen, never paired with
+  the wrong request.
 
-Nothing is written to stderr (the parent sends it to /dev/null): no traceback
-can carry the PIN anywhere.
+The protocol runs on a duplicate of fd 1 taken before anything else; fd 1
+itself then points at /dev/null, so a module or library that prints cannot
+break the framing. Nothing is written to stderr (the parent sends it to
+/dev/null): no traceback can carry the PIN anywhere.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import sys
 from typing import Any
 
 _HEADER = struct.Struct(">I")
-_ANSWER = struct.Struct(">BI")
+_ANSWER = struct.Struct(">BII")  # status, sequence, length
 MAX_REQUEST = 1 << 20  # far above any Sig_structure or digest the parent sends
 
 
@@ -49,7 +54,7 @@ def _read_exactly(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | bytearray) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -98,7 +103,7 @@ def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) 
     Ends at end of file on stdin, and also when the parent is gone though
     stdin stays open (a process the parent forked without exec may hold its
     write end): checked each second while no request comes."""
-    buffer, parent = b"", os.getppid()
+    buffer, parent, sequence = b"", os.getppid(), 0
     while True:
         if not select.select([rfd], [], [], 1.0)[0]:
             if os.getppid() != parent:
@@ -118,14 +123,19 @@ def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) 
             data = buffer[at + 4: at + 4 + size]
             at += 4 + size
             signature = fast.sign(session_handle, key_handle, data)
-            answers.append(_ANSWER.pack(1, 0) if signature is None else _ANSWER.pack(0, len(signature)) + signature)
+            answers.append(_ANSWER.pack(1, sequence, 0) if signature is None
+                           else _ANSWER.pack(0, sequence, len(signature)) + signature)
+            sequence = (sequence + 1) & 0xFFFFFFFF
         buffer = buffer[at:]
         if answers:
             _write_all(wfd, b"".join(answers))
 
 
 def main() -> int:
-    rfd, wfd = sys.stdin.fileno(), sys.stdout.fileno()
+    rfd, wfd = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())  # anything printed from here on goes nowhere
+    os.close(null)
     header = _read_exactly(rfd, 4)
     if header is None:
         return 0

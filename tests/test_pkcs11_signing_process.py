@@ -8,6 +8,7 @@ errors), a new child takes over, and closing stops the child."""
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import signal
 import subprocess
@@ -341,3 +342,135 @@ def test_the_child_does_not_outlive_a_parent_that_forked(softhsm: Any) -> None:
         _wait_for(lambda: not _alive(helper), timeout=10)
     finally:
         os.kill(worker, signal.SIGKILL)
+
+
+def _protocol_fd(child_pid: int, parent_read_fd: int) -> int:
+    """The child's fd that writes the answers: the other end of the pipe this
+    process reads (fd 1 of the child points at /dev/null)."""
+    pipe = os.readlink(f"/proc/self/fd/{parent_read_fd}")
+    for fd in os.listdir(f"/proc/{child_pid}/fd"):
+        if os.readlink(f"/proc/{child_pid}/fd/{fd}") == pipe:
+            return int(fd)
+    raise AssertionError("no protocol fd")
+
+
+def test_bytes_printed_by_the_child_or_out_of_step_lose_no_record(softhsm: Any, tmp_path: Path) -> None:
+    """What a module prints on stdout goes to /dev/null; bytes that reach the
+    answer stream all the same (written straight into it here) put answers
+    out of step: the child is killed, no answer is paired with the wrong
+    request, every record is sealed (in-process meanwhile), and a new child
+    takes over."""
+    ledger = tmp_path / "l.db"
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        process = signer._process
+        assert process is not None and process._child is not None
+        process._respawn_after = 0.05
+        pid = process.pid
+        assert pid is not None
+        with Producer("acme", "proc-agent@1", signer, ledger) as producer:
+            with open(f"/proc/{pid}/fd/1", "wb", buffering=0) as stdout:
+                stdout.write(b"a module says hello\n")
+            sealed = [producer.submit({"action_id": f"a-{i}", "action_type": "fyi"}) for i in range(50)]
+            producer.flush()
+            assert process.pid == pid and not _parent_signed(signer)  # printing changed nothing
+
+            os.kill(pid, signal.SIGSTOP)
+            sealed += [producer.submit({"action_id": f"b-{i}", "action_type": "fyi"}) for i in range(5)]
+            with open(f"/proc/{pid}/fd/{_protocol_fd(pid, process._child._rfd)}", "wb", buffering=0) as answers:
+                answers.write(b"\x00" * 9)  # an answer no one asked for
+            os.kill(pid, signal.SIGCONT)
+            sealed += [producer.submit({"action_id": f"c-{i}", "action_type": "fyi"}) for i in range(200)]
+            producer.flush()
+            assert [p.result().seq for p in sealed] == list(range(2, 257))
+            _wait_for(lambda: not _alive(pid) and process.pid not in (None, pid))
+    report = verify_ledger(ledger)
+    assert report.ok and report.counts()["records"] == 256
+
+
+def test_a_child_that_stops_answering_is_killed_and_replaced(softhsm: Any, tmp_path: Path) -> None:
+    """A child that hangs (SIGSTOP) while requests wait: after answer_timeout
+    it is killed, its requests are made in-process, and a new child takes
+    over; nothing waits for ever."""
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        process = signer._process
+        assert process is not None and process._child is not None
+        process._respawn_after = 0.05
+        process._child.answer_timeout = 0.3
+        pid = process.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        pending = [signer.begin_sign(f"m-{i}".encode()) for i in range(20)]
+        for i, p in enumerate(pending):
+            assert signature_ok("EdDSA", signer.public_key, p.result().signature, f"m-{i}".encode())
+        assert _parent_signed(signer)
+        _wait_for(lambda: not _alive(pid) and process.pid not in (None, pid))
+        new = process.pid
+        assert new is not None
+        assert signer.sign(b"after").alg == "EdDSA" and process.pid == new
+
+
+def test_a_child_refused_the_pin_is_not_started_again(softhsm: Any, caplog: Any) -> None:
+    """The token's PIN changes under a running signer: the replacement child is
+    refused the PIN once and never tried again (a token locks a PIN after a
+    few wrong tries); signing goes on in-process."""
+    caplog.set_level(logging.INFO, logger="capseal.keys.pkcs11")
+    new_pin = "changed-pin-Zq~9"
+    signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
+    ts = signer.token_session
+    try:
+        process = signer._process
+        assert process is not None
+        process._respawn_after = 0.05
+        pid = process.pid
+        assert pid is not None
+        with P11_LOCK, ts.token.open(rw=True) as session:
+            session.set_pin(softhsm.pin, new_pin)
+        os.kill(pid, signal.SIGKILL)
+
+        def refusals() -> int:
+            return sum("PinIncorrectError" in r.getMessage() or "refused the PIN" in r.getMessage()
+                       for r in caplog.records)
+
+        _wait_for(lambda: refusals() > 0)
+        time.sleep(1.5)  # room for two more attempts (each start takes ~0.5 s, then 0.1, 0.2 s apart)
+        assert refusals() == 1 and process._child is None and not process._replacing
+        assert softhsm.pin not in caplog.text and new_pin not in caplog.text
+        assert signer.sign(b"in-process").alg == "EdDSA"
+    finally:
+        signer.close()
+        with P11_LOCK, ts.token.open(rw=True, user_pin=new_pin) as session:
+            session.set_pin(new_pin, softhsm.pin)
+
+
+def test_closing_during_a_start_never_writes_to_a_reused_file_descriptor(softhsm: Any, tmp_path: Path) -> None:
+    """close() while a replacement child is between its login and its
+    self-test: the starting thread must not write (the self-test, or worse
+    the login frame with the PIN) to fd numbers that close() freed and that
+    files opened meanwhile now hold."""
+    signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
+    process = signer._process
+    assert process is not None
+    process._respawn_after = 0.05
+    reached, go_on = threading.Event(), threading.Event()
+    self_test = process._self_test
+
+    def held_self_test() -> Any:  # the starting thread, paused between login and self-test
+        reached.set()
+        go_on.wait(10)
+        return self_test()
+
+    process._self_test = held_self_test
+    pid = process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    assert reached.wait(30)
+    process.close(timeout=0.5)
+    victims = [open(tmp_path / f"victim-{i}.log", "wb") for i in range(16)]  # noqa: SIM115 - closed below
+    try:
+        go_on.set()
+        _wait_for(lambda: not any(t.name == "capseal-signing-process-start" for t in threading.enumerate()))
+    finally:
+        for f in victims:
+            f.close()
+        signer.close()
+    assert all((tmp_path / f"victim-{i}.log").read_bytes() == b"" for i in range(16))
