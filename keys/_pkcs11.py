@@ -148,7 +148,7 @@ class PKCS11Signer(Signer):
             payload = mech.prehash(message).digest() if mech.prehash is not None else message
             return payload, lambda signature: signature_ok(alg, public, signature, message)
 
-        return SigningProcess(config, ts.pin_for_child, self_test, self._where)
+        return SigningProcess(config, ts, self_test, self._where)
 
     @classmethod
     def from_uri(

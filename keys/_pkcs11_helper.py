@@ -60,6 +60,15 @@ _MAX_BACKOFF = 60.0
 _PIN_REFUSALS = {"PinIncorrectError": PinIncorrectError, "PinLockedError": PinLockedError}
 
 
+class Credentials(Protocol):
+    """Where a child's PIN comes from: the signer's ``TokenSession``, shared by
+    every signer of the token, so a PIN the token refused is known to all."""
+
+    pin_refused: bool
+
+    def pin_for_child(self) -> str | None: ...
+
+
 class Owner(Protocol):
     """The signer a signing process works for (``PKCS11Signer``)."""
 
@@ -134,6 +143,9 @@ class _Child:
         these objects are dead, and signing there goes in-process."""
         for child in list(cls._live):
             child.accepting = False
+            child._lock = threading.Lock()  # a thread that held it at the fork does not exist here
+            while child._waiting:  # nobody here will read their answers
+                child._waiting.popleft().settle(None)
             for pipe in (child.proc.stdin, child.proc.stdout):
                 if pipe is not None:
                     try:
@@ -288,14 +300,19 @@ class _Child:
     def _retire_from_reader(self) -> None:
         """The reader retires the child without waiting for the lock: a writer
         holding it may be blocked on a full pipe, which the child only drains
-        once the reader takes its answers. That writer closes stdin itself
-        when its write ends (it sees ``accepting`` is False)."""
+        once the reader takes its answers."""
         self.accepting = False
         if self._lock.acquire(blocking=False):
             try:
                 self._retire_locked()
             finally:
                 self._lock.release()
+        else:  # a writer holds it: a helper waits for it (the reader goes on draining meanwhile)
+            threading.Thread(target=self.retire, name="capseal-signing-process-retire", daemon=True).start()
+
+    def retire(self) -> None:
+        with self._lock:
+            self._retire_locked()
 
     def _retire_locked(self) -> None:
         self.accepting = False
@@ -347,19 +364,20 @@ if hasattr(os, "register_at_fork"):
 class SigningProcess:
     """The child process for one signer, started now and replaced as needed.
 
-    ``config``: what the child needs to find the key (no PIN); ``pin``: gives
-    the PIN (or None) at each start; ``self_test``: (payload, check) — a
-    payload to sign and a check of the signature — for each new child."""
+    ``config``: what the child needs to find the key (no PIN); ``credentials``:
+    the PIN (or None) for each start, and whether the token refused it;
+    ``self_test``: (payload, check) — a payload to sign and a check of the
+    signature — for each new child."""
 
-    def __init__(self, config: dict[str, Any], pin: Callable[[], str | None],
+    def __init__(self, config: dict[str, Any], credentials: Credentials,
                  self_test: Callable[[], tuple[bytes, Callable[[bytes], bool]]], where: str, *,
                  respawn_after: float = 1.0, answer_timeout: float = ANSWER_TIMEOUT) -> None:
-        self._config, self._pin, self._self_test, self._where = config, pin, self_test, where
+        self._config, self._credentials, self._self_test, self._where = config, credentials, self_test, where
+        self._pid = os.getpid()  # a process forked from this one signs in-process
         self._respawn_after, self._answer_timeout = respawn_after, answer_timeout
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._replacing = False
-        self._pin_refused = False  # a child was refused the PIN: none is started again
         self._children: list[_Child] = []  # every child started and not yet stopped, starting ones too
         self._child: _Child | None = None
         self._use(self._start())  # the first start raises: the caller asked for a signing process
@@ -372,7 +390,7 @@ class SigningProcess:
 
     def begin(self, owner: Owner, payload: bytes) -> PendingSignature:
         child = self._child
-        if child is not None:
+        if child is not None and os.getpid() == self._pid:
             child.kill_if_hung()  # new requests do not queue behind a child that hangs
             pending = child.send(owner, payload)
             if pending is not None:
@@ -396,7 +414,11 @@ class SigningProcess:
         """A new child, logged in and self-tested (its reader not yet
         started); raises a typed error naming the token and key when it
         cannot start. Listed in ``_children`` from its first moment, so a
-        close() meanwhile stops it (and this start then fails)."""
+        close() meanwhile stops it (and this start then fails). Never with
+        a PIN the token has refused (here or in the parent)."""
+        if self._credentials.pin_refused:
+            raise PinIncorrectError(f"{self._where}: the token refused this PIN before; no signing process is "
+                                    "started with it (tokens lock a PIN after a few wrong tries)")
         try:
             proc = subprocess.Popen([sys.executable, "-m", "capseal.keys._pkcs11_helper_main"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -415,13 +437,17 @@ class SigningProcess:
         deadline = time.monotonic() + START_TIMEOUT
         failure: SignerError | None = None
         try:
-            answer = child.handshake(bytearray(json.dumps({**self._config, "pin": self._pin()}).encode()), deadline)
+            config = bytearray(json.dumps({**self._config, "pin": self._credentials.pin_for_child()}).encode())
+            answer = child.handshake(config, deadline)
             if answer.get("ok") is not True:
                 error, message = str(answer.get("error", "unknown error")), str(answer.get("message", ""))
                 refusal = _PIN_REFUSALS.get(error)
-                failure = refusal(f"{self._where}: the signing process was refused the PIN: {message}") \
-                    if refusal is not None else \
-                    DeviceError(f"{self._where}: the signing process could not start: {error}: {message}".rstrip(": "))
+                if refusal is not None:
+                    self._credentials.pin_refused = True  # for every signer of the token, and the parent's own login
+                    failure = refusal(f"{self._where}: the signing process was refused the PIN: {message}")
+                else:
+                    failure = DeviceError(f"{self._where}: the signing process could not start: {error}: {message}"
+                                          .rstrip(": "))
             else:
                 payload, check = self._self_test()
                 signature = child.sign_now(payload, deadline)
@@ -467,12 +493,16 @@ class SigningProcess:
             if self._child is not child or self._closed.is_set():
                 return
             self._child = None
-            start = not self._replacing and not self._pin_refused
+            start = not self._replacing and not self._credentials.pin_refused
             self._replacing = self._replacing or start
         log.warning("%s: the signing process %s; signing in-process until it is replaced", self._where,
                     "was refused a signature" if refused else "ended")
         if start:
-            threading.Thread(target=self._replace, name="capseal-signing-process-start", daemon=True).start()
+            try:
+                threading.Thread(target=self._replace, name="capseal-signing-process-start", daemon=True).start()
+            except RuntimeError:  # no threads to be had: the next end of a child tries again
+                with self._lock:
+                    self._replacing = False
 
     def _replace(self) -> None:
         """Start a new child after ``respawn_after`` seconds, and keep trying
@@ -486,7 +516,7 @@ class SigningProcess:
                     child = self._start()
                 except (PinIncorrectError, PinLockedError) as exc:
                     with self._lock:
-                        self._pin_refused, self._replacing = True, False
+                        self._replacing = False
                     log.error("%s; signing in-process from now on (reopen the signer with the right PIN)", exc)
                     return
                 except Exception as exc:  # noqa: BLE001 - logged; the next attempt follows

@@ -36,6 +36,7 @@ import os
 import select
 import struct
 import sys
+import time
 from typing import Any
 
 _HEADER = struct.Struct(">I")
@@ -96,9 +97,15 @@ def _open(config: dict[str, Any]) -> tuple[Any, Any, Any]:
     return session, pair.private, fast
 
 
+_FLUSH_AFTER = 0.02  # s: answers gathered this long are written even mid-burst
+
+
 def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) -> None:
-    """Sign every whole request read, then write all their answers at once
-    (one write for a burst: the parent's reader wakes once per burst).
+    """Sign every whole request read, and write their answers together: once
+    per burst, and every 20 ms within a long one. Why: one write per burst
+    wakes the parent's reader once, but a burst on a slow token (a smart card
+    at ~100 ms a signature, 256 requests) would leave the parent hearing
+    nothing for long enough to take the child for hung.
 
     Ends at end of file on stdin, and also when the parent is gone though
     stdin stays open (a process the parent forked without exec may hold its
@@ -113,7 +120,7 @@ def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) 
         if not chunk:
             return
         buffer += chunk
-        answers, at = [], 0
+        answers, at, since = [], 0, time.monotonic()
         while len(buffer) - at >= 4:
             (size,) = _HEADER.unpack_from(buffer, at)
             if size > MAX_REQUEST:
@@ -126,6 +133,9 @@ def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) 
             answers.append(_ANSWER.pack(1, sequence, 0) if signature is None
                            else _ANSWER.pack(0, sequence, len(signature)) + signature)
             sequence = (sequence + 1) & 0xFFFFFFFF
+            if time.monotonic() - since > _FLUSH_AFTER:
+                _write_all(wfd, b"".join(answers))
+                answers, since = [], time.monotonic()
         buffer = buffer[at:]
         if answers:
             _write_all(wfd, b"".join(answers))

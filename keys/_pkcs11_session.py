@@ -311,6 +311,9 @@ class TokenSession:
         self.epoch = 0
         self.users = 0
         self.reconnects = 0
+        # the token refused self._pin (here, or in a signing process's login): it is
+        # never offered again, since tokens lock a PIN after a few wrong tries
+        self.pin_refused = False
 
     # -- identity and description
 
@@ -349,14 +352,23 @@ class TokenSession:
         return self.session
 
     def connect(self) -> None:
-        """Find the token again (by label and serial), open a session, log in."""
+        """Find the token again (by label and serial), open a session, log in.
+        A PIN the token has refused is not offered again."""
+        if self.pin_refused:
+            raise PinIncorrectError(f"{self.name} refused this PIN before; capseal does not offer it again "
+                                    "(tokens lock a PIN after a few wrong tries)",
+                                    hint="open the signer again with the token's current PIN")
         self._drop()
         found = _find_tokens(self.module, self._match)
         if not found:
             raise TokenNotFoundError(f"{self.name} is not present")
         token = found[0]
         self.token = token
-        self.session = _open_logged_in(token, self._pin, self.name)
+        try:
+            self.session = _open_logged_in(token, self._pin, self.name)
+        except (PinIncorrectError, PinLockedError):
+            self.pin_refused = self._pin is not None
+            raise
         self.generation = self.module.generation
         self.epoch += 1
 
@@ -476,11 +488,12 @@ def open_token(uri: PKCS11URI, *, pin: str | None, module_allowlist: object = No
             elif existing.live():
                 existing.check_pin(secret)  # raises: the token cannot be asked again
             else:  # its session is gone and this caller has another PIN: ask the token
-                old, existing._pin = existing._pin, secret
+                old = existing._pin, existing.pin_refused
+                existing._pin, existing.pin_refused = secret, False
                 try:
                     existing.connect()
                 except BaseException:
-                    existing._pin = old
+                    existing._pin, existing.pin_refused = old
                     raise
             existing.users += 1
             return existing

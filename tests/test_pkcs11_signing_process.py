@@ -24,7 +24,13 @@ from agent_action_capsule.producer_envelope import verify_producer_envelope
 
 from capseal import Producer, verify_ledger
 from capseal.envelope import signature_ok
-from capseal.errors import DeviceError, KeyNotFoundError, SignerUnavailableError, UnsupportedAlgorithmError
+from capseal.errors import (
+    DeviceError,
+    KeyNotFoundError,
+    PinIncorrectError,
+    SignerUnavailableError,
+    UnsupportedAlgorithmError,
+)
 from capseal.keys import open_signer
 from capseal.keys._pkcs11 import PKCS11Signer
 from capseal.keys._pkcs11_helper import SigningProcess
@@ -167,7 +173,7 @@ def test_a_child_that_finds_another_key_is_refused(softhsm: Any) -> None:
                   "key_label": signer._refind.object, "key_id": "",
                   "kid": "00" * 32, "mechanism": int(signer._mech.mechanism), "size": 64}
         with pytest.raises(DeviceError) as caught:
-            SigningProcess(config, ts.pin_for_child, lambda: (b"m", lambda sig: True), "the test's key")
+            SigningProcess(config, ts, lambda: (b"m", lambda sig: True), "the test's key")
     message = str(caught.value)
     assert "KeyNotFoundError" in message and "not the signer's key" in message and softhsm.pin not in message
 
@@ -409,37 +415,101 @@ def test_a_child_that_stops_answering_is_killed_and_replaced(softhsm: Any, tmp_p
         assert signer.sign(b"after").alg == "EdDSA" and process.pid == new
 
 
-def test_a_child_refused_the_pin_is_not_started_again(softhsm: Any, caplog: Any) -> None:
-    """The token's PIN changes under a running signer: the replacement child is
-    refused the PIN once and never tried again (a token locks a PIN after a
-    few wrong tries); signing goes on in-process."""
+def test_a_pin_refused_to_a_child_is_never_offered_again(softhsm: Any, caplog: Any) -> None:
+    """The token's PIN changes under two running signers of one token: the
+    first replacement child is refused the PIN, and nothing offers that PIN
+    again — not that signer, not the other signer's replacement, not the
+    parent's own reconnect (a token locks a PIN after a few wrong tries);
+    signing goes on in-process on the session still logged in."""
     caplog.set_level(logging.INFO, logger="capseal.keys.pkcs11")
     new_pin = "changed-pin-Zq~9"
-    signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
-    ts = signer.token_session
+    signers = [open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) for _ in range(2)]
+    ts = signers[0].token_session
+    assert signers[1].token_session is ts
     try:
-        process = signer._process
-        assert process is not None
-        process._respawn_after = 0.05
-        pid = process.pid
-        assert pid is not None
+        processes = [s._process for s in signers]
+        pids = [p.pid if p is not None else None for p in processes]
+        for p in processes:
+            assert p is not None
+            p._respawn_after = 0.05
         with P11_LOCK, ts.token.open(rw=True) as session:
             session.set_pin(softhsm.pin, new_pin)
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pids[0] or 0, signal.SIGKILL)
 
-        def refusals() -> int:
-            return sum("PinIncorrectError" in r.getMessage() or "refused the PIN" in r.getMessage()
-                       for r in caplog.records)
+        def refusals() -> int:  # log lines of children refused the PIN
+            return sum("was refused the PIN" in m or ("could not start" in m and "PinIncorrectError" in m)
+                       for m in (r.getMessage() for r in caplog.records))
 
         _wait_for(lambda: refusals() > 0)
-        time.sleep(1.5)  # room for two more attempts (each start takes ~0.5 s, then 0.1, 0.2 s apart)
-        assert refusals() == 1 and process._child is None and not process._replacing
+        assert ts.pin_refused
+        os.kill(pids[1] or 0, signal.SIGKILL)  # the other signer's child ends too
+        time.sleep(1.5)  # room for several more attempts (a start takes ~0.5 s; pauses 0.05, 0.1, 0.2 s)
+        assert refusals() == 1
+        assert all(p is not None and p._child is None for p in processes)
+        with pytest.raises(PinIncorrectError, match="refused this PIN before"):
+            with P11_LOCK:
+                ts.connect()  # the parent's own reconnect does not offer it either
         assert softhsm.pin not in caplog.text and new_pin not in caplog.text
-        assert signer.sign(b"in-process").alg == "EdDSA"
     finally:
-        signer.close()
+        for s in signers:
+            s.close()
         with P11_LOCK, ts.token.open(rw=True, user_pin=new_pin) as session:
             session.set_pin(new_pin, softhsm.pin)
+        ts.pin_refused = False
+
+
+def test_a_long_burst_on_the_child_is_not_taken_for_a_hang(softhsm: Any) -> None:
+    """Thousands of tiny requests in one read take the child seconds to sign;
+    it writes what it has every 20 ms, so the parent (answer_timeout 1 s
+    here) hears from it and never kills it."""
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        process = signer._process
+        assert process is not None and process._child is not None
+        process._child.answer_timeout = 1.0
+        pid = process.pid
+        pending = [signer.begin_sign(b"x") for _ in range(8000)]  # 5-byte frames: ~13,000 fit in the pipe
+        for p in pending:
+            assert len(p.result().signature) == 64
+        assert process.pid == pid and not _parent_signed(signer)
+
+
+def test_a_process_forked_while_a_request_was_being_written_does_not_hang(softhsm: Any) -> None:
+    """A fork taken while another thread held the child's lock (mid-write):
+    in the fork the lock would stay held for ever. The fork signs in-process
+    (its PKCS#11 state is the parent's, so it may fail there, with a typed
+    error) and never waits on the parent's child."""
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        process = signer._process
+        assert process is not None and process._child is not None
+        with process._child._lock:  # as a writer in the middle of a write
+            pid = os.fork()
+            if pid == 0:  # the fork
+                try:
+                    pending = signer.begin_sign(b"in the fork")
+                    os._exit(0 if type(pending).__name__ == "_InProcess" and not process._child._lock.locked()
+                             else 1)
+                except BaseException:
+                    os._exit(2)
+        deadline = time.monotonic() + 30
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            assert time.monotonic() < deadline, "the fork hangs"
+            time.sleep(0.02)
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+        assert signer.sign(b"parent").alg == "EdDSA"  # the parent's child is unharmed
+
+
+def test_a_child_retired_while_a_writer_holds_the_lock_is_still_retired(softhsm: Any) -> None:
+    """The reader retires a refused child without blocking on a writer that
+    holds the lock; the retirement (closing the child's stdin) still
+    happens when the writer lets go, so the child exits."""
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        process = signer._process
+        assert process is not None and process._child is not None
+        child = process._child
+        with child._lock:  # as a writer
+            child._retire_from_reader()
+            assert not child.accepting
+        _wait_for(lambda: child.proc.poll() is not None)  # its stdin was closed: the child exited
 
 
 def test_closing_during_a_start_never_writes_to_a_reused_file_descriptor(softhsm: Any, tmp_path: Path) -> None:
