@@ -68,6 +68,8 @@ class Credentials(Protocol):
 
     def pin_for_child(self) -> str | None: ...
 
+    def child_refused(self, sent: str | None) -> None: ...
+
 
 class Owner(Protocol):
     """The signer a signing process works for (``PKCS11Signer``)."""
@@ -221,6 +223,7 @@ class _Child:
         pending = _ProcessSignature(owner, payload, self)
         with self._lock:
             if not self.accepting:
+                self._retire_locked()  # the reader may have left closing stdin to the lock's holder
                 return None
             written = False
             try:
@@ -286,7 +289,10 @@ class _Child:
                 log.warning("signing process %d answered out of step; killing it", self.proc.pid)
                 self.proc.kill()
         finally:
-            self._retire_from_reader()
+            try:
+                self._retire_from_reader()
+            except BaseException:  # noqa: BLE001 - whatever happens, the queue is settled below
+                self.accepting = False
             with self._lock:  # the child is gone or going: a writer blocked on its pipe is freed
                 self.accepting = False
                 while self._waiting:
@@ -308,7 +314,10 @@ class _Child:
             finally:
                 self._lock.release()
         else:  # a writer holds it: a helper waits for it (the reader goes on draining meanwhile)
-            threading.Thread(target=self.retire, name="capseal-signing-process-retire", daemon=True).start()
+            try:
+                threading.Thread(target=self.retire, name="capseal-signing-process-retire", daemon=True).start()
+            except RuntimeError:  # no threads to be had: wait here (a writer stuck on a full pipe is all but unheard of)
+                self.retire()
 
     def retire(self) -> None:
         with self._lock:
@@ -395,6 +404,8 @@ class SigningProcess:
             pending = child.send(owner, payload)
             if pending is not None:
                 return pending
+        elif child is None and not self._replacing and not self._credentials.pin_refused:
+            self._replace_soon()  # replacement had stopped on a refused PIN, which the token now takes
         return _InProcess(owner, payload)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -410,15 +421,15 @@ class SigningProcess:
 
     # -- starting and replacing children
 
-    def _start(self) -> _Child:
+    def _start(self, *, background: bool = False) -> _Child:
         """A new child, logged in and self-tested (its reader not yet
         started); raises a typed error naming the token and key when it
         cannot start. Listed in ``_children`` from its first moment, so a
-        close() meanwhile stops it (and this start then fails). Never with
-        a PIN the token has refused (here or in the parent)."""
-        if self._credentials.pin_refused:
-            raise PinIncorrectError(f"{self._where}: the token refused this PIN before; no signing process is "
-                                    "started with it (tokens lock a PIN after a few wrong tries)")
+        close() meanwhile stops it (and this start then fails). A background
+        start (``background``) never offers a PIN the token refused a child."""
+        if background and self._credentials.pin_refused:
+            raise PinIncorrectError(f"{self._where}: the token refused this PIN to a signing process; none is "
+                                    "started with it in the background (tokens lock a PIN after a few wrong tries)")
         try:
             proc = subprocess.Popen([sys.executable, "-m", "capseal.keys._pkcs11_helper_main"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -437,13 +448,14 @@ class SigningProcess:
         deadline = time.monotonic() + START_TIMEOUT
         failure: SignerError | None = None
         try:
-            config = bytearray(json.dumps({**self._config, "pin": self._credentials.pin_for_child()}).encode())
+            sent = self._credentials.pin_for_child()
+            config = bytearray(json.dumps({**self._config, "pin": sent}).encode())
             answer = child.handshake(config, deadline)
             if answer.get("ok") is not True:
                 error, message = str(answer.get("error", "unknown error")), str(answer.get("message", ""))
                 refusal = _PIN_REFUSALS.get(error)
                 if refusal is not None:
-                    self._credentials.pin_refused = True  # for every signer of the token, and the parent's own login
+                    self._credentials.child_refused(sent)  # for every signer of the token
                     failure = refusal(f"{self._where}: the signing process was refused the PIN: {message}")
                 else:
                     failure = DeviceError(f"{self._where}: the signing process could not start: {error}: {message}"
@@ -493,16 +505,21 @@ class SigningProcess:
             if self._child is not child or self._closed.is_set():
                 return
             self._child = None
-            start = not self._replacing and not self._credentials.pin_refused
-            self._replacing = self._replacing or start
         log.warning("%s: the signing process %s; signing in-process until it is replaced", self._where,
                     "was refused a signature" if refused else "ended")
-        if start:
-            try:
-                threading.Thread(target=self._replace, name="capseal-signing-process-start", daemon=True).start()
-            except RuntimeError:  # no threads to be had: the next end of a child tries again
-                with self._lock:
-                    self._replacing = False
+        self._replace_soon()
+
+    def _replace_soon(self) -> None:
+        """Start the replacing thread, unless one runs, the PIN was refused, or this closed."""
+        with self._lock:
+            if self._replacing or self._child is not None or self._closed.is_set() or self._credentials.pin_refused:
+                return
+            self._replacing = True
+        try:
+            threading.Thread(target=self._replace, name="capseal-signing-process-start", daemon=True).start()
+        except RuntimeError:  # no threads to be had: a later request tries again
+            with self._lock:
+                self._replacing = False
 
     def _replace(self) -> None:
         """Start a new child after ``respawn_after`` seconds, and keep trying
@@ -513,11 +530,11 @@ class SigningProcess:
         try:
             while not self._closed.wait(pause):
                 try:
-                    child = self._start()
+                    child = self._start(background=True)
                 except (PinIncorrectError, PinLockedError) as exc:
                     with self._lock:
                         self._replacing = False
-                    log.error("%s; signing in-process from now on (reopen the signer with the right PIN)", exc)
+                    log.error("%s; signing in-process until this process logs in to the token again", exc)
                     return
                 except Exception as exc:  # noqa: BLE001 - logged; the next attempt follows
                     pause = min(pause * 2, _MAX_BACKOFF)

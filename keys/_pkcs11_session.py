@@ -37,7 +37,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from capseal.errors import (
@@ -137,12 +137,14 @@ def _version(pair: tuple[int, int]) -> str:
 @dataclass
 class Module:
     """A loaded PKCS#11 module. ``generation`` grows each time the module is
-    re-initialised; session handles from an older generation are dead."""
+    re-initialised; session handles from an older generation are dead.
+    ``pid``: the process that initialised it (a fork may not use it)."""
 
     path: str
     real: str
     lib: Any
     generation: int = 0
+    pid: int = field(default_factory=os.getpid)
 
     def info(self) -> dict[str, str]:
         lib = self.lib
@@ -311,8 +313,10 @@ class TokenSession:
         self.epoch = 0
         self.users = 0
         self.reconnects = 0
-        # the token refused self._pin (here, or in a signing process's login): it is
-        # never offered again, since tokens lock a PIN after a few wrong tries
+        # a signing process's child was refused self._pin: no child is started in
+        # the background with it again (tokens lock a PIN after a few wrong tries).
+        # Only background starts heed it: a caller's own call still tries once and
+        # gets the typed error; a login of this process that succeeds clears it
         self.pin_refused = False
 
     # -- identity and description
@@ -352,23 +356,15 @@ class TokenSession:
         return self.session
 
     def connect(self) -> None:
-        """Find the token again (by label and serial), open a session, log in.
-        A PIN the token has refused is not offered again."""
-        if self.pin_refused:
-            raise PinIncorrectError(f"{self.name} refused this PIN before; capseal does not offer it again "
-                                    "(tokens lock a PIN after a few wrong tries)",
-                                    hint="open the signer again with the token's current PIN")
+        """Find the token again (by label and serial), open a session, log in."""
         self._drop()
         found = _find_tokens(self.module, self._match)
         if not found:
             raise TokenNotFoundError(f"{self.name} is not present")
         token = found[0]
         self.token = token
-        try:
-            self.session = _open_logged_in(token, self._pin, self.name)
-        except (PinIncorrectError, PinLockedError):
-            self.pin_refused = self._pin is not None
-            raise
+        self.session = _open_logged_in(token, self._pin, self.name)
+        self.pin_refused = False  # the token takes the PIN (again)
         self.generation = self.module.generation
         self.epoch += 1
 
@@ -413,6 +409,15 @@ class TokenSession:
         """The PIN this process logged in with, for a signing process of this
         signer's (``_pkcs11_helper``), which sends it down the child's stdin."""
         return None if self._pin is None else self._pin.reveal()
+
+    def child_refused(self, sent: str | None) -> None:
+        """A signing process's child was refused the PIN ``sent``: remembered
+        (see ``pin_refused``) if it is still the PIN this process holds — a
+        caller may have brought the right one meanwhile — and only for a PIN
+        actually sent (a PIN pad's refusal is the person's to retry)."""
+        with P11_LOCK:
+            if sent is not None and self._pin is not None and self._pin.matches(_Secret(sent)):
+                self.pin_refused = True
 
     def close(self) -> None:
         self._drop()
@@ -488,12 +493,11 @@ def open_token(uri: PKCS11URI, *, pin: str | None, module_allowlist: object = No
             elif existing.live():
                 existing.check_pin(secret)  # raises: the token cannot be asked again
             else:  # its session is gone and this caller has another PIN: ask the token
-                old = existing._pin, existing.pin_refused
-                existing._pin, existing.pin_refused = secret, False
+                old, existing._pin = existing._pin, secret
                 try:
                     existing.connect()
                 except BaseException:
-                    existing._pin, existing.pin_refused = old
+                    existing._pin = old
                     raise
             existing.users += 1
             return existing

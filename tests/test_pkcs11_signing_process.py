@@ -27,7 +27,6 @@ from capseal.envelope import signature_ok
 from capseal.errors import (
     DeviceError,
     KeyNotFoundError,
-    PinIncorrectError,
     SignerUnavailableError,
     UnsupportedAlgorithmError,
 )
@@ -415,17 +414,19 @@ def test_a_child_that_stops_answering_is_killed_and_replaced(softhsm: Any, tmp_p
         assert signer.sign(b"after").alg == "EdDSA" and process.pid == new
 
 
-def test_a_pin_refused_to_a_child_is_never_offered_again(softhsm: Any, caplog: Any) -> None:
+def test_a_pin_refused_to_a_child_is_not_offered_again_in_the_background(softhsm: Any, caplog: Any) -> None:
     """The token's PIN changes under two running signers of one token: the
-    first replacement child is refused the PIN, and nothing offers that PIN
-    again — not that signer, not the other signer's replacement, not the
-    parent's own reconnect (a token locks a PIN after a few wrong tries);
-    signing goes on in-process on the session still logged in."""
+    first replacement child is refused the PIN, and no child of either signer
+    is started with it again (a token locks a PIN after a few wrong tries;
+    nobody asked for these logins); signing goes on in-process on the
+    session still logged in. Once this process logs in with the PIN again
+    (the operator changed it back), children are started again."""
     caplog.set_level(logging.INFO, logger="capseal.keys.pkcs11")
     new_pin = "changed-pin-Zq~9"
     signers = [open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) for _ in range(2)]
     ts = signers[0].token_session
     assert signers[1].token_session is ts
+    changed = False
     try:
         processes = [s._process for s in signers]
         pids = [p.pid if p is not None else None for p in processes]
@@ -434,6 +435,7 @@ def test_a_pin_refused_to_a_child_is_never_offered_again(softhsm: Any, caplog: A
             p._respawn_after = 0.05
         with P11_LOCK, ts.token.open(rw=True) as session:
             session.set_pin(softhsm.pin, new_pin)
+        changed = True
         os.kill(pids[0] or 0, signal.SIGKILL)
 
         def refusals() -> int:  # log lines of children refused the PIN
@@ -446,16 +448,62 @@ def test_a_pin_refused_to_a_child_is_never_offered_again(softhsm: Any, caplog: A
         time.sleep(1.5)  # room for several more attempts (a start takes ~0.5 s; pauses 0.05, 0.1, 0.2 s)
         assert refusals() == 1
         assert all(p is not None and p._child is None for p in processes)
-        with pytest.raises(PinIncorrectError, match="refused this PIN before"):
-            with P11_LOCK:
-                ts.connect()  # the parent's own reconnect does not offer it either
+        assert all(s.sign(b"in-process").alg == "EdDSA" for s in signers)
         assert softhsm.pin not in caplog.text and new_pin not in caplog.text
+
+        with P11_LOCK, ts.token.open(rw=True) as session:  # the operator puts the PIN back
+            session.set_pin(new_pin, softhsm.pin)
+        changed = False
+        with P11_LOCK:
+            ts.connect()  # this process's own login (a reconnect) succeeds with it
+        assert not ts.pin_refused
+        for s, p in zip(signers, processes):
+            s.sign(b"wakes the replacement")
+            _wait_for(lambda p=p: p is not None and p.pid is not None)
+        assert refusals() == 1
     finally:
         for s in signers:
             s.close()
-        with P11_LOCK, ts.token.open(rw=True, user_pin=new_pin) as session:
-            session.set_pin(new_pin, softhsm.pin)
-        ts.pin_refused = False
+        if changed:
+            with P11_LOCK, ts.token.open(rw=True, user_pin=new_pin) as session:
+                session.set_pin(new_pin, softhsm.pin)
+
+
+def test_a_forked_process_gets_a_typed_error_not_a_hang(softhsm: Any) -> None:
+    """A fork taken while another thread held the process-wide PKCS#11 lock:
+    the lock stays held in the fork for ever, and PKCS#11 state does not
+    survive fork() anyway. Signing there raises SignerUnavailableError at
+    once, naming the token."""
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin) as signer:
+        held, release = threading.Event(), threading.Event()
+
+        def another_thread_in_a_pkcs11_call() -> None:
+            with P11_LOCK:
+                held.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=another_thread_in_a_pkcs11_call)
+        holder.start()
+        assert held.wait(10)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the fork
+                try:
+                    signer.sign(b"in the fork")
+                    os._exit(1)
+                except SignerUnavailableError as exc:
+                    os._exit(0 if "forked" in str(exc) and softhsm.label in str(exc) else 2)
+                except BaseException:
+                    os._exit(3)
+        finally:
+            release.set()
+            holder.join()
+        deadline = time.monotonic() + 30
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            assert time.monotonic() < deadline, "the fork hangs"
+            time.sleep(0.02)
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+        assert signer.sign(b"parent").alg == "EdDSA"
 
 
 def test_a_long_burst_on_the_child_is_not_taken_for_a_hang(softhsm: Any) -> None:
