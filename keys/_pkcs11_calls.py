@@ -5,7 +5,6 @@ worker thread (see :class:`_TokenWorker` for why that is faster).
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable
@@ -25,14 +24,7 @@ def run(ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
 
     Uncontended, the call runs on the caller's thread. When another thread
     holds the lock, the call is handed to :data:`_WORKER` instead of waiting
-    for the lock here: see :class:`_TokenWorker` for why that is faster.
-
-    Not in a process forked from the one that opened the token: PKCS#11
-    state does not survive fork() (the module must be initialised anew), and
-    a lock another thread held at the fork stays held there for ever."""
-    if ts.module.pid != os.getpid():
-        raise SignerUnavailableError(f"{where}: this process was forked from the one that opened {ts.name}; "
-                                     "PKCS#11 sessions do not survive fork()", hint="open the signer in this process")
+    for the lock here: see :class:`_TokenWorker` for why that is faster."""
     if P11_LOCK.acquire(blocking=False):  # also true when this thread already holds it
         try:
             return _run_locked(ts, fn, where)

@@ -65,10 +65,13 @@ class Credentials(Protocol):
     every signer of the token, so a PIN the token refused is known to all."""
 
     pin_refused: bool
+    child_starts: threading.Lock  # background starts of any signer's child go one at a time
 
     def pin_for_child(self) -> str | None: ...
 
     def child_refused(self, sent: str | None) -> None: ...
+
+    def child_accepted(self, sent: str | None) -> None: ...
 
 
 class Owner(Protocol):
@@ -424,12 +427,21 @@ class SigningProcess:
     def _start(self, *, background: bool = False) -> _Child:
         """A new child, logged in and self-tested (its reader not yet
         started); raises a typed error naming the token and key when it
-        cannot start. Listed in ``_children`` from its first moment, so a
-        close() meanwhile stops it (and this start then fails). A background
-        start (``background``) never offers a PIN the token refused a child."""
-        if background and self._credentials.pin_refused:
-            raise PinIncorrectError(f"{self._where}: the token refused this PIN to a signing process; none is "
-                                    "started with it in the background (tokens lock a PIN after a few wrong tries)")
+        cannot start. A background start (``background``: nobody asked for
+        it) never offers a PIN the token refused a child, and waits for any
+        other signer's background start on the token, so that when several
+        children end together the token sees one wrong try, not one each."""
+        if not background:
+            return self._start_child()
+        with self._credentials.child_starts:
+            if self._credentials.pin_refused:
+                raise PinIncorrectError(f"{self._where}: the token refused this PIN to a signing process; none is "
+                                        "started with it in the background (tokens lock a PIN after a few wrong tries)")
+            return self._start_child()
+
+    def _start_child(self) -> _Child:
+        """``_start``'s work. Listed in ``_children`` from its first moment, so
+        a close() meanwhile stops it (and this start then fails)."""
         try:
             proc = subprocess.Popen([sys.executable, "-m", "capseal.keys._pkcs11_helper_main"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -462,6 +474,7 @@ class SigningProcess:
                                           .rstrip(": "))
             else:
                 payload, check = self._self_test()
+                self._credentials.child_accepted(sent)
                 signature = child.sign_now(payload, deadline)
                 if signature is None or not check(signature):
                     failure = DeviceError(f"{self._where}: the signing process's self-test signature "
@@ -532,10 +545,14 @@ class SigningProcess:
                 try:
                     child = self._start(background=True)
                 except (PinIncorrectError, PinLockedError) as exc:
-                    with self._lock:
-                        self._replacing = False
-                    log.error("%s; signing in-process until this process logs in to the token again", exc)
-                    return
+                    if self._credentials.pin_refused:  # marked: no more tries with this PIN
+                        with self._lock:
+                            self._replacing = False
+                        log.error("%s; signing in-process until a login with this PIN succeeds again", exc)
+                        return
+                    pause = min(pause * 2, _MAX_BACKOFF)  # the PIN changed meanwhile: the next try uses the new one
+                    log.warning("%s; trying again in %.0f s", exc, pause)
+                    continue
                 except Exception as exc:  # noqa: BLE001 - logged; the next attempt follows
                     pause = min(pause * 2, _MAX_BACKOFF)
                     log.warning("%s; signing in-process, trying again in %.0f s",

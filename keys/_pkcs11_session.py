@@ -37,7 +37,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from capseal.errors import (
@@ -137,14 +137,12 @@ def _version(pair: tuple[int, int]) -> str:
 @dataclass
 class Module:
     """A loaded PKCS#11 module. ``generation`` grows each time the module is
-    re-initialised; session handles from an older generation are dead.
-    ``pid``: the process that initialised it (a fork may not use it)."""
+    re-initialised; session handles from an older generation are dead."""
 
     path: str
     real: str
     lib: Any
     generation: int = 0
-    pid: int = field(default_factory=os.getpid)
 
     def info(self) -> dict[str, str]:
         lib = self.lib
@@ -316,8 +314,10 @@ class TokenSession:
         # a signing process's child was refused self._pin: no child is started in
         # the background with it again (tokens lock a PIN after a few wrong tries).
         # Only background starts heed it: a caller's own call still tries once and
-        # gets the typed error; a login of this process that succeeds clears it
+        # gets the typed error; a login with it that succeeds (this process's, or a
+        # child's a caller started) clears it. Background starts go one at a time
         self.pin_refused = False
+        self.child_starts = threading.Lock()
 
     # -- identity and description
 
@@ -410,14 +410,26 @@ class TokenSession:
         signer's (``_pkcs11_helper``), which sends it down the child's stdin."""
         return None if self._pin is None else self._pin.reveal()
 
+    def _holds(self, sent: str | None) -> bool:
+        if sent is None or self._pin is None:
+            return sent is None and self._pin is None
+        return self._pin.matches(_Secret(sent))
+
     def child_refused(self, sent: str | None) -> None:
-        """A signing process's child was refused the PIN ``sent``: remembered
-        (see ``pin_refused``) if it is still the PIN this process holds — a
-        caller may have brought the right one meanwhile — and only for a PIN
-        actually sent (a PIN pad's refusal is the person's to retry)."""
+        """A signing process's child was refused the PIN ``sent`` (None: no
+        PIN, a PIN pad): remembered (see ``pin_refused``) if it is still what
+        this process holds — a caller may have brought the right one
+        meanwhile, and then the next start tries that."""
         with P11_LOCK:
-            if sent is not None and self._pin is not None and self._pin.matches(_Secret(sent)):
+            if self._holds(sent):
                 self.pin_refused = True
+
+    def child_accepted(self, sent: str | None) -> None:
+        """A child logged in with ``sent``: if it is what this process holds,
+        the token takes it (again)."""
+        with P11_LOCK:
+            if self._holds(sent):
+                self.pin_refused = False
 
     def close(self) -> None:
         self._drop()
