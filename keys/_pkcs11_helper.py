@@ -434,6 +434,8 @@ class SigningProcess:
         if not background:
             return self._start_child()
         with self._credentials.child_starts:
+            if self._closed.is_set():  # closed while it waited for another signer's start
+                raise DeviceError(f"{self._where}: the signing process was closed while it started")
             if self._credentials.pin_refused:
                 raise PinIncorrectError(f"{self._where}: the token refused this PIN to a signing process; none is "
                                         "started with it in the background (tokens lock a PIN after a few wrong tries)")

@@ -407,8 +407,11 @@ class TokenSession:
 
     def pin_for_child(self) -> str | None:
         """The PIN this process logged in with, for a signing process of this
-        signer's (``_pkcs11_helper``), which sends it down the child's stdin."""
-        return None if self._pin is None else self._pin.reveal()
+        signer's (``_pkcs11_helper``), which sends it down the child's stdin.
+        Read under the lock: ``open_token`` swaps in a caller's PIN while it
+        tries it, and only a PIN the token took is sent."""
+        with P11_LOCK:
+            return None if self._pin is None else self._pin.reveal()
 
     def _holds(self, sent: str | None) -> bool:
         if sent is None or self._pin is None:
@@ -417,8 +420,9 @@ class TokenSession:
 
     def child_refused(self, sent: str | None) -> None:
         """A signing process's child was refused the PIN ``sent`` (None: no
-        PIN, a PIN pad): remembered (see ``pin_refused``) if it is still what
-        this process holds — a caller may have brought the right one
+        PIN, a PIN pad, whose refusal is marked too: nobody is prompted again
+        in the background): remembered (see ``pin_refused``) if it is still
+        what this process holds — a caller may have brought the right one
         meanwhile, and then the next start tries that."""
         with P11_LOCK:
             if self._holds(sent):
