@@ -311,12 +311,7 @@ class _Child:
         holding it may be blocked on a full pipe, which the child only drains
         once the reader takes its answers."""
         self.accepting = False
-        if self._lock.acquire(blocking=False):
-            try:
-                self._retire_locked()
-            finally:
-                self._lock.release()
-        else:  # a writer holds it: a helper waits for it (the reader goes on draining meanwhile)
+        if not self._retire_within(0.0):  # a writer holds it: a helper waits for it (the reader goes on draining)
             try:
                 threading.Thread(target=self.retire, name="capseal-signing-process-retire", daemon=True).start()
             except RuntimeError:  # no threads to be had: wait here (a writer stuck on a full pipe is all but unheard of)
@@ -325,6 +320,17 @@ class _Child:
     def retire(self) -> None:
         with self._lock:
             self._retire_locked()
+
+    def _retire_within(self, timeout: float) -> bool:
+        """Retire if the lock comes within ``timeout`` seconds (0: only if free now)."""
+        acquired = self._lock.acquire(timeout=timeout) if timeout > 0 else self._lock.acquire(blocking=False)
+        if not acquired:
+            return False
+        try:
+            self._retire_locked()
+        finally:
+            self._lock.release()
+        return True
 
     def _retire_locked(self) -> None:
         self.accepting = False
@@ -345,11 +351,7 @@ class _Child:
         which frees the writer with a broken pipe."""
         deadline = time.monotonic() + timeout
         self.accepting = False
-        if self._lock.acquire(timeout=timeout):
-            try:
-                self._retire_locked()
-            finally:
-                self._lock.release()
+        self._retire_within(timeout)
         if self._reader is None:
             self.proc.kill()
         try:
