@@ -21,8 +21,9 @@ What stays as it was:
   path: typed errors, reconnect), the child is retired, and a new one is
   started in the background after ``respawn_after`` seconds (doubling, up to
   a minute, while starts keep failing); meanwhile signatures are made in this
-  process. A child refused the PIN is not started again: tokens lock a PIN
-  after a few wrong tries, and capseal never retries a refused PIN;
+  process. A PIN a child was refused is not offered again by a background
+  start, for any signer of the token (tokens lock a PIN after a few wrong
+  tries, and nobody asked for these logins), until a login with it succeeds;
 * the PIN reaches the child through its stdin only (never its argv or
   environment, which other users can read in ``/proc``), and the child's
   stderr goes to /dev/null; the child runs in its own session, so a Ctrl-C
@@ -541,7 +542,9 @@ class SigningProcess:
     def _replace(self) -> None:
         """Start a new child after ``respawn_after`` seconds, and keep trying
         (the pause doubling up to a minute) until one starts or this closes.
-        A refused PIN ends the attempts for good: it is never tried again.
+        A PIN refusal that marks the PIN ends the attempts until a login with
+        it succeeds again (``begin`` then starts a replacement); one that does
+        not (the PIN changed meanwhile) backs off like any other failure.
         Should this thread itself die, the flag is cleared."""
         pause = self._respawn_after
         try:
