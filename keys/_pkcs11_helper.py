@@ -55,6 +55,11 @@ __all__ = ["SigningProcess"]
 
 log = logging.getLogger("capseal.keys.pkcs11")
 
+# ``python -m`` (and ``-c``) put the working directory first on the import path:
+# a stray ``pkcs11.py`` there would run in the child, with the PIN in reach. The
+# child drops that entry before it imports anything (``-P`` would too, from 3.11)
+_CHILD_MAIN = ("import sys; del sys.path[0]; import runpy; "
+               "runpy.run_module('capseal.keys._pkcs11_helper_main', run_name='__main__', alter_sys=True)")
 START_TIMEOUT = 60.0  # s: interpreter start, imports, C_Initialize, login, key lookup, self-test
 ANSWER_TIMEOUT = 30.0  # s without any answer while requests wait: the child is taken to hang
 _MAX_BACKOFF = 60.0
@@ -216,9 +221,11 @@ class _Child:
     def start_reader(self, on_end: Callable[[_Child, bool], None]) -> None:
         """Read answers until the child ends; ``on_end(child, refused)`` when it
         takes no more requests (refused: the token said no to one)."""
-        self._reader = threading.Thread(target=self._read_loop, args=(on_end,),
-                                        name=f"capseal-signing-process-{self.proc.pid}", daemon=True)
-        self._reader.start()
+        reader = threading.Thread(target=self._read_loop, args=(on_end,),
+                                  name=f"capseal-signing-process-{self.proc.pid}", daemon=True)
+        with self._lock:  # stop() decides under it whether a reader will settle the queue
+            reader.start()  # RuntimeError (no threads): no reader, as before
+            self._reader = reader
 
     # -- work
 
@@ -360,6 +367,10 @@ class _Child:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        with self._lock:
+            if self._reader is None:  # nobody else will settle what was sent to it: made in-process
+                while self._waiting:
+                    self._waiting.popleft().settle(None)
         reader = self._reader
         if reader is not None and reader is not threading.current_thread():
             reader.join(timeout)  # the child is gone: its end of file is on the way
@@ -448,7 +459,7 @@ class SigningProcess:
         """``_start``'s work. Listed in ``_children`` from its first moment, so
         a close() meanwhile stops it (and this start then fails)."""
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "capseal.keys._pkcs11_helper_main"],
+            proc = subprocess.Popen([sys.executable, "-c", _CHILD_MAIN],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                     close_fds=True, start_new_session=True, bufsize=0)
         except OSError as exc:  # no processes or file descriptors left, …
@@ -513,7 +524,14 @@ class SigningProcess:
         if closed:
             self._discard(child)
             return
-        child.start_reader(self._ended)
+        try:
+            child.start_reader(self._ended)
+        except RuntimeError:  # no threads to be had: this child cannot be used
+            with self._lock:
+                if self._child is child:
+                    self._child = None
+            self._discard(child)  # its requests, if any were sent, are made in-process
+            self._replace_soon()
 
     def _ended(self, child: _Child, refused: bool) -> None:
         """``child`` takes no more requests (the token refused one, or the child

@@ -555,3 +555,49 @@ def test_closing_during_a_start_never_writes_to_a_reused_file_descriptor(softhsm
             f.close()
         signer.close()
     assert all((tmp_path / f"victim-{i}.log").read_bytes() == b"" for i in range(16))
+
+
+def test_the_child_never_imports_from_the_working_directory(softhsm: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """``python -m`` puts the working directory first on the import path: a
+    stray ``pkcs11.py`` there would run in the child, next to the PIN. The
+    child drops that entry before it imports anything."""
+    uri = _key(softhsm, "ed25519")
+    marker = tmp_path / "imported"
+    (tmp_path / "pkcs11.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('not this one')\n")
+    monkeypatch.chdir(tmp_path)
+    with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
+        assert signer.sign(b"x").alg == "EdDSA"
+        assert not _parent_signed(signer)
+    assert not marker.exists()
+
+
+def test_a_child_whose_reader_cannot_start_is_discarded_and_replaced(softhsm: Any, monkeypatch: Any) -> None:
+    """No thread to read a new child's answers (RuntimeError: no threads left):
+    the child is not kept as current (its requests would wait for ever); it
+    is stopped, signing goes in-process, and a later replacement is used."""
+    from capseal.keys._pkcs11_helper import _Child
+
+    with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        process = signer._process
+        assert process is not None
+        process._respawn_after = 0.05
+        first = process.pid
+        assert first is not None
+        started: list[int] = []
+        real_start_reader = _Child.start_reader
+
+        def start_reader_once_failing(child: Any, on_end: Any) -> None:
+            started.append(child.proc.pid)
+            if len(started) == 1:
+                raise RuntimeError("can't start new thread")
+            real_start_reader(child, on_end)
+
+        monkeypatch.setattr(_Child, "start_reader", start_reader_once_failing)
+        os.kill(first, signal.SIGKILL)
+        _wait_for(lambda: len(started) >= 1)
+        pending = [signer.begin_sign(f"m-{i}".encode()) for i in range(20)]
+        for i, p in enumerate(pending):
+            assert signature_ok("EdDSA", signer.public_key, p.result().signature, f"m-{i}".encode())
+        _wait_for(lambda: len(started) >= 2 and process.pid == started[1])
+        assert not _alive(started[0])  # the child without a reader was stopped
+        assert signer.sign(b"after").alg == "EdDSA"
