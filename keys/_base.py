@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,15 +47,16 @@ class PendingSignature(ABC):
 
 
 class _SignOnResult(PendingSignature):
-    """The default: nothing happens until ``result()``, which calls ``sign``."""
+    """The default: nothing happens until ``result()``, which makes the call
+    (``signer.sign(data)``, or a backend's own in-process path)."""
 
-    __slots__ = ("_signer", "_data")
+    __slots__ = ("_call", "_data")
 
-    def __init__(self, signer: Signer, data: bytes) -> None:
-        self._signer, self._data = signer, data
+    def __init__(self, call: Callable[[bytes], SignatureResult], data: bytes) -> None:
+        self._call, self._data = call, data
 
     def result(self) -> SignatureResult:
-        return self._signer.sign(self._data)
+        return self._call(self._data)
 
 
 def alg_for_public_key(public_key: Any) -> str:
@@ -151,7 +153,7 @@ class Signer(ABC):
         a backend whose device queues commands (``queues_signatures``)
         overrides this so that several signatures can be in the queue at once
         and the device never waits for the caller between two of them."""
-        return _SignOnResult(self, data)
+        return _SignOnResult(self.sign, data)
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:

@@ -48,7 +48,8 @@ from typing import Any, Protocol
 
 from capseal.errors import DeviceError, PinIncorrectError, PinLockedError, SignerError
 
-from ._base import PendingSignature, SignatureResult
+from ._base import PendingSignature, SignatureResult, _SignOnResult
+from ._pkcs11_fast import _BUFFER as _MAX_SIGNATURE  # the direct path's output buffer: no answer is longer
 from ._pkcs11_helper_main import _ANSWER, _HEADER, _frame, _write_all
 
 __all__ = ["SigningProcess"]
@@ -116,18 +117,6 @@ class _ProcessSignature(PendingSignature):
         return self._owner._signature_result(self._signature)
 
 
-class _InProcess(PendingSignature):
-    """No child to ask (starting, or being replaced): signed in this process on ``result()``."""
-
-    __slots__ = ("_owner", "_payload")
-
-    def __init__(self, owner: Owner, payload: bytes) -> None:
-        self._owner, self._payload = owner, payload
-
-    def result(self) -> SignatureResult:
-        return self._owner._sign_in_process(self._payload)
-
-
 class _OutOfStep(Exception):
     """An answer whose sequence number is not the one expected."""
 
@@ -155,8 +144,7 @@ class _Child:
         for child in list(cls._live):
             child.accepting = False
             child._lock = threading.Lock()  # a thread that held it at the fork does not exist here
-            while child._waiting:  # nobody here will read their answers
-                child._waiting.popleft().settle(None)
+            child._settle_all()  # nobody here will read their answers
             for pipe in (child.proc.stdin, child.proc.stdout):
                 if pipe is not None:
                     try:
@@ -279,7 +267,7 @@ class _Child:
                 at = 0
                 while len(buffer) - at >= _ANSWER.size:
                     status, sequence, size = _ANSWER.unpack_from(buffer, at)
-                    if sequence != self._sequence or size > 1024:
+                    if sequence != self._sequence or size > _MAX_SIGNATURE:
                         raise _OutOfStep
                     if len(buffer) - at - _ANSWER.size < size:
                         break
@@ -306,8 +294,7 @@ class _Child:
                 self.accepting = False
             with self._lock:  # the child is gone or going: a writer blocked on its pipe is freed
                 self.accepting = False
-                while self._waiting:
-                    self._waiting.popleft().settle(None)  # made in-process by whoever waits
+                self._settle_all()
             if self.proc.stdout is not None:
                 self.proc.stdout.close()  # the reader owns it now; nobody else reads it
             on_end(self, refused)
@@ -340,6 +327,12 @@ class _Child:
             self._lock.release()
         return True
 
+    def _settle_all(self) -> None:
+        """Settle every request still waiting with no answer: each is then made
+        in-process by whoever waits for it. Lock held (or no other thread)."""
+        while self._waiting:
+            self._waiting.popleft().settle(None)
+
     def _retire_locked(self) -> None:
         self.accepting = False
         stdin = self.proc.stdin
@@ -368,9 +361,8 @@ class _Child:
             self.proc.kill()
             self.proc.wait()
         with self._lock:
-            if self._reader is None:  # nobody else will settle what was sent to it: made in-process
-                while self._waiting:
-                    self._waiting.popleft().settle(None)
+            if self._reader is None:  # nobody else will settle what was sent to it
+                self._settle_all()
         reader = self._reader
         if reader is not None and reader is not threading.current_thread():
             reader.join(timeout)  # the child is gone: its end of file is on the way
@@ -423,7 +415,7 @@ class SigningProcess:
                 return pending
         elif child is None and not self._replacing and not self._credentials.pin_refused:
             self._replace_soon()  # replacement had stopped on a refused PIN, which the token now takes
-        return _InProcess(owner, payload)
+        return _SignOnResult(owner._sign_in_process, payload)  # no child to ask: signed here on result()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the children, a child still starting included: each signs what

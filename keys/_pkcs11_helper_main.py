@@ -68,19 +68,18 @@ def _frame(data: bytes) -> bytes:
 def _open(config: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(session, key, FastSign) for the key the parent named; raises capseal's
     typed errors."""
-    import pkcs11
-
     from capseal.errors import DeviceError, KeyNotFoundError, TokenNotFoundError
 
     from ._base import kid_for
     from ._pkcs11_fast import FastSign
     from ._pkcs11_keys import load_keypair
-    from ._pkcs11_session import _open_logged_in, _Secret, _serial
+    from ._pkcs11_session import P11_LOCK, _find_tokens, _open_logged_in, _Secret, load_module
     from ._pkcs11_uri import PKCS11URI
 
     name = f"token {config['token_label']!r} (serial {config['serial']})"
-    tokens = [t for t in pkcs11.lib(config["module"]).get_tokens(token_label=config["token_label"])
-              if _serial(t) == config["serial"]]
+    module = load_module(config["module"])  # the allow-list in the environment applies here too
+    with P11_LOCK:
+        tokens = _find_tokens(module, PKCS11URI(token=config["token_label"], serial=config["serial"]))
     if not tokens:
         raise TokenNotFoundError(f"{name} is not present")
     pin = config.pop("pin")

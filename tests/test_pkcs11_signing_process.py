@@ -497,7 +497,7 @@ def test_a_process_forked_while_a_request_was_being_written_does_not_hang(sofths
             if pid == 0:  # the fork
                 try:
                     pending = signer.begin_sign(b"in the fork")
-                    os._exit(0 if type(pending).__name__ == "_InProcess" and not process._child._lock.locked()
+                    os._exit(0 if type(pending).__name__ == "_SignOnResult" and not process._child._lock.locked()
                              else 1)
                 except BaseException:
                     os._exit(2)
