@@ -143,6 +143,7 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
         arms["sealed 1 thr"] = lambda: opened[0].rate(1)
         arms["sealed 2 thr"] = lambda: opened[0].rate(2)
         raw_arms, other = list(raws), dict[str, list[str]]()
+        process = None
         if alg == "ed25519":
             opened.append(SealedArm(signer, tmp, count, bench_only_skip_device_check=True))
             arms["sealed 1 thr, no device check (bench only)"] = lambda: opened[1].rate(1)
@@ -160,7 +161,7 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
         finally:
             for arm in opened:
                 arm.close()
-            if alg == "ed25519":
+            if process is not None:
                 process.close()
         row = summarize(name, figures, raw_arms, ["sealed 1 thr", "sealed 2 thr"], other)
         if signer._fast is not None:

@@ -145,8 +145,7 @@ class PKCS11Signer(Signer):
             from capseal.envelope import signature_ok
 
             message = b"capseal signing-process self-test " + os.urandom(16)
-            payload = mech.prehash(message).digest() if mech.prehash is not None else message
-            return payload, lambda signature: signature_ok(alg, public, signature, message)
+            return self._payload(message), lambda signature: signature_ok(alg, public, signature, message)
 
         return SigningProcess(config, ts, self_test, self._where)
 
@@ -210,9 +209,8 @@ class PKCS11Signer(Signer):
         return mech.prehash(data).digest() if mech.prehash is not None else bytes(data)
 
     def sign(self, data: bytes) -> SignatureResult:
-        process = self._process
-        if process is not None:
-            return process.begin(self, self._payload(data)).result()
+        if self._process is not None:
+            return self.begin_sign(data).result()
         return self._sign_in_process(self._payload(data))
 
     def begin_sign(self, data: bytes) -> PendingSignature:

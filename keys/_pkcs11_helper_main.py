@@ -1,6 +1,7 @@
-"""The signing process's side (see ``_pkcs11_helper``): run as
-``python -m capseal.keys._pkcs11_helper_main``, it logs in to one token, finds
-one key, and signs what arrives on stdin until stdin closes.
+"""The signing process's side (see ``_pkcs11_helper``): run as the module
+``capseal.keys._pkcs11_helper_main`` (through ``runpy``, with the working
+directory off the import path), it logs in to one token, finds one key, and
+signs what arrives on stdin until stdin closes.
 
 Why a process of its own: in the producer's process every signature waits
 for the GIL after ``C_Sign`` returns, behind threads busy with capseal's
@@ -120,14 +121,14 @@ def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) 
             return
         buffer += chunk
         answers, at, since = [], 0, time.monotonic()
-        while len(buffer) - at >= 4:
+        while len(buffer) - at >= _HEADER.size:
             (size,) = _HEADER.unpack_from(buffer, at)
             if size > MAX_REQUEST:
                 return  # not our parent's protocol: stop (the parent sees end of file)
-            if len(buffer) - at - 4 < size:
+            start = at + _HEADER.size
+            if len(buffer) - start < size:
                 break
-            data = buffer[at + 4: at + 4 + size]
-            at += 4 + size
+            data, at = buffer[start: start + size], start + size
             signature = fast.sign(session_handle, key_handle, data)
             answers.append(_ANSWER.pack(1, sequence, 0) if signature is None
                            else _ANSWER.pack(0, sequence, len(signature)) + signature)

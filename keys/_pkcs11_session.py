@@ -413,11 +413,6 @@ class TokenSession:
         with P11_LOCK:
             return None if self._pin is None else self._pin.reveal()
 
-    def _holds(self, sent: str | None) -> bool:
-        if sent is None or self._pin is None:
-            return sent is None and self._pin is None
-        return self._pin.matches(_Secret(sent))
-
     def child_refused(self, sent: str | None) -> None:
         """A signing process's child was refused the PIN ``sent`` (None: no
         PIN, a PIN pad, whose refusal is marked too: nobody is prompted again
@@ -425,14 +420,14 @@ class TokenSession:
         what this process holds — a caller may have brought the right one
         meanwhile, and then the next start tries that."""
         with P11_LOCK:
-            if self._holds(sent):
+            if self.pin_matches(None if sent is None else _Secret(sent)):
                 self.pin_refused = True
 
     def child_accepted(self, sent: str | None) -> None:
         """A child logged in with ``sent``: if it is what this process holds,
         the token takes it (again)."""
         with P11_LOCK:
-            if self._holds(sent):
+            if self.pin_matches(None if sent is None else _Secret(sent)):
                 self.pin_refused = False
 
     def close(self) -> None:
