@@ -5,6 +5,7 @@ worker thread (see :class:`_TokenWorker` for why that is faster).
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -118,5 +119,15 @@ class _TokenWorker:
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(None)
 
+    def _forget_after_fork(self) -> None:
+        """In a forked process: the worker thread is not there, and the
+        requests queued for it are the parent's (their callers wait there).
+        Start afresh: a new thread on first use, an empty queue."""
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        self._start = threading.Lock()
+
 
 _WORKER = _TokenWorker()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WORKER._forget_after_fork)

@@ -1,5 +1,6 @@
 """``C_SignInit`` + ``C_Sign`` straight through the module's function table,
-for the signing hot path.
+for the signing hot path (and ``C_Initialize``, which a forked process must
+call first and python-pkcs11 will not make: see :func:`c_initialize`).
 
 Why: python-pkcs11's ``key.sign`` makes three calls into the module per
 signature (``C_SignInit``, ``C_Sign`` asking for the length, ``C_Sign``), each
@@ -44,13 +45,14 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["FastSign"]
+__all__ = ["FastSign", "c_initialize"]
 
 log = logging.getLogger("capseal.keys.pkcs11")
 
@@ -59,7 +61,7 @@ _CKR_BUFFER_TOO_SMALL = 0x150
 _CKR_OPERATION_ACTIVE = 0x90
 _BUFFER = 1024  # far above any signature made here (at most 96 bytes)
 _SPARE = 1 << 17  # ends a leftover operation whatever its mechanism (SLH-DSA signs up to ~50 KB)
-_SIGN_INIT, _SIGN, _SIGN_FINAL, _GET_FUNCTION_LIST = 42, 43, 45, 3  # 0-based slots after CK_VERSION (PKCS#11 2.40 §5.13)
+_INITIALIZE, _GET_FUNCTION_LIST, _SIGN_INIT, _SIGN, _SIGN_FINAL = 0, 3, 42, 43, 45  # 0-based slots after CK_VERSION (PKCS#11 2.40 §5.13)
 
 
 class _Mechanism(ctypes.Structure):
@@ -74,6 +76,7 @@ class _FunctionList(ctypes.Structure):
 _SIGN_INIT_ARGS = (_CK_ULONG, _CK_ULONG, ctypes.POINTER(_Mechanism), _CK_ULONG)
 _SIGN_ARGS = (_CK_ULONG, _CK_ULONG, ctypes.c_char_p, _CK_ULONG, ctypes.c_void_p, ctypes.POINTER(_CK_ULONG))
 _SignFinal = ctypes.CFUNCTYPE(_CK_ULONG, _CK_ULONG, ctypes.c_void_p, ctypes.POINTER(_CK_ULONG))
+_Initialize = ctypes.CFUNCTYPE(_CK_ULONG, ctypes.c_void_p)
 
 # s: a call this quick costs less with the GIL kept than with a handoff (waking
 # a thread and taking the GIL back costs tens to hundreds of µs under load).
@@ -148,33 +151,60 @@ class _GILPolicy:
         return rv
 
 
-_TABLES: dict[str, tuple[Any, int, int, int] | None] = {}
+class _Table(NamedTuple):
+    """A module's library handle and the addresses of the functions used here."""
+
+    lib: Any  # held: the module is never unloaded under us
+    initialize: int
+    sign_init: int
+    sign: int
+    sign_final: int
+
+
+_TABLES: dict[str, _Table | None] = {}
 _TABLES_LOCK = threading.Lock()
 
 
-def _table(path: str) -> tuple[Any, int, int, int] | None:
-    """(library, addresses of C_SignInit, C_Sign, C_SignFinal) for the module at ``path``
-    (already loaded and initialised by python-pkcs11: the same dlopen
-    handle), or None."""
+def _table(path: str) -> _Table | None:
+    """The function table of the module at ``path`` (already loaded by
+    python-pkcs11: the same dlopen handle), or None."""
     if sys.platform == "win32":  # CK_* structures are 1-byte packed there
         return None
     with _TABLES_LOCK:
         if path in _TABLES:
             return _TABLES[path]
-        entry: tuple[Any, int, int, int] | None = None
+        entry: _Table | None = None
         try:
-            lib = ctypes.CDLL(path)  # holds a reference: the module is never unloaded under us
+            lib = ctypes.CDLL(path)
             table = ctypes.POINTER(_FunctionList)()
             if lib.C_GetFunctionList(ctypes.byref(table)) == 0 and table:
                 functions = table.contents
                 exported = ctypes.cast(lib.C_GetFunctionList, ctypes.c_void_p).value
                 if getattr(functions, f"f{_GET_FUNCTION_LIST}") == exported:
-                    entry = (lib, getattr(functions, f"f{_SIGN_INIT}"), getattr(functions, f"f{_SIGN}"),
-                             getattr(functions, f"f{_SIGN_FINAL}"))
+                    entry = _Table(lib, *(getattr(functions, f"f{i}") for i in (_INITIALIZE, _SIGN_INIT, _SIGN, _SIGN_FINAL)))
         except (OSError, AttributeError, ValueError, TypeError) as exc:
-            log.debug("no direct C_Sign for %s: %s", path, type(exc).__name__)
+            log.debug("no direct function table for %s: %s", path, type(exc).__name__)
         _TABLES[path] = entry
         return entry
+
+
+def c_initialize(path: str) -> int | None:
+    """``C_Initialize(NULL)`` on the module at ``path``, straight through its
+    table: the return value, or None without a trusted table. python-pkcs11
+    will not make this call on a module it believes initialised, and a
+    process forked from one that used the module must make it *first*
+    (``_pkcs11_session``, after a fork)."""
+    table = _table(path)
+    return None if table is None else int(_Initialize(table.initialize)(None))
+
+
+def _after_fork_in_child() -> None:
+    global _TABLES_LOCK
+    _TABLES_LOCK = threading.Lock()  # a thread that held it at the fork does not exist here
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class FastSign:
@@ -194,12 +224,12 @@ class FastSign:
         table = _table(module_path)
         return None if table is None else cls(table, mechanism, software_token=software_token)
 
-    def __init__(self, table: tuple[Any, int, int, int], mechanism: int, *, software_token: bool) -> None:
-        # table[0], the library itself, stays referenced by _TABLES for the process's life
+    def __init__(self, table: _Table, mechanism: int, *, software_token: bool) -> None:
+        # table.lib, the library itself, stays referenced by _TABLES for the process's life
         # per signer: the same module answers each mechanism at its own speed
-        self._init = _GILPolicy(table[1], _SIGN_INIT_ARGS, may_keep=software_token)
-        self._sign = _GILPolicy(table[2], _SIGN_ARGS, may_keep=software_token)
-        self._final = _SignFinal(table[3])
+        self._init = _GILPolicy(table.sign_init, _SIGN_INIT_ARGS, may_keep=software_token)
+        self._sign = _GILPolicy(table.sign, _SIGN_ARGS, may_keep=software_token)
+        self._final = _SignFinal(table.sign_final)
         self._mechanism = _Mechanism(int(mechanism), None, 0)
         self._out = ctypes.create_string_buffer(_BUFFER)
         self._out_len = _CK_ULONG()

@@ -22,6 +22,16 @@ Why this shape (measured, ``hardware-notes.md`` §2):
 * Search iterators are always drained under the lock: an abandoned one calls
   ``C_FindObjectsFinal`` from its finaliser, i.e. from whatever thread the
   garbage collector runs in, outside the lock.
+* A process forked from this one (``os.fork()`` without exec: multiprocessing's
+  ``fork``, a pre-forking server) is, for PKCS#11, another application: it
+  must call ``C_Initialize`` itself *before anything else*, and log in itself;
+  using the parent's module state is undefined (PKCS#11 v2.40 §5.5.1). So a
+  fork first waits (up to :data:`FORK_WAIT` s) for a call running in another
+  thread to return, so the forked copy of the module is never caught half-way
+  through one and the lock is free there; in the fork every loaded module is
+  initialised again on its first use (:meth:`Module.ensure_initialized`) and
+  every token session logs in again. A fork that could not wait refuses
+  PKCS#11 in the forked process with a typed error instead of risking a hang.
 
 The PIN is kept (to log in again after a reconnect) inside a :class:`_Secret`
 whose ``repr`` hides it; typed errors are raised outside the ``except`` block
@@ -47,6 +57,7 @@ from capseal.errors import (
     PinIncorrectError,
     PinLockedError,
     SignerError,
+    SignerForkedError,
     SignerUnavailableError,
     TokenNotFoundError,
 )
@@ -70,6 +81,12 @@ log = logging.getLogger("capseal.keys.pkcs11")
 #: The one lock every python-pkcs11 call in this process runs under.
 P11_LOCK = threading.RLock()
 
+#: Seconds a fork waits for a PKCS#11 call running in another thread. Calls
+#: take milliseconds; this bounds the wait behind a hung device (or a
+#: smart card generating an RSA key), after which the fork goes ahead and
+#: refuses PKCS#11 (see _forked_mid_call).
+FORK_WAIT = 10.0
+
 #: Errors after which the session (or the key handle) is gone but the token may
 #: still be there: reconnect and retry once.
 RECONNECT_ERRORS: tuple[type[BaseException], ...] = (
@@ -84,6 +101,11 @@ RECONNECT_ERRORS: tuple[type[BaseException], ...] = (
 
 _HMAC_KEY = os.urandom(32)  # PINs are compared by HMAC under a per-process key
 _shutdown = False
+# in a process forked while another thread's PKCS#11 call did not return in
+# FORK_WAIT s: why every PKCS#11 call here is refused (the module's copy may
+# be caught inside that call). None otherwise.
+_forked_mid_call: str | None = None
+_CKR_CRYPTOKI_ALREADY_INITIALIZED = 0x191
 
 
 class _Secret:
@@ -143,6 +165,9 @@ class Module:
     real: str
     lib: Any
     generation: int = 0
+    #: loaded before this process was forked from its parent, and not yet
+    #: initialised here (see ensure_initialized)
+    inherited: bool = False
 
     def info(self) -> dict[str, str]:
         lib = self.lib
@@ -172,8 +197,34 @@ class Module:
                                          hint=_module_hint(self.path))
 
     def ensure_initialized(self) -> None:
-        if not self.lib.initialized:  # an earlier re-initialisation failed
+        if self.inherited:
+            self._initialize_in_fork()
+        elif not self.lib.initialized:  # an earlier re-initialisation failed
             self.reinitialize()
+
+    def _initialize_in_fork(self) -> None:
+        """First use in a process forked from one that had loaded the module:
+        ``C_Initialize`` comes first (PKCS#11 v2.40 §5.5.1). A module that
+        notices the fork starts afresh and answers ``CKR_OK`` (OpenSC, for
+        one, thereby lets go of the parent's reader connections without
+        closing them). One that answers ``CKR_CRYPTOKI_ALREADY_INITIALIZED``
+        still holds the parent's state (SoftHSM2): ``C_Finalize`` +
+        ``C_Initialize`` give this process its own. The parent's sessions,
+        whose handles this process shares, are never closed from here
+        (``generation`` moved on at the fork)."""
+        from ._pkcs11_fast import c_initialize  # the one place that holds the raw function table
+
+        rv = c_initialize(self.real)
+        self.inherited = False
+        if rv == 0:
+            log.info("PKCS#11 module %s initialised in this forked process", self.path)
+            return
+        if rv is not None and rv != _CKR_CRYPTOKI_ALREADY_INITIALIZED:
+            self.inherited = True  # tried again on the next use
+            raise SignerUnavailableError(
+                f"PKCS#11 module {self.path} cannot be initialised in this forked process (C_Initialize answered 0x{rv:x})",
+                hint="open signers in a process started with spawn or forkserver")
+        self.reinitialize()
 
 
 _MODULES: dict[str, Module] = {}
@@ -545,6 +596,52 @@ def is_shut_down() -> bool:
 def _check_alive() -> None:
     if _shutdown:
         raise SignerUnavailableError("the interpreter is shutting down; PKCS#11 sessions are closed")
+    if _forked_mid_call is not None:
+        raise SignerForkedError(_forked_mid_call, hint="open signers in a process started with spawn or "
+                                     "forkserver, or fork while no PKCS#11 call is running")
+
+
+# ---------------------------------------------------------------------- fork
+
+_fork_held = False  # whether _before_fork took P11_LOCK
+
+
+def _before_fork() -> None:
+    """Wait for a PKCS#11 call running in another thread to return, and hold
+    the lock across the fork: the forked copy of every module is then between
+    calls, and its lock is free."""
+    global _fork_held
+    _fork_held = P11_LOCK.acquire(timeout=FORK_WAIT)
+
+
+def _after_fork_in_parent() -> None:
+    if _fork_held:
+        P11_LOCK.release()
+
+
+def _after_fork_in_child() -> None:
+    """In the forked process: every loaded module must be initialised again
+    before use, every token session log in again (its module's generation
+    moves on, so the parent's session handles are never closed from here)."""
+    global _forked_mid_call
+    if _fork_held:
+        P11_LOCK.release()  # this thread took it in _before_fork: it is ours here too
+    else:
+        # held by a thread that does not exist here, inside a call that may
+        # have left the module's copy in any state
+        P11_LOCK._at_fork_reinit()  # type: ignore[attr-defined]
+        names = ", ".join(sorted(m.path for m in _MODULES.values())) or "a PKCS#11 module"
+        _forked_mid_call = (f"this process was forked while another thread's call into {names} had not "
+                            f"returned within {FORK_WAIT:g} s; the module's state here is undefined, "
+                            "so PKCS#11 is refused in this process")
+    for module in _MODULES.values():
+        module.generation += 1
+        module.inherited = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 @atexit.register

@@ -487,8 +487,8 @@ def test_a_long_burst_on_the_child_is_not_taken_for_a_hang(softhsm: Any) -> None
 def test_a_process_forked_while_a_request_was_being_written_does_not_hang(softhsm: Any) -> None:
     """A fork taken while another thread held the child's lock (mid-write):
     in the fork the lock would stay held for ever. The fork signs in-process
-    (its PKCS#11 state is the parent's, so it may fail there, with a typed
-    error) and never waits on the parent's child."""
+    (with a login of its own: tests/test_pkcs11_fork.py) and never waits on
+    the parent's child."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         process = signer._process
         assert process is not None and process._child is not None

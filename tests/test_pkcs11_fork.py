@@ -1,0 +1,185 @@
+"""PKCS#11 across ``os.fork()`` without exec (multiprocessing's ``fork``, a
+pre-forking server), against a real SoftHSM2 token.
+
+PKCS#11 v2.40 §5.5.1: a forked process is another application; it must call
+``C_Initialize`` itself before anything else and log in itself. capseal's
+fork hooks (keys/_pkcs11_session.py) wait for a call running in another
+thread, then initialise every module again in the fork on its first use.
+Each fork here runs under ``alarm``: a fork that hangs is killed and fails
+the test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_action_capsule import verify as reference_verify
+
+from capseal import Producer, verify_ledger
+from capseal.envelope import signature_ok
+from capseal.errors import SignerForkedError
+from capseal.keys import _pkcs11_session as session_state
+from capseal.keys import open_signer
+from capseal.keys.provision import create_key
+
+_ALARM = 20  # s: far above a fork's re-initialisation and login (milliseconds)
+
+
+def _key(softhsm: Any, alg: str = "ed25519") -> str:
+    with create_key(softhsm.uri(f"fork-{alg}-{os.urandom(3).hex()}"), alg, pin=softhsm.pin) as signer:
+        return signer.uri
+
+
+def _in_fork(work: Callable[[], Any]) -> tuple[int, Any]:
+    """Run ``work`` in a forked process; its exit code (-SIGALRM when it hung)
+    and the JSON it answered (``{"error": [type, message]}`` if it raised)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the fork: never returns into pytest
+        code = 0
+        try:
+            os.close(read)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # pytest-timeout's handler would not kill it
+            signal.alarm(_ALARM)
+            try:
+                answer = work()
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                answer = {"error": [type(exc).__name__, str(exc)]}
+            os.write(write, json.dumps(answer).encode())
+        except BaseException:  # noqa: BLE001
+            code = 3
+        os._exit(code)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    data = b"".join(chunks)
+    return os.waitstatus_to_exitcode(status), json.loads(data) if data else None
+
+
+def test_forks_taken_while_another_thread_signs_sign_with_their_own_login(softhsm: Any) -> None:
+    """The parent signs without pause on another thread while it forks: before
+    the hooks, about one fork in ten was taken inside a call and hung on the
+    lock for ever. Each fork now signs through the signer it inherited, after
+    initialising the module again and logging in (a new session epoch), and
+    the parent's session is untouched."""
+    signer = open_signer(_key(softhsm), pin=softhsm.pin)
+    try:
+        ts = signer._ts
+        stop, failures, made = threading.Event(), [], [0]
+
+        def sign_without_pause() -> None:
+            while not stop.is_set():
+                try:
+                    signer.sign(b"parent")
+                    made[0] += 1
+                except Exception as exc:  # noqa: BLE001 - asserted below
+                    failures.append(exc)
+
+        thread = threading.Thread(target=sign_without_pause)
+        thread.start()
+        try:
+            epoch, generation, reconnects = ts.epoch, ts.module.generation, ts.reconnects
+
+            def sign_in_fork() -> dict[str, Any]:
+                message = f"fork {os.getpid()}".encode()
+                result = signer.sign(message)
+                return {"message": message.decode(), "signature": result.signature.hex(),
+                        "epoch": ts.epoch, "generation": ts.module.generation}
+
+            for _ in range(24):
+                code, answer = _in_fork(sign_in_fork)
+                assert code == 0, "the fork hung (killed by its alarm)" if code == -signal.SIGALRM else code
+                assert "error" not in answer, answer
+                assert signature_ok("EdDSA", signer.public_key, bytes.fromhex(answer["signature"]),
+                                    answer["message"].encode())
+                assert answer["epoch"] > epoch  # logged in again, on a session of its own
+                assert answer["generation"] > generation  # after initialising the module again
+        finally:
+            stop.set()
+            thread.join()
+        assert not failures and made[0] > 0
+        assert ts.epoch == epoch and ts.reconnects == reconnects  # the parent never lost its session
+        assert signature_ok("EdDSA", signer.public_key, signer.sign(b"after").signature, b"after")
+    finally:
+        signer.close()
+
+
+def _seal_in_worker(args: tuple[str, str, str]) -> dict[str, Any]:
+    """A fork-pool worker: its own signer (the parent's module and token session
+    are cached in its memory) and its own producer and ledger."""
+    uri, pin, ledger = args
+    with open_signer(uri, pin=pin) as signer, Producer("acme", f"worker-{os.getpid()}@1", signer, ledger) as producer:
+        planned = producer.planned("po-1", effect_type="write_order", request={"sku": "A1"})
+        return {"capsule": planned.capsule, "pid": os.getpid()}
+
+
+def test_fork_pool_workers_open_their_own_signers(softhsm: Any, tmp_path: Path) -> None:
+    uri = _key(softhsm)
+    with open_signer(uri, pin=softhsm.pin) as signer:  # the parent has the module loaded and is logged in
+        signer.sign(b"before the pool")
+        jobs = [(uri, softhsm.pin, str(tmp_path / f"worker-{i}.db")) for i in range(4)]
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            results = pool.map(_seal_in_worker, jobs, chunksize=1)
+        assert signature_ok("EdDSA", signer.public_key, signer.sign(b"after").signature, b"after")
+    assert {r["pid"] for r in results} and all(r["pid"] != os.getpid() for r in results)
+    for (_, _, ledger), result in zip(jobs, results):
+        assert verify_ledger(ledger).ok
+        assert reference_verify(result["capsule"]).ok
+
+
+def test_a_fork_that_cannot_wait_for_a_call_refuses_pkcs11_instead_of_hanging(
+        softhsm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread is inside a call that does not return (a hung device;
+    here a thread holds the process-wide lock as such a call would). The fork
+    waits FORK_WAIT s, then goes ahead; in the fork every PKCS#11 use raises
+    SignerForkedError naming the module, at once, instead of waiting for a thread
+    that does not exist there."""
+    uri = _key(softhsm)
+    monkeypatch.setattr(session_state, "FORK_WAIT", 0.3)
+    signer = open_signer(uri, pin=softhsm.pin)
+    try:
+        inside, leave = threading.Event(), threading.Event()
+
+        def a_call_that_does_not_return() -> None:
+            with session_state.P11_LOCK:
+                inside.set()
+                leave.wait(30)
+
+        holder = threading.Thread(target=a_call_that_does_not_return)
+        holder.start()
+        inside.wait(5)
+        try:
+            def use_pkcs11_in_fork() -> dict[str, Any]:
+                answers: dict[str, list[str] | None] = {}
+                for name, call in (("sign", lambda: signer.sign(b"x")),
+                                   ("open", lambda: open_signer(uri, pin=softhsm.pin))):
+                    try:
+                        call()
+                        answers[name] = None
+                    except Exception as exc:  # noqa: BLE001
+                        answers[name] = [type(exc).__name__, str(exc)]
+                return answers
+
+            code, answers = _in_fork(use_pkcs11_in_fork)
+        finally:
+            leave.set()
+            holder.join()
+        assert code == 0, "the fork hung (killed by its alarm)" if code == -signal.SIGALRM else code
+        for name in ("sign", "open"):
+            kind, message = answers[name]
+            assert kind == SignerForkedError.__name__, answers
+            assert "forked" in message and softhsm.module in message and softhsm.pin not in message
+        assert signature_ok("EdDSA", signer.public_key, signer.sign(b"parent").signature, b"parent")
+    finally:
+        signer.close()
