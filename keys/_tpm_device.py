@@ -30,6 +30,13 @@ Interface (stable; ``capseal.attest`` uses it for TPM2_Quote)::
     name = dev.call(lambda ectx: ectx.read_public(ectx.tr_from_tpmpublic(0x81000102))[1])
     # inside a call: dev.memo(key, factory, flush=...) keeps a handle for this connection only
 
+A device belongs to the process that opened it. In a process forked from that
+one (without exec) the worker thread does not exist and the TPM connection is
+the parent's: every call raises SignerForkedError (a SignerUnavailableError)
+saying so, ``close()`` lets go of that copy without sending the TPM anything,
+and :func:`get_device` opens a connection of the child's own (see
+:func:`_after_fork_in_child`).
+
 Errors: every ``TSS2_Exception`` leaves :meth:`call` as a typed
 :mod:`capseal.errors` exception (see :func:`map_tss_error`) whose message names
 the TCTI. Exceptions that are already capseal errors pass through unchanged.
@@ -42,6 +49,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as _FutureTimeout
@@ -56,6 +64,7 @@ from capseal.errors import (  # noqa: E402
     KeyNotFoundError,
     PinIncorrectError,
     PinLockedError,
+    SignerForkedError,
     SignerUnavailableError,
     TPMObjectMemoryError,
 )
@@ -331,12 +340,21 @@ class TPMDevice:
         #: when the worker started the command it is running (None: idle); the
         #: timeouts of :meth:`wait` count from it
         self._busy_since: float | None = None
+        self._pid = os.getpid()  # the process that opened it (named in SignerForkedError)
+        self._forked = False  # set in a forked child by _after_fork_in_child
         self._thread = threading.Thread(target=self._worker, name=f"capseal-tpm[{tcti}]", daemon=True)
         self._thread.start()
+        _DEVICES.add(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("connected" if self._ectx is not None else "idle")
-        return f"TPMDevice({self.tcti!r}, {state})"
+        return f"TPMDevice({self.tcti!r}, {'forked, ' if self._forked else ''}{state})"
+
+    def _fork_error(self) -> SignerForkedError:
+        return SignerForkedError(
+            f"TPM {self.tcti}: this process ({os.getpid()}) was forked from process {self._pid}, which opened "
+            f"this TPM connection: the connection and its worker thread belong to process {self._pid}. Open the "
+            "signer again in this process (open_signer(...)); nothing was sent to the TPM")
 
     # ------------------------------------------------------------------ public
 
@@ -367,6 +385,8 @@ class TPMDevice:
         signing pipeline does this). Must not be called from inside a job."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("TPMDevice.submit from inside a job would wait on itself; use call()")
+        if self._forked:  # checked first: in the child a closed device is a forked one
+            raise self._fork_error()
         if self._closed:
             raise SignerUnavailableError(f"TPM {self.tcti}: this device handle was closed")
         fut: Future[T] = Future()
@@ -382,6 +402,8 @@ class TPMDevice:
         on for ``timeout`` since it started, the TPM is taken for hung, and
         every job waiting on it — queued or running — is abandoned at once
         (dropped if it has not started) with SignerUnavailableError."""
+        if self._forked:  # a job queued before the fork: no worker here will run it
+            raise self._fork_error()
         while True:
             since = self._busy_since
             wait = 1.0 if timeout is None or since is None else min(1.0, max(0.0, since + timeout - time.monotonic()))
@@ -439,7 +461,15 @@ class TPMDevice:
         return self._generation
 
     def close(self) -> None:
-        """Flush what this device loaded, close the context, stop the worker. Idempotent."""
+        """Flush what this device loaded, close the context, stop the worker. Idempotent.
+
+        In a forked process it only marks this copy closed: the worker is not
+        there to stop, and closing the parent's ESAPI context here would end
+        the parent's TCTI session (an mssim/swtpm TCTI says goodbye on the
+        shared socket)."""
+        if self._forked:
+            self._closed = True
+            return
         with self._lock:
             if self._closed:
                 return
@@ -604,6 +634,29 @@ def _close_quietly(ectx: Any) -> None:
 
 _REGISTRY: dict[str, TPMDevice] = {}
 _REGISTRY_LOCK = threading.Lock()
+#: every device of this process, registered or private (a fork() marks them all)
+_DEVICES: weakref.WeakSet[TPMDevice] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """Run in the child of every ``os.fork()``: mark the parent's devices as
+    inherited (each call on one raises SignerForkedError instead of waiting for
+    a worker thread that does not exist here, then saying "closed"), and empty
+    the registry, so :func:`get_device` — and ``open_signer`` — open a
+    connection of the child's own and atexit's close_all leaves the parent's
+    alone. Their ESAPI contexts are never closed here (see close()); tpm2-pytss
+    does not close one when it is freed either."""
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()  # a parent thread may have held it at the fork
+    _REGISTRY.clear()
+    inherited = list(_DEVICES)
+    _DEVICES.clear()
+    for dev in inherited:
+        dev._forked = True
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def get_device(tcti: str | None = None) -> TPMDevice:

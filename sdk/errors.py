@@ -46,6 +46,9 @@ __all__ = [
     "LedgerClosedError",
     "DuplicateRecordError",
     "LedgerCorruptError",
+    "ForkedProcessError",
+    "LedgerForkedError",
+    "SignerForkedError",
     "EvidenceError",
     "JudgmentError",
     "JudgmentRefusedError",
@@ -223,6 +226,33 @@ class DuplicateRecordError(LedgerError):
 
 class LedgerCorruptError(LedgerError):
     """The ledger file is not a capseal ledger or its hash chain is broken."""
+
+
+# --------------------------------------------------------------------------- fork
+
+
+class ForkedProcessError(CapsealError):
+    """A Producer, Ledger or TPM signer was used in a process forked (without
+    exec) from the process that opened it. Nothing was signed, queued or written.
+
+    Why a refusal: the parent's SQLite connections, TPM connection and worker
+    threads do not carry across ``fork()`` (SQLite forbids using a connection
+    in the child; the threads do not exist there). Raised as one of the two
+    subclasses below, so code that already catches LedgerError around ledger
+    calls, or SignerUnavailableError around a device, still catches it; catch
+    this class to handle the fork case alone.
+    """
+
+    hint = "Open a new Ledger, Producer or signer in this process (or start workers with 'spawn' or 'forkserver')."
+
+
+class LedgerForkedError(ForkedProcessError, LedgerError):
+    """A Ledger, or a Producer (through its ledger), used in a forked process."""
+
+
+class SignerForkedError(ForkedProcessError, SignerUnavailableError):
+    """A signer whose device connection belongs to the parent process (a TPM
+    signer) used in a forked process; a signer opened there works."""
 
 
 # --------------------------------------------------------------------------- other

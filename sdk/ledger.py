@@ -25,6 +25,11 @@ What it promises:
 
 Export to JSON Lines and import back are byte-identical (``export_jsonl`` of an
 imported ledger equals the file it was imported from).
+
+A Ledger belongs to the process that opened it. In a process forked from that
+one without exec, every operation raises LedgerForkedError before it touches
+SQLite or the queue, and ``close()`` only marks that copy closed (see
+:func:`_after_fork_in_child`); a new Ledger opened there works normally.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,7 +48,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import merkle
-from .errors import DuplicateRecordError, LedgerClosedError, LedgerCorruptError, LedgerError, MalformedJSONError
+from .errors import (
+    DuplicateRecordError,
+    LedgerClosedError,
+    LedgerCorruptError,
+    LedgerError,
+    LedgerForkedError,
+    MalformedJSONError,
+)
 from .record import SealedRecord, dumps_canonical
 
 __all__ = ["Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "LEDGER_FORMAT", "batch_root", "batch_slot"]
@@ -377,11 +390,53 @@ class _StaleHead(Exception):
     """Our cached chain head is behind the file (another process appended)."""
 
 
+# ---------------------------------------------------------------------------- fork
+
+#: the ledgers open in this process (those a fork() hands to a child)
+_OPEN: weakref.WeakSet[Ledger] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """Run in the child of every ``os.fork()``: mark each ledger the parent had
+    open as inherited, so every later call on it raises LedgerForkedError.
+
+    Why a flag set here and not a pid compared on each call: the sealing path
+    pays one attribute test, no system call. Why refuse at all: SQLite forbids
+    using a connection across fork() (locks and WAL state are per process), and
+    the committer thread does not exist in the child, so a queued record would
+    wait for ever. The child's copies of the connections are also never
+    *closed*: a close runs SQLite in the child (a last-connection WAL
+    checkpoint, which then deletes the ``-wal`` file by name: another
+    process's uncheckpointed records went with it). They are kept alive for the
+    child's life and leaked at its exit; the kernel closes the descriptors.
+    """
+    inherited = list(_OPEN)
+    _OPEN.clear()  # a fork of this child inherits the marks (and the leaked references)
+    for ledger in inherited:
+        ledger._forked = True
+        _leak(ledger._db, ledger._rdb)
+
+
+def _leak(*objects: object) -> None:
+    """Keep ``objects`` alive until the process ends, through interpreter
+    shutdown too (which would otherwise free, hence close, a connection)."""
+    import ctypes  # only in a child that inherited an open ledger
+
+    for obj in objects:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Ledger:
     """An append-only capseal ledger in one SQLite file.
 
     Thread-safe. Several processes may append to the same file (SQLite's write
-    lock serializes them; each transaction reads the chain head under it).
+    lock serializes them; each transaction reads the chain head under it),
+    each through a Ledger it opened itself: one inherited through fork()
+    refuses every call (LedgerForkedError).
     """
 
     def __init__(
@@ -429,6 +484,9 @@ class Ledger:
         self._read_lock = threading.Lock()
         self._batches: dict[int, _Batch] = {}  # recently read batch rows (see _state)
         self._commit_listeners: list[Callable[[list[StoredEntry]], None]] = []
+        self._pid = os.getpid()  # the process that opened it (named in LedgerForkedError)
+        self._forked = False  # set in a forked child by _after_fork_in_child
+        _OPEN.add(self)
 
     # ------------------------------------------------------------------ opening
 
@@ -467,7 +525,16 @@ class Ledger:
         return db
 
     def close(self) -> None:
-        """Drain what was submitted (it becomes durable), then close."""
+        """Drain what was submitted (it becomes durable), then close.
+
+        In a process forked from the one that opened it, only marks this copy
+        closed: no SQLite call, no wait for the parent's committer (which does
+        not exist here), nothing written; the parent's ledger is untouched.
+        Why not raise: close() runs in ``with`` exits and ``finally`` blocks a
+        forked child may pass through, where an error would hide the real one."""
+        if self._forked:
+            self._closed = True
+            return
         self._refuse_inside_commit("close()")
         with self._mutex:
             if self._closed:
@@ -485,6 +552,7 @@ class Ledger:
                 if self._rdb is not self._db:
                     self._rdb.close()
             self._db.close()
+        _OPEN.discard(self)
 
     def __enter__(self) -> Ledger:
         return self
@@ -494,6 +562,14 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.path)!r}{', readonly' if self.readonly else ''})"
+
+    def _fork_error(self, what: str) -> LedgerForkedError:
+        """The refusal of ``what`` on a ledger inherited through fork() (callers
+        test ``self._forked`` first: one attribute test on the hot path)."""
+        return LedgerForkedError(
+            f"{what}: the ledger {self.path} was opened by process {self._pid}, and this is process "
+            f"{os.getpid()}, forked from it: its SQLite connections and threads belong to process {self._pid}. "
+            "Open a new Ledger (or Producer) in this process; nothing was written")
 
     # ------------------------------------------------------------------ writing
 
@@ -543,6 +619,8 @@ class Ledger:
         return self._enqueue(entry, on_durable, wake=wake)
 
     def _enqueue(self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None, *, wake: bool) -> PendingAppend:
+        if self._forked:  # before the mutex: a parent thread may have held it at the fork
+            raise self._fork_error("appending a record")
         if self.readonly:
             raise LedgerError(f"{self} is read-only")
         pending = PendingAppend(entry, self, on_durable)
@@ -563,6 +641,8 @@ class Ledger:
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything submitted so far is durable (or refused)."""
+        if self._forked:
+            raise self._fork_error("flush()")
         with self._mutex:
             pendings = list(self._queue) + list(self._in_flight)
         self._wait(pendings, timeout)
@@ -570,6 +650,8 @@ class Ledger:
     def _wait(self, pendings: Sequence[PendingAppend], timeout: float | None) -> None:
         """Wait for ``pendings``; when nobody is writing, commit the queue on
         this thread (group-commit leader) instead of handing it to another."""
+        if self._forked:  # the committer is not in this process: nobody would commit them
+            raise self._fork_error("waiting for a record to be durable")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._mutex:
@@ -611,6 +693,8 @@ class Ledger:
     def _side_write(self) -> Iterator[None]:
         """Hold _write_lock for a write beside the record stream (evidence),
         without being starved by the committer."""
+        if self._forked:
+            raise self._fork_error("writing evidence")
         self._refuse_inside_commit("writing evidence")  # the commit holds _write_lock
         with self._mutex:
             self._side_writers += 1
@@ -811,6 +895,8 @@ class Ledger:
     # ------------------------------------------------------------------ reading
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        if self._forked:
+            raise self._fork_error("reading")
         with self._read_lock:
             if self._closed:
                 raise LedgerClosedError(f"{self} is closed")

@@ -12,6 +12,11 @@ anything is signed or written, so a refusal leaves the ledger as it was:
 6. sign the COSE_Sign1 envelope; signatures from a token or TPM are verified
    against the key's public key before use;
 7. append to the ledger; the call returns once the record is durable.
+
+A producer belongs to the process that opened it (its ledger's SQLite
+connections, its signing pipeline's threads). In a process forked from that
+one, sealing, submitting and flushing raise LedgerForkedError before anything
+is signed or queued, and ``close()`` returns at once without writing.
 """
 
 from __future__ import annotations
@@ -150,6 +155,8 @@ class Producer:
             raise InputError("operator and developer are non-empty strings")
         if verify_signatures not in ("device", "always"):
             raise ValueError("verify_signatures is 'device' (tokens and TPMs) or 'always'")
+        if isinstance(ledger, Ledger) and ledger._forked:  # before the signer's self-test
+            raise ledger._fork_error("Producer()")
         self.operator = operator
         self.developer = developer
         self.signer = signer
@@ -201,6 +208,11 @@ class Producer:
         close() then raises SignerUnavailableError saying how many failed
         (and how many, past the device but slow to finish, may still be
         written)."""
+        if self.ledger._forked:  # see Ledger.close: this copy is let go of, nothing is waited for or written
+            self._closed = True
+            if self._owns_ledger:
+                self.ledger.close()
+            return
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def start() -> None:  # under _epoch_lock: a first submit() making the pipeline now goes before or after
@@ -321,6 +333,8 @@ class Producer:
         meanwhile the ledger commits queued records in groups, one fsync each,
         and a token's or TPM's signing overlaps capseal's own work.
         """
+        if self.ledger._forked:  # before the signer or the pipeline (its threads are not in this process)
+            raise self.ledger._fork_error("Producer.submit()")
         body = self._body(spec, parent, relation)
         if getattr(self.signer, "external_device", False):
             return self._submit_pipelined(body)
@@ -341,6 +355,8 @@ class Producer:
         """Wait until every submitted record is durable (or refused); with
         ``timeout``, raise LedgerError when that takes longer (the records
         stay queued and are still written)."""
+        if self.ledger._forked:
+            raise self.ledger._fork_error("Producer.flush()")
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._pipeline is not None and not self._pipeline.drain(timeout):
             raise LedgerError(f"submitted records not signed within {timeout} s")
@@ -352,6 +368,8 @@ class Producer:
         return self._epoch_entry is None
 
     def _seal(self, spec: dict[str, Any]) -> SealedRecord:
+        if self.ledger._forked:  # before anything is signed or queued
+            raise self.ledger._fork_error("Producer.seal()")
         self.ledger._refuse_inside_commit("seal()")  # before anything is signed or queued
         if self._pipeline is not None and self._pipeline.busy:
             # a token or TPM with submitted records still on their way: this one
@@ -685,6 +703,8 @@ class Producer:
             self._flows.pop(_id_of(parent), None)
 
     def _flow(self, parent: SealedRecord | str) -> _Flow:
+        if self.ledger._forked:  # the lifecycle calls come here first: refused before the lock below
+            raise self.ledger._fork_error("Producer: sealing a lifecycle capsule")
         pid = _id_of(parent)
         with self._flows_lock:
             flow = self._flows.get(pid)

@@ -1,0 +1,310 @@
+"""fork() without exec: a Producer, Ledger or TPM signer belongs to the process
+that opened it. In a forked child each refuses with a typed error naming the
+ledger path (or the TCTI) and both pids, before anything is signed, queued or
+written; close() there returns at once and writes nothing; a new one opened in
+the child works, on a new path or the same one; the parent goes on.
+
+Each scenario runs in a child made with ``os.fork()``, under SIGALRM with the
+default action (pytest-timeout installs a handler of its own), so a hang kills
+the child instead of the suite; the child reports through a pipe as JSON and
+leaves with ``os._exit``. Real SQLite files and a real swtpm, never mocks."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capseal import Ledger, Producer, verify_ledger
+from capseal.errors import ForkedProcessError, LedgerError, LedgerForkedError, SignerForkedError, SignerUnavailableError
+from capseal.keys import UnsafeEphemeralSigner, open_signer
+from capseal.ledger import LedgerEntry
+
+KEY = 0x81000C01  # a handle of our own on the shared session swtpm
+FYI = {"action_type": "fyi"}
+
+
+class _Child:
+    """A forked child running one scenario; :meth:`result` is what it reported."""
+
+    def __init__(self, scenario: Callable[[], Any], alarm: int) -> None:
+        read, write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never return into pytest
+            try:
+                os.close(read)
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(alarm)
+                try:
+                    report: Any = {"value": scenario()}
+                except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                    report = {"error": _outcome(exc)}
+                os.write(write, json.dumps(report).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        self._read = read
+
+    def result(self) -> Any:
+        chunks = []
+        while chunk := os.read(self._read, 65536):
+            chunks.append(chunk)
+        os.close(self._read)
+        _, status = os.waitpid(self.pid, 0)
+        assert not os.WIFSIGNALED(status), f"the child hung (killed by signal {os.WTERMSIG(status)})"
+        report = json.loads(b"".join(chunks))
+        assert "error" not in report, f"the child's scenario raised {report['error']}"
+        return report["value"]
+
+
+def _in_child(scenario: Callable[[], Any], alarm: int = 20) -> Any:
+    return _Child(scenario, alarm).result()
+
+
+def _outcome(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc), "forked": isinstance(exc, ForkedProcessError),
+            "ledger_error": isinstance(exc, LedgerError), "unavailable": isinstance(exc, SignerUnavailableError)}
+
+
+def _attempt(call: Callable[[], Any]) -> dict[str, Any] | str:
+    """What ``call()`` did in the child: the error it raised, or "returned"."""
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        return _outcome(exc)
+    return "returned"
+
+
+def _rows(path: Path) -> int:
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return int(db.execute("SELECT count(*) FROM records").fetchone()[0])
+
+
+def _assert_refused(outcome: Any, path: Path, child_pid: int) -> None:
+    assert isinstance(outcome, dict), f"the call {outcome} in the forked child"
+    assert outcome["type"] == LedgerForkedError.__name__ and outcome["forked"] and outcome["ledger_error"]
+    message = outcome["message"]
+    assert str(path) in message and f"process {os.getpid()}" in message and f"process {child_pid}" in message
+    assert "Open a new Ledger (or Producer) in this process" in message
+
+
+# ---------------------------------------------------------------------------- software key
+
+
+def test_inherited_producer_refuses_everything_in_the_child_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), path)
+    planned = producer.planned("po-1", effect_type="write_order", request={"sku": "A1"})
+    producer.submit({"action_id": "n-1", **FYI}).result()
+    before = _rows(path)
+
+    def child() -> dict[str, Any]:
+        seen: dict[str, Any] = {
+            "seal": _attempt(lambda: producer.seal({"action_id": "c-1", **FYI})),
+            "submit": _attempt(lambda: producer.submit({"action_id": "c-2", **FYI})),
+            "confirmed": _attempt(lambda: producer.confirmed(planned, response={"order": "O-1"})),
+            "refused": _attempt(lambda: producer.refused(action_id="c-3", verdict_class="blocked")),
+            "flush": _attempt(producer.flush),
+            "rotate_epoch": _attempt(producer.rotate_epoch),
+        }
+        seen["close"] = _attempt(producer.close)  # a wait for the parent's threads would end in the alarm
+        seen["seal_after_close"] = _attempt(lambda: producer.seal({"action_id": "c-4", **FYI}))
+        seen["pid"] = os.getpid()
+        return seen
+
+    seen = _in_child(child)
+    for call in ("seal", "submit", "confirmed", "refused", "flush", "rotate_epoch", "seal_after_close"):
+        _assert_refused(seen[call], path, seen["pid"])
+    assert seen["close"] == "returned"
+    assert _rows(path) == before  # nothing went in through the inherited connection
+    producer.confirmed(planned, response={"order": "O-1"})  # the parent goes on
+    producer.submit({"action_id": "n-2", **FYI}).result()
+    producer.close()
+    assert _rows(path) == before + 2
+    assert verify_ledger(path).ok
+
+
+def test_inherited_ledger_refuses_every_call_in_the_child(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    ledger = Ledger(path)
+    stored = ledger.append(LedgerEntry("a" * 64, "note", "producer_claim", b'{"n":1}'))
+    pending = ledger.submit(LedgerEntry("b" * 64, "note", "producer_claim", b'{"n":2}'))
+    pending.result()
+
+    def entry(n: int) -> LedgerEntry:
+        return LedgerEntry(f"{n:064x}", "note", "producer_claim", b'{"child":true}')
+
+    def child() -> dict[str, Any]:
+        seen: dict[str, Any] = {
+            "append": _attempt(lambda: ledger.append(entry(1))),
+            "append_many": _attempt(lambda: ledger.append_many([entry(2), entry(3)])),
+            "submit": _attempt(lambda: ledger.submit(entry(4))),
+            "flush": _attempt(ledger.flush),
+            "result": _attempt(pending.result),
+            "add_evidence": _attempt(lambda: ledger.add_evidence(stored.record_id, None)),
+            "count": _attempt(ledger.count),
+            "entry": _attempt(lambda: ledger.entry(stored.record_id)),
+            "entries": _attempt(lambda: list(ledger.entries())),
+            "check_chain": _attempt(ledger.check_chain),
+            "close": _attempt(ledger.close),
+            "count_after_close": _attempt(ledger.count),
+            "pid": os.getpid(),
+        }
+        return seen
+
+    seen = _in_child(child)
+    assert seen.pop("close") == "returned"
+    child_pid = seen.pop("pid")
+    for call, outcome in seen.items():
+        assert isinstance(outcome, dict), f"{call} in the forked child"
+        _assert_refused(outcome, path, child_pid)
+    assert _rows(path) == 2
+    ledger.append(entry(5))  # the parent's ledger is untouched and goes on
+    assert ledger.count() == 3 and ledger.check_chain() == []
+    ledger.close()
+
+
+def test_a_child_letting_go_of_an_inherited_producer_deletes_nobodys_records(tmp_path: Path) -> None:
+    """The child's copies of the connections are never closed: closing one
+    there ran SQLite's last-connection WAL checkpoint, which then deleted the
+    ``-wal`` file by name, and with it records another process had committed."""
+    path = tmp_path / "l.db"
+    held = [Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), path)]
+    held[0].seal({"action_id": "p-1", **FYI})  # the epoch capsule and this one
+    go_read, go_write = os.pipe()
+
+    def let_go() -> None:
+        os.read(go_read, 1)
+        held.clear()  # as at the end of a child that exits normally: the producer is freed
+        gc.collect()
+
+    child = _Child(let_go, alarm=20)
+    held.pop().close()  # the parent's ledger is closed (its WAL checkpointed and removed)
+
+    kept: list[Producer] = []
+
+    def other_writer() -> None:  # commits, then dies without closing: its WAL holds the records
+        kept.append(Producer("acme", "other-agent@1", UnsafeEphemeralSigner(), path))
+        kept[0].seal({"action_id": "o-1", **FYI})
+
+    _in_child(other_writer)
+    os.write(go_write, b"x")
+    child.result()
+    os.close(go_read)
+    os.close(go_write)
+    assert _rows(path) == 4
+    report = verify_ledger(path)
+    assert report.ok, report
+
+
+def test_a_new_producer_opened_in_the_child_works_on_the_same_path_and_a_new_one(tmp_path: Path) -> None:
+    path, other = tmp_path / "l.db", tmp_path / "child.db"
+    producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), path)
+    producer.seal({"action_id": "p-1", **FYI})
+
+    def child() -> dict[str, Any]:
+        refused = _attempt(lambda: producer.seal({"action_id": "c-0", **FYI}))
+        producer.close()  # let go of the inherited one (returns at once)
+        counts = {}
+        for target in (path, other):
+            with Producer("acme", "child-agent@1", UnsafeEphemeralSigner(), target) as mine:
+                planned = mine.planned("c-1", effect_type="write_order")
+                mine.confirmed(planned, response={"order": "O-9"})
+                mine.submit({"action_id": "c-2", **FYI})
+                mine.flush()
+            report = verify_ledger(target)
+            counts[str(target)] = (report.ok, _rows(target))
+        return {"refused": refused, "counts": counts, "pid": os.getpid()}
+
+    seen = _in_child(child)
+    _assert_refused(seen["refused"], path, seen["pid"])
+    assert seen["counts"] == {str(path): [True, 2 + 4], str(other): [True, 4]}
+    producer.seal({"action_id": "p-2", **FYI})  # behind the child's records (another process appended)
+    producer.close()
+    assert _rows(path) == 2 + 4 + 1
+    assert verify_ledger(path).ok
+
+
+# ---------------------------------------------------------------------------- TPM (swtpm)
+
+
+@pytest.fixture(scope="module")
+def tpm_uri(swtpm: Any) -> str:
+    from capseal.keys._tpm import create_key, list_keys
+
+    uri = f"tpm2:handle=0x{KEY:08x}?tcti={swtpm.tcti}"
+    if not any(e["handle"] == f"0x{KEY:08x}" for e in list_keys(f"tpm2:?tcti={swtpm.tcti}")):
+        create_key(uri, "p256").close()
+    return uri
+
+
+def test_pipelined_tpm_producer_refuses_in_the_child_without_hanging(tpm_uri: str, tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    signer = open_signer(tpm_uri)
+    producer = Producer("acme", "buyer-agent@1.4", signer, path)
+    assert signer.external_device
+    for n in range(5):  # the signing pipeline and the ledger's committer run now
+        producer.submit({"action_id": f"p-{n}", **FYI})
+    producer.flush()
+    before = _rows(path)
+
+    def child() -> dict[str, Any]:
+        seen: dict[str, Any] = {
+            "submit": _attempt(lambda: producer.submit({"action_id": "c-1", **FYI})),
+            "seal": _attempt(lambda: producer.seal({"action_id": "c-2", **FYI})),
+            "flush": _attempt(producer.flush),
+        }
+        seen["close"] = _attempt(lambda: producer.close(timeout=5))
+        seen["pid"] = os.getpid()
+        return seen
+
+    seen = _in_child(child, alarm=20)
+    for call in ("submit", "seal", "flush"):
+        _assert_refused(seen[call], path, seen["pid"])
+    assert seen["close"] == "returned"
+    assert _rows(path) == before
+    for n in range(5, 10):  # the parent's pipeline and TPM connection go on
+        producer.submit({"action_id": f"p-{n}", **FYI})
+    producer.close()
+    signer.close()
+    assert _rows(path) == before + 5
+    assert verify_ledger(path).ok
+
+
+def test_tpm_signer_in_the_child_says_fork_and_one_opened_there_works(tpm_uri: str, swtpm: Any,
+                                                                       tmp_path: Path) -> None:
+    signer = open_signer(tpm_uri)
+    signer.sign(b"parent, before")
+
+    def child() -> dict[str, Any]:
+        inherited = _attempt(lambda: signer.sign(b"child"))
+        signer.close()  # returns at once; sends the parent's connection nothing
+        mine = open_signer(tpm_uri)
+        with Producer("acme", "child-agent@1", mine, tmp_path / "child.db") as producer:
+            for n in range(3):
+                producer.submit({"action_id": f"c-{n}", **FYI})
+        mine.close()
+        report = verify_ledger(tmp_path / "child.db")
+        return {"inherited": inherited, "ok": report.ok, "rows": _rows(tmp_path / "child.db"),
+                "pid": os.getpid()}
+
+    seen = _in_child(child, alarm=30)
+    outcome = seen["inherited"]
+    assert isinstance(outcome, dict) and outcome["type"] == SignerForkedError.__name__
+    assert outcome["forked"] and outcome["unavailable"]  # still a SignerUnavailableError
+    message = outcome["message"]
+    assert swtpm.tcti in message and "forked" in message and "closed" not in message
+    assert f"process {os.getpid()}" in message and f"({seen['pid']})" in message
+    assert "Open the signer again in this process" in message
+    assert (seen["ok"], seen["rows"]) == (True, 4)
+    signature = signer.sign(b"parent, after")  # the parent's connection was left alone
+    assert signature.signature and signer.kid
+    signer.close()
