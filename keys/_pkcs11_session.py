@@ -221,7 +221,7 @@ class Module:
             return
         if rv is not None and rv != _CKR_CRYPTOKI_ALREADY_INITIALIZED:
             self.inherited = True  # tried again on the next use
-            raise SignerUnavailableError(
+            raise SignerForkedError(
                 f"PKCS#11 module {self.path} cannot be initialised in this forked process (C_Initialize answered 0x{rv:x})",
                 hint="open signers in a process started with spawn or forkserver")
         self.reinitialize()
@@ -603,19 +603,20 @@ def _check_alive() -> None:
 
 # ---------------------------------------------------------------------- fork
 
-_fork_held = False  # whether _before_fork took P11_LOCK
+# whether _before_fork took P11_LOCK, per forking thread: a fork on another
+# thread, waiting meanwhile, must not change what this one releases
+_fork = threading.local()
 
 
 def _before_fork() -> None:
     """Wait for a PKCS#11 call running in another thread to return, and hold
     the lock across the fork: the forked copy of every module is then between
     calls, and its lock is free."""
-    global _fork_held
-    _fork_held = P11_LOCK.acquire(timeout=FORK_WAIT)
+    _fork.held = P11_LOCK.acquire(timeout=FORK_WAIT)
 
 
 def _after_fork_in_parent() -> None:
-    if _fork_held:
+    if getattr(_fork, "held", False):
         P11_LOCK.release()
 
 
@@ -624,7 +625,7 @@ def _after_fork_in_child() -> None:
     before use, every token session log in again (its module's generation
     moves on, so the parent's session handles are never closed from here)."""
     global _forked_mid_call
-    if _fork_held:
+    if getattr(_fork, "held", False):
         P11_LOCK.release()  # this thread took it in _before_fork: it is ours here too
     else:
         # held by a thread that does not exist here, inside a call that may
