@@ -611,7 +611,10 @@ _fork = threading.local()
 def _before_fork() -> None:
     """Wait for a PKCS#11 call running in another thread to return, and hold
     the lock across the fork: the forked copy of every module is then between
-    calls, and its lock is free."""
+    calls, and its lock is free. Not held until the acquire returns: a Ctrl-C
+    during the wait (CPython reports and drops it) leaves the fork as one
+    that could not wait."""
+    _fork.held = False
     _fork.held = P11_LOCK.acquire(timeout=FORK_WAIT)
 
 
@@ -625,19 +628,22 @@ def _after_fork_in_child() -> None:
     before use, every token session log in again (its module's generation
     moves on, so the parent's session handles are never closed from here)."""
     global _forked_mid_call
-    if getattr(_fork, "held", False):
-        P11_LOCK.release()  # this thread took it in _before_fork: it is ours here too
-    else:
-        # held by a thread that does not exist here, inside a call that may
-        # have left the module's copy in any state
-        P11_LOCK._at_fork_reinit()  # type: ignore[attr-defined]
-        names = ", ".join(sorted(m.path for m in _MODULES.values())) or "a PKCS#11 module"
-        _forked_mid_call = (f"this process was forked while another thread's call into {names} had not "
-                            f"returned within {FORK_WAIT:g} s; the module's state here is undefined, "
-                            "so PKCS#11 is refused in this process")
-    for module in _MODULES.values():
-        module.generation += 1
-        module.inherited = True
+    try:
+        if getattr(_fork, "held", False):
+            P11_LOCK.release()  # this thread took it in _before_fork: it is ours here too
+        else:
+            # held by a thread that does not exist here, inside a call that may
+            # have left the module's copy in any state
+            P11_LOCK._at_fork_reinit()  # type: ignore[attr-defined]
+            names = ", ".join(sorted(m.path for m in _MODULES.values())) or "a PKCS#11 module"
+            _forked_mid_call = (f"this process was forked while another thread's call into {names} was "
+                                f"running (the fork waits up to {FORK_WAIT:g} s for one to return; this one "
+                                "did not, or the wait was interrupted): the module's state here is undefined, "
+                                "so PKCS#11 is refused in this process")
+    finally:  # whatever happened above, the parent's state is never used here as it is
+        for module in _MODULES.values():
+            module.generation += 1
+            module.inherited = True
 
 
 if hasattr(os, "register_at_fork"):

@@ -183,3 +183,47 @@ def test_a_fork_that_cannot_wait_for_a_call_refuses_pkcs11_instead_of_hanging(
         assert signature_ok("EdDSA", signer.public_key, signer.sign(b"parent").signature, b"parent")
     finally:
         signer.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # CPython's report of the Ctrl-C
+def test_a_fork_whose_wait_is_interrupted_refuses_pkcs11_in_the_child(
+        softhsm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while a fork waits for a call in another thread: CPython reports
+    the KeyboardInterrupt and forks anyway. The fork must count as one that
+    could not wait. (It once kept the previous fork's "lock taken", so the
+    child released a lock it never took, skipped its reset and either hung or
+    signed on the parent's session.)"""
+    uri = _key(softhsm)
+    monkeypatch.setattr(session_state, "FORK_WAIT", 30.0)
+    signer = open_signer(uri, pin=softhsm.pin)
+    try:
+        code, answer = _in_fork(lambda: "a fork that took the lock")  # this thread's last fork: lock taken
+        assert code == 0
+        inside, leave = threading.Event(), threading.Event()
+
+        def a_call_that_does_not_return() -> None:
+            with session_state.P11_LOCK:
+                inside.set()
+                leave.wait(60)
+
+        holder = threading.Thread(target=a_call_that_does_not_return)
+        holder.start()
+        inside.wait(5)
+        ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        ctrl_c.start()
+        try:
+            def sign_in_fork() -> dict[str, Any]:
+                threading.Thread(target=leave.wait, daemon=True).start()  # a thread of the fork's own first
+                return {"signature": signer.sign(b"x").signature.hex()}
+
+            code, answer = _in_fork(sign_in_fork)
+        finally:
+            ctrl_c.cancel()
+            leave.set()
+            holder.join()
+        assert code == 0, "the fork hung (killed by its alarm)" if code == -signal.SIGALRM else code
+        assert answer["error"][0] == SignerForkedError.__name__, answer
+        assert "interrupted" in answer["error"][1] and softhsm.module in answer["error"][1]
+        assert signature_ok("EdDSA", signer.public_key, signer.sign(b"parent").signature, b"parent")
+    finally:
+        signer.close()
