@@ -22,19 +22,29 @@ What it promises:
   leaves what is still queued null;
 * records named "solo" (the epoch-boundary capsule, see :mod:`.platform`)
   get a quote over their own id instead of a Merkle root.
+
+A worker belongs to the process that started it. In a process forked from
+that one without exec, its thread is not there, so nothing queued would ever
+be quoted: every observe, submit or flush on the inherited worker raises
+EvidenceForkedError before anything is queued (a flush used to answer "all
+quoted" for ids the parent's thread had already taken), and ``close()`` only
+marks that copy closed (see :func:`_after_fork_in_child`); a worker created
+there, on a ledger and quoter opened there, works normally.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from capseal.errors import EvidenceError
+from capseal.errors import EvidenceError, EvidenceForkedError
 from capseal.ledger import batch_root
 
 from .quoter import Quoter, quote_record, self_policy
@@ -80,6 +90,37 @@ class _Flush:
 _STOP = object()
 
 
+# ---------------------------------------------------------------------------- fork
+
+#: the workers made in this process (those a fork() hands to a child)
+_WORKERS: weakref.WeakSet[BatchEvidence] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """Run in the child of every ``os.fork()``: mark each worker the parent had
+    as inherited, so every later observe, submit or flush raises
+    EvidenceForkedError.
+
+    Why a flag set here: the seal path's ``observe_id`` keeps its one attribute
+    test (``_accepting`` goes false too; the fork is told apart from a close
+    only on that cold branch). Why refuse at all: the worker thread does not
+    exist in the child, so an id queued there is never quoted, and ids the
+    parent's thread had already taken into its batch are gone from the buffer
+    a flush looked at. Closed workers are marked too: whatever their state, the
+    thread that would settle it is the parent's. Nothing else is touched here
+    (a parent thread may have held the worker's locks at the fork).
+    """
+    inherited = list(_WORKERS)
+    _WORKERS.clear()  # a fork of this child inherits the marks
+    for worker in inherited:
+        worker._forked = True
+        worker._accepting = False
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class BatchEvidence:
     """The background worker. Use as ``producer.add_id_observer(batch.observe_id)``
     (or :func:`capseal.attest.attach`, which does that and also makes capsules
@@ -88,6 +129,11 @@ class BatchEvidence:
     ``on_batch(capsule_ids, written_at)`` runs on the worker after a batch's
     slots are durable (the benchmark measures seal→evidence latency with it).
     ``solo_if(record)`` picks records that get a quote of their own.
+
+    A worker inherited through fork() refuses every call but ``close()``
+    (EvidenceForkedError); create a new one in the child. One cannot be
+    created on a ledger inherited that way (LedgerForkedError): its batches
+    could only fail.
     """
 
     def __init__(
@@ -103,6 +149,8 @@ class BatchEvidence:
     ) -> None:
         if max_records < 1 or max_delay < 0:
             raise ValueError("max_records >= 1 and max_delay >= 0")
+        if getattr(ledger, "_forked", False):  # as Producer(): a worker that could only fail
+            raise ledger._fork_error("BatchEvidence()")
         self.ledger = ledger
         self.quoter = quoter
         self.max_records = max_records
@@ -121,7 +169,10 @@ class BatchEvidence:
         self._wake = threading.Event()
         self._accepting = True
         self._discard = False
+        self._pid = os.getpid()  # the process that started it (named in EvidenceForkedError)
+        self._forked = False  # set in a forked child by _after_fork_in_child
         self._thread = threading.Thread(target=self._run, name="capseal-attest-batch", daemon=True)
+        _WORKERS.add(self)
         if start:
             self._thread.start()
 
@@ -130,6 +181,8 @@ class BatchEvidence:
     def observe(self, record: Any) -> None:
         """The producer observer: queue this durable record's id. Non-blocking."""
         if not self._accepting:
+            if self._forked:
+                raise self._fork_error("observe()")
             return  # after close: the slot stays null
         if self.solo_if is not None and self.solo_if(record):
             self._put_solo(_Item(record.capsule_id, time.monotonic(), True, record))
@@ -139,7 +192,9 @@ class BatchEvidence:
     def observe_id(self, capsule_id: str, seq: int, epoch_boundary: bool) -> None:
         """The producer's id observer: queue this durable record. Non-blocking.
         The epoch boundary gets a quote of its own (read back from the ledger)."""
-        if not self._accepting:
+        if not self._accepting:  # the hot path's one test: a fork clears it too
+            if self._forked:
+                raise self._fork_error("observe_id()")
             return
         if epoch_boundary:
             self._put_solo(_Item(capsule_id, time.monotonic(), True, None))
@@ -148,6 +203,8 @@ class BatchEvidence:
 
     def submit(self, capsule_id: str) -> None:
         """Queue a capsule id that is already in the ledger (e.g. a backfill)."""
+        if self._forked:
+            raise self._fork_error("submit()")
         if self._accepting:
             self._put((capsule_id, time.monotonic()))
 
@@ -171,7 +228,10 @@ class BatchEvidence:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued before this call has been quoted (or
-        has failed). Returns False on timeout."""
+        has failed). Returns False on timeout. In a forked process, raises
+        EvidenceForkedError: the thread that would do it is not there."""
+        if self._forked:
+            raise self._fork_error("flush()")
         if not self._thread.is_alive():
             return not self._buf
         marker = _Flush()
@@ -181,13 +241,32 @@ class BatchEvidence:
     def close(self, *, drain: bool = True, timeout: float | None = None) -> None:
         """Stop. ``drain``: quote what is queued first; otherwise those slots
         stay null. A batch already being quoted is finished (whole or not at
-        all). Call before closing the ledger."""
+        all). Call before closing the ledger.
+
+        In a process forked from the one that started it, only marks this copy
+        closed: no wait for the parent's thread (not there), no lock or event
+        the parent's thread may have held at the fork, no ledger or TPM call;
+        the parent's worker is untouched. Why not raise: close() runs in
+        ``with`` exits and ``finally`` blocks, where an error would hide the
+        real one."""
+        if self._forked:  # _after_fork_in_child already stopped it accepting
+            return
         self._accepting = False
         if not drain:
             self._discard = True
         self._put(_STOP, wake=True)
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    def _fork_error(self, what: str) -> EvidenceForkedError:
+        """The refusal of ``what`` on a worker inherited through fork(); names
+        the ledger and the AK (its URI or TPM name: nothing secret)."""
+        return EvidenceForkedError(
+            f"{what}: the batch evidence worker for ledger {_ledger_name(self.ledger)} and AK "
+            f"{_ak_name(self.quoter)} was started by process {self._pid}, and this is process {os.getpid()}, "
+            f"forked from it: its worker thread (and TPM connection) belong to process {self._pid}, so nothing "
+            "queued here would ever be quoted. Create a new BatchEvidence (or attach()) in this process, with "
+            "a Ledger or Producer and a quoter opened there; nothing was queued")
 
     def __enter__(self) -> BatchEvidence:
         return self
@@ -288,3 +367,17 @@ class BatchEvidence:
             self.on_batch(ids, time.monotonic())  # type: ignore[misc]
         except Exception:  # a callback never undoes a write
             pass
+
+
+def _ledger_name(ledger: Any) -> str:
+    """The ledger's file path (what LedgerForkedError names too)."""
+    return str(getattr(ledger, "path", ledger))
+
+
+def _ak_name(quoter: Any) -> str:
+    """The AK's ``tpm2:`` URI (handle and TCTI) when the quoter has one, else
+    its TPM name: public values only."""
+    ref = getattr(getattr(quoter, "ak", None), "ref", None)
+    if ref is not None:
+        return str(ref.uri())
+    return f"name {getattr(getattr(quoter, 'identity', None), 'name', '?')}"

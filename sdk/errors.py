@@ -50,6 +50,7 @@ __all__ = [
     "LedgerForkedError",
     "SignerForkedError",
     "EvidenceError",
+    "EvidenceForkedError",
     "JudgmentError",
     "JudgmentRefusedError",
 ]
@@ -232,15 +233,17 @@ class LedgerCorruptError(LedgerError):
 
 
 class ForkedProcessError(CapsealError):
-    """A Producer, Ledger or TPM signer was used in a process forked (without
-    exec) from the process that opened it. Nothing was signed, queued or written.
+    """A Producer, Ledger, TPM signer or batch evidence worker was used in a
+    process forked (without exec) from the process that opened it, or a
+    PKCS#11 module could not be made this process's own after such a fork.
+    Nothing was signed, queued or written.
 
     Why a refusal: the parent's SQLite connections, TPM connection and worker
     threads do not carry across ``fork()`` (SQLite forbids using a connection
-    in the child; the threads do not exist there). Raised as one of the two
+    in the child; the threads do not exist there). Raised as one of the
     subclasses below, so code that already catches LedgerError around ledger
-    calls, or SignerUnavailableError around a device, still catches it; catch
-    this class to handle the fork case alone.
+    calls, SignerUnavailableError around a device or EvidenceError around
+    evidence still catches it; catch this class to handle the fork case alone.
     """
 
     hint = "Open a new Ledger, Producer or signer in this process (or start workers with 'spawn' or 'forkserver')."
@@ -252,7 +255,8 @@ class LedgerForkedError(ForkedProcessError, LedgerError):
 
 class SignerForkedError(ForkedProcessError, SignerUnavailableError):
     """A signer whose device connection belongs to the parent process (a TPM
-    signer) used in a forked process; a signer opened there works."""
+    signer) used in a forked process; a signer opened there works. Also a
+    PKCS#11 module the fork could not make its own (see keys/_pkcs11_session)."""
 
 
 # --------------------------------------------------------------------------- other
@@ -260,6 +264,16 @@ class SignerForkedError(ForkedProcessError, SignerUnavailableError):
 
 class EvidenceError(CapsealError):
     """A hardware quote could not be taken or did not verify; the slot stays null."""
+
+
+class EvidenceForkedError(ForkedProcessError, EvidenceError):
+    """A batch evidence worker (``capseal.attest.BatchEvidence``) used in a
+    process forked (without exec) from the one that started it. Nothing was
+    queued: its worker thread is not in this process, so an id queued there
+    would never be quoted, and a flush could not honestly say anything was."""
+
+    hint = ("Create a new BatchEvidence (capseal.attest.attach) in this process, with a Ledger or Producer "
+            "and a quoter opened there (or start workers with 'spawn' or 'forkserver').")
 
 
 class JudgmentError(CapsealError):

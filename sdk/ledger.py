@@ -28,8 +28,9 @@ imported ledger equals the file it was imported from).
 
 A Ledger belongs to the process that opened it. In a process forked from that
 one without exec, every operation raises LedgerForkedError before it touches
-SQLite or the queue, and ``close()`` only marks that copy closed (see
-:func:`_after_fork_in_child`); a new Ledger opened there works normally.
+SQLite or the queue, ``close()`` only marks that copy closed, and a new Ledger
+opened there works normally, on the same file too (:mod:`._ledger_fork` says
+what that takes).
 """
 
 from __future__ import annotations
@@ -40,14 +41,13 @@ import os
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from . import merkle
+from . import _ledger_fork, merkle
 from .errors import (
     DuplicateRecordError,
     LedgerClosedError,
@@ -390,46 +390,6 @@ class _StaleHead(Exception):
     """Our cached chain head is behind the file (another process appended)."""
 
 
-# ---------------------------------------------------------------------------- fork
-
-#: the ledgers open in this process (those a fork() hands to a child)
-_OPEN: weakref.WeakSet[Ledger] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    """Run in the child of every ``os.fork()``: mark each ledger the parent had
-    open as inherited, so every later call on it raises LedgerForkedError.
-
-    Why a flag set here and not a pid compared on each call: the sealing path
-    pays one attribute test, no system call. Why refuse at all: SQLite forbids
-    using a connection across fork() (locks and WAL state are per process), and
-    the committer thread does not exist in the child, so a queued record would
-    wait for ever. The child's copies of the connections are also never
-    *closed*: a close runs SQLite in the child (a last-connection WAL
-    checkpoint, which then deletes the ``-wal`` file by name: another
-    process's uncheckpointed records went with it). They are kept alive for the
-    child's life and leaked at its exit; the kernel closes the descriptors.
-    """
-    inherited = list(_OPEN)
-    _OPEN.clear()  # a fork of this child inherits the marks (and the leaked references)
-    for ledger in inherited:
-        ledger._forked = True
-        _leak(ledger._db, ledger._rdb)
-
-
-def _leak(*objects: object) -> None:
-    """Keep ``objects`` alive until the process ends, through interpreter
-    shutdown too (which would otherwise free, hence close, a connection)."""
-    import ctypes  # only in a child that inherited an open ledger
-
-    for obj in objects:
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
-
-
-if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 class Ledger:
     """An append-only capseal ledger in one SQLite file.
 
@@ -476,6 +436,7 @@ class Ledger:
         self._committing: int | None = None  # the thread inside _drain (it runs the callbacks)
         self._closed = False
         self.stats = _Stats()
+        _ledger_fork.before_opening(self.path)  # in a forked process: the parent's connections to it first
         self._db = self._connect(synchronous)
         # readers get their own connection: they never see a half-built group
         self._rdb = self._db if readonly else sqlite3.connect(
@@ -485,8 +446,8 @@ class Ledger:
         self._batches: dict[int, _Batch] = {}  # recently read batch rows (see _state)
         self._commit_listeners: list[Callable[[list[StoredEntry]], None]] = []
         self._pid = os.getpid()  # the process that opened it (named in LedgerForkedError)
-        self._forked = False  # set in a forked child by _after_fork_in_child
-        _OPEN.add(self)
+        self._forked = False  # set in a forked process (see _ledger_fork)
+        _ledger_fork.register(self)
 
     # ------------------------------------------------------------------ opening
 
@@ -552,7 +513,7 @@ class Ledger:
                 if self._rdb is not self._db:
                     self._rdb.close()
             self._db.close()
-        _OPEN.discard(self)
+        _ledger_fork.forget(self)
 
     def __enter__(self) -> Ledger:
         return self
@@ -562,6 +523,13 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.path)!r}{', readonly' if self.readonly else ''})"
+
+    def _fork_locks(self) -> tuple[threading.Lock, threading.Lock]:
+        """The locks every SQLite call on this ledger runs under (a fork takes them)."""
+        return self._write_lock, self._read_lock
+
+    def _connections(self) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+        return self._db, self._rdb
 
     def _fork_error(self, what: str) -> LedgerForkedError:
         """The refusal of ``what`` on a ledger inherited through fork() (callers
@@ -1079,7 +1047,8 @@ class Ledger:
             raise LedgerError(f"{target} already exists; import builds a new ledger")
         ledger = cls(target)
         try:
-            ledger._import(src)
+            with ledger._write_lock:  # every SQLite call under one of the ledger's locks (a fork waits on them)
+                ledger._import(src)
         except BaseException:
             ledger.close()
             for suffix in ("", "-wal", "-shm"):

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sqlite3
+import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -173,9 +174,10 @@ def test_inherited_ledger_refuses_every_call_in_the_child(tmp_path: Path) -> Non
 
 
 def test_a_child_letting_go_of_an_inherited_producer_deletes_nobodys_records(tmp_path: Path) -> None:
-    """The child's copies of the connections are never closed: closing one
-    there ran SQLite's last-connection WAL checkpoint, which then deleted the
-    ``-wal`` file by name, and with it records another process had committed."""
+    """The child's copies of the connections are never closed the ordinary
+    way: closing one there ran SQLite's last-connection WAL checkpoint, which
+    then deleted the ``-wal`` file by name, and with it records another
+    process had committed."""
     path = tmp_path / "l.db"
     held = [Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), path)]
     held[0].seal({"action_id": "p-1", **FYI})  # the epoch capsule and this one
@@ -308,3 +310,165 @@ def test_tpm_signer_in_the_child_says_fork_and_one_opened_there_works(tpm_uri: s
     signature = signer.sign(b"parent, after")  # the parent's connection was left alone
     assert signature.signature and signer.kid
     signer.close()
+
+
+# ---------------------------------------------------------------------------- the same file, after the fork
+
+
+def _entry(n: int) -> LedgerEntry:
+    return LedgerEntry(f"{n:064x}", "note", "producer_claim", b'{"n":%d}' % n)
+
+
+def test_the_parent_closing_while_the_child_appends_to_the_same_file_loses_nothing(tmp_path: Path) -> None:
+    """The fork opens its own ledger on the parent's file; the parent then
+    closes its own (SQLite's last-connection checkpoint) while the fork still
+    appends. The inherited connections' lock records once made the fork's new
+    connection take no OS locks, so the parent deleted the -wal under it:
+    appends that returned were gone."""
+    path = tmp_path / "l.db"
+    parent = Ledger(path)
+    parent.append(_entry(1))
+    opened, closed = os.pipe(), os.pipe()
+
+    def child() -> int:
+        mine = Ledger(path)
+        mine.append(_entry(100))
+        os.write(opened[1], b"o")
+        os.read(closed[0], 1)  # the parent has closed its ledger
+        mine.append(_entry(101))
+        mine.append(_entry(102))
+        mine.close()
+        return 3
+
+    running = _Child(child, alarm=30)
+    os.read(opened[0], 1)
+    parent.close()
+    os.write(closed[1], b"c")
+    assert running.result() == 3
+    for fd in (*opened, *closed):
+        os.close(fd)
+    assert _rows(path) == 4
+    _assert_chain_intact(path)
+
+
+def _assert_chain_intact(path: Path) -> None:
+    with Ledger(path, readonly=True) as ledger:
+        assert ledger.check_chain() == []
+
+
+_POOL_STARTED: Any = None  # a multiprocessing Event the fork-pool workers inherit
+
+
+def _seal_in_pool_worker(args: tuple[str, int]) -> int:
+    path, worker = args
+    with Producer("acme", f"worker-{worker}@1", UnsafeEphemeralSigner(), path) as mine:
+        for n in range(15):
+            mine.seal({"action_id": f"w{worker}-{n}", **FYI})
+            _POOL_STARTED.set()  # the parent closes its producer while the workers go on
+            time.sleep(0.005)
+    return 15 + 1  # and its epoch capsule
+
+
+def test_fork_pool_workers_sealing_into_the_parents_file_lose_nothing(tmp_path: Path) -> None:
+    """README's pattern: fork-pool workers each open a Producer on the file the
+    parent uses, and the parent closes its own while they seal. Every record
+    whose seal() returned is in the file (about half were lost)."""
+    import multiprocessing
+
+    global _POOL_STARTED
+    context = multiprocessing.get_context("fork")
+    _POOL_STARTED = context.Event()
+    path = tmp_path / "l.db"
+    parent = Producer("acme", "parent@1", UnsafeEphemeralSigner(), path)
+    parent.seal({"action_id": "p-1", **FYI})
+    with context.Pool(2) as pool:
+        sealed = pool.map_async(_seal_in_pool_worker, [(str(path), w) for w in range(2)], chunksize=1)
+        assert _POOL_STARTED.wait(60)
+        parent.close()
+        acknowledged = sum(sealed.get(120)) + 2
+    assert _rows(path) == acknowledged
+    assert verify_ledger(path).ok
+
+
+def test_forks_taken_while_the_parent_commits_open_the_same_file_at_once(tmp_path: Path) -> None:
+    """A thread appends without pause while the parent forks: the fork waits
+    for the transaction under way, so no fork holds a copy of SQLite's write
+    lock, and each fork's own ledger on the same file appends at once (it
+    once failed after SQLite's 30 s busy timeout, or hung in connect)."""
+    import threading
+
+    path = tmp_path / "l.db"
+    parent = Ledger(path)
+    stop, appended = threading.Event(), [0]
+
+    def append_without_pause() -> None:
+        n = 1_000_000
+        while not stop.is_set():
+            parent.append(_entry(n))
+            n += 1
+            appended[0] += 1
+
+    thread = threading.Thread(target=append_without_pause)
+    thread.start()
+    mine_total = 0
+    try:
+        for k in range(8):
+            def child(k: int = k) -> int:
+                parent.close()  # lets go of the inherited copy (nothing is written)
+                with Ledger(path, group_window=0) as mine:
+                    mine.append(_entry(k))
+                    mine.submit(_entry(100 + k)).result()
+                return 2
+            mine_total += _in_child(child, alarm=25)  # the old 30 s busy timeout would end in the alarm
+    finally:
+        stop.set()
+        thread.join()
+    parent.close()
+    assert _rows(path) == appended[0] + mine_total
+    _assert_chain_intact(path)
+
+
+def test_a_fork_taken_mid_transaction_refuses_that_file_and_opens_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transaction that outlives the fork's wait (here a thread holds the
+    ledger's write lock, as a stuck commit would): the copy of SQLite's state
+    in the fork cannot be let go of safely, so opening that file there is
+    refused, saying why; another file opens and works."""
+    import threading
+
+    from capseal import _ledger_fork
+
+    monkeypatch.setattr(_ledger_fork, "FORK_WAIT", 0.3)
+    path, other = tmp_path / "l.db", tmp_path / "other.db"
+    parent = Ledger(path)
+    parent.append(_entry(1))
+    inside, leave = threading.Event(), threading.Event()
+
+    def a_transaction_that_does_not_end() -> None:
+        with parent._write_lock:
+            inside.set()
+            leave.wait(60)
+
+    holder = threading.Thread(target=a_transaction_that_does_not_end)
+    holder.start()
+    inside.wait(5)
+    try:
+        def child() -> dict[str, Any]:
+            same = _attempt(lambda: Ledger(path))
+            with Ledger(other) as mine:
+                mine.append(_entry(2))
+                count = mine.count()
+            return {"same": same, "other": count}
+
+        seen = _in_child(child)
+    finally:
+        leave.set()
+        holder.join()
+    refused = seen["same"]
+    assert isinstance(refused, dict) and refused["type"] == LedgerForkedError.__name__, refused
+    assert str(path) in refused["message"] and "transaction" in refused["message"]
+    assert seen["other"] == 1
+    parent.append(_entry(3))
+    parent.close()
+    assert _rows(path) == 2
+    _assert_chain_intact(path)

@@ -1,0 +1,186 @@
+"""A :class:`~capseal.ledger.Ledger` across ``os.fork()`` without exec.
+
+SQLite forbids using a connection in a process forked from the one that
+opened it, and a ledger's committer thread does not exist in the fork. So a
+forked process refuses every call on a ledger it inherited
+(``LedgerForkedError``, raised by the ledger itself on a flag set here), and
+opens its own. Three things make that safe; each was a lost record or a hang:
+
+* **No SQLite call is in flight at the fork.** Before a fork, every open
+  ledger's write and read locks are taken (waiting up to :data:`FORK_WAIT` s
+  in all for a running transaction to end) and held across it. A
+  connection copied mid-transaction would, once let go of in the fork, roll
+  back into the WAL index the parent shares; a fork taken mid-commit also
+  copied SQLite's write lock, and the fork's own ledger on that file then
+  failed after 30 s or hung.
+* **The inherited connections are never closed the ordinary way.** Closing
+  runs SQLite's last-connection checkpoint, whose stale view of the WAL
+  (this copy's) checkpoints nothing and then deletes the ``-wal`` file by
+  name, with the records another process had committed in it.
+* **...but they are let go of before the fork opens that file itself.**
+  SQLite keeps one record per file per process of the OS locks it holds;
+  the inherited connections' record claims locks this process does not
+  hold (POSIX locks are not inherited), so a new connection on the same file
+  would take none, and the parent, seeing no other user, would checkpoint
+  and delete the ``-wal`` the fork was still appending to. Closing them with
+  checkpoint-on-close switched off (``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE``)
+  drops that record without touching the files.
+
+Until a fork opens a ledger on the same file, the inherited connections are
+kept alive (through interpreter shutdown too, which would otherwise close
+them): no SQLite call on them at all. When the fork could not be made quiet
+(a transaction outlived the wait) or the option cannot be set, opening that
+file in the fork is refused, with the reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sqlite3
+import sys
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from .errors import LedgerForkedError
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
+
+__all__ = ["FORK_WAIT", "register", "forget", "before_opening"]
+
+#: Seconds a fork waits, in all, for the open ledgers' transactions to end.
+#: A commit takes milliseconds; this bounds the wait behind a stuck one.
+FORK_WAIT = 10.0
+
+_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = 1010
+_OPEN: weakref.WeakSet[Ledger] = weakref.WeakSet()
+_fork = threading.local()  # the locks this thread's fork took (its own: forks on other threads wait)
+# in a forked process: inherited connections not yet let go of, by the real
+# path of their file, and why opening that file here is refused (None: it is not)
+_INHERITED: dict[str, tuple[list[sqlite3.Connection], str | None]] = {}
+
+
+def register(ledger: Ledger) -> None:
+    _OPEN.add(ledger)
+
+
+def forget(ledger: Ledger) -> None:
+    _OPEN.discard(ledger)
+
+
+def _real(path: object) -> str:
+    return os.path.realpath(os.fspath(path))  # type: ignore[call-overload]
+
+
+def before_opening(path: object) -> None:
+    """Called before a Ledger opens ``path``: in a forked process, let go of
+    the connections to that file inherited from the parent, or refuse."""
+    entry = _INHERITED.get(_real(path))
+    if entry is None:
+        return
+    connections, refused = entry
+    if refused is None and all(_no_checkpoint_on_close(c, path) for c in connections):
+        for connection in connections:
+            connection.close()  # checkpoint-on-close is off: no WAL work, no file deleted
+        del _INHERITED[_real(path)]
+        return
+    reason = refused or ("this Python cannot switch off SQLite's checkpoint-on-close for the connections "
+                         "inherited from the parent")
+    _INHERITED[_real(path)] = (connections, reason)
+    raise LedgerForkedError(
+        f"the ledger {path} cannot be opened in this process ({os.getpid()}), forked from one that had it open: "
+        f"{reason}. Open it in a process started with 'spawn' or 'forkserver'; nothing was written")
+
+
+def _no_checkpoint_on_close(connection: sqlite3.Connection, path: object) -> bool:
+    """Switch off checkpoint-on-close for ``connection``; False if it cannot be done."""
+    setconfig = getattr(connection, "setconfig", None)  # Python 3.12+
+    if setconfig is not None:
+        setconfig(_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, True)
+        return True
+    # Python 3.10/3.11: through the C API, on the connection's sqlite3* (the
+    # first field after the object header of CPython's pysqlite_Connection).
+    # Used only once the handle is confirmed: SQLite names this very file for it.
+    if sys.implementation.name != "cpython" or sys.version_info[:2] not in ((3, 10), (3, 11)):
+        return False
+    try:
+        import _sqlite3
+
+        lib = ctypes.CDLL(_sqlite3.__file__)  # resolves to the libsqlite3 the module uses
+        lib.sqlite3_db_filename.restype = ctypes.c_char_p
+        lib.sqlite3_db_filename.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
+        db_config = lib.sqlite3_db_config
+    except (ImportError, OSError, AttributeError):
+        return False
+    handle = ctypes.c_void_p.from_address(id(connection) + object.__basicsize__).value
+    if not handle or not _same_file(lib.sqlite3_db_filename(handle, b"main"), path):
+        return False
+    rv = db_config(ctypes.c_void_p(handle), ctypes.c_int(_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE),
+                               ctypes.c_int(1), ctypes.c_void_p(None))
+    return rv == 0
+
+
+def _same_file(name: bytes | None, path: object) -> bool:
+    return bool(name) and _real(os.fsdecode(name)) == _real(path)  # type: ignore[arg-type]
+
+
+def _keep_alive(connection: sqlite3.Connection) -> None:
+    """One reference that is never dropped: freeing the object (at interpreter
+    shutdown too) would close it the ordinary way."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(connection))
+
+
+def _before_fork() -> None:
+    """Take every open ledger's write and read locks (in that order, as
+    ``Ledger.close`` does), so no transaction runs at the fork. The list grows
+    lock by lock: a Ctrl-C in the wait (CPython reports and drops it) leaves
+    exactly what was taken."""
+    _fork.held = held = []
+    deadline = time.monotonic() + FORK_WAIT
+    for ledger in list(_OPEN):
+        for lock in ledger._fork_locks():
+            if lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                held.append(lock)
+
+
+def _after_fork_in_parent() -> None:
+    held, _fork.held = getattr(_fork, "held", []), []
+    for lock in held:
+        lock.release()
+
+
+def _after_fork_in_child() -> None:
+    """Mark each inherited ledger (every call on it is refused) and keep its
+    connections, untouched, for :func:`before_opening`."""
+    held, _fork.held = getattr(_fork, "held", []), []
+    taken = {id(lock) for lock in held}
+    inherited = list(_OPEN)
+    _OPEN.clear()
+    try:
+        for ledger in inherited:
+            ledger._forked = True
+            if ledger._closed:  # closed under its write lock, which the fork waited for: nothing to let go of
+                continue
+            connections = list({id(c): c for c in ledger._connections()}.values())
+            for connection in connections:
+                _keep_alive(connection)
+            quiet = all(id(lock) in taken for lock in ledger._fork_locks())
+            previous = _INHERITED.get(_real(ledger.path), ([], None))
+            _INHERITED[_real(ledger.path)] = (
+                previous[0] + connections,
+                previous[1] if quiet else (
+                    "the fork was taken while a transaction on it was running in the parent (it waits up to "
+                    f"{FORK_WAIT:g} s for one to end; this one did not, or the wait was interrupted), so the "
+                    "state of SQLite's connections copied here cannot be let go of safely"),
+            )
+    finally:
+        for lock in held:
+            lock.release()  # taken by this thread before the fork: ours here too
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
