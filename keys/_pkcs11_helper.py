@@ -407,13 +407,18 @@ class SigningProcess:
         return None if child is None else child.proc.pid
 
     def begin(self, owner: Owner, payload: bytes) -> PendingSignature:
+        if os.getpid() != self._pid:
+            # a process forked from this one: the children are the parent's, and
+            # the fork signs in-process with a login of its own; it never starts
+            # one (nor touches this object's locks, which a parent thread may hold)
+            return _SignOnResult(owner._sign_in_process, payload)
         child = self._child
-        if child is not None and os.getpid() == self._pid:
+        if child is not None:
             child.kill_if_hung()  # new requests do not queue behind a child that hangs
             pending = child.send(owner, payload)
             if pending is not None:
                 return pending
-        elif child is None and not self._replacing and not self._credentials.pin_refused:
+        elif not self._replacing and not self._credentials.pin_refused:
             self._replace_soon()  # replacement had stopped on a refused PIN, which the token now takes
         return _SignOnResult(owner._sign_in_process, payload)  # no child to ask: signed here on result()
 
@@ -421,7 +426,10 @@ class SigningProcess:
         """Stop the children, a child still starting included: each signs what
         it has been sent (for up to ``timeout`` seconds; then it is killed
         and those requests are made in this process, or fail as the signer's
-        own path does). Idempotent."""
+        own path does). Idempotent. In a process forked from this one, does
+        nothing: the children are the parent's (the fork let go of their pipes)."""
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             self._closed.set()
             children, self._children, self._child = self._children, [], None

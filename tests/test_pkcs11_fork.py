@@ -227,3 +227,49 @@ def test_a_fork_whose_wait_is_interrupted_refuses_pkcs11_in_the_child(
         assert signature_ok("EdDSA", signer.public_key, signer.sign(b"parent").signature, b"parent")
     finally:
         signer.close()
+
+
+def _processes_started_by_this_one() -> list[int]:
+    children: list[int] = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            children += [int(pid) for pid in f.read().split()]
+    return children
+
+
+def test_a_fork_never_starts_a_signing_process_of_its_own(softhsm: Any) -> None:
+    """A signer with a signing process, forked while it had no current child
+    and no replacement under way (as after a refused PIN): the fork signs
+    in-process and never starts a child of its own (one that would be sent
+    the PIN and never used); closing the signer there leaves the parent's
+    child alone."""
+    signer = open_signer(_key(softhsm), pin=softhsm.pin, signing_process=True)
+    try:
+        process = signer._process
+        assert process is not None and process._child is not None
+        helper = process._child.proc.pid
+        current, process._child = process._child, None  # no current child, no replacement under way
+        process._respawn_after = 0.01
+
+        def sign_in_fork() -> dict[str, Any]:
+            signatures = [signer.sign(b"in the fork").signature.hex() for _ in range(3)]
+            started: list[int] = []
+            for _ in range(100):  # 2 s: far longer than a start takes to begin
+                started = _processes_started_by_this_one()
+                if started:
+                    break
+                threading.Event().wait(0.02)
+            signer.close()
+            return {"signatures": signatures, "started": started}
+
+        code, answer = _in_fork(sign_in_fork)
+        process._child = current
+        assert code == 0, "the fork hung (killed by its alarm)" if code == -signal.SIGALRM else code
+        assert "error" not in answer, answer
+        assert answer["started"] == []
+        assert all(signature_ok("EdDSA", signer.public_key, bytes.fromhex(s), b"in the fork")
+                   for s in answer["signatures"])
+        assert process._child.proc.pid == helper and process._child.proc.poll() is None  # the parent's child lives
+        assert signature_ok("EdDSA", signer.public_key, signer.sign(b"parent").signature, b"parent")
+    finally:
+        signer.close()
