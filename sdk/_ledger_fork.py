@@ -8,7 +8,9 @@ opens its own. Three things make that safe; each was a lost record or a hang:
 
 * **No SQLite call is in flight at the fork.** Before a fork, every open
   ledger's write and read locks are taken (waiting up to :data:`FORK_WAIT` s
-  in all for a running transaction to end) and held across it. A
+  in all for a running transaction to end; a ledger's own commit callbacks,
+  which run after its COMMIT, do not wait on themselves) and held across it.
+  A ledger holds its write lock while it opens its connections too. A
   connection copied mid-transaction would, once let go of in the fork, roll
   back into the WAL index the parent shares; a fork taken mid-commit also
   copied SQLite's write lock, and the fork's own ledger on that file then
@@ -26,7 +28,9 @@ opens its own. Three things make that safe; each was a lost record or a hang:
   checkpoint-on-close switched off (``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE``)
   drops that record without touching the files.
 
-Until a fork opens a ledger on the same file, the inherited connections are
+Files are matched by the real path each ledger resolved when it opened (as
+SQLite did; the current directory may have changed since). Until a fork
+opens a ledger on the same file, the inherited connections are
 kept alive (through interpreter shutdown too, which would otherwise close
 them): no SQLite call on them at all. When the fork could not be made quiet
 (a transaction outlived the wait) or the option cannot be set, opening that
@@ -35,7 +39,6 @@ file in the fork is refused, with the reason.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sqlite3
 import sys
@@ -55,7 +58,7 @@ __all__ = ["FORK_WAIT", "register", "forget", "before_opening"]
 #: A commit takes milliseconds; this bounds the wait behind a stuck one.
 FORK_WAIT = 10.0
 
-_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = 1010
+_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", 1006)  # sqlite3.h
 _OPEN: weakref.WeakSet[Ledger] = weakref.WeakSet()
 _fork = threading.local()  # the locks this thread's fork took (its own: forks on other threads wait)
 # in a forked process: inherited connections not yet let go of, by the real
@@ -75,79 +78,97 @@ def _real(path: object) -> str:
     return os.path.realpath(os.fspath(path))  # type: ignore[call-overload]
 
 
-def before_opening(path: object) -> None:
-    """Called before a Ledger opens ``path``: in a forked process, let go of
-    the connections to that file inherited from the parent, or refuse."""
-    entry = _INHERITED.get(_real(path))
+def before_opening(path: str) -> None:
+    """Called before a Ledger opens the file at the real path ``path``: in a
+    forked process, let go of the connections to it inherited from the
+    parent, or refuse."""
+    entry = _INHERITED.get(path)
     if entry is None:
         return
     connections, refused = entry
     if refused is None and all(_no_checkpoint_on_close(c, path) for c in connections):
         for connection in connections:
             connection.close()  # checkpoint-on-close is off: no WAL work, no file deleted
-        del _INHERITED[_real(path)]
+        del _INHERITED[path]
         return
     reason = refused or ("this Python cannot switch off SQLite's checkpoint-on-close for the connections "
                          "inherited from the parent")
-    _INHERITED[_real(path)] = (connections, reason)
+    _INHERITED[path] = (connections, reason)
     raise LedgerForkedError(
         f"the ledger {path} cannot be opened in this process ({os.getpid()}), forked from one that had it open: "
         f"{reason}. Open it in a process started with 'spawn' or 'forkserver'; nothing was written")
 
 
-def _no_checkpoint_on_close(connection: sqlite3.Connection, path: object) -> bool:
-    """Switch off checkpoint-on-close for ``connection``; False if it cannot be done."""
+def _no_checkpoint_on_close(connection: sqlite3.Connection, path: str) -> bool:
+    """Switch off checkpoint-on-close for ``connection``, and confirm it is
+    off; False if that cannot be done."""
     setconfig = getattr(connection, "setconfig", None)  # Python 3.12+
-    if setconfig is not None:
+    getconfig = getattr(connection, "getconfig", None)
+    if setconfig is not None and getconfig is not None:
         setconfig(_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, True)
-        return True
+        return bool(getconfig(_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE))
     # Python 3.10/3.11: through the C API, on the connection's sqlite3* (the
     # first field after the object header of CPython's pysqlite_Connection).
     # Used only once the handle is confirmed: SQLite names this very file for it.
     if sys.implementation.name != "cpython" or sys.version_info[:2] not in ((3, 10), (3, 11)):
         return False
+    import ctypes
+
     try:
         import _sqlite3
 
         lib = ctypes.CDLL(_sqlite3.__file__)  # resolves to the libsqlite3 the module uses
-        lib.sqlite3_db_filename.restype = ctypes.c_char_p
-        lib.sqlite3_db_filename.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
-        db_config = lib.sqlite3_db_config
+        filename, db_config = lib.sqlite3_db_filename, lib.sqlite3_db_config
     except (ImportError, OSError, AttributeError):
         return False
+    filename.restype, filename.argtypes = ctypes.c_char_p, (ctypes.c_void_p, ctypes.c_char_p)
+    db_config.restype = ctypes.c_int
+    db_config.argtypes = (ctypes.c_void_p, ctypes.c_int)  # then variadic: (int onoff, int *result)
     handle = ctypes.c_void_p.from_address(id(connection) + object.__basicsize__).value
-    if not handle or not _same_file(lib.sqlite3_db_filename(handle, b"main"), path):
+    if not handle or not _same_file(filename(handle, b"main"), path):
         return False
-    rv = db_config(ctypes.c_void_p(handle), ctypes.c_int(_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE),
-                               ctypes.c_int(1), ctypes.c_void_p(None))
-    return rv == 0
+    result = ctypes.c_int(-1)
+    if db_config(handle, _SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, ctypes.c_int(1), ctypes.byref(result)) != 0:
+        return False
+    return result.value == 1
 
 
-def _same_file(name: bytes | None, path: object) -> bool:
-    return bool(name) and _real(os.fsdecode(name)) == _real(path)  # type: ignore[arg-type]
+def _same_file(name: bytes | None, path: str) -> bool:
+    return bool(name) and _real(os.fsdecode(name)) == path  # type: ignore[arg-type]
 
 
 def _keep_alive(connection: sqlite3.Connection) -> None:
     """One reference that is never dropped: freeing the object (at interpreter
     shutdown too) would close it the ordinary way."""
+    import ctypes
+
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(connection))
 
 
 def _before_fork() -> None:
     """Take every open ledger's write and read locks (in that order, as
-    ``Ledger.close`` does), so no transaction runs at the fork. The list grows
+    ``Ledger.close`` does), so no transaction runs at the fork. A fork made
+    from a commit's callback (an observer, a listener: they run after the
+    COMMIT, on the committing thread, which holds the write lock) does not
+    wait on its own lock: SQLite is between statements there. The list grows
     lock by lock: a Ctrl-C in the wait (CPython reports and drops it) leaves
     exactly what was taken."""
     _fork.held = held = []
+    _fork.between = between = []  # ledgers whose write lock this thread holds, between statements
+    me = threading.get_ident()
     deadline = time.monotonic() + FORK_WAIT
     for ledger in list(_OPEN):
-        for lock in ledger._fork_locks():
-            if lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                held.append(lock)
+        write, read = ledger._fork_locks()
+        if ledger._committing == me:
+            between.append(ledger)
+        elif write.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            held.append(write)
+        if read.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            held.append(read)
 
 
 def _after_fork_in_parent() -> None:
-    held, _fork.held = getattr(_fork, "held", []), []
+    held, _fork.held, _fork.between = getattr(_fork, "held", []), [], []
     for lock in held:
         lock.release()
 
@@ -156,20 +177,21 @@ def _after_fork_in_child() -> None:
     """Mark each inherited ledger (every call on it is refused) and keep its
     connections, untouched, for :func:`before_opening`."""
     held, _fork.held = getattr(_fork, "held", []), []
-    taken = {id(lock) for lock in held}
+    between, _fork.between = getattr(_fork, "between", []), []
+    taken = {id(lock) for lock in held} | {id(ledger._fork_locks()[0]) for ledger in between}
     inherited = list(_OPEN)
     _OPEN.clear()
     try:
         for ledger in inherited:
             ledger._forked = True
-            if ledger._closed:  # closed under its write lock, which the fork waited for: nothing to let go of
+            quiet = all(id(lock) in taken for lock in ledger._fork_locks())
+            if quiet and ledger._closed:  # closed under its write lock: nothing to let go of
                 continue
-            connections = list({id(c): c for c in ledger._connections()}.values())
+            connections = ledger._connections()
             for connection in connections:
                 _keep_alive(connection)
-            quiet = all(id(lock) in taken for lock in ledger._fork_locks())
-            previous = _INHERITED.get(_real(ledger.path), ([], None))
-            _INHERITED[_real(ledger.path)] = (
+            previous = _INHERITED.get(ledger._real_path, ([], None))
+            _INHERITED[ledger._real_path] = (
                 previous[0] + connections,
                 previous[1] if quiet else (
                     "the fork was taken while a transaction on it was running in the parent (it waits up to "

@@ -436,18 +436,27 @@ class Ledger:
         self._committing: int | None = None  # the thread inside _drain (it runs the callbacks)
         self._closed = False
         self.stats = _Stats()
-        _ledger_fork.before_opening(self.path)  # in a forked process: the parent's connections to it first
-        self._db = self._connect(synchronous)
-        # readers get their own connection: they never see a half-built group
-        self._rdb = self._db if readonly else sqlite3.connect(
-            str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
-        )
         self._read_lock = threading.Lock()
         self._batches: dict[int, _Batch] = {}  # recently read batch rows (see _state)
         self._commit_listeners: list[Callable[[list[StoredEntry]], None]] = []
         self._pid = os.getpid()  # the process that opened it (named in LedgerForkedError)
         self._forked = False  # set in a forked process (see _ledger_fork)
-        _ledger_fork.register(self)
+        # the file as SQLite resolves the path now (the current directory may change)
+        self._real_path = os.path.realpath(self.path)
+        _ledger_fork.before_opening(self._real_path)  # in a forked process: the parent's connections to it first
+        with self._write_lock:  # a fork waits for the connections to be made (see _ledger_fork)
+            _ledger_fork.register(self)
+            try:
+                self._db = self._connect(synchronous)
+                # readers get their own connection: they never see a half-built group
+                self._rdb = self._db if readonly else sqlite3.connect(
+                    str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
+                )
+            except BaseException:
+                _ledger_fork.forget(self)
+                if getattr(self, "_db", None) is not None:
+                    self._db.close()
+                raise
 
     # ------------------------------------------------------------------ opening
 
@@ -528,8 +537,10 @@ class Ledger:
         """The locks every SQLite call on this ledger runs under (a fork takes them)."""
         return self._write_lock, self._read_lock
 
-    def _connections(self) -> tuple[sqlite3.Connection, sqlite3.Connection]:
-        return self._db, self._rdb
+    def _connections(self) -> list[sqlite3.Connection]:
+        """The connections made so far (a fork may come while they are made)."""
+        made = [getattr(self, "_db", None), getattr(self, "_rdb", None)]
+        return [c for i, c in enumerate(made) if c is not None and c not in made[:i]]
 
     def _fork_error(self, what: str) -> LedgerForkedError:
         """The refusal of ``what`` on a ledger inherited through fork() (callers

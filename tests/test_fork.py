@@ -472,3 +472,104 @@ def test_a_fork_taken_mid_transaction_refuses_that_file_and_opens_others(
     parent.close()
     assert _rows(path) == 2
     _assert_chain_intact(path)
+
+
+def test_letting_go_in_the_fork_never_checkpoints_another_writers_wal(tmp_path: Path) -> None:
+    """No process holds the file when the fork lets go of what it inherited:
+    the parent closed its ledger, and another writer committed 5 records and
+    was killed (they are in its -wal only). Letting go must not checkpoint
+    from the fork's stale copy and delete that -wal: with the wrong SQLite
+    option set (DEFENSIVE, 1010, for NO_CKPT_ON_CLOSE, 1006) it did, and the
+    5 acknowledged records were gone."""
+    path = tmp_path / "l.db"
+    parent = Ledger(path)
+    parent.append(_entry(1))
+    go_read, go_write = os.pipe()
+
+    def open_it_later() -> int:
+        os.read(go_read, 1)
+        with Ledger(path) as mine:
+            seen = mine.count()
+            mine.append(_entry(100))
+        return seen
+
+    child = _Child(open_it_later, alarm=30)
+    parent.close()
+
+    def commit_then_die() -> None:
+        writer = Ledger(path)
+        for n in range(2, 7):
+            writer.append(_entry(n))  # durable: in the -wal, not checkpointed
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    killed = os.fork()
+    if killed == 0:
+        try:
+            commit_then_die()
+        finally:
+            os._exit(1)
+    assert os.waitpid(killed, 0)[1] == signal.SIGKILL
+    os.write(go_write, b"g")
+    assert child.result() == 6
+    os.close(go_read)
+    os.close(go_write)
+    assert _rows(path) == 7
+    _assert_chain_intact(path)
+
+
+def test_a_ledger_opened_by_a_relative_path_is_let_go_of_after_a_chdir(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent opened "l.db" in its directory of the time and moved on; the
+    fork opens the same file by another path. Its inherited connections must
+    still be found (by the file SQLite opened, not the path as typed now), or
+    its new connection takes no OS locks and the parent's close deletes the
+    -wal under it."""
+    monkeypatch.chdir(tmp_path)
+    parent = Ledger("l.db")
+    parent.append(_entry(1))
+    monkeypatch.chdir("/")
+    opened, closed = os.pipe(), os.pipe()
+
+    def child() -> int:
+        with Ledger(tmp_path / "l.db") as mine:
+            mine.append(_entry(100))
+            os.write(opened[1], b"o")
+            os.read(closed[0], 1)
+            mine.append(_entry(101))
+            mine.append(_entry(102))
+        return 3
+
+    running = _Child(child, alarm=30)
+    os.read(opened[0], 1)
+    parent.close()
+    os.write(closed[1], b"c")
+    assert running.result() == 3
+    for fd in (*opened, *closed):
+        os.close(fd)
+    assert _rows(tmp_path / "l.db") == 4
+
+
+def test_a_fork_from_a_commit_callback_does_not_wait_on_its_own_commit(tmp_path: Path) -> None:
+    """A commit listener (it runs after the COMMIT, on the committing thread,
+    which holds the write lock) forks: the fork does not wait for that lock
+    (it once waited 10 s and then refused the file, saying a transaction was
+    running), and the fork opens the same file and appends."""
+    path = tmp_path / "l.db"
+    ledger = Ledger(path)
+    children: list[_Child] = []
+
+    def fork_once(stored: list[Any]) -> None:
+        if not children:
+            def child() -> int:
+                with Ledger(path) as mine:
+                    mine.append(_entry(100))
+                    return mine.count()
+            children.append(_Child(child, alarm=30))
+
+    ledger.add_commit_listener(fork_once)
+    ledger.append(_entry(1))
+    assert children[0].result() == 2
+    ledger.append(_entry(2))
+    ledger.close()
+    assert _rows(path) == 3
+    _assert_chain_intact(path)
