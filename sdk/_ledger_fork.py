@@ -60,6 +60,9 @@ FORK_WAIT = 10.0
 
 _SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", 1006)  # sqlite3.h
 _OPEN: weakref.WeakSet[Ledger] = weakref.WeakSet()
+# held by a fork from before it looks at _OPEN until after it: a ledger is
+# registered (then connects) either before, and the fork waits for it, or after
+_REGISTRY = threading.Lock()
 _fork = threading.local()  # the locks this thread's fork took (its own: forks on other threads wait)
 # in a forked process: inherited connections not yet let go of, by the real
 # path of their file, and why opening that file here is refused (None: it is not)
@@ -67,11 +70,15 @@ _INHERITED: dict[str, tuple[list[sqlite3.Connection], str | None]] = {}
 
 
 def register(ledger: Ledger) -> None:
-    _OPEN.add(ledger)
+    """Called by a Ledger holding its own (new) write lock, before it connects."""
+    with _REGISTRY:
+        _OPEN.add(ledger)
 
 
 def forget(ledger: Ledger) -> None:
-    _OPEN.discard(ledger)
+    """Called without the ledger's write lock (a fork holding the registry may wait on it)."""
+    with _REGISTRY:
+        _OPEN.discard(ledger)
 
 
 def _real(path: object) -> str:
@@ -105,8 +112,11 @@ def _no_checkpoint_on_close(connection: sqlite3.Connection, path: str) -> bool:
     setconfig = getattr(connection, "setconfig", None)  # Python 3.12+
     getconfig = getattr(connection, "getconfig", None)
     if setconfig is not None and getconfig is not None:
-        setconfig(_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, True)
-        return bool(getconfig(_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE))
+        try:
+            setconfig(_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, True)
+            return bool(getconfig(_SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE))
+        except sqlite3.Error:  # a closed connection
+            return False
     # Python 3.10/3.11: through the C API, on the connection's sqlite3* (the
     # first field after the object header of CPython's pysqlite_Connection).
     # Used only once the handle is confirmed: SQLite names this very file for it.
@@ -146,42 +156,57 @@ def _keep_alive(connection: sqlite3.Connection) -> None:
 
 
 def _before_fork() -> None:
-    """Take every open ledger's write and read locks (in that order, as
-    ``Ledger.close`` does), so no transaction runs at the fork. A fork made
-    from a commit's callback (an observer, a listener: they run after the
-    COMMIT, on the committing thread, which holds the write lock) does not
-    wait on its own lock: SQLite is between statements there. The list grows
-    lock by lock: a Ctrl-C in the wait (CPython reports and drops it) leaves
-    exactly what was taken."""
+    """Take the registry, then every open ledger's write and read locks (in
+    that order, as ``Ledger.close`` does), so no transaction runs at the fork.
+
+    A fork from a commit's callbacks (an observer, a listener), which run on
+    the committing thread after its COMMIT, holding the write lock, does not
+    wait on its own lock: SQLite is between statements there. A fork from
+    that thread *inside* the transaction (a signal handler, a finaliser) does
+    not wait either, and counts as not quiet. The list grows lock by lock: a
+    Ctrl-C in the wait (CPython reports and drops it) leaves exactly what was
+    taken."""
+    _fork.registry = False
     _fork.held = held = []
     _fork.between = between = []  # ledgers whose write lock this thread holds, between statements
+    _fork.registry = _REGISTRY.acquire(timeout=FORK_WAIT)
     me = threading.get_ident()
     deadline = time.monotonic() + FORK_WAIT
     for ledger in list(_OPEN):
         write, read = ledger._fork_locks()
-        if ledger._committing == me:
+        if ledger._in_callbacks == me:
             between.append(ledger)
-        elif write.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        elif ledger._committing != me and write.acquire(timeout=max(0.0, deadline - time.monotonic())):
             held.append(write)
         if read.acquire(timeout=max(0.0, deadline - time.monotonic())):
             held.append(read)
 
 
-def _after_fork_in_parent() -> None:
-    held, _fork.held, _fork.between = getattr(_fork, "held", []), [], []
+def _release_after_fork() -> list[threading.Lock]:
+    """This thread's locks from _before_fork, released; the ones it held."""
+    held, _fork.held = getattr(_fork, "held", []), []
     for lock in held:
-        lock.release()
+        lock.release()  # taken by this thread before the fork: ours in the child too
+    if getattr(_fork, "registry", False):
+        _fork.registry = False
+        _REGISTRY.release()
+    return held
+
+
+def _after_fork_in_parent() -> None:
+    _fork.between = []
+    _release_after_fork()
 
 
 def _after_fork_in_child() -> None:
     """Mark each inherited ledger (every call on it is refused) and keep its
     connections, untouched, for :func:`before_opening`."""
-    held, _fork.held = getattr(_fork, "held", []), []
+    held = getattr(_fork, "held", [])
     between, _fork.between = getattr(_fork, "between", []), []
     taken = {id(lock) for lock in held} | {id(ledger._fork_locks()[0]) for ledger in between}
-    inherited = list(_OPEN)
-    _OPEN.clear()
     try:
+        inherited = list(_OPEN)
+        _OPEN.clear()
         for ledger in inherited:
             ledger._forked = True
             quiet = all(id(lock) in taken for lock in ledger._fork_locks())
@@ -194,13 +219,17 @@ def _after_fork_in_child() -> None:
             _INHERITED[ledger._real_path] = (
                 previous[0] + connections,
                 previous[1] if quiet else (
-                    "the fork was taken while a transaction on it was running in the parent (it waits up to "
-                    f"{FORK_WAIT:g} s for one to end; this one did not, or the wait was interrupted), so the "
-                    "state of SQLite's connections copied here cannot be let go of safely"),
+                    "the fork was taken while it was in use in the parent (a transaction running, or the file "
+                    f"being opened: the fork waits up to {FORK_WAIT:g} s for that to end, and this did not, or "
+                    "the wait was interrupted), so the state of SQLite's connections copied here cannot be let "
+                    "go of safely"),
             )
     finally:
-        for lock in held:
-            lock.release()  # taken by this thread before the fork: ours here too
+        took_registry = getattr(_fork, "registry", False)
+        _release_after_fork()
+        if not took_registry:  # held at the fork by a thread that is not here
+            global _REGISTRY
+            _REGISTRY = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited

@@ -434,6 +434,7 @@ class Ledger:
         self._side_writers = 0
         self._closing = False
         self._committing: int | None = None  # the thread inside _drain (it runs the callbacks)
+        self._in_callbacks: int | None = None  # that thread, once its COMMIT/ROLLBACK is over (see _ledger_fork)
         self._closed = False
         self.stats = _Stats()
         self._read_lock = threading.Lock()
@@ -444,19 +445,23 @@ class Ledger:
         # the file as SQLite resolves the path now (the current directory may change)
         self._real_path = os.path.realpath(self.path)
         _ledger_fork.before_opening(self._real_path)  # in a forked process: the parent's connections to it first
-        with self._write_lock:  # a fork waits for the connections to be made (see _ledger_fork)
-            _ledger_fork.register(self)
-            try:
-                self._db = self._connect(synchronous)
-                # readers get their own connection: they never see a half-built group
-                self._rdb = self._db if readonly else sqlite3.connect(
-                    str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
-                )
-            except BaseException:
-                _ledger_fork.forget(self)
-                if getattr(self, "_db", None) is not None:
-                    self._db.close()
-                raise
+        try:
+            with self._write_lock:  # a fork waits for the connections to be made (see _ledger_fork)
+                _ledger_fork.register(self)
+                try:
+                    self._db = self._connect(synchronous)
+                    # readers get their own connection: they never see a half-built group
+                    self._rdb = self._db if readonly else sqlite3.connect(
+                        str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
+                    )
+                except BaseException:
+                    if getattr(self, "_db", None) is not None:
+                        self._db.close()
+                    self._closed = True  # closed under its write lock, as close() does: a fork skips it
+                    raise
+        except BaseException:
+            _ledger_fork.forget(self)  # outside the write lock: a fork holding the registry may wait on it
+            raise
 
     # ------------------------------------------------------------------ opening
 
@@ -717,19 +722,23 @@ class Ledger:
             failure = exc if isinstance(exc, LedgerError) else LedgerError(f"append to {self.path.name} failed: {exc}")
             for p in batch:
                 p.error, p.stored = failure, None
-        for p in batch:
-            if p.stored is not None and p.on_durable is not None:
-                try:
-                    p.on_durable(p.stored)
-                except Exception:  # a callback never undoes a durable append
-                    pass
-        if self._commit_listeners:
-            stored = [p.stored for p in batch if p.stored is not None]
-            for listener in list(self._commit_listeners):
-                try:
-                    listener(stored)
-                except Exception:  # a listener never undoes a durable append
-                    pass
+        self._in_callbacks = threading.get_ident()  # SQLite is between statements: a fork here is quiet
+        try:
+            for p in batch:
+                if p.stored is not None and p.on_durable is not None:
+                    try:
+                        p.on_durable(p.stored)
+                    except Exception:  # a callback never undoes a durable append
+                        pass
+            if self._commit_listeners:
+                stored = [p.stored for p in batch if p.stored is not None]
+                for listener in list(self._commit_listeners):
+                    try:
+                        listener(stored)
+                    except Exception:  # a listener never undoes a durable append
+                        pass
+        finally:
+            self._in_callbacks = None
         with self._mutex:
             for p in batch:
                 p.done = True

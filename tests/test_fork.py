@@ -573,3 +573,65 @@ def test_a_fork_from_a_commit_callback_does_not_wait_on_its_own_commit(tmp_path:
     ledger.close()
     assert _rows(path) == 3
     _assert_chain_intact(path)
+
+
+def test_a_fork_inside_a_transaction_on_the_committing_thread_refuses_the_file(tmp_path: Path) -> None:
+    """A fork made on the committing thread while its transaction runs (a
+    signal handler or a finaliser can; here SQLite's own trace callback, on
+    the INSERT): the fork does not wait on its own lock, and that file counts
+    as in use: opening it in the fork is refused. (Counting every fork from
+    that thread as between statements let the fork close a connection copied
+    mid-transaction, which rolled back into the WAL index the parent shares:
+    integrity_check then found broken indexes.)"""
+    path = tmp_path / "l.db"
+    ledger = Ledger(path)
+    ledger.append(_entry(1))
+    children: list[_Child] = []
+
+    def fork_mid_transaction(statement: str) -> None:
+        if statement.startswith("INSERT INTO records") and not children:
+            children.append(_Child(lambda: _attempt(lambda: Ledger(path)), alarm=20))
+
+    ledger._db.set_trace_callback(fork_mid_transaction)
+    ledger.append(_entry(2))
+    ledger._db.set_trace_callback(None)
+    refused = children[0].result()
+    assert isinstance(refused, dict) and refused["type"] == LedgerForkedError.__name__, refused
+    assert "in use in the parent" in refused["message"]
+    ledger.append(_entry(3))
+    ledger.close()
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert _rows(path) == 3
+
+
+def test_forks_while_other_threads_open_and_close_ledgers_never_hang(tmp_path: Path) -> None:
+    """Ledgers opened while a fork looks at the open ones were not waited for:
+    their sqlite3.connect ran during the fork, the fork inherited SQLite's
+    process-wide mutex held, and its own first SQLite call hung (about one
+    fork in four here). The registry lock orders each opening before or
+    after the fork."""
+    import threading
+
+    kept = [Ledger(tmp_path / f"k{i}.db") for i in range(150)]  # a longer look at the open ones
+    stop = threading.Event()
+
+    def open_and_close(i: int) -> None:
+        while not stop.is_set():
+            Ledger(tmp_path / f"c{i}.db").close()
+
+    threads = [threading.Thread(target=open_and_close, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(30):
+            def child() -> int:
+                with Ledger(tmp_path / "k0.db") as mine:
+                    return mine.count()
+            assert _in_child(child, alarm=10) == 0  # a hang ends in the alarm and fails here
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        for ledger in kept:
+            ledger.close()
