@@ -16,9 +16,7 @@ assertions: the tests wait for states and check outcomes.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -29,56 +27,15 @@ import pytest
 
 from capseal import Producer
 from capseal.attest import BatchEvidence, attach, verify_evidence
-from capseal.errors import EvidenceError, EvidenceForkedError, ForkedProcessError, LedgerForkedError
+from capseal.errors import EvidenceForkedError, LedgerForkedError
 from capseal.keys import UnsafeEphemeralSigner
 
+from .forking import attempt, in_child
 from .test_attest_support import AttestTPM, producer, spec, tpm_a  # noqa: F401
 
 pytestmark = pytest.mark.swtpm
 
 PLANTED = "ab" * 32  # a capsule id the child tries to queue
-
-
-def _in_child(scenario: Callable[[], Any], alarm: int = 20) -> Any:
-    """Run ``scenario`` in a forked child; return what it reported."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        try:
-            os.close(read)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-            signal.alarm(alarm)
-            try:
-                report: Any = {"value": scenario()}
-            except BaseException as exc:  # noqa: BLE001 - reported to the parent
-                report = {"error": _outcome(exc)}
-            os.write(write, json.dumps(report).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    chunks = []
-    while chunk := os.read(read, 65536):
-        chunks.append(chunk)
-    os.close(read)
-    _, status = os.waitpid(pid, 0)
-    assert not os.WIFSIGNALED(status), f"the child hung (killed by signal {os.WTERMSIG(status)})"
-    report = json.loads(b"".join(chunks))
-    assert "error" not in report, f"the child's scenario raised {report['error']}"
-    return report["value"]
-
-
-def _outcome(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc), "forked": isinstance(exc, ForkedProcessError),
-            "evidence_error": isinstance(exc, EvidenceError)}
-
-
-def _attempt(call: Callable[[], Any]) -> dict[str, Any] | str:
-    """What ``call()`` did in the child: the error it raised, or what it returned."""
-    try:
-        value = call()
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
-        return _outcome(exc)
-    return f"returned {value!r}"
 
 
 def _assert_refused(outcome: Any, ledger_path: Path, ak_uri: str, child_pid: int) -> None:
@@ -119,25 +76,25 @@ def test_inherited_worker_refuses_every_call_in_the_child_and_the_parent_quotes_
 
     def child() -> dict[str, Any]:
         seen: dict[str, Any] = {
-            "flush": _attempt(worker.flush),
-            "flush_timeout": _attempt(lambda: worker.flush(0.5)),
-            "observe": _attempt(lambda: worker.observe(record)),
-            "observe_id": _attempt(lambda: worker.observe_id(PLANTED, 99, False)),
-            "observe_boundary": _attempt(lambda: worker.observe_id(boundary, 0, True)),
-            "submit": _attempt(lambda: worker.submit(PLANTED)),
+            "flush": attempt(worker.flush),
+            "flush_timeout": attempt(lambda: worker.flush(0.5)),
+            "observe": attempt(lambda: worker.observe(record)),
+            "observe_id": attempt(lambda: worker.observe_id(PLANTED, 99, False)),
+            "observe_boundary": attempt(lambda: worker.observe_id(boundary, 0, True)),
+            "submit": attempt(lambda: worker.submit(PLANTED)),
         }
-        seen["close"] = _attempt(worker.close)  # a wait for the parent's thread would end in the alarm
-        seen["close_no_drain"] = _attempt(lambda: worker.close(drain=False, timeout=None))
-        seen["flush_after_close"] = _attempt(worker.flush)
-        seen["observe_after_close"] = _attempt(lambda: worker.observe_id(PLANTED, 100, False))
+        seen["close"] = attempt(worker.close)  # a wait for the parent's thread would end in the alarm
+        seen["close_no_drain"] = attempt(lambda: worker.close(drain=False, timeout=None))
+        seen["flush_after_close"] = attempt(worker.flush)
+        seen["observe_after_close"] = attempt(lambda: worker.observe_id(PLANTED, 100, False))
         seen["queued"] = len(worker._buf)
         seen["pid"] = os.getpid()
         return seen
 
-    seen = _in_child(child)
+    seen = in_child(child)
     child_pid = seen.pop("pid")
     assert seen.pop("queued") == 0  # nothing went into the child's copy of the queue
-    assert seen.pop("close") == "returned None" and seen.pop("close_no_drain") == "returned None"
+    assert seen.pop("close") == "returned" and seen.pop("close_no_drain") == "returned"
     for call, outcome in seen.items():
         assert isinstance(outcome, dict), f"{call} in the forked child: {outcome}"
         _assert_refused(outcome, producer.ledger.path, ak_uri, child_pid)
@@ -160,13 +117,13 @@ def test_a_worker_closed_before_the_fork_still_refuses_in_the_child(producer: Pr
     worker.close()
 
     def child() -> dict[str, Any]:
-        return {"flush": _attempt(lambda: worker.flush(0.5)), "submit": _attempt(lambda: worker.submit(PLANTED)),
-                "close": _attempt(worker.close), "queued": len(worker._buf), "pid": os.getpid()}
+        return {"flush": attempt(lambda: worker.flush(0.5)), "submit": attempt(lambda: worker.submit(PLANTED)),
+                "close": attempt(worker.close), "queued": len(worker._buf), "pid": os.getpid()}
 
-    seen = _in_child(child)
+    seen = in_child(child)
     for call in ("flush", "submit"):
         _assert_refused(seen[call], producer.ledger.path, quoter.ak.ref.uri(), seen["pid"])
-    assert seen["close"] == "returned None" and seen["queued"] == 0
+    assert seen["close"] == "returned" and seen["queued"] == 0
 
 
 def test_a_worker_created_in_the_child_quotes_and_the_parents_goes_on(tmp_path: Path, tpm_a: AttestTPM) -> None:
@@ -178,10 +135,10 @@ def test_a_worker_created_in_the_child_quotes_and_the_parents_goes_on(tmp_path: 
     assert worker.flush(30)
 
     def child() -> dict[str, Any]:
-        refused = _attempt(worker.flush)
+        refused = attempt(worker.flush)
         worker.close()  # let go of the inherited worker and producer (each returns at once)
         producer.close()
-        on_inherited = _attempt(lambda: BatchEvidence(producer.ledger, quoter))  # that ledger is the parent's
+        on_inherited = attempt(lambda: BatchEvidence(producer.ledger, quoter))  # that ledger is the parent's
         outcome: dict[str, Any] = {}
         for target in (path, other):
             mine_quoter = tpm_a.quoter()  # the AK read again over a TPM connection of this process
@@ -195,7 +152,7 @@ def test_a_worker_created_in_the_child_quotes_and_the_parents_goes_on(tmp_path: 
                                         "statuses": _statuses(mine.ledger, [mine.epoch_record.capsule_id, *ids], trust)}
         return {"refused": refused, "on_inherited": on_inherited, "outcome": outcome, "pid": os.getpid()}
 
-    seen = _in_child(child, alarm=30)
+    seen = in_child(child, alarm=30)
     _assert_refused(seen["refused"], path, quoter.ak.ref.uri(), seen["pid"])
     on_inherited = seen["on_inherited"]
     assert isinstance(on_inherited, dict) and on_inherited["type"] == LedgerForkedError.__name__

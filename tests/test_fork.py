@@ -12,12 +12,11 @@ leaves with ``os._exit``. Real SQLite files and a real swtpm, never mocks."""
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import sqlite3
+import threading
 import time
-from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -25,63 +24,14 @@ from typing import Any
 import pytest
 
 from capseal import Ledger, Producer, verify_ledger
-from capseal.errors import ForkedProcessError, LedgerError, LedgerForkedError, SignerForkedError, SignerUnavailableError
+from capseal.errors import LedgerForkedError, SignerForkedError
 from capseal.keys import UnsafeEphemeralSigner, open_signer
 from capseal.ledger import LedgerEntry
 
+from .forking import ForkedChild, attempt, held_elsewhere, in_child
+
 KEY = 0x81000C01  # a handle of our own on the shared session swtpm
 FYI = {"action_type": "fyi"}
-
-
-class _Child:
-    """A forked child running one scenario; :meth:`result` is what it reported."""
-
-    def __init__(self, scenario: Callable[[], Any], alarm: int) -> None:
-        read, write = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never return into pytest
-            try:
-                os.close(read)
-                signal.signal(signal.SIGALRM, signal.SIG_DFL)
-                signal.alarm(alarm)
-                try:
-                    report: Any = {"value": scenario()}
-                except BaseException as exc:  # noqa: BLE001 - reported to the parent
-                    report = {"error": _outcome(exc)}
-                os.write(write, json.dumps(report).encode())
-            finally:
-                os._exit(0)
-        os.close(write)
-        self._read = read
-
-    def result(self) -> Any:
-        chunks = []
-        while chunk := os.read(self._read, 65536):
-            chunks.append(chunk)
-        os.close(self._read)
-        _, status = os.waitpid(self.pid, 0)
-        assert not os.WIFSIGNALED(status), f"the child hung (killed by signal {os.WTERMSIG(status)})"
-        report = json.loads(b"".join(chunks))
-        assert "error" not in report, f"the child's scenario raised {report['error']}"
-        return report["value"]
-
-
-def _in_child(scenario: Callable[[], Any], alarm: int = 20) -> Any:
-    return _Child(scenario, alarm).result()
-
-
-def _outcome(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc), "forked": isinstance(exc, ForkedProcessError),
-            "ledger_error": isinstance(exc, LedgerError), "unavailable": isinstance(exc, SignerUnavailableError)}
-
-
-def _attempt(call: Callable[[], Any]) -> dict[str, Any] | str:
-    """What ``call()`` did in the child: the error it raised, or "returned"."""
-    try:
-        call()
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
-        return _outcome(exc)
-    return "returned"
 
 
 def _rows(path: Path) -> int:
@@ -109,19 +59,19 @@ def test_inherited_producer_refuses_everything_in_the_child_and_writes_nothing(t
 
     def child() -> dict[str, Any]:
         seen: dict[str, Any] = {
-            "seal": _attempt(lambda: producer.seal({"action_id": "c-1", **FYI})),
-            "submit": _attempt(lambda: producer.submit({"action_id": "c-2", **FYI})),
-            "confirmed": _attempt(lambda: producer.confirmed(planned, response={"order": "O-1"})),
-            "refused": _attempt(lambda: producer.refused(action_id="c-3", verdict_class="blocked")),
-            "flush": _attempt(producer.flush),
-            "rotate_epoch": _attempt(producer.rotate_epoch),
+            "seal": attempt(lambda: producer.seal({"action_id": "c-1", **FYI})),
+            "submit": attempt(lambda: producer.submit({"action_id": "c-2", **FYI})),
+            "confirmed": attempt(lambda: producer.confirmed(planned, response={"order": "O-1"})),
+            "refused": attempt(lambda: producer.refused(action_id="c-3", verdict_class="blocked")),
+            "flush": attempt(producer.flush),
+            "rotate_epoch": attempt(producer.rotate_epoch),
         }
-        seen["close"] = _attempt(producer.close)  # a wait for the parent's threads would end in the alarm
-        seen["seal_after_close"] = _attempt(lambda: producer.seal({"action_id": "c-4", **FYI}))
+        seen["close"] = attempt(producer.close)  # a wait for the parent's threads would end in the alarm
+        seen["seal_after_close"] = attempt(lambda: producer.seal({"action_id": "c-4", **FYI}))
         seen["pid"] = os.getpid()
         return seen
 
-    seen = _in_child(child)
+    seen = in_child(child)
     for call in ("seal", "submit", "confirmed", "refused", "flush", "rotate_epoch", "seal_after_close"):
         _assert_refused(seen[call], path, seen["pid"])
     assert seen["close"] == "returned"
@@ -145,23 +95,23 @@ def test_inherited_ledger_refuses_every_call_in_the_child(tmp_path: Path) -> Non
 
     def child() -> dict[str, Any]:
         seen: dict[str, Any] = {
-            "append": _attempt(lambda: ledger.append(entry(1))),
-            "append_many": _attempt(lambda: ledger.append_many([entry(2), entry(3)])),
-            "submit": _attempt(lambda: ledger.submit(entry(4))),
-            "flush": _attempt(ledger.flush),
-            "result": _attempt(pending.result),
-            "add_evidence": _attempt(lambda: ledger.add_evidence(stored.record_id, None)),
-            "count": _attempt(ledger.count),
-            "entry": _attempt(lambda: ledger.entry(stored.record_id)),
-            "entries": _attempt(lambda: list(ledger.entries())),
-            "check_chain": _attempt(ledger.check_chain),
-            "close": _attempt(ledger.close),
-            "count_after_close": _attempt(ledger.count),
+            "append": attempt(lambda: ledger.append(entry(1))),
+            "append_many": attempt(lambda: ledger.append_many([entry(2), entry(3)])),
+            "submit": attempt(lambda: ledger.submit(entry(4))),
+            "flush": attempt(ledger.flush),
+            "result": attempt(pending.result),
+            "add_evidence": attempt(lambda: ledger.add_evidence(stored.record_id, None)),
+            "count": attempt(ledger.count),
+            "entry": attempt(lambda: ledger.entry(stored.record_id)),
+            "entries": attempt(lambda: list(ledger.entries())),
+            "check_chain": attempt(ledger.check_chain),
+            "close": attempt(ledger.close),
+            "count_after_close": attempt(ledger.count),
             "pid": os.getpid(),
         }
         return seen
 
-    seen = _in_child(child)
+    seen = in_child(child)
     assert seen.pop("close") == "returned"
     child_pid = seen.pop("pid")
     for call, outcome in seen.items():
@@ -188,7 +138,7 @@ def test_a_child_letting_go_of_an_inherited_producer_deletes_nobodys_records(tmp
         held.clear()  # as at the end of a child that exits normally: the producer is freed
         gc.collect()
 
-    child = _Child(let_go, alarm=20)
+    child = ForkedChild(let_go, alarm=20)
     held.pop().close()  # the parent's ledger is closed (its WAL checkpointed and removed)
 
     kept: list[Producer] = []
@@ -197,7 +147,7 @@ def test_a_child_letting_go_of_an_inherited_producer_deletes_nobodys_records(tmp
         kept.append(Producer("acme", "other-agent@1", UnsafeEphemeralSigner(), path))
         kept[0].seal({"action_id": "o-1", **FYI})
 
-    _in_child(other_writer)
+    in_child(other_writer)
     os.write(go_write, b"x")
     child.result()
     os.close(go_read)
@@ -213,7 +163,7 @@ def test_a_new_producer_opened_in_the_child_works_on_the_same_path_and_a_new_one
     producer.seal({"action_id": "p-1", **FYI})
 
     def child() -> dict[str, Any]:
-        refused = _attempt(lambda: producer.seal({"action_id": "c-0", **FYI}))
+        refused = attempt(lambda: producer.seal({"action_id": "c-0", **FYI}))
         producer.close()  # let go of the inherited one (returns at once)
         counts = {}
         for target in (path, other):
@@ -226,7 +176,7 @@ def test_a_new_producer_opened_in_the_child_works_on_the_same_path_and_a_new_one
             counts[str(target)] = (report.ok, _rows(target))
         return {"refused": refused, "counts": counts, "pid": os.getpid()}
 
-    seen = _in_child(child)
+    seen = in_child(child)
     _assert_refused(seen["refused"], path, seen["pid"])
     assert seen["counts"] == {str(path): [True, 2 + 4], str(other): [True, 4]}
     producer.seal({"action_id": "p-2", **FYI})  # behind the child's records (another process appended)
@@ -260,15 +210,15 @@ def test_pipelined_tpm_producer_refuses_in_the_child_without_hanging(tpm_uri: st
 
     def child() -> dict[str, Any]:
         seen: dict[str, Any] = {
-            "submit": _attempt(lambda: producer.submit({"action_id": "c-1", **FYI})),
-            "seal": _attempt(lambda: producer.seal({"action_id": "c-2", **FYI})),
-            "flush": _attempt(producer.flush),
+            "submit": attempt(lambda: producer.submit({"action_id": "c-1", **FYI})),
+            "seal": attempt(lambda: producer.seal({"action_id": "c-2", **FYI})),
+            "flush": attempt(producer.flush),
         }
-        seen["close"] = _attempt(lambda: producer.close(timeout=5))
+        seen["close"] = attempt(lambda: producer.close(timeout=5))
         seen["pid"] = os.getpid()
         return seen
 
-    seen = _in_child(child, alarm=20)
+    seen = in_child(child, alarm=20)
     for call in ("submit", "seal", "flush"):
         _assert_refused(seen[call], path, seen["pid"])
     assert seen["close"] == "returned"
@@ -287,7 +237,7 @@ def test_tpm_signer_in_the_child_says_fork_and_one_opened_there_works(tpm_uri: s
     signer.sign(b"parent, before")
 
     def child() -> dict[str, Any]:
-        inherited = _attempt(lambda: signer.sign(b"child"))
+        inherited = attempt(lambda: signer.sign(b"child"))
         signer.close()  # returns at once; sends the parent's connection nothing
         mine = open_signer(tpm_uri)
         with Producer("acme", "child-agent@1", mine, tmp_path / "child.db") as producer:
@@ -298,7 +248,7 @@ def test_tpm_signer_in_the_child_says_fork_and_one_opened_there_works(tpm_uri: s
         return {"inherited": inherited, "ok": report.ok, "rows": _rows(tmp_path / "child.db"),
                 "pid": os.getpid()}
 
-    seen = _in_child(child, alarm=30)
+    seen = in_child(child, alarm=30)
     outcome = seen["inherited"]
     assert isinstance(outcome, dict) and outcome["type"] == SignerForkedError.__name__
     assert outcome["forked"] and outcome["unavailable"]  # still a SignerUnavailableError
@@ -319,34 +269,38 @@ def _entry(n: int) -> LedgerEntry:
     return LedgerEntry(f"{n:064x}", "note", "producer_claim", b'{"n":%d}' % n)
 
 
-def test_the_parent_closing_while_the_child_appends_to_the_same_file_loses_nothing(tmp_path: Path) -> None:
-    """The fork opens its own ledger on the parent's file; the parent then
-    closes its own (SQLite's last-connection checkpoint) while the fork still
-    appends. The inherited connections' lock records once made the fork's new
-    connection take no OS locks, so the parent deleted the -wal under it:
-    appends that returned were gone."""
-    path = tmp_path / "l.db"
-    parent = Ledger(path)
-    parent.append(_entry(1))
+def _parent_closes_while_the_fork_appends(parent: Ledger, path_in_the_fork: Path) -> None:
+    """The fork opens its own ledger on the parent's file (by ``path_in_the_fork``)
+    and appends; the parent closes its own (SQLite's last-connection
+    checkpoint) while the fork appends more. Every append must stay."""
     opened, closed = os.pipe(), os.pipe()
 
     def child() -> int:
-        mine = Ledger(path)
-        mine.append(_entry(100))
-        os.write(opened[1], b"o")
-        os.read(closed[0], 1)  # the parent has closed its ledger
-        mine.append(_entry(101))
-        mine.append(_entry(102))
-        mine.close()
+        with Ledger(path_in_the_fork) as mine:
+            mine.append(_entry(100))
+            os.write(opened[1], b"o")
+            os.read(closed[0], 1)  # the parent has closed its ledger
+            mine.append(_entry(101))
+            mine.append(_entry(102))
         return 3
 
-    running = _Child(child, alarm=30)
+    running = ForkedChild(child, alarm=30)
     os.read(opened[0], 1)
     parent.close()
     os.write(closed[1], b"c")
     assert running.result() == 3
     for fd in (*opened, *closed):
         os.close(fd)
+
+
+def test_the_parent_closing_while_the_child_appends_to_the_same_file_loses_nothing(tmp_path: Path) -> None:
+    """The inherited connections' lock records once made the fork's new
+    connection take no OS locks, so the parent's close deleted the -wal under
+    it: appends that returned were gone."""
+    path = tmp_path / "l.db"
+    parent = Ledger(path)
+    parent.append(_entry(1))
+    _parent_closes_while_the_fork_appends(parent, path)
     assert _rows(path) == 4
     _assert_chain_intact(path)
 
@@ -395,7 +349,6 @@ def test_forks_taken_while_the_parent_commits_open_the_same_file_at_once(tmp_pat
     for the transaction under way, so no fork holds a copy of SQLite's write
     lock, and each fork's own ledger on the same file appends at once (it
     once failed after SQLite's 30 s busy timeout, or hung in connect)."""
-    import threading
 
     path = tmp_path / "l.db"
     parent = Ledger(path)
@@ -419,7 +372,7 @@ def test_forks_taken_while_the_parent_commits_open_the_same_file_at_once(tmp_pat
                     mine.append(_entry(k))
                     mine.submit(_entry(100 + k)).result()
                 return 2
-            mine_total += _in_child(child, alarm=25)  # the old 30 s busy timeout would end in the alarm
+            mine_total += in_child(child, alarm=25)  # the old 30 s busy timeout would end in the alarm
     finally:
         stop.set()
         thread.join()
@@ -434,7 +387,6 @@ def test_a_fork_taken_mid_transaction_refuses_that_file_and_opens_others(
     ledger's write lock, as a stuck commit would): the copy of SQLite's state
     in the fork cannot be let go of safely, so opening that file there is
     refused, saying why; another file opens and works."""
-    import threading
 
     from capseal import _ledger_fork
 
@@ -442,28 +394,15 @@ def test_a_fork_taken_mid_transaction_refuses_that_file_and_opens_others(
     path, other = tmp_path / "l.db", tmp_path / "other.db"
     parent = Ledger(path)
     parent.append(_entry(1))
-    inside, leave = threading.Event(), threading.Event()
-
-    def a_transaction_that_does_not_end() -> None:
-        with parent._write_lock:
-            inside.set()
-            leave.wait(60)
-
-    holder = threading.Thread(target=a_transaction_that_does_not_end)
-    holder.start()
-    inside.wait(5)
-    try:
+    with held_elsewhere(parent._write_lock):
         def child() -> dict[str, Any]:
-            same = _attempt(lambda: Ledger(path))
+            same = attempt(lambda: Ledger(path))
             with Ledger(other) as mine:
                 mine.append(_entry(2))
                 count = mine.count()
             return {"same": same, "other": count}
 
-        seen = _in_child(child)
-    finally:
-        leave.set()
-        holder.join()
+        seen = in_child(child)
     refused = seen["same"]
     assert isinstance(refused, dict) and refused["type"] == LedgerForkedError.__name__, refused
     assert str(path) in refused["message"] and "transaction" in refused["message"]
@@ -493,7 +432,7 @@ def test_letting_go_in_the_fork_never_checkpoints_another_writers_wal(tmp_path: 
             mine.append(_entry(100))
         return seen
 
-    child = _Child(open_it_later, alarm=30)
+    child = ForkedChild(open_it_later, alarm=30)
     parent.close()
 
     def commit_then_die() -> None:
@@ -528,24 +467,7 @@ def test_a_ledger_opened_by_a_relative_path_is_let_go_of_after_a_chdir(tmp_path:
     parent = Ledger("l.db")
     parent.append(_entry(1))
     monkeypatch.chdir("/")
-    opened, closed = os.pipe(), os.pipe()
-
-    def child() -> int:
-        with Ledger(tmp_path / "l.db") as mine:
-            mine.append(_entry(100))
-            os.write(opened[1], b"o")
-            os.read(closed[0], 1)
-            mine.append(_entry(101))
-            mine.append(_entry(102))
-        return 3
-
-    running = _Child(child, alarm=30)
-    os.read(opened[0], 1)
-    parent.close()
-    os.write(closed[1], b"c")
-    assert running.result() == 3
-    for fd in (*opened, *closed):
-        os.close(fd)
+    _parent_closes_while_the_fork_appends(parent, tmp_path / "l.db")
     assert _rows(tmp_path / "l.db") == 4
 
 
@@ -556,7 +478,7 @@ def test_a_fork_from_a_commit_callback_does_not_wait_on_its_own_commit(tmp_path:
     running), and the fork opens the same file and appends."""
     path = tmp_path / "l.db"
     ledger = Ledger(path)
-    children: list[_Child] = []
+    children: list[ForkedChild] = []
 
     def fork_once(stored: list[Any]) -> None:
         if not children:
@@ -564,7 +486,7 @@ def test_a_fork_from_a_commit_callback_does_not_wait_on_its_own_commit(tmp_path:
                 with Ledger(path) as mine:
                     mine.append(_entry(100))
                     return mine.count()
-            children.append(_Child(child, alarm=30))
+            children.append(ForkedChild(child, alarm=30))
 
     ledger.add_commit_listener(fork_once)
     ledger.append(_entry(1))
@@ -586,11 +508,11 @@ def test_a_fork_inside_a_transaction_on_the_committing_thread_refuses_the_file(t
     path = tmp_path / "l.db"
     ledger = Ledger(path)
     ledger.append(_entry(1))
-    children: list[_Child] = []
+    children: list[ForkedChild] = []
 
     def fork_mid_transaction(statement: str) -> None:
         if statement.startswith("INSERT INTO records") and not children:
-            children.append(_Child(lambda: _attempt(lambda: Ledger(path)), alarm=20))
+            children.append(ForkedChild(lambda: attempt(lambda: Ledger(path)), alarm=20))
 
     ledger._db.set_trace_callback(fork_mid_transaction)
     ledger.append(_entry(2))
@@ -611,7 +533,6 @@ def test_forks_while_other_threads_open_and_close_ledgers_never_hang(tmp_path: P
     process-wide mutex held, and its own first SQLite call hung (about one
     fork in four here). The registry lock orders each opening before or
     after the fork."""
-    import threading
 
     kept = [Ledger(tmp_path / f"k{i}.db") for i in range(150)]  # a longer look at the open ones
     stop = threading.Event()
@@ -628,7 +549,7 @@ def test_forks_while_other_threads_open_and_close_ledgers_never_hang(tmp_path: P
             def child() -> int:
                 with Ledger(tmp_path / "k0.db") as mine:
                     return mine.count()
-            assert _in_child(child, alarm=10) == 0  # a hang ends in the alarm and fails here
+            assert in_child(child, alarm=10) == 0  # a hang ends in the alarm and fails here
     finally:
         stop.set()
         for thread in threads:

@@ -11,7 +11,6 @@ the test instead of hanging the suite.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import signal
@@ -30,6 +29,8 @@ from capseal.keys import _pkcs11_session as session_state
 from capseal.keys import open_signer
 from capseal.keys.provision import create_key
 
+from .forking import ForkedChild, attempt, held_elsewhere
+
 _ALARM = 20  # s: far above a fork's re-initialisation and login (milliseconds)
 
 
@@ -40,31 +41,11 @@ def _key(softhsm: Any, alg: str = "ed25519") -> str:
 
 def _in_fork(work: Callable[[], Any]) -> tuple[int, Any]:
     """Run ``work`` in a forked process; its exit code (-SIGALRM when it hung)
-    and the JSON it answered (``{"error": [type, message]}`` if it raised)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the fork: never returns into pytest
-        code = 0
-        try:
-            os.close(read)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # pytest-timeout's handler would not kill it
-            signal.alarm(_ALARM)
-            try:
-                answer = work()
-            except Exception as exc:  # noqa: BLE001 - reported to the test
-                answer = {"error": [type(exc).__name__, str(exc)]}
-            os.write(write, json.dumps(answer).encode())
-        except BaseException:  # noqa: BLE001
-            code = 3
-        os._exit(code)
-    os.close(write)
-    chunks = []
-    while chunk := os.read(read, 65536):
-        chunks.append(chunk)
-    os.close(read)
-    _, status = os.waitpid(pid, 0)
-    data = b"".join(chunks)
-    return os.waitstatus_to_exitcode(status), json.loads(data) if data else None
+    and what it answered (``{"error": [type, message]}`` if it raised)."""
+    code, report = ForkedChild(work, _ALARM).outcome()
+    if report is not None and "error" in report:
+        return code, {"error": [report["error"]["type"], report["error"]["message"]]}
+    return code, None if report is None else report["value"]
 
 
 def test_forks_taken_while_another_thread_signs_sign_with_their_own_login(softhsm: Any) -> None:
@@ -149,35 +130,15 @@ def test_a_fork_that_cannot_wait_for_a_call_refuses_pkcs11_instead_of_hanging(
     monkeypatch.setattr(session_state, "FORK_WAIT", 0.3)
     signer = open_signer(uri, pin=softhsm.pin)
     try:
-        inside, leave = threading.Event(), threading.Event()
-
-        def a_call_that_does_not_return() -> None:
-            with session_state.P11_LOCK:
-                inside.set()
-                leave.wait(30)
-
-        holder = threading.Thread(target=a_call_that_does_not_return)
-        holder.start()
-        inside.wait(5)
-        try:
+        with held_elsewhere(session_state.P11_LOCK):
             def use_pkcs11_in_fork() -> dict[str, Any]:
-                answers: dict[str, list[str] | None] = {}
-                for name, call in (("sign", lambda: signer.sign(b"x")),
-                                   ("open", lambda: open_signer(uri, pin=softhsm.pin))):
-                    try:
-                        call()
-                        answers[name] = None
-                    except Exception as exc:  # noqa: BLE001
-                        answers[name] = [type(exc).__name__, str(exc)]
-                return answers
+                return {"sign": attempt(lambda: signer.sign(b"x")),
+                        "open": attempt(lambda: open_signer(uri, pin=softhsm.pin))}
 
             code, answers = _in_fork(use_pkcs11_in_fork)
-        finally:
-            leave.set()
-            holder.join()
         assert code == 0, "the fork hung (killed by its alarm)" if code == -signal.SIGALRM else code
         for name in ("sign", "open"):
-            kind, message = answers[name]
+            kind, message = answers[name]["type"], answers[name]["message"]
             assert kind == SignerForkedError.__name__, answers
             assert "forked" in message and softhsm.module in message and softhsm.pin not in message
         assert signature_ok("EdDSA", signer.public_key, signer.sign(b"parent").signature, b"parent")
@@ -199,28 +160,17 @@ def test_a_fork_whose_wait_is_interrupted_refuses_pkcs11_in_the_child(
     try:
         code, answer = _in_fork(lambda: "a fork that took the lock")  # this thread's last fork: lock taken
         assert code == 0
-        inside, leave = threading.Event(), threading.Event()
-
-        def a_call_that_does_not_return() -> None:
-            with session_state.P11_LOCK:
-                inside.set()
-                leave.wait(60)
-
-        holder = threading.Thread(target=a_call_that_does_not_return)
-        holder.start()
-        inside.wait(5)
         ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        ctrl_c.start()
-        try:
-            def sign_in_fork() -> dict[str, Any]:
-                threading.Thread(target=leave.wait, daemon=True).start()  # a thread of the fork's own first
-                return {"signature": signer.sign(b"x").signature.hex()}
+        with held_elsewhere(session_state.P11_LOCK):
+            ctrl_c.start()
+            try:
+                def sign_in_fork() -> dict[str, Any]:
+                    threading.Thread(target=threading.Event().wait, daemon=True).start()  # a thread of its own first
+                    return {"signature": signer.sign(b"x").signature.hex()}
 
-            code, answer = _in_fork(sign_in_fork)
-        finally:
-            ctrl_c.cancel()
-            leave.set()
-            holder.join()
+                code, answer = _in_fork(sign_in_fork)
+            finally:
+                ctrl_c.cancel()
         assert code == 0, "the fork hung (killed by its alarm)" if code == -signal.SIGALRM else code
         assert answer["error"][0] == SignerForkedError.__name__, answer
         assert "interrupted" in answer["error"][1] and softhsm.module in answer["error"][1]
