@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from capseal import _fork_interrupts
 from capseal.errors import (
     DeviceError,
     KeyURIError,
@@ -611,16 +612,20 @@ _fork = threading.local()
 def _before_fork() -> None:
     """Wait for a PKCS#11 call running in another thread to return, and hold
     the lock across the fork: the forked copy of every module is then between
-    calls, and its lock is free. Not held until the acquire returns: a Ctrl-C
-    during the wait (CPython reports and drops it) leaves the fork as one
-    that could not wait."""
+    calls, and its lock is free. A Ctrl-C meanwhile is held back until the
+    after-fork hooks are done (``capseal._fork_interrupts``); the flag is
+    cleared before the wait all the same."""
+    _fork_interrupts.hold("pkcs11")
     _fork.held = False
     _fork.held = P11_LOCK.acquire(timeout=FORK_WAIT)
 
 
 def _after_fork_in_parent() -> None:
-    if getattr(_fork, "held", False):
-        P11_LOCK.release()
+    try:
+        if getattr(_fork, "held", False):
+            P11_LOCK.release()
+    finally:
+        _fork_interrupts.release("pkcs11")
 
 
 def _after_fork_in_child() -> None:
@@ -638,12 +643,13 @@ def _after_fork_in_child() -> None:
             names = ", ".join(sorted(m.path for m in _MODULES.values())) or "a PKCS#11 module"
             _forked_mid_call = (f"this process was forked while another thread's call into {names} was "
                                 f"running (the fork waits up to {FORK_WAIT:g} s for one to return; this one "
-                                "did not, or the wait was interrupted): the module's state here is undefined, "
+                                "did not): the module's state here is undefined, "
                                 "so PKCS#11 is refused in this process")
     finally:  # whatever happened above, the parent's state is never used here as it is
         for module in _MODULES.values():
             module.generation += 1
             module.inherited = True
+        _fork_interrupts.release("pkcs11")
 
 
 if hasattr(os, "register_at_fork"):

@@ -47,6 +47,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
+from . import _fork_interrupts
 from .errors import LedgerForkedError
 
 if TYPE_CHECKING:
@@ -157,15 +158,17 @@ def _keep_alive(connection: sqlite3.Connection) -> None:
 
 def _before_fork() -> None:
     """Take the registry, then every open ledger's write and read locks (in
-    that order, as ``Ledger.close`` does), so no transaction runs at the fork.
+    that order, as ``Ledger.close`` does), all held across the fork: no
+    transaction runs at the fork, and no ledger registers (and connects)
+    during it.
 
     A fork from a commit's callbacks (an observer, a listener), which run on
     the committing thread after its COMMIT, holding the write lock, does not
     wait on its own lock: SQLite is between statements there. A fork from
     that thread *inside* the transaction (a signal handler, a finaliser) does
-    not wait either, and counts as not quiet. The list grows lock by lock: a
-    Ctrl-C in the wait (CPython reports and drops it) leaves exactly what was
-    taken."""
+    not wait either, and counts as not quiet. A Ctrl-C meanwhile is held back
+    until the after-fork hooks are done (:mod:`._fork_interrupts`)."""
+    _fork_interrupts.hold("ledger")
     _fork.registry = False
     _fork.held = held = []
     _fork.between = between = []  # ledgers whose write lock this thread holds, between statements
@@ -194,8 +197,11 @@ def _release_after_fork() -> list[threading.Lock]:
 
 
 def _after_fork_in_parent() -> None:
-    _fork.between = []
-    _release_after_fork()
+    try:
+        _fork.between = []
+        _release_after_fork()
+    finally:
+        _fork_interrupts.release("ledger")
 
 
 def _after_fork_in_child() -> None:
@@ -220,9 +226,8 @@ def _after_fork_in_child() -> None:
                 previous[0] + connections,
                 previous[1] if quiet else (
                     "the fork was taken while it was in use in the parent (a transaction running, or the file "
-                    f"being opened: the fork waits up to {FORK_WAIT:g} s for that to end, and this did not, or "
-                    "the wait was interrupted), so the state of SQLite's connections copied here cannot be let "
-                    "go of safely"),
+                    f"being opened: the fork waits up to {FORK_WAIT:g} s for that to end, and this did not), so "
+                    "the state of SQLite's connections copied here cannot be let go of safely"),
             )
     finally:
         took_registry = getattr(_fork, "registry", False)
@@ -230,6 +235,7 @@ def _after_fork_in_child() -> None:
         if not took_registry:  # held at the fork by a thread that is not here
             global _REGISTRY
             _REGISTRY = threading.Lock()
+        _fork_interrupts.release("ledger")
 
 
 if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited

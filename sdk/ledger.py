@@ -655,7 +655,7 @@ class Ledger:
                 self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
 
     def _commit_loop(self) -> None:
-        while True:
+        while not self._forked:  # a fork made in a commit callback carries on here: it must not commit
             with self._mutex:
                 while not self._queue and not self._closing:
                     self._cond.wait()
@@ -694,6 +694,8 @@ class Ledger:
 
     def _drain(self) -> None:
         """Commit everything queued right now. The caller holds _write_lock."""
+        if self._forked:  # a fork made in a commit callback, carrying on: never through inherited connections
+            raise self._fork_error("committing")
         self._committing = threading.get_ident()
         try:
             self._drain_batch()

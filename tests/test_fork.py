@@ -556,3 +556,51 @@ def test_forks_while_other_threads_open_and_close_ledgers_never_hang(tmp_path: P
             thread.join()
         for ledger in kept:
             ledger.close()
+
+
+def test_a_fork_that_carries_on_from_a_commit_callback_never_commits(tmp_path: Path) -> None:
+    """A commit listener forks and the fork simply returns from it (as a
+    daemonising helper would): the fork is then the committer's copy, with
+    records queued. It must not go on committing them through the inherited
+    connection (it did: BEGIN, INSERT, ROLLBACK, over and over, never
+    exiting); it ends instead."""
+    path = tmp_path / "l.db"
+    ledger = Ledger(path)
+    parent = os.getpid()
+    sql_read, sql_write = os.pipe()
+    ledger._db.set_trace_callback(lambda sql: os.getpid() != parent and os.write(sql_write, sql[:40].encode() + b"\n"))
+    forked: list[int] = []
+
+    def fork_and_carry_on(stored: list[Any]) -> None:
+        if forked:
+            return
+        on_the_committer = threading.current_thread() is not threading.main_thread()
+        for n in range(100, 120):
+            ledger.submit(_entry(n))  # queued for the committer meanwhile
+        pid = os.fork()
+        if pid == 0:
+            if not on_the_committer:  # a copy of pytest itself must never carry on
+                os._exit(3)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(10)
+            return  # the fork carries on as the committer
+        forked.append(pid)
+
+    ledger.add_commit_listener(fork_and_carry_on)
+    ledger.submit(_entry(1))  # committed by the committer thread: this one only waits, without leading
+    for _ in range(2000):
+        if forked:
+            break
+        time.sleep(0.005)
+    ledger.flush()
+    _, status = os.waitpid(forked[0], 0)
+    assert os.waitstatus_to_exitcode(status) != 3, "the listener ran on the main thread"
+    ledger._db.set_trace_callback(None)
+    os.close(sql_write)
+    child_sql = os.read(sql_read, 65536)
+    os.close(sql_read)
+    assert not os.WIFSIGNALED(status), "the fork did not end (killed by its alarm)"
+    assert child_sql == b""
+    ledger.close()
+    assert _rows(path) == 21
+    _assert_chain_intact(path)
