@@ -185,15 +185,14 @@ def _before_fork() -> None:
             held.append(read)
 
 
-def _release_after_fork() -> list[threading.Lock]:
-    """This thread's locks from _before_fork, released; the ones it held."""
+def _release_after_fork() -> None:
+    """Release this thread's locks from _before_fork."""
     held, _fork.held = getattr(_fork, "held", []), []
     for lock in held:
         lock.release()  # taken by this thread before the fork: ours in the child too
     if getattr(_fork, "registry", False):
         _fork.registry = False
         _REGISTRY.release()
-    return held
 
 
 def _after_fork_in_parent() -> None:
