@@ -32,9 +32,11 @@ Files are matched by the real path each ledger resolved when it opened (as
 SQLite did; the current directory may have changed since). Until a fork
 opens a ledger on the same file, the inherited connections are
 kept alive (through interpreter shutdown too, which would otherwise close
-them): no SQLite call on them at all. When the fork could not be made quiet
-(a transaction outlived the wait) or the option cannot be set, opening that
-file in the fork is refused, with the reason.
+them): no SQLite call on them at all. When the option cannot be set, opening
+that file in the fork is refused; when the fork could not be made quiet (a
+transaction outlived the wait), opening any ledger in the fork is refused,
+with the reason: the thread that was inside SQLite may have held SQLite's
+process-wide mutexes, copied held into the fork.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ _fork = threading.local()  # the locks this thread's fork took (its own: forks o
 # in a forked process: inherited connections not yet let go of, by the real
 # path of their file, and why opening that file here is refused (None: it is not)
 _INHERITED: dict[str, tuple[list[sqlite3.Connection], str | None]] = {}
+# in a process forked while a ledger was in use: why no ledger may be opened here
+_not_quiet: str | None = None
 
 
 def register(ledger: Ledger) -> None:
@@ -89,7 +93,13 @@ def _real(path: object) -> str:
 def before_opening(path: str) -> None:
     """Called before a Ledger opens the file at the real path ``path``: in a
     forked process, let go of the connections to it inherited from the
-    parent, or refuse."""
+    parent, or refuse. After a fork taken while a ledger was in use, every
+    file is refused: SQLite's process-wide mutexes (its file table, its
+    allocator) may have been copied held by the thread that was using it."""
+    if _not_quiet is not None:
+        raise LedgerForkedError(
+            f"the ledger {path} cannot be opened in this process ({os.getpid()}): {_not_quiet}. Open ledgers in a "
+            "process started with 'spawn' or 'forkserver', or fork while no ledger is in use; nothing was written")
     entry = _INHERITED.get(path)
     if entry is None:
         return
@@ -206,6 +216,7 @@ def _after_fork_in_parent() -> None:
 def _after_fork_in_child() -> None:
     """Mark each inherited ledger (every call on it is refused) and keep its
     connections, untouched, for :func:`before_opening`."""
+    global _not_quiet
     held = getattr(_fork, "held", [])
     between, _fork.between = getattr(_fork, "between", []), []
     taken = {id(lock) for lock in held} | {id(ledger._fork_locks()[0]) for ledger in between}
@@ -221,13 +232,12 @@ def _after_fork_in_child() -> None:
             for connection in connections:
                 _keep_alive(connection)
             previous = _INHERITED.get(ledger._real_path, ([], None))
-            _INHERITED[ledger._real_path] = (
-                previous[0] + connections,
-                previous[1] if quiet else (
-                    "the fork was taken while it was in use in the parent (a transaction running, or the file "
-                    f"being opened: the fork waits up to {FORK_WAIT:g} s for that to end, and this did not), so "
-                    "the state of SQLite's connections copied here cannot be let go of safely"),
-            )
+            _INHERITED[ledger._real_path] = (previous[0] + connections, previous[1])
+            if not quiet and _not_quiet is None:
+                _not_quiet = (
+                    f"this process was forked while the ledger {ledger._real_path} was in use in the parent (a "
+                    f"transaction running, or the file being opened or closed: the fork waits up to {FORK_WAIT:g} s "
+                    "for that to end, and this did not), so SQLite's state copied here cannot be used safely")
     finally:
         took_registry = getattr(_fork, "registry", False)
         _release_after_fork()
