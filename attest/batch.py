@@ -28,7 +28,7 @@ that one without exec, its thread is not there, so nothing queued would ever
 be quoted: every observe, submit or flush on the inherited worker raises
 EvidenceForkedError before anything is queued (a flush used to answer "all
 quoted" for ids the parent's thread had already taken), and ``close()`` only
-marks that copy closed (see :func:`_after_fork_in_child`); a worker created
+marks that copy closed (see :func:`_inherited`); a worker created
 there, on a ledger and quoter opened there, works normally.
 """
 
@@ -38,12 +38,12 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from capseal._fork_copies import ForkCopies
 from capseal.errors import EvidenceError, EvidenceForkedError
 from capseal.ledger import batch_root
 
@@ -92,33 +92,25 @@ _STOP = object()
 
 # ---------------------------------------------------------------------------- fork
 
-#: the workers made in this process (those a fork() hands to a child)
-_WORKERS: weakref.WeakSet[BatchEvidence] = weakref.WeakSet()
+def _inherited(worker: BatchEvidence) -> None:
+    """In a forked child: every later observe, submit or flush on a parent's
+    worker raises EvidenceForkedError.
 
-
-def _after_fork_in_child() -> None:
-    """Run in the child of every ``os.fork()``: mark each worker the parent had
-    as inherited, so every later observe, submit or flush raises
-    EvidenceForkedError.
-
-    Why a flag set here: the seal path's ``observe_id`` keeps its one attribute
-    test (``_accepting`` goes false too; the fork is told apart from a close
-    only on that cold branch). Why refuse at all: the worker thread does not
-    exist in the child, so an id queued there is never quoted, and ids the
-    parent's thread had already taken into its batch are gone from the buffer
-    a flush looked at. Closed workers are marked too: whatever their state, the
-    thread that would settle it is the parent's. Nothing else is touched here
-    (a parent thread may have held the worker's locks at the fork).
+    Why a flag: the seal path's ``observe_id`` keeps its one attribute test
+    (``_accepting`` goes false too; the fork is told apart from a close only
+    on that cold branch). Why refuse at all: the worker thread does not exist
+    in the child, so an id queued there is never quoted, and ids the parent's
+    thread had already taken into its batch are gone from the buffer a flush
+    looked at. Closed workers are marked too: whatever their state, the thread
+    that would settle it is the parent's. Nothing else is touched here (a
+    parent thread may have held the worker's locks at the fork).
     """
-    inherited = list(_WORKERS)
-    _WORKERS.clear()  # a fork of this child inherits the marks
-    for worker in inherited:
-        worker._forked = True
-        worker._accepting = False
+    worker._forked = True
+    worker._accepting = False
 
 
-if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+#: the workers made in this process (those a fork() hands to a child)
+_WORKERS: ForkCopies[BatchEvidence] = ForkCopies(_inherited)
 
 
 class BatchEvidence:
@@ -170,7 +162,7 @@ class BatchEvidence:
         self._accepting = True
         self._discard = False
         self._pid = os.getpid()  # the process that started it (named in EvidenceForkedError)
-        self._forked = False  # set in a forked child by _after_fork_in_child
+        self._forked = False  # set in a forked child by _inherited
         self._thread = threading.Thread(target=self._run, name="capseal-attest-batch", daemon=True)
         _WORKERS.add(self)
         if start:
@@ -249,7 +241,7 @@ class BatchEvidence:
         the parent's worker is untouched. Why not raise: close() runs in
         ``with`` exits and ``finally`` blocks, where an error would hide the
         real one."""
-        if self._forked:  # _after_fork_in_child already stopped it accepting
+        if self._forked:  # _inherited already stopped it accepting
             return
         self._accepting = False
         if not drain:

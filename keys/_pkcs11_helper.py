@@ -42,10 +42,10 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from capseal._fork_copies import ForkCopies
 from capseal.errors import DeviceError, PinIncorrectError, PinLockedError, SignerError
 
 from ._base import PendingSignature, SignatureResult, _SignOnResult
@@ -132,25 +132,21 @@ class _Child:
     reader; it is closed by the reader when it ends, or by the starter when
     the child is discarded before a reader ever ran."""
 
-    _live: weakref.WeakSet[_Child] = weakref.WeakSet()
-
-    @classmethod
-    def _forget_all_after_fork(cls) -> None:
+    def _forget_after_fork(self) -> None:
         """In a process forked from this one (multiprocessing's ``fork``): let go
-        of every child's pipe. Otherwise the fork holds the write end of each
-        child's stdin, and a child would live on until the fork exits, after
-        this process is gone. The fork has no reader threads: its copies of
-        these objects are dead, and signing there goes in-process."""
-        for child in list(cls._live):
-            child.accepting = False
-            child._lock = threading.Lock()  # a thread that held it at the fork does not exist here
-            child._settle_all()  # nobody here will read their answers
-            for pipe in (child.proc.stdin, child.proc.stdout):
-                if pipe is not None:
-                    try:
-                        pipe.close()
-                    except OSError:
-                        pass
+        of this child's pipes. Otherwise the fork holds the write end of the
+        child's stdin, and the child would live on until the fork exits, after
+        this process is gone. The fork has no reader threads: its copy of this
+        object is dead, and signing there goes in-process."""
+        self.accepting = False
+        self._lock = threading.Lock()  # a thread that held it at the fork does not exist here
+        self._settle_all()  # nobody here will read their answers
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
 
     def __init__(self, proc: subprocess.Popen[bytes], answer_timeout: float) -> None:
         self.proc = proc
@@ -163,7 +159,7 @@ class _Child:
         self._progress = time.monotonic()  # the last answer, or when the queue last went from empty to not
         self._sequence = 0  # of the next answer
         self._reader: threading.Thread | None = None
-        _Child._live.add(self)
+        _LIVE.add(self)
 
     # -- start (on the starting thread, before the reader runs)
 
@@ -375,8 +371,8 @@ class _Child:
             self.proc.stdout.close()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_Child._forget_all_after_fork)
+#: every child started by this process (a fork lets go of each one's pipes)
+_LIVE: ForkCopies[_Child] = ForkCopies(_Child._forget_after_fork)
 
 
 class SigningProcess:

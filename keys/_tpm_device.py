@@ -35,7 +35,7 @@ one (without exec) the worker thread does not exist and the TPM connection is
 the parent's: every call raises SignerForkedError (a SignerUnavailableError)
 saying so, ``close()`` lets go of that copy without sending the TPM anything,
 and :func:`get_device` opens a connection of the child's own (see
-:func:`_after_fork_in_child`).
+:func:`_inherited`, :func:`_after_fork_in_child`).
 
 Errors: every ``TSS2_Exception`` leaves :meth:`call` as a typed
 :mod:`capseal.errors` exception (see :func:`map_tss_error`) whose message names
@@ -49,7 +49,6 @@ import os
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as _FutureTimeout
@@ -58,6 +57,7 @@ from typing import Any, TypeVar
 
 os.environ.setdefault("TSS2_LOG", "all+NONE")  # expected failures (probing a handle) must not spam stderr
 
+from capseal._fork_copies import ForkCopies  # noqa: E402
 from capseal.errors import (  # noqa: E402
     CapsealError,
     DeviceError,
@@ -341,7 +341,7 @@ class TPMDevice:
         #: timeouts of :meth:`wait` count from it
         self._busy_since: float | None = None
         self._pid = os.getpid()  # the process that opened it (named in SignerForkedError)
-        self._forked = False  # set in a forked child by _after_fork_in_child
+        self._forked = False  # set in a forked child by _inherited
         self._thread = threading.Thread(target=self._worker, name=f"capseal-tpm[{tcti}]", daemon=True)
         self._thread.start()
         _DEVICES.add(self)
@@ -634,25 +634,27 @@ def _close_quietly(ectx: Any) -> None:
 
 _REGISTRY: dict[str, TPMDevice] = {}
 _REGISTRY_LOCK = threading.Lock()
+
+
+def _inherited(dev: TPMDevice) -> None:
+    """In a forked child: each call on a parent's device raises SignerForkedError
+    instead of waiting for a worker thread that does not exist here (then
+    saying "closed"). Its ESAPI context is never closed here (see close());
+    tpm2-pytss does not close one when it is freed either."""
+    dev._forked = True
+
+
 #: every device of this process, registered or private (a fork() marks them all)
-_DEVICES: weakref.WeakSet[TPMDevice] = weakref.WeakSet()
+_DEVICES: ForkCopies[TPMDevice] = ForkCopies(_inherited)
 
 
 def _after_fork_in_child() -> None:
-    """Run in the child of every ``os.fork()``: mark the parent's devices as
-    inherited (each call on one raises SignerForkedError instead of waiting for
-    a worker thread that does not exist here, then saying "closed"), and empty
-    the registry, so :func:`get_device` — and ``open_signer`` — open a
-    connection of the child's own and atexit's close_all leaves the parent's
-    alone. Their ESAPI contexts are never closed here (see close()); tpm2-pytss
-    does not close one when it is freed either."""
+    """Empty the registry in a forked child, so :func:`get_device` — and
+    ``open_signer`` — open a connection of the child's own and atexit's
+    close_all leaves the parent's alone."""
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()  # a parent thread may have held it at the fork
     _REGISTRY.clear()
-    inherited = list(_DEVICES)
-    _DEVICES.clear()
-    for dev in inherited:
-        dev._forked = True
 
 
 if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited

@@ -544,8 +544,8 @@ class Ledger:
 
     def _connections(self) -> list[sqlite3.Connection]:
         """The connections made so far (a fork may come while they are made)."""
-        made = [getattr(self, "_db", None), getattr(self, "_rdb", None)]
-        return [c for i, c in enumerate(made) if c is not None and c not in made[:i]]
+        db, rdb = getattr(self, "_db", None), getattr(self, "_rdb", None)
+        return [c for c in (db, None if rdb is db else rdb) if c is not None]
 
     def _fork_error(self, what: str) -> LedgerForkedError:
         """The refusal of ``what`` on a ledger inherited through fork() (callers
