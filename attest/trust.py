@@ -35,7 +35,8 @@ class PinnedAK:
     """One enrolled AK. ``spki`` is its DER SubjectPublicKeyInfo; ``name`` and
     ``qualified_name`` (hex), when known, pin it further; ``software`` is what
     the relying party knows from enrolling the AK: ``False`` = a hardware TPM
-    (the only way, besides an EK chain, to get the status ``verified``),
+    (the only way to get the status ``verified``: enrol an AK as hardware
+    only after binding it to the TPM's EK, e.g. by credential activation),
     ``True`` = software, ``None`` = not said (reported as software)."""
 
     spki: bytes | None = None
@@ -56,7 +57,9 @@ class PinnedAK:
 
 @dataclass(frozen=True)
 class TrustPolicy:
-    """Pinned AKs, plus (for real TPMs) EK roots. ``require_ek_chain`` makes a
+    """Pinned AKs, plus (for real TPMs) EK roots. An EK chain in a slot is
+    checked against ``ek_roots`` when present, but never makes a quote
+    ``verified`` (it is not bound to the AK); ``require_ek_chain`` makes a
     quote without a valid EK chain fail even when its AK is pinned."""
 
     aks: tuple[PinnedAK, ...] = ()

@@ -23,6 +23,8 @@ Every check has its own finding code, so an auditor can tell *what* is wrong:
 ``evidence_pcr_mismatch``           the recorded PCR values do not hash to pcrDigest
 ``evidence_ak_untrusted``           the AK is not in the trust policy
 ``evidence_ek_chain_invalid``       an EK certificate chain is required or present and fails
+                                    (not an end-entity EK certificate issued up to a
+                                    trusted root)
 ``evidence_ak_not_pinned``          (warning) no trust policy was given: the quote is
                                     self-consistent, but nothing says whose AK it is
 ==================================  =====================================================
@@ -34,9 +36,15 @@ or the code of the first failure in the order above.
 ``verified`` (a hardware TPM) needs more than a valid quote: the device strings
 in the slot are read by the producer and unsigned, so they can only *lower*
 the claim. Hardware is reported only when the device does not say software
-AND something the verifier trusts says hardware: the AK pinned with
-``software=False`` (enrolled as a hardware AK) or a valid EK certificate
-chain. Everything else — swtpm always — is ``verified-software-tpm``.
+AND the verifier's own trust says hardware: the AK pinned with
+``software=False`` (enrolled as a hardware AK, after the relying party bound
+it to the TPM's EK, e.g. by credential activation). An EK certificate chain
+in the slot never does: it is producer-supplied, unsigned and not bound to
+the AK that made the quote, so a slot could carry a real TPM's chain beside
+a swtpm quote. When roots are configured the chain is checked (a bad one is
+``evidence_ek_chain_invalid``), and ``require_ek_chain`` demands one, but a
+valid chain only tells the TPM's make. Everything else — swtpm always — is
+``verified-software-tpm``.
 """
 
 from __future__ import annotations
@@ -320,8 +328,9 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
             if digest != attest.pcr_digest:
                 fail("evidence_pcr_mismatch", "the recorded PCR values do not hash to the quoted pcrDigest")
 
-    # ---- trust, and what kind of device: hardware only when something the
-    # relying party trusts says so (a pin enrolled as hardware, or an EK chain)
+    # ---- trust, and what kind of device: hardware only when the relying
+    # party's own enrollment says so (a pin enrolled as hardware); an EK chain
+    # in the slot is checked but never upgrades the claim (it is not bound to the AK)
     if policy is None:
         fail("evidence_ak_not_pinned", "no trust policy: the quote is self-consistent, but nothing says whose AK this is",
              "warning")
@@ -333,10 +342,11 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
     if is_software_device(ev.get("device")) or pin.software is True:
         fail("evidence_software_tpm", "the quote comes from a software TPM (swtpm), or the device does not say it is hardware",
              "info")
-    elif pin.software is not False and not ek_ok:
+    elif pin.software is not False:
+        chain = "; the slot's EK chain is valid, but it tells the TPM's make and is not bound to this AK" if ek_ok else ""
         fail("evidence_software_tpm",
-             "reported as a software TPM: the device strings say hardware, but they are producer-reported and unsigned; "
-             "nothing the verifier trusts (an AK pinned as hardware, an EK certificate chain) says so", "info")
+             "reported as a software TPM: the device strings say hardware, but they are producer-reported and unsigned, "
+             f"and this AK is not enrolled as hardware (--ak-hardware){chain}", "info")
 
 
 def _signature_ok(key: Any, sig: tpmwire.Signature, data: bytes, hash_name: str) -> bool:
@@ -357,11 +367,14 @@ def _signature_ok(key: Any, sig: tpmwire.Signature, data: bytes, hash_name: str)
 
 def _check_ek(ev: Mapping[str, Any], policy: TrustPolicy, fail: Any) -> bool:
     """An EK chain (leaf first, b64 DER) up to one of ``policy.ek_roots``;
-    True only when one is present and valid.
+    True only when one is present and valid: its first certificate an
+    end-entity certificate (not a CA: a chain of just the public root names
+    no TPM at all), each issued by the next, the last issued by (or equal to)
+    a trusted root.
 
-    It proves the TPM's make, not that the AK lives in it: that binding is the
-    relying party's enrollment (credential activation), which is why the AK
-    must still be pinned. swtpm here has no EK certificate.
+    It tells the TPM's make, not that the AK lives in it: that binding is the
+    relying party's enrollment (credential activation), which is why only an
+    AK pinned as hardware gives ``verified``. swtpm here has no EK certificate.
     """
     chain_b64 = ev.get("ek_certificates")
     if not chain_b64:
@@ -375,6 +388,9 @@ def _check_ek(ev: Mapping[str, Any], policy: TrustPolicy, fail: Any) -> bool:
     except Exception as exc:  # noqa: BLE001
         fail("evidence_ek_chain_invalid", f"ek_certificates cannot be read: {exc}")
         return False
+    if _is_ca(chain[0]) or any(chain[0] == root for root in policy.ek_roots):
+        fail("evidence_ek_chain_invalid", "the EK chain has no EK certificate: its first certificate is a CA")
+        return False
     for child, parent in zip(chain, chain[1:]):
         if not _issued_by(child, parent):
             fail("evidence_ek_chain_invalid", f"{child.subject.rfc4514_string()} is not signed by the next certificate")
@@ -383,6 +399,15 @@ def _check_ek(ev: Mapping[str, Any], policy: TrustPolicy, fail: Any) -> bool:
         fail("evidence_ek_chain_invalid", "the EK chain does not end at a trusted root")
         return False
     return True
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+    except ValueError:  # a malformed extension: not an end-entity certificate we can read
+        return True
 
 
 def _issued_by(child: x509.Certificate, parent: x509.Certificate) -> bool:

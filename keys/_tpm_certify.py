@@ -5,7 +5,7 @@ TPM2_Certify signed by a restricted attestation key (AK) is the TPM's own
 statement that an object with this *name* is loaded in it; the name is the
 hash of the key's public area, and the public area holds both the public key
 and the attributes (fixedTPM, fixedParent, sensitiveDataOrigin, …). A verifier
-who trusts the AK (pinned, or via an EK chain on real hardware) can therefore
+who trusts the AK (pinned after enrolling it, on real hardware by credential activation against the EK) can therefore
 check that the signing key is TPM-resident, from the statement alone.
 
 The record (custody statement member ``tpm_certify``)::

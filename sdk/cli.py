@@ -352,8 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--evidence", action="store_true", help="also verify hardware evidence (TPM quotes)")
     p.add_argument("--ak", action="append", metavar="PEM", help="trusted attestation key (PEM); repeatable")
     p.add_argument("--ak-hardware", action="append", metavar="PEM",
-                   help="attestation key you enrolled from a hardware TPM (PEM); only these (or an EK chain) can give 'verified'")
-    p.add_argument("--ek-root", action="append", metavar="CERT", help="trusted EK root certificate (PEM); repeatable")
+                   help="attestation key you enrolled from a hardware TPM (PEM); only these give 'verified'")
+    p.add_argument("--ek-root", action="append", metavar="CERT", help="trusted EK root certificate (PEM), to check a slot's EK chain (which never gives 'verified'); repeatable")
     p.add_argument("--trust", action="append", metavar="PEM", help="trusted signing key (PEM); repeatable")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(fn=cmd_verify)

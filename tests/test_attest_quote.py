@@ -352,7 +352,7 @@ def _ca_chain() -> tuple[Any, list[str], Any]:
     return root, chain, other_root
 
 
-def test_ek_certificate_chain_is_checked_when_present(quoted: tuple[SealedRecord, SealedRecord]) -> None:
+def test_ek_certificate_chain_is_checked_when_present_and_never_gives_hardware(quoted: tuple[SealedRecord, SealedRecord]) -> None:
     r1, _ = quoted
     ev = r1.hardware_evidence
     assert ev is not None
@@ -360,8 +360,20 @@ def test_ek_certificate_chain_is_checked_when_present(quoted: tuple[SealedRecord
     hw_device = {"manufacturer": "IFX", "vendor": "SLB9672", "firmware": "16.10", "software": False}
     with_chain = altered(r1, ek_certificates=chain, device=hw_device)
     pin = PinnedAK.from_pem(ev["ak_public"])
-    # a valid chain to a trusted root is the other way (besides an enrolled pin) to "verified"
-    assert verify_evidence(with_chain, trust=TrustPolicy((pin,), ek_roots=(root,))).status == "verified"
+    # a valid chain to a trusted root never upgrades the claim: it is producer-supplied and
+    # not bound to the AK (this quote is swtpm's, the chain and device strings are pasted in)
+    result = verify_evidence(with_chain, trust=TrustPolicy((pin,), ek_roots=(root,)))
+    assert result.status == "verified-software-tpm"
+    assert "not bound to this AK" in " ".join(f.detail for f in result.findings)
+    # only the relying party's enrollment of the AK as hardware does
+    hardware_pin = PinnedAK.from_pem(ev["ak_public"], software=False)
+    assert verify_evidence(with_chain, trust=TrustPolicy((hardware_pin,), ek_roots=(root,))).status == "verified"
+    # a chain that is only the trusted root names no TPM: refused, not passed
+    root_only = altered(r1, ek_certificates=[base64.b64encode(root.public_bytes(serialization.Encoding.DER)).decode()],
+                        device=hw_device)
+    assert verify_evidence(root_only, trust=TrustPolicy((pin,), ek_roots=(root,))).status == "evidence_ek_chain_invalid"
+    assert verify_evidence(root_only, trust=TrustPolicy((hardware_pin,), ek_roots=(root,))).status == \
+        "evidence_ek_chain_invalid"
     assert verify_evidence(with_chain, trust=TrustPolicy((pin,), ek_roots=(other_root,))).status == "evidence_ek_chain_invalid"
     # no roots configured: the chain is not evaluated, nothing says hardware
     assert verify_evidence(with_chain, trust=TrustPolicy((pin,))).status == "verified-software-tpm"
