@@ -29,6 +29,7 @@ from .canonical import capsule_id, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
 from .findings import Finding
 from .ledger import Ledger, StoredEntry
+from .record import epistemic_type_for_capsule
 from .verify import verify_store
 
 __all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS"]
@@ -123,6 +124,11 @@ class KeyDirectory:
 
 
 def _custody_of(capsule: Mapping[str, Any]) -> Any:
+    """The custody statement of an epoch-boundary capsule (the only place a
+    producer writes one); None for any other capsule."""
+    disposition = capsule.get("disposition")
+    if not isinstance(disposition, Mapping) or disposition.get("verdict_class") != "epoch_boundary":
+        return None
     ma = capsule.get("model_attestation")
     ca = ma.get("compute_attestation") if isinstance(ma, Mapping) else None
     return ca.get("x-capseal-key-custody") if isinstance(ca, Mapping) else None
@@ -196,8 +202,12 @@ def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: Key
                 verdict, kid = "authored", env_kid
         else:
             findings.append(Finding("envelope_profile_unknown", f"envelopes[{i}].profile {profile!r} is not known", severity="warning"))
-    if verdict == "authored" and keys.trusted is not None and kid not in keys.trusted:
-        findings.append(Finding("signer_not_trusted", f"signed by {kid}, which is not among the trusted keys"))
+    if keys.trusted is not None:
+        if verdict == "authored" and kid not in keys.trusted:
+            findings.append(Finding("signer_not_trusted", f"signed by {kid}, which is not among the trusted keys"))
+        elif verdict in ("unclaimed", "unverifiable"):  # trusted keys were asked for: no signature by one is an error
+            findings.append(Finding("signer_not_trusted", "trusted keys were given, but this capsule carries no signature "
+                                    f"a trusted key makes (signature {verdict})"))
     return verdict, kid, findings
 
 
@@ -262,6 +272,9 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
             rr.ok = False
         if capsule.get("capsule_id") != e.record_id or not is_hex64(e.record_id):
             rr.findings.append(Finding("header_mismatch", "the store header's record_id is not the capsule's id"))
+        if e.epistemic_type != epistemic_type_for_capsule(capsule):  # EL -00 §4.1: fixed at commit, never upgraded
+            rr.findings.append(Finding("header_mismatch", f"the store header's epistemic_type {e.epistemic_type!r} is not "
+                                       f"the capsule's ({epistemic_type_for_capsule(capsule)!r})"))
         body = bodies.get(e.seq, {})
         envelopes = body.get("envelopes", []) if isinstance(body, dict) else []
         verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)

@@ -134,7 +134,8 @@ def _locate(v: Any, p: str) -> None:
         return
     if t is int:
         if v > MAX_SAFE_INTEGER or v < -MAX_SAFE_INTEGER:
-            raise UnsafeIntegerError(f"integer {v} is outside ±{MAX_SAFE_INTEGER}", path=p)
+            shown = str(v) if v.bit_length() <= 200 else f"of {v.bit_length()} bits"  # str() refuses > 4300 digits
+            raise UnsafeIntegerError(f"integer {shown} is outside ±{MAX_SAFE_INTEGER}", path=p)
         return
     if t is dict:
         for k, item in v.items():
@@ -189,9 +190,12 @@ def _surrogate_path(value: Any, path: str) -> str:
 
 def canonical_bytes(value: Any) -> bytes:
     """UTF-8 JCS bytes of ``value`` after the -05 number and type checks."""
-    if check_json(value):
-        return canonical_bytes_reference(value)
-    return _encode(_fast(value), value)
+    try:
+        if check_json(value):
+            return canonical_bytes_reference(value)
+        return _encode(_fast(value), value)
+    except RecursionError:
+        raise NonJSONValueError("the value nests too deeply to be canonicalized", path="$") from None
 
 
 def canonical_bytes_reference(value: Any) -> bytes:

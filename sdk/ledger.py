@@ -361,7 +361,7 @@ class PendingAppend:
     """A record handed to the committer. ``result()`` returns the stored entry
     once its transaction is fsynced: that is the acknowledgement."""
 
-    __slots__ = ("entry", "stored", "error", "done", "_ledger", "on_durable")
+    __slots__ = ("entry", "stored", "error", "done", "_ledger", "on_durable", "lead")
 
     def __init__(self, entry: LedgerEntry, ledger: Ledger, on_durable: Callable[[StoredEntry], None] | None = None) -> None:
         self.entry = entry
@@ -370,6 +370,7 @@ class PendingAppend:
         self.error: BaseException | None = None
         self.done = False
         self._ledger = ledger
+        self.lead: PendingAppend | None = None  # submit_pair: the entry written with this one, or neither
 
     def result(self, timeout: float | None = None) -> StoredEntry:
         self._ledger._wait([self], timeout)
@@ -602,16 +603,40 @@ class Ledger:
         ``wake=False`` the caller commits it itself when it waits on ``result()``."""
         return self._enqueue(entry, on_durable, wake=wake)
 
+    def submit_pair(
+        self, lead: LedgerEntry, entry: LedgerEntry, on_lead: Callable[[StoredEntry], None] | None = None,
+        on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True,
+    ) -> tuple[PendingAppend, PendingAppend]:
+        """Queue ``lead`` and ``entry`` to be written together, in that order,
+        or neither. Why: an epoch-boundary capsule goes in with the epoch's
+        first record; one whose record was refused (a duplicate action id)
+        would stand alone, and the epoch's real first record would then find
+        it there. Both are committed in one group (the committer takes the
+        whole queue), and a refusal of either undoes the other."""
+        first = PendingAppend(lead, self, on_lead)
+        second = PendingAppend(entry, self, on_durable)
+        second.lead = first
+        self._enqueue_all((first, second), wake=wake)
+        return first, second
+
+    def has_action_id(self, action_id: str) -> bool:
+        """Whether a record with this action_id is already in the file."""
+        return bool(self._query("SELECT 1 FROM records WHERE action_id=? LIMIT 1", (action_id,)))
+
     def _enqueue(self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None, *, wake: bool) -> PendingAppend:
+        pending = PendingAppend(entry, self, on_durable)
+        self._enqueue_all((pending,), wake=wake)
+        return pending
+
+    def _enqueue_all(self, pendings: tuple[PendingAppend, ...], *, wake: bool) -> None:
         if self._forked:  # before the mutex: a parent thread may have held it at the fork
             raise self._fork_error("appending a record")
         if self.readonly:
             raise LedgerError(f"{self} is read-only")
-        pending = PendingAppend(entry, self, on_durable)
         with self._mutex:
             if self._closed or self._closing:
                 raise LedgerClosedError(f"{self} is closed")
-            self._queue.append(pending)
+            self._queue.extend(pendings)
             if wake:
                 if self._committer is None:
                     self._committer = threading.Thread(
@@ -619,9 +644,8 @@ class Ledger:
                     )
                     self._committer.start()
                 queued = len(self._queue)
-                if queued == 1 or queued >= self.group_max:  # wake the committer only when it matters
+                if queued == len(pendings) or queued >= self.group_max:  # wake the committer only when it matters
                     self._cond.notify_all()
-        return pending
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything submitted so far is durable (or refused)."""
@@ -756,8 +780,18 @@ class Ledger:
                 self._head = (row[0], row[1]) if row else (0, _GENESIS.hex())
             seq, prev = self._head
             staged: list[tuple[PendingAppend, StoredEntry]] = []
-            for p in batch:
+            mark: tuple[int, str, int] | None = None  # (seq, prev, staged) before a pair's lead
+            last = len(batch) - 1
+            for i, p in enumerate(batch):
                 e = p.entry
+                lead = p.lead
+                if lead is not None and lead.error is not None:  # the pair goes in whole or not at all
+                    p.error = LedgerError(f"record {e.record_id[:16]}… not written: it goes in with "
+                                          f"{lead.entry.record_id[:16]}…, which was refused ({lead.error})")
+                    continue
+                if i < last and batch[i + 1].lead is p:
+                    db.execute("SAVEPOINT pair")
+                    mark = (seq, prev, len(staged))
                 nonce = os.urandom(16).hex()
                 header = {"seq": seq + 1, "record_id": e.record_id, "record_type": e.record_type,
                           "epistemic_type": e.epistemic_type, "links": [dict(x) for x in e.links], "nonce": nonce}
@@ -777,6 +811,14 @@ class Ledger:
                     what = "action_id" if "action_id" in text else "record_id"
                     value = e.action_id if what == "action_id" else e.record_id
                     p.error = DuplicateRecordError(f"{what} {value!r} is already in {self.path.name}")
+                    if mark is not None:  # a pair's lead (nothing to undo) or its follower (undo the lead)
+                        if lead is not None:
+                            db.execute("ROLLBACK TO pair")
+                            seq, prev, kept = mark
+                            del staged[kept:]
+                            lead.error = p.error
+                        db.execute("RELEASE pair")
+                        mark = None
                     continue
                 staged.append((p, StoredEntry(
                     seq=seq + 1, record_id=e.record_id, record_type=e.record_type, epistemic_type=e.epistemic_type,
@@ -784,6 +826,9 @@ class Ledger:
                     action_id=e.action_id, stream=e.stream, tag=e.tag,
                 )))
                 seq, prev = seq + 1, row_hash
+                if lead is not None and mark is not None:
+                    db.execute("RELEASE pair")
+                    mark = None
             db.execute("COMMIT")
         except _StaleHead:
             db.execute("ROLLBACK")

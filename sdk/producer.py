@@ -22,6 +22,7 @@ is signed or queued, and ``close()`` returns at once without writing.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import time
@@ -36,11 +37,18 @@ from capseal.keys import SignatureResult, Signer, SignerSelfTest
 from .assurance import derive_assurance, enforce_claim
 from .canonical import canonical_bytes, json_digest
 from .envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope, sign_envelope
-from .errors import InputError, LedgerClosedError, LedgerError, SealAbortedError, SignerUnavailableError
+from .errors import (
+    DuplicateRecordError,
+    InputError,
+    LedgerClosedError,
+    LedgerError,
+    SealAbortedError,
+    SignerUnavailableError,
+)
 from .ledger import Ledger, LedgerEntry, PendingAppend, StoredEntry
 from .model import validate_capsule
 from .pipeline import CloseOnce, CloseOutcome, SigningPipeline
-from .record import SealedRecord
+from .record import SealedRecord, epistemic_type_for_capsule
 from .verify import verify_for_seal
 from .vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
 
@@ -54,6 +62,25 @@ _PRODUCER_OWNED = ("spec_version", "format_version", "canonicalization_id", "ope
 _NEVER_IN_SPEC = ("capsule_id", "signature", "key_id", "timestamp")
 
 
+def _refuse_reserved(spec: Mapping[str, Any]) -> None:
+    """Refuse what only the producer writes about itself: the epoch-boundary
+    verdict and the ``x-capseal-*`` members of ``compute_attestation`` (the
+    custody statement). Why: custody is observed, never asserted (design §3.4);
+    a caller's spec claiming a token's custody, or opening an epoch, would
+    read exactly like the producer's own."""
+    disposition = spec.get("disposition")
+    if isinstance(disposition, Mapping) and disposition.get("verdict_class") == "epoch_boundary":
+        raise InputError("verdict_class 'epoch_boundary' is written by the producer when it opens an epoch "
+                         "(Producer() or rotate_epoch()), never from a spec")
+    attestation = spec.get("model_attestation")
+    compute = attestation.get("compute_attestation") if isinstance(attestation, Mapping) else None
+    if isinstance(compute, Mapping):
+        for key in compute:
+            if isinstance(key, str) and key.startswith("x-capseal-"):
+                raise InputError(f"model_attestation.compute_attestation[{key!r}] is written by the producer (what it "
+                                 "observed of its key), never from a spec")
+
+
 _last_stamp: tuple[int, str] = (-1, "")
 
 
@@ -64,18 +91,6 @@ def _utc_now() -> str:
     if _last_stamp[0] != now:
         _last_stamp = (now, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
     return _last_stamp[1]
-
-
-def epistemic_type_for_capsule(capsule: Mapping[str, Any]) -> str:
-    """EL -00 §4.1 type of a capsule, from its shape, fixed at commit.
-
-    An effect confirmed by the gate that executed it records an observed event;
-    everything else a producer seals about its own agent is a producer claim.
-    """
-    effect = capsule.get("effect")
-    if isinstance(effect, Mapping) and effect.get("status") == "confirmed" and effect.get("effect_attestation") == "gate_executed":
-        return "observed_event"
-    return "producer_claim"
 
 
 class PendingRecord:
@@ -178,6 +193,7 @@ class Producer:
         self._pipeline: SigningPipeline | None = None
         self._closing = CloseOnce(self._epoch_lock)  # see close()
         self._epoch_entry: LedgerEntry | None = None
+        self._epoch_sent: PendingAppend | None = None  # the boundary while its pair is on the way
         try:
             SignerSelfTest.run(signer)
             self.epoch_id = epoch_id or self._new_epoch_id()
@@ -281,6 +297,9 @@ class Producer:
         """Sign the epoch-boundary capsule now; it is appended to the ledger
         together with (just before) the first record of the epoch, so opening a
         producer and failing to seal anything leaves the ledger unchanged."""
+        if self.ledger.has_action_id(f"{self.epoch_id}/opens"):
+            raise InputError(f"epoch_id {self.epoch_id!r} was opened before in {self.ledger.path.name}; an epoch id is "
+                             "never reused (-05 §5.2): give a new one, or none and capseal makes one")
         previous = self.ledger.last_tagged("epoch_boundary", self._stream)
         compute: dict[str, Any] = {CUSTODY_MEMBER: self.signer.describe(), "x-capseal-producer": SDK_NAME}
         attestation: dict[str, Any] = {"compute_attestation": compute}
@@ -295,7 +314,7 @@ class Producer:
         }
         if previous is not None:
             spec["chain"] = {"parent_capsule_id": previous.record_id, "relation": "epoch_opens"}
-        record = self._sign(self._assemble(spec))
+        record = self._sign(self._assemble(spec, own=True))
         with self._epoch_lock:
             self._epoch_entry = self._entry(record, tag="epoch_boundary")
         return record
@@ -304,8 +323,12 @@ class Producer:
         """Start a new epoch (call when the configuration or key changes). The
         new boundary capsule is appended with the epoch's first record."""
         self.flush()
-        self.epoch_id = epoch_id or self._new_epoch_id()
-        self.epoch_record = self._prepare_epoch()
+        previous, self.epoch_id = self.epoch_id, epoch_id or self._new_epoch_id()
+        try:
+            self.epoch_record = self._prepare_epoch()
+        except BaseException:
+            self.epoch_id = previous  # refused (a reused id, a signer error): the open epoch stays open
+            raise
         return self.epoch_record
 
     # ------------------------------------------------------------------ the general seal
@@ -321,7 +344,7 @@ class Producer:
         the record goes through the signing pipeline behind them, so order is
         kept).
         """
-        return self._seal(self._body(spec, parent, relation))
+        return self._seal(self._parent_known(self._body(spec, parent, relation)))
 
     def submit(self, spec: Mapping[str, Any], *, parent: SealedRecord | str | None = None, relation: str = "follows") -> PendingRecord:
         """Like :meth:`seal`, but return once the record is queued. Every
@@ -335,10 +358,27 @@ class Producer:
         """
         if self.ledger._forked:  # before the signer or the pipeline (its threads are not in this process)
             raise self.ledger._fork_error("Producer.submit()")
-        body = self._body(spec, parent, relation)
+        body = self._parent_known(self._body(spec, parent, relation))
         if getattr(self.signer, "external_device", False):
             return self._submit_pipelined(body)
         return self._submit(body, wake=True)
+
+    def _parent_known(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Refuse a chain parent that is not in this ledger: -05 §6 check 6
+        makes a missing parent an error, so the producer would write a record
+        its own ledger verifier fails. A parent submitted but not yet durable
+        is waited for (``flush()``) before it is looked up again."""
+        chain = body.get("chain")
+        parent = chain.get("parent_capsule_id") if isinstance(chain, Mapping) else None
+        if not isinstance(parent, str) or len(parent) != 64 or parent == self.epoch_record.capsule_id:
+            return body  # no chain, a malformed one (refused with its own message later), or the epoch's boundary
+        if self.ledger.entry(parent) is not None:
+            return body
+        self.flush()
+        if self.ledger.entry(parent) is None:
+            raise InputError(f"chain parent {parent[:16]}… is not in {self.ledger.path.name}: a chain names a record "
+                             "of the same ledger (-05 §6 check 6)")
+        return body
 
     @staticmethod
     def _body(spec: Mapping[str, Any], parent: SealedRecord | str | None, relation: str) -> dict[str, Any]:
@@ -399,11 +439,24 @@ class Producer:
     def _enqueue(self, record: SealedRecord, *, wake: bool) -> PendingAppend:
         entry = self._entry(record)
         callback = partial(self._notify_sealed, record) if self._observers else None
-        with self._epoch_lock:  # the epoch boundary goes in first, once
-            if self._epoch_entry is not None:
-                self.ledger.submit(self._epoch_entry, self._notify_epoch if self._observers else None, wake=wake)
-                self._epoch_entry = None
-            return self.ledger.submit(entry, callback, wake=wake)
+        with self._epoch_lock:  # the epoch boundary goes in first, once, together with a record
+            sent = self._epoch_sent
+            if sent is not None and sent.done:
+                if sent.error is not None and self._epoch_entry is None:
+                    self._epoch_entry = sent.entry  # refused with its record: it goes in with the next one
+                self._epoch_sent = None
+            if self._epoch_entry is None:
+                return self.ledger.submit(entry, callback, wake=wake)
+            # the boundary is written only with the epoch's first record (a duplicate
+            # action id refuses both): checked here too, so a refusal keeps it armed
+            capsule = record.capsule
+            if self.ledger.has_action_id(capsule["action_id"]) or self.ledger.entry(record.capsule_id) is not None:
+                raise DuplicateRecordError(f"action_id {capsule['action_id']!r} (or this capsule) is already in "
+                                           f"{self.ledger.path.name}")
+            lead, pending = self.ledger.submit_pair(self._epoch_entry, entry,
+                                                    self._notify_epoch if self._observers else None, callback, wake=wake)
+            self._epoch_entry, self._epoch_sent = None, lead
+            return pending
 
     def _submit_pipelined(self, spec: dict[str, Any]) -> PendingRecord:
         """submit() for a token or TPM: prepare here, sign on the pipeline's
@@ -459,7 +512,9 @@ class Producer:
             except Exception:  # an observer never undoes a durable seal
                 pass
 
-    def _assemble(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def _assemble(self, spec: dict[str, Any], *, own: bool = False) -> dict[str, Any]:
+        if not own:
+            _refuse_reserved(spec)
         for key in _NEVER_IN_SPEC:
             if key in spec:
                 raise InputError(f"{key} is written by the producer; leave it out of the spec")
@@ -509,8 +564,16 @@ class Producer:
         }[key]
 
     def _prepare(self, capsule: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        """Canonicalize, validate, compute the id and run the Class-1 self-check."""
+        """Canonicalize, validate, compute the id and run the Class-1 self-check.
+
+        Returns a capsule of its own, parsed back from the canonical bytes
+        that were hashed. Why: the spec's nested objects are the caller's;
+        one changed after ``submit()`` returned (or after ``seal()``, through
+        the returned record) would otherwise be stored and signed-for with a
+        body that no longer hashes to its capsule_id. The copy also turns
+        tuples into the lists a verifier reads. About 10 µs a record."""
         preimage = canonical_bytes(capsule)  # typed errors naming the JSON path
+        capsule = json.loads(preimage)
         validate_capsule(capsule)
         cid_raw = hashlib.sha256(preimage).digest()
         cid = cid_raw.hex()
@@ -668,7 +731,7 @@ class Producer:
         open_record: SealedRecord | str,
         *,
         decision: str,
-        approver: str = "human",
+        approver: str,
         human_disposed: bool | None = None,
         verdict_class: str = "resolved",
         action_id: str | None = None,
@@ -676,7 +739,11 @@ class Producer:
         **extra: Any,
     ) -> SealedRecord:
         """Close an open item (deferred, needs_decision, hitl_dispatched, …) with
-        a new capsule chained ``supersedes`` (-05 §5.5.4)."""
+        a new capsule chained ``supersedes`` (-05 §5.5.4).
+
+        ``approver`` has no default: ``"human"`` makes ``human_disposed`` true,
+        which -05 §5.5 allows only when a human actually acted, so the caller
+        says who did."""
         if human_disposed is None:
             human_disposed = approver == "human"
         disposition: dict[str, Any] = {"decision": decision, "approver": approver, "human_disposed": human_disposed, "verdict_class": verdict_class}

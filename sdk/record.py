@@ -10,13 +10,14 @@ record with the same capsule and id.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .envelope import PROFILE, Envelope
 from .errors import MalformedJSONError
 
-__all__ = ["RECORD_VERSION", "SealedRecord", "dumps_canonical"]
+__all__ = ["RECORD_VERSION", "SealedRecord", "dumps_canonical", "epistemic_type_for_capsule"]
 
 RECORD_VERSION = "capseal-record/1"
 
@@ -83,3 +84,15 @@ class SealedRecord:
         if evidence is not None and (not isinstance(evidence, dict) or not evidence):
             raise MalformedJSONError(f"{RECORD_VERSION}: hardware_evidence must be null or a filled object")
         return cls(capsule=capsule, envelopes=envs, hardware_evidence=evidence, seq=seq)
+
+
+def epistemic_type_for_capsule(capsule: Mapping[str, Any]) -> str:
+    """EL -00 §4.1 type of a capsule, from its shape, fixed at commit.
+
+    An effect confirmed by the gate that executed it records an observed event;
+    everything else a producer seals about its own agent is a producer claim.
+    """
+    effect = capsule.get("effect")
+    if isinstance(effect, Mapping) and effect.get("status") == "confirmed" and effect.get("effect_attestation") == "gate_executed":
+        return "observed_event"
+    return "producer_claim"

@@ -36,8 +36,12 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[capseal
     path = tmp_path_factory.mktemp("interop") / "matrix.db"
     records: list[capseal.SealedRecord] = []
     with Producer("acme.example", "matrix-agent@1.0", UnsafeEphemeralSigner(), path) as producer:
+        first_epoch = producer.epoch_record
         previous_contemporaneous: capseal.SealedRecord | None = None
         for spec, relation, hint in matrix.specs(240):
+            if spec.get("disposition", {}).get("verdict_class") == "epoch_boundary":
+                records.append(producer.rotate_epoch())  # only the producer writes a boundary (chained epoch_opens)
+                continue
             parent: capseal.SealedRecord | None = None
             if relation is not None and records:
                 parent = previous_contemporaneous if hint == "backfilled-original" and previous_contemporaneous else records[-1]
@@ -51,7 +55,7 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[capseal
             pm = record.capsule.get("provenance_mode")
             if not (isinstance(pm, dict) and pm.get("mode") == "backfilled"):
                 previous_contemporaneous = record
-        records.insert(0, producer.epoch_record)
+        records.insert(0, first_epoch)
     return path, records
 
 

@@ -158,3 +158,43 @@ def test_not_a_ledger(tmp_path: Path) -> None:
         Ledger(other, readonly=True)
     report = capseal.verify_ledger(junk)
     assert not report.ok and report.findings[0].code == "ledger_unreadable"
+
+
+def test_a_pair_goes_in_whole_or_not_at_all(tmp_path: Path) -> None:
+    """``submit_pair`` (an epoch boundary and the epoch's first record): a
+    refusal of either, decided in the commit, undoes the other, whatever else
+    the group holds; the chain stays whole."""
+    from capseal.errors import DuplicateRecordError
+    from capseal.ledger import LedgerEntry
+
+    def entry(n: int, action: str) -> LedgerEntry:
+        return LedgerEntry(record_id=f"{n:064x}", record_type="test", epistemic_type="producer_claim",
+                           body=b'{"n":%d}' % n, action_id=action)
+
+    with Ledger(tmp_path / "l.db") as ledger:
+        ledger.append(entry(1, "taken"))
+        before = ledger.count()
+        # the follower is a duplicate: the lead written for it is undone
+        lead, follower = ledger.submit_pair(entry(2, "lead-1"), entry(3, "taken"), wake=False)
+        with pytest.raises(DuplicateRecordError, match="taken"):
+            follower.result()
+        with pytest.raises(DuplicateRecordError):
+            lead.result()
+        # the lead is a duplicate: its follower is not written either
+        lead, follower = ledger.submit_pair(entry(4, "taken"), entry(5, "follower-2"), wake=False)
+        with pytest.raises(LedgerError, match="which was refused"):
+            follower.result()
+        assert ledger.count() == before
+        assert ledger.entry(f"{2:064x}") is None and ledger.entry(f"{5:064x}") is None
+        # a refused pair amid records that are written, all in one group
+        plain_a = ledger.submit(entry(6, "plain-a"), wake=False)
+        lead, follower = ledger.submit_pair(entry(7, "lead-3"), entry(8, "taken"), wake=False)
+        plain_b = ledger.submit(entry(9, "plain-b"), wake=False)
+        good_lead, good_follower = ledger.submit_pair(entry(10, "lead-4"), entry(11, "follower-4"), wake=False)
+        ledger.flush()
+        assert [p.result().record_id for p in (plain_a, plain_b, good_lead, good_follower)] == \
+            [f"{n:064x}" for n in (6, 9, 10, 11)]
+        assert lead.error is not None and follower.error is not None
+        assert ledger.count() == before + 4
+        assert [e.seq for e in ledger.entries()] == list(range(1, before + 5))
+        assert ledger.check_chain() == []

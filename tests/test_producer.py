@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def test_refusal_and_resolution(producer: Producer) -> None:
     blocked = producer.refused(planned, verdict_class="blocked", reason={"limit": "exceeded"})
     assert blocked.capsule["disposition"]["reason_digest"] == capseal.json_digest({"limit": "exceeded"})
     assert "effect" not in blocked.capsule and blocked.capsule["assurance"]["effect_mode"] == "not_applicable"
-    resolved = producer.resolved(blocked, decision="accept")
+    resolved = producer.resolved(blocked, decision="accept", approver="human")
     assert resolved.capsule["chain"] == {"parent_capsule_id": blocked.capsule_id, "relation": "supersedes"}
     assert resolved.capsule["disposition"] == {"decision": "accept", "approver": "human", "human_disposed": True, "verdict_class": "resolved"}
     with pytest.raises(InputError, match="needs action_id"):
@@ -279,3 +280,129 @@ def test_a_commit_listener_that_writes_to_the_ledger_is_refused_before_anything_
     assert [e.record_id for e in ledger.entries()] == ["trigger"]
     assert list(ledger.evidence_entries()) == []
     ledger.close()
+
+
+class _GatedSigner(UnsafeEphemeralSigner):
+    """A software key that goes through the device pipeline (``external_device``)
+    and signs only once ``release`` is set: it holds a submitted record between
+    ``submit()`` and its assembly, where a caller's later change would land."""
+
+    external_device = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.release.set()
+
+    def sign(self, data: bytes) -> Any:
+        assert self.release.wait(10), "never released"
+        return super().sign(data)
+
+
+def _order(i: int) -> dict[str, Any]:
+    return {"action_id": f"order-{i}", "action_type": "decide",
+            "effect": {"status": "confirmed", "type": "write_order", "request_digest": "a" * 64,
+                       "response_digest": "b" * 64, "effect_attestation": "gate_executed"}}
+
+
+def test_a_spec_changed_after_submit_or_seal_changes_nothing_sealed(tmp_path: Path) -> None:
+    """The producer seals its own copy: a nested object of the caller's spec
+    changed after submit() (record still on its way) or after seal() (through
+    the returned record) must not reach the stored body, which would no longer
+    hash to its signed capsule_id."""
+    signer = _GatedSigner()
+    path = tmp_path / "l.db"
+    with Producer("acme", "agent@1", signer, path) as p:
+        signer.release.clear()
+        spec = _order(1)
+        pending = p.submit(spec)
+        spec["effect"]["response_digest"] = "f" * 64  # the caller reuses its dict
+        spec["effect"]["type"] = "send_payment"
+        signer.release.set()
+        record = pending.result()
+        assert record.capsule["effect"]["response_digest"] == "b" * 64
+        assert record.capsule["effect"]["type"] == "write_order"
+        sealed_spec = _order(2)
+        sealed_spec["constraints"] = ({"id": "com.example.c", "check_type": "com.example.t", "result": "pass",
+                                   "severity": "low", "blocking": False},)
+        sealed = p.seal(sealed_spec)
+        sealed_spec["effect"]["response_digest"] = "e" * 64
+        assert capseal.verify(sealed.capsule).ok  # the returned capsule is the producer's, not the caller's
+        assert isinstance(sealed.capsule["constraints"], list)  # a tuple becomes the list a verifier reads
+        assert ref.verify(sealed.capsule).ok
+    report = capseal.verify_ledger(path)
+    assert report.ok, [(r.seq, [f.code for f in r.findings]) for r in report.records if not r.ok]
+
+
+def test_what_only_the_producer_writes_is_refused_in_a_spec(producer: Producer) -> None:
+    before = producer.ledger.count()
+    custody = {"model_attestation": {"compute_attestation": {
+        "x-capseal-key-custody": {"backend": "pkcs11", "software_device": False}}}}
+    with pytest.raises(InputError, match="x-capseal-key-custody"):
+        producer.seal({"action_id": "forged-custody", "action_type": "fyi", **custody})
+    with pytest.raises(InputError, match="epoch_boundary"):
+        producer.seal({"action_id": "forged-epoch", "action_type": "fyi", "disposition": {
+            "decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": "epoch_boundary"}})
+    assert producer.ledger.count() == before
+
+
+def test_an_epoch_id_is_never_reused(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path, epoch_id="e1") as first:
+        first.seal({"action_id": "x", "action_type": "fyi"})
+        with pytest.raises(InputError, match="'e1' was opened before"):
+            first.rotate_epoch("e1")
+        assert first.epoch_id == "e1"  # the refused rotation left the open epoch open
+        first.seal({"action_id": "x2", "action_type": "fyi"})
+    with pytest.raises(InputError, match="'e1' was opened before"):
+        Producer("acme", "agent@1", UnsafeEphemeralSigner(), path, epoch_id="e1")
+    with Ledger(path) as ledger:
+        assert ledger.count() == 3
+    assert capseal.verify_ledger(path).ok
+
+
+def test_a_refused_first_record_writes_no_epoch_boundary(tmp_path: Path) -> None:
+    """The boundary goes in only with the epoch's first record: a refused one
+    (a duplicate action id) leaves the ledger as it was, and the next record
+    carries the boundary."""
+    path = tmp_path / "l.db"
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as first:
+        first.seal({"action_id": "dup", "action_type": "fyi"})
+    before = path.read_bytes()
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as second:
+        with pytest.raises(DuplicateRecordError, match="dup"):
+            second.seal({"action_id": "dup", "action_type": "fyi"})
+        with pytest.raises(DuplicateRecordError, match="dup"):
+            second.submit({"action_id": "dup", "action_type": "fyi"})
+        with Ledger(path) as ledger:
+            assert ledger.count() == 2
+        record = second.seal({"action_id": "fresh", "action_type": "fyi"})
+        boundary = second.epoch_record
+    assert before  # the file existed with two rows
+    with Ledger(path) as ledger:
+        assert ledger.count() == 4
+        assert ledger.entry(boundary.capsule_id) is not None and ledger.entry(record.capsule_id) is not None
+    assert capseal.verify_ledger(path).ok
+
+
+def test_a_chain_parent_must_be_in_the_ledger(producer: Producer) -> None:
+    before = producer.ledger.count()
+    with pytest.raises(InputError, match="not in l.db"):
+        producer.seal({"action_id": "orphan", "action_type": "fyi"}, parent="ab" * 32)
+    with pytest.raises(InputError, match="not in l.db"):
+        producer.submit({"action_id": "orphan", "action_type": "fyi", "chain": {"parent_capsule_id": "cd" * 32,
+                                                                                "relation": "follows"}})
+    assert producer.ledger.count() == before
+    parent = producer.submit({"action_id": "p", "action_type": "fyi"})  # submitted, maybe not yet durable
+    child = producer.submit({"action_id": "c", "action_type": "fyi"}, parent=parent.capsule_id)
+    assert child.result().capsule["chain"]["parent_capsule_id"] == parent.capsule_id
+    first_boundary = producer.epoch_record.capsule_id  # the epoch's own boundary is always a known parent
+    assert producer.seal({"action_id": "b", "action_type": "fyi"}, parent=first_boundary).capsule["chain"]
+
+
+def test_resolved_needs_the_caller_to_say_who_approved(producer: Producer) -> None:
+    deferred = producer.refused(action_id="d-1", verdict_class="deferred")
+    with pytest.raises(TypeError, match="approver"):
+        producer.resolved(deferred, decision="accept")  # type: ignore[call-arg]
+    resolved = producer.resolved(deferred, decision="accept", approver="policy")
+    assert resolved.capsule["disposition"]["human_disposed"] is False
