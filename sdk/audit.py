@@ -255,7 +255,7 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
     for e in capsule_entries:
         try:
             body = e.record()
-        except ValueError:
+        except (ValueError, RecursionError):  # unreadable: this record fails, the others are still read
             body = {}
         bodies[e.seq] = body
         capsule = body.get("capsule") if isinstance(body, dict) else None

@@ -2,7 +2,12 @@
 
 What it promises:
   * **append-only**: triggers refuse UPDATE and DELETE; every row is hash-chained
-    to the one before it, so an edit made behind SQLite's back is detectable;
+    to the one before it, so an edit of a row's header or body made behind
+    SQLite's back is detectable. What the unkeyed chain cannot show: rows
+    deleted from the end, or a chain rebuilt after a deletion (that needs a
+    signed head kept elsewhere, e.g. a transparency receipt); nor an edit of
+    the lookup columns outside the row hash (``action_id``, ``stream``,
+    ``tag``), which ``verify_ledger`` does not read as evidence;
   * **durable on acknowledgement**: ``append`` returns only after the COMMIT that
     holds the row has been fsynced (WAL, ``synchronous=FULL``). A process killed
     with SIGKILL loses nothing it acknowledged and leaves no torn row;
@@ -288,6 +293,19 @@ def batch_root(record_ids: Sequence[str]) -> tuple[bytes, tuple[bytes, ...]]:
     root, path = merkle.root_and_path(_Batch.raw_leaves(ids), 0)
     _last_root = (ids, root)
     return root, path
+
+
+def _links(raw: Any) -> tuple[dict[str, str], ...]:
+    """A row's links column. One that is not a JSON array of objects (edited
+    behind SQLite's back) is kept as an unreadable marker, so that row's hash
+    fails in check_chain, instead of making every other row unreadable too."""
+    try:
+        links = json.loads(raw)
+        if isinstance(links, list) and all(isinstance(x, dict) for x in links):
+            return tuple(links)
+    except (ValueError, TypeError, RecursionError):
+        pass
+    return ({"unreadable": str(raw)[:64]},)
 
 
 def _row_hash(prev_hex: str, header: dict[str, Any], body: bytes, extra: bytes = b"") -> str:
@@ -941,7 +959,7 @@ class Ledger:
     def _stored(row: Sequence[Any]) -> StoredEntry:
         return StoredEntry(
             seq=row[0], record_id=row[1], record_type=row[2], epistemic_type=row[3],
-            links=tuple(json.loads(row[4])), nonce=row[5], action_id=row[6], stream=row[7], tag=row[8],
+            links=_links(row[4]), nonce=row[5], action_id=row[6], stream=row[7], tag=row[8],
             body=bytes(row[9]), prev_hash=row[10], row_hash=row[11],
         )
 

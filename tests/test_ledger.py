@@ -198,3 +198,22 @@ def test_a_pair_goes_in_whole_or_not_at_all(tmp_path: Path) -> None:
         assert ledger.count() == before + 4
         assert [e.seq for e in ledger.entries()] == list(range(1, before + 5))
         assert ledger.check_chain() == []
+
+
+def test_one_unreadable_row_does_not_hide_the_others(tmp_path: Path) -> None:
+    """A row whose links column is not JSON, or whose body nests too deeply to
+    parse, fails on its own; verify_ledger still reads and reports every row."""
+    path = tmp_path / "l.db"
+    _fill(path, 3)
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TRIGGER records_no_update")
+        db.execute("UPDATE records SET links = 'not json' WHERE seq = 2")
+        db.execute("UPDATE records SET body = ? WHERE seq = 4", (b"[" * 100000 + b"]" * 100000,))
+    report = capseal.verify_ledger(path)
+    assert not report.ok
+    assert not any(f.code == "ledger_unreadable" for f in report.findings)
+    assert len(report.records) == 7
+    chain = " ".join(f.detail for f in report.findings if f.code == "ledger_chain_broken")
+    assert "seq 2" in chain and "seq 4" in chain
+    assert not [r for r in report.records if r.seq == 4][0].ok
+    assert [r for r in report.records if r.seq == 6][0].ok  # an untouched row verifies
