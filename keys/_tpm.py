@@ -50,7 +50,7 @@ from capseal.errors import (
 from ._base import PendingSignature, SignatureResult, Signer
 from ._registry import SecretsHandler
 from ._tpm_device import TPMDevice, TPMInfo, get_device
-from ._tpm_uri import TPM_RH_OWNER, TPMKeyFile, TPMKeyURI, format_handle, parse_tpm_uri
+from ._tpm_uri import TPM_RH_OWNER, TPMKeyFile, TPMKeyURI, format_handle, parse_handle, parse_tpm_uri
 from .custody import custody_statement
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "list_keys",
     "provision",
     "doctor_checks",
+    "create_key_hint",
 ]
 
 #: TPM_ALG_EDDSA (TPM 2.0 rev 1.83); tpm2-pytss 3.0 has no constant for it.
@@ -106,6 +107,15 @@ def key_attributes(public: TPM2B_PUBLIC) -> dict[str, bool]:
     """TPMA_OBJECT bits of a public area, by their TPM specification names."""
     attrs = public.publicArea.objectAttributes
     return {name: bool(attrs & bit) for name, bit in _ATTRIBUTE_NAMES}
+
+
+def create_key_hint(tcti: str, handle: int) -> str:
+    """The command that creates a signing key at an empty persistent handle.
+
+    Why not ``capseal tpm provision --handle``: on a TPM that is already
+    provisioned that refuses, and its ``--force`` replaces the pinned
+    attestation key too. ``keys create`` touches only the one handle."""
+    return f"capseal keys create '{TPMKeyURI(tcti=tcti, handle=handle).to_uri()}' --alg p256"
 
 
 def eddsa_refusal(info: TPMInfo) -> UnsupportedAlgorithmError:
@@ -240,7 +250,7 @@ class TPMSigner(Signer):
         files that declare a non-empty auth."""
         if options:
             raise KeyURIError(f"unknown options for a tpm2: key: {sorted(options)}")
-        ak = int(ak_handle, 0) if isinstance(ak_handle, str) else ak_handle
+        ak = parse_handle(ak_handle, "ak_handle") if isinstance(ak_handle, str) else ak_handle
         ref = parse_tpm_uri(uri, tcti=tcti, ak_handle=ak)
         if pin is None and secrets_handler is not None and ref.keyfile is not None:
             kf = _read_keyfile(ref.keyfile)
@@ -271,7 +281,7 @@ class TPMSigner(Signer):
                 if int(exc.error) in (_RC_HANDLE, _RC_REFERENCE_H0):
                     raise KeyNotFoundError(
                         f"no key at persistent handle {format_handle(ref.handle)} on TPM {ref.tcti}",
-                        hint=f"Create one: capseal tpm provision --tcti '{ref.tcti}' --handle {format_handle(ref.handle)}",
+                        hint=f"Create one: {create_key_hint(ref.tcti, ref.handle)}",
                     ) from None
                 raise
         if self._pinned_name is not None:
@@ -386,6 +396,40 @@ class TPMSigner(Signer):
                 raise SignatureFailedError(f"{self._ref.describe_key()} returned an oversized ECDSA component")
             return r.rjust(shape.size, b"\x00") + s.rjust(shape.size, b"\x00")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def forget_cached_key(self) -> None:
+        """Make the next signature load the key again and check its TPM name.
+
+        Why: signing reuses the key's cached ESYS_TR without re-reading the
+        object (a second check per signature would halve the rate). If another
+        process flushed a loaded key file and loaded a different key that got
+        the same transient handle, or replaced the key at a persistent handle,
+        TPM2_Sign would use that key. The producer's check of a signature is
+        what notices; call this when it fails (SignatureFailedError) and the
+        next :meth:`sign` reloads with the name check (KeyNotFoundError if the
+        key really is gone). A cached copy that still is this key is flushed
+        as usual; a handle that now holds another object is only let go of,
+        never flushed: that object is someone else's."""
+        if self._closed:
+            return
+        token = self._token
+
+        def forget(ectx: Any) -> None:
+            self._device.forget((token, "ak"))
+            if self._keyfile is None:
+                self._device.forget((token, "key"))
+                return
+            tr = self._device.cached((token, "key"))
+            if tr is None:
+                return
+            try:
+                ours = bytes(ectx.read_public(tr)[1]) == self._pinned_name
+            except TSS2_Exception:
+                ours = False  # flushed already: nothing of ours to flush
+            self._device.forget((token, "key"), flush=ours)
+
+        self._device.call(forget, what=f"forgetting the cached handle of {self._ref.describe_key()}",
+                          timeout=self._timeout, retry=False)
 
     def describe(self) -> dict[str, Any]:
         """Custody statement from what the TPM reports now: device properties,
@@ -545,6 +589,8 @@ def _read_keyfile(path: str) -> TPMKeyFile:
         raise KeyNotFoundError(f"no TPM key file at {p}") from None
     except OSError as exc:
         raise KeyNotFoundError(f"cannot read TPM key file {p}: {exc.strerror}") from None
+    except ValueError as exc:  # a path no file can have (an embedded NUL byte)
+        raise KeyURIError(f"TPM key file path {path!r} is not a usable path: {exc}") from None
     return TPMKeyFile.from_pem(data, where=str(p))
 
 

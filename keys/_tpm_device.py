@@ -11,11 +11,17 @@ Why the connection care:
 * swtpm (and ``/dev/tpm0``) have no resource manager. Transient objects left
   loaded by a crashed process stay loaded, and swtpm has only three slots, so
   on every connect the worker flushes leftover transient objects and loaded
-  sessions. Objects capseal loads are flushed in ``finally`` blocks, or kept in
-  a per-connection memo (:meth:`TPMDevice.memo`) and flushed on close (or
+  sessions (HMAC and policy). A process can also crash *after* capseal
+  connected: when a command fails with TPM_RC_OBJECT_MEMORY the worker flushes
+  the transient objects no capseal device of this process holds, and runs the
+  command once more (then, if still short, it also gives up its own cached
+  objects). Objects capseal loads are flushed in ``finally`` blocks, or kept
+  in a per-connection memo (:meth:`TPMDevice.memo`) and flushed on close (or
   when the slots run out, to be reloaded on demand).
   (Consequence: on a TPM without a resource manager, capseal assumes one
-  process uses it at a time. ``/dev/tpmrm0`` isolates processes.)
+  process uses it at a time. ``/dev/tpmrm0`` isolates processes.) A device
+  opened with ``flush_others=False`` (``capseal doctor``) never flushes what
+  it did not load: a check must not change the TPM.
 * When the TPM goes away (swtpm stopped, device reset) the call fails with
   :class:`~capseal.errors.SignerUnavailableError` naming the TCTI and the
   context is dropped; the next call reconnects, so a restarted TPM is used
@@ -49,6 +55,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as _FutureTimeout
@@ -117,6 +124,10 @@ _RC_HANDLE = 0x08B  # fmt1 error number (handle index stripped)
 _RC_AUTH_FAIL = 0x08E
 _RC_BAD_AUTH = 0x0A2
 _RC_REFERENCE_H0 = 0x910  # warning: a handle refers to an object that is not loaded
+# handle types (the top byte of a handle, TPM_HT_*)
+_HT_TRANSIENT = 0x80
+_HT_HMAC_SESSION = 0x02
+_HT_POLICY_SESSION = 0x03
 
 
 def is_transport_error(exc: BaseException) -> bool:
@@ -131,6 +142,22 @@ def is_transport_error(exc: BaseException) -> bool:
 
 def _is_object_memory(exc: TSS2_Exception) -> bool:
     return int(exc.rc) == _RC_OBJECT_MEMORY or int(exc.error) == _RC_OBJECT_MEMORY
+
+
+#: Fix for TPM_RC_OBJECT_MEMORY when capseal has not flushed the other objects
+#: (a device with ``flush_others=False``, or a job that may not be retried).
+OBJECT_MEMORY_HINT = (
+    "Transient objects that capseal did not load fill the TPM's slots. If the process that loaded them is "
+    "running, stop it or give each process its own view of the TPM (/dev/tpmrm0 or tpm2-abrmd); if it has "
+    "exited, its objects stay loaded on a TPM without a resource manager: capseal flushes them when it signs "
+    "(or run tpm2_flushcontext -t).")
+#: Fix for TPM_RC_OBJECT_MEMORY after capseal flushed everything it could and
+#: retried: something that is running loaded objects again in between.
+_OBJECT_MEMORY_LIVE_HINT = (
+    "capseal flushed the transient objects it did not load (it assumes it is the only user of a TPM without "
+    "a resource manager) and its own cached ones, and the slots filled up again: a running process is loading "
+    "objects on this TPM. Stop that process, or give each process its own view of the TPM (/dev/tpmrm0 or "
+    "tpm2-abrmd).")
 
 
 def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> CapsealError:
@@ -158,8 +185,7 @@ def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> C
     if rc == _RC_OBJECT_MEMORY or err == _RC_OBJECT_MEMORY:
         return TPMObjectMemoryError(
             f"TPM {tcti} has no free object slots (TPM_RC_OBJECT_MEMORY) during {what}",
-            hint="Another process holds transient objects on a TPM without a resource manager. Use /dev/tpmrm0, "
-            "stop that process, or flush them (tpm2_flushcontext -t).",
+            hint=OBJECT_MEMORY_HINT,
         )
     if err in (_RC_SESSION_MEMORY, _RC_MEMORY):
         return TPMObjectMemoryError(f"TPM {tcti} is out of memory during {what}: {exc} (rc 0x{rc:x})")
@@ -311,6 +337,51 @@ def _read_info(ectx: Any, tcti: str) -> TPMInfo:
     )
 
 
+# ---------------------------------------------------------------------------- handles on the TPM
+
+
+def listed_handles(ectx: Any, first: int, types: frozenset[int]) -> list[int]:
+    """Every handle the TPM lists (TPM2_GetCapability(TPM_CAP_HANDLES)) from
+    ``first`` on whose type (top byte) is in ``types``, over all pages.
+
+    Why the type filter: asked for loaded sessions (0x02000000) a TPM lists
+    HMAC sessions *and* policy sessions (0x03xxxxxx) in one answer."""
+    out: list[int] = []
+    start = first
+    while True:
+        more, data = ectx.get_capability(TPM2_CAP.HANDLES, start, 64)
+        batch = [int(h) for h in data.data.handles]
+        out += [h for h in batch if (h >> 24) in types and h not in out]
+        if not more or not batch or batch[-1] < start:
+            return out
+        start = batch[-1] + 1
+
+
+def transient_handles(ectx: Any) -> list[int]:
+    """Every transient object loaded in the TPM (as this connection sees it:
+    all of them without a resource manager, its own on /dev/tpmrm0)."""
+    return listed_handles(ectx, int(TPM2_HC.TRANSIENT_FIRST), frozenset({_HT_TRANSIENT}))
+
+
+def session_handles(ectx: Any) -> list[int]:
+    """Every loaded HMAC and policy session."""
+    return listed_handles(ectx, int(TPM2_HC.LOADED_SESSION_FIRST),
+                          frozenset({_HT_HMAC_SESSION, _HT_POLICY_SESSION}))
+
+
+def _flush_handles(ectx: Any, handles: list[int]) -> list[int]:
+    """Flush each handle (objects and sessions alike: ESYS reaches both through
+    tr_from_tpmpublic); return those that were flushed (others were gone)."""
+    flushed = []
+    for handle in handles:
+        try:
+            ectx.flush_context(ectx.tr_from_tpmpublic(handle))
+        except TSS2_Exception:
+            continue  # already gone
+        flushed.append(handle)
+    return flushed
+
+
 # ---------------------------------------------------------------------------- the device
 
 
@@ -326,13 +397,26 @@ class TPMDevice:
 
     Obtain with :func:`get_device`; do not construct directly unless you want
     a private connection (tests that fill slots use plain ESAPI instead).
+
+    ``flush_others`` (default True): on connect, flush the transient objects
+    and sessions left on the TPM, and on TPM_RC_OBJECT_MEMORY flush the
+    transient objects no capseal device of this process holds, then retry
+    (see the module docstring). ``False`` leaves everything this device did
+    not load alone; ``capseal doctor`` opens such a private device, since
+    looking must not destroy another process's objects.
     """
 
-    def __init__(self, tcti: str) -> None:
+    def __init__(self, tcti: str, *, flush_others: bool = True) -> None:
         self.tcti = tcti
+        self.flush_others = flush_others
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ectx: Any = None
-        self._memo: dict[Hashable, tuple[Any, bool]] = {}
+        #: memo entries: (value, is_transient, TPM handle of a transient)
+        self._memo: dict[Hashable, tuple[Any, bool, int | None]] = {}
+        #: TPM handles of the transients in ``_memo``, replaced (never mutated)
+        #: so other devices' workers can read it without a lock
+        self._owned: frozenset[int] = frozenset()
+        self._depth = 0  # nesting of _run (re-entrant calls from inside a job)
         self._info: TPMInfo | None = None
         self._generation = 0
         self._closed = False
@@ -345,6 +429,7 @@ class TPMDevice:
         self._thread = threading.Thread(target=self._worker, name=f"capseal-tpm[{tcti}]", daemon=True)
         self._thread.start()
         _DEVICES.add(self)
+        _LIVE.add(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("connected" if self._ectx is not None else "idle")
@@ -438,22 +523,46 @@ class TPMDevice:
         if hit is not None:
             return hit[0]
         value = factory(self._ectx)
-        self._memo[key] = (value, flush)
+        handle = int(self._ectx.tr_get_tpm_handle(value)) if flush else None
+        self._memo[key] = (value, flush, handle)
+        self._note_owned()
         return value
 
-    def forget(self, key: Hashable) -> None:
-        """Drop a memo entry (flushing it if it is a transient); inside a call only."""
+    def cached(self, key: Hashable) -> Any | None:
+        """The memo value for ``key`` on this connection, or None (nothing is
+        made); inside a call only."""
+        self._assert_worker()
+        hit = self._memo.get(key)
+        return None if hit is None else hit[0]
+
+    def forget(self, key: Hashable, *, flush: bool = True) -> None:
+        """Drop a memo entry (flushing it if it is a transient); inside a call only.
+
+        ``flush=False`` only lets go of the ESYS_TR: for a handle that may now
+        hold another process's object, which must not be flushed."""
         self._assert_worker()
         hit = self._memo.pop(key, None)
         if hit is not None and hit[1]:
-            self._flush_quietly(hit[0])
+            if flush:
+                self._flush_quietly(hit[0])
+            else:
+                self._tr_close_quietly(hit[0])
+            self._note_owned()
 
     def make_room(self) -> None:
-        """Flush this device's cached transient objects (they reload on demand),
-        so a job that needs several slots (provisioning: SRK + key) gets them.
-        Inside a call only."""
+        """Flush this device's cached transient objects (they reload on demand)
+        and, unless ``flush_others`` is False, the transient objects no capseal
+        device of this process holds, so a job that needs several slots
+        (provisioning: SRK + key) gets them. Inside a call only."""
         self._assert_worker()
+        self._flush_foreign_transients()
         self._evict_cached_transients()
+
+    def foreign_transients(self) -> list[int]:
+        """TPM handles of the transient objects that no capseal device of this
+        process holds (another process's, or a crashed one's). Inside a call only."""
+        self._assert_worker()
+        return [h for h in transient_handles(self._ectx) if h not in _owned_in_process(self.tcti)]
 
     @property
     def generation(self) -> int:
@@ -525,26 +634,53 @@ class TPMDevice:
                 fut.set_exception(SignerUnavailableError(f"TPM {self.tcti}: this device handle was closed"))
 
     def _run(self, fn: Callable[[Any], T], retry: bool, what: str) -> T:
-        attempts = 2 if retry else 1
-        for attempt in range(attempts):
-            had_connection = self._ectx is not None
-            ectx = self._connect()
-            try:
-                return fn(ectx)
-            except TSS2_Exception as exc:
-                if is_transport_error(exc):
-                    self._disconnect(flush=False)
-                    # a stale connection (TPM restarted since) earns one retry
-                    if attempt + 1 < attempts and had_connection:
-                        continue
-                elif _is_object_memory(exc) and attempt + 1 < attempts and self._evict_cached_transients():
-                    continue  # our own cached objects filled the slots: they reload on demand
-                raise map_tss_error(exc, self.tcti, what) from None
-            except CapsealError:
-                raise
-            except Exception as exc:  # tpm2-pytss type/value errors: still a typed error naming the TCTI
-                raise DeviceError(f"{what} on TPM {self.tcti} failed: {type(exc).__name__}: {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+        """Run ``fn`` on this worker's context. With ``retry``: once more on a
+        fresh connection after a transport failure of a stale one, and after
+        TPM_RC_OBJECT_MEMORY once per way of freeing slots (others' leftovers,
+        then this device's cache). A re-entrant call never frees slots: the
+        outer job may hold objects it has not memoized."""
+        reconnect = retry
+        room_makers = [self._flush_foreign_transients, self._evict_cached_transients] if retry else []
+        tried_room = False
+        self._depth += 1
+        try:
+            while True:
+                had_connection = self._ectx is not None
+                ectx = self._connect()
+                try:
+                    return fn(ectx)
+                except TSS2_Exception as exc:
+                    if is_transport_error(exc):
+                        self._disconnect(flush=False)
+                        if reconnect and had_connection:  # a stale connection (TPM restarted since)
+                            reconnect = False
+                            continue
+                    elif _is_object_memory(exc) and self._depth == 1:
+                        if self._make_room_once(room_makers):
+                            tried_room = True
+                            continue
+                        raise self._object_memory_error(what, tried_room) from None
+                    raise map_tss_error(exc, self.tcti, what) from None
+                except CapsealError:
+                    raise
+                except Exception as exc:  # tpm2-pytss type/value errors: still a typed error naming the TCTI
+                    raise DeviceError(f"{what} on TPM {self.tcti} failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._depth -= 1
+
+    @staticmethod
+    def _make_room_once(room_makers: list[Callable[[], bool]]) -> bool:
+        """Use up ways of freeing slots until one frees something; False when none is left."""
+        while room_makers:
+            if room_makers.pop(0)():
+                return True
+        return False
+
+    def _object_memory_error(self, what: str, tried_room: bool) -> TPMObjectMemoryError:
+        live = tried_room and self.flush_others
+        return TPMObjectMemoryError(
+            f"TPM {self.tcti} has no free object slots (TPM_RC_OBJECT_MEMORY) during {what}",
+            hint=_OBJECT_MEMORY_LIVE_HINT if live else OBJECT_MEMORY_HINT)
 
     def _connect(self) -> Any:
         if self._ectx is not None:
@@ -555,44 +691,58 @@ class TPMDevice:
             raise map_tss_error(exc, self.tcti, "connect") from None
         except Exception as exc:  # bad TCTI string, missing TCTI library
             raise SignerUnavailableError(f"cannot open TCTI {self.tcti}: {type(exc).__name__}: {exc}") from None
-        try:
-            self._flush_leftovers(ectx)
-        except TSS2_Exception as exc:
-            _close_quietly(ectx)
-            raise map_tss_error(exc, self.tcti, "flushing leftover transient objects") from None
+        if self.flush_others:
+            try:
+                self._flush_leftovers(ectx)
+            except TSS2_Exception as exc:
+                _close_quietly(ectx)
+                raise map_tss_error(exc, self.tcti, "flushing leftover transient objects") from None
         self._ectx = ectx
         self._memo = {}
+        self._note_owned()
         self._info = None
         self._generation += 1
         return ectx
 
-    @staticmethod
-    def _flush_leftovers(ectx: Any) -> None:
-        """Flush transient objects and loaded sessions nobody owns any more (a
-        crashed run on a TPM without a resource manager)."""
-        for first in (int(TPM2_HC.TRANSIENT_FIRST), int(TPM2_HC.LOADED_SESSION_FIRST)):
-            _more, data = ectx.get_capability(TPM2_CAP.HANDLES, first, 64)
-            for handle in list(data.data.handles):
-                if (int(handle) >> 24) != (first >> 24):
-                    continue
-                try:
-                    ectx.flush_context(ectx.tr_from_tpmpublic(int(handle)) if first == int(TPM2_HC.TRANSIENT_FIRST)
-                                       else _session_tr(ectx, int(handle)))
-                except TSS2_Exception:
-                    pass  # already gone
+    def _flush_leftovers(self, ectx: Any) -> None:
+        """Flush transient objects and loaded sessions (HMAC and policy) nobody
+        owns any more (a crashed run on a TPM without a resource manager);
+        those of other capseal devices in this process are left alone."""
+        owned = _owned_in_process(self.tcti)
+        _flush_handles(ectx, [h for h in transient_handles(ectx) if h not in owned])
+        _flush_handles(ectx, session_handles(ectx))
+
+    def _flush_foreign_transients(self) -> bool:
+        """With ``flush_others``: flush the transient objects no capseal device
+        of this process holds; True if one was flushed."""
+        if not self.flush_others or self._ectx is None:
+            return False
+        return bool(_flush_handles(self._ectx, self.foreign_transients()))
 
     def _evict_cached_transients(self) -> bool:
         """Flush every memoized transient (``flush=True``); True if there was one."""
-        victims = [k for k, (_v, is_transient) in self._memo.items() if is_transient]
+        victims = [k for k, (_v, is_transient, _h) in self._memo.items() if is_transient]
         for key in victims:
-            value, _ = self._memo.pop(key)
+            value, _, _ = self._memo.pop(key)
             self._flush_quietly(value)
+        self._note_owned()
         return bool(victims)
+
+    def _note_owned(self) -> None:
+        self._owned = frozenset(h for _v, t, h in self._memo.values() if t and h is not None)
 
     def _current_info(self) -> TPMInfo:
         if self._info is None:
             self._info = _read_info(self._ectx, self.tcti)
         return self._info
+
+    def _tr_close_quietly(self, tr: Any) -> None:
+        if self._ectx is None:
+            return
+        try:
+            self._ectx.tr_close(tr)
+        except Exception:
+            pass
 
     def _flush_quietly(self, tr: Any) -> None:
         if self._ectx is None:
@@ -605,22 +755,17 @@ class TPMDevice:
     def _disconnect(self, *, flush: bool) -> None:
         ectx, self._ectx = self._ectx, None
         memo, self._memo = self._memo, {}
+        self._owned = frozenset()
         if ectx is None:
             return
         if flush:
-            for value, is_transient in memo.values():
+            for value, is_transient, _handle in memo.values():
                 if is_transient:
                     try:
                         ectx.flush_context(value)
                     except Exception:
                         pass
         _close_quietly(ectx)
-
-
-def _session_tr(ectx: Any, handle: int) -> Any:
-    # ESAPI can only flush a session it knows; a leftover session is reached
-    # through tr_from_tpmpublic as well (ESYS accepts session handles there).
-    return ectx.tr_from_tpmpublic(handle)
 
 
 def _close_quietly(ectx: Any) -> None:
@@ -646,6 +791,18 @@ def _inherited(dev: TPMDevice) -> None:
 
 #: every device of this process, registered or private (a fork() marks them all)
 _DEVICES: ForkCopies[TPMDevice] = ForkCopies(_inherited)
+#: the same, for finding which transient handles capseal holds in this process
+_LIVE: weakref.WeakSet[TPMDevice] = weakref.WeakSet()
+
+
+def _owned_in_process(tcti: str) -> frozenset[int]:
+    """TPM handles of the transients that capseal devices of this process on
+    ``tcti`` hold (a private device and the shared one may both be open)."""
+    owned: set[int] = set()
+    for dev in list(_LIVE):
+        if dev.tcti == tcti and not dev._closed and not dev._forked:
+            owned |= dev._owned
+    return frozenset(owned)
 
 
 def _after_fork_in_child() -> None:

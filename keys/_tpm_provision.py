@@ -21,10 +21,21 @@ Nothing is overwritten unless the operator says ``--force``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tpm2_pytss import TSS2_Exception
-from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_CAP, TPM2_ECC, TPM2_HC, TPM2_PT, TPMA_OBJECT
+from tpm2_pytss.constants import (
+    ESYS_TR,
+    TPM2_ALG,
+    TPM2_CAP,
+    TPM2_ECC,
+    TPM2_HC,
+    TPM2_PT,
+    TPM2_PT_HR,
+    TPMA_OBJECT,
+    TPMA_PERMANENT,
+)
 from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
 
 from capseal.errors import (
@@ -41,16 +52,18 @@ from ._tpm import (
     TPMSigner,
     _read_keyfile,
     _write_keyfile,
+    create_key_hint,
     eddsa_refusal,
     key_attributes,
     srk_template,
 )
-from ._tpm_device import TPMInfo, get_device
+from ._tpm_device import TPMDevice, TPMInfo, get_device
 from ._tpm_uri import (
     DEFAULT_TCTI,
     TPM_RH_OWNER,
     TPMKeyFile,
     TPMKeyURI,
+    check_tcti,
     format_handle,
     is_persistent_handle,
     parse_tpm_uri,
@@ -178,7 +191,7 @@ def provision(tcti: str | None, *, signing_handle: int = 0x81000101, ak_handle: 
     restricted P-256 attestation key; return handles, URIs, public keys and
     names, plus the signing key's custody statement with a verified
     TPM2_Certify by the AK. Refuses occupied handles unless ``force``."""
-    tcti = tcti or DEFAULT_TCTI
+    tcti = DEFAULT_TCTI if tcti is None else check_tcti(tcti, "--tcti")
     cose_alg = _CLI_ALGS.get(alg.lower(), alg)
     for h, what in ((signing_handle, "signing key"), (ak_handle, "attestation key")):
         if not is_persistent_handle(h):
@@ -333,35 +346,43 @@ def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandl
 
 def doctor_checks(uri: str | None, *, pin: str | None = None, tcti: str | None = None, **_: Any) -> list[Any]:
     """Checks for ``capseal doctor``: the TPM answers on the TCTI, is not in
-    lockout and has free object slots; the key (if a URI is given) exists and
-    has an algorithm capseal signs with; the AK (``ak-handle``) is a
-    restricted signing key. Never raises."""
+    lockout and no other process holds transient objects; the key (if a URI
+    is given) exists and has an algorithm capseal signs with; the AK
+    (``ak-handle``) is a restricted signing key. Never raises.
+
+    Looking must not change the TPM: the checks run on a private device that
+    flushes nothing it did not load (``flush_others=False``), so another
+    process's objects survive and are reported instead."""
+    from .doctor import Check
+
+    try:
+        if uri:
+            ref = parse_tpm_uri(uri, tcti=tcti)
+        else:
+            ref = TPMKeyURI(tcti=DEFAULT_TCTI if tcti is None else check_tcti(tcti, "--tcti"))
+    except CapsealError as exc:
+        return [Check("TPM key URI", False, str(exc), "write it as tpm2:handle=0x81000101?tcti=device:/dev/tpmrm0")]
+    device = TPMDevice(ref.tcti, flush_others=False)
+    try:
+        return _doctor_on(device, ref, pin)
+    finally:
+        device.close()
+
+
+def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]:
     from .doctor import Check
 
     checks: list[Check] = []
     try:
-        ref = parse_tpm_uri(uri, tcti=tcti) if uri else TPMKeyURI(tcti=tcti or DEFAULT_TCTI)
-    except CapsealError as exc:
-        return [Check("TPM key URI", False, str(exc), "write it as tpm2:handle=0x81000101?tcti=device:/dev/tpmrm0")]
-    device = get_device(ref.tcti)
-    try:
         info = device.info()
     except CapsealError as exc:
-        fix = ("start swtpm (hardware/swtpm.sh start STATE_DIR PORT) and check host and port"
-               if ref.tcti.startswith("swtpm") else
-               "check that /dev/tpmrm0 exists and this user is in the tss group (see the checks above)")
-        return [Check("TPM answers", False, f"{ref.tcti}: {exc}", fix)]
+        return [Check("TPM answers", False, f"{ref.tcti}: {exc}", unreachable_fix(ref.tcti))]
     kind = "software TPM" if info.software else ("hardware TPM" if info.software is False else "TPM of unknown kind")
     checks.append(Check("TPM answers", True, f"{ref.tcti}: {info.manufacturer} '{info.vendor.strip()}' firmware "
                         f"{info.firmware}, {info.spec_version} ({kind}: {info.software_reason})"))
     try:
-        lockout, free = device.call(_lockout_and_slots, what="reading TPM state")
-        checks.append(Check("TPM lockout", not lockout, "in dictionary-attack lockout" if lockout else "not in lockout",
-                            "wait for the lockout interval or run tpm2_dictionarylockout -c with the lockout auth"
-                            if lockout else ""))
-        checks.append(Check("TPM object slots", free >= 2, f"{free} transient object slots free (capseal needs 2 at a time)",
-                            "" if free >= 2 else "another process holds transient objects: stop it, use /dev/tpmrm0, "
-                            "or run tpm2_flushcontext -t"))
+        state = device.call(lambda ectx: _read_state(ectx, device), what="reading TPM state")
+        checks += [_lockout_check(state, ref.tcti), _slots_check(state, ref.tcti)]
     except CapsealError as exc:
         checks.append(Check("TPM state", False, str(exc)))
     if not ref.names_key:
@@ -373,8 +394,17 @@ def doctor_checks(uri: str | None, *, pin: str | None = None, tcti: str | None =
         checks.append(Check("TPM algorithms", ok, f"can sign {', '.join(algs) or 'nothing capseal uses'}; {eddsa}",
                             "" if ok else "this TPM lacks ECC/ECDSA; capseal needs P-256 ECDSA or RSA-PSS"))
         return checks
+    return checks + _key_checks(device, ref, pin)
+
+
+def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]:
+    from .doctor import Check
+
+    checks: list[Check] = []
+    create = (create_key_hint(ref.tcti, ref.handle) if ref.handle is not None
+              else f"capseal keys create '{ref.to_uri()}' --alg p256 (a new key file)")
     try:
-        signer = TPMSigner.from_uri(ref.to_uri(), pin=pin)
+        signer = TPMSigner(ref, auth=pin.encode("utf-8") if pin else None, device=device)
         try:
             checks.append(Check("TPM key", True, f"{ref.describe_key()}: {signer.alg} key, kid {signer.kid[:16]}…, "
                                 f"TPM name {signer.tpm_name.hex()[:20]}…"))
@@ -387,22 +417,89 @@ def doctor_checks(uri: str | None, *, pin: str | None = None, tcti: str | None =
         finally:
             signer.close()
     except KeyNotFoundError as exc:
-        hint = (f"capseal tpm provision --tcti '{ref.tcti}' --handle {format_handle(ref.handle)}"
-                if ref.handle is not None else "check the key file path")
-        checks.append(Check("TPM key", False, str(exc), hint))
+        checks.append(Check("TPM key", False, str(exc), create if ref.handle is not None else "check the key file path"))
     except UnsupportedAlgorithmError as exc:
-        checks.append(Check("TPM key algorithm", False, str(exc), "provision a P-256 key: capseal tpm provision --alg p256"))
+        checks.append(Check("TPM key algorithm", False, str(exc), f"use a P-256 key: {create}"))
     except CapsealError as exc:
         checks.append(Check("TPM key", False, str(exc), getattr(exc, "hint", "")))
     return checks
 
 
-def _lockout_and_slots(ectx: Any) -> tuple[bool, int]:
+def unreachable_fix(tcti: str) -> str:
+    """What to do when the TPM behind ``tcti`` does not answer, for that kind of TCTI.
+
+    Why per kind: /dev/tpmrm0 and the tss group mean nothing to someone whose
+    TCTI points at a simulator on a TCP port."""
+    kind, _, conf = tcti.partition(":")
+    kind = kind.strip().lower()
+    if kind == "device":
+        path = conf.strip() or "/dev/tpmrm0"
+        return (f"check that {path} exists and this user can read and write it (the tss group; see the checks "
+                "above)")
+    if kind in ("swtpm", "mssim"):
+        return (f"start the TPM simulator that {tcti} names and check its host and port (swtpm: "
+                "hardware/swtpm.sh start STATE_DIR PORT)")
+    if kind == "tabrmd":
+        return "start the TPM access broker (systemctl start tpm2-abrmd) and check the TCTI's bus name"
+    return f"check the TCTI {tcti!r}: is libtss2-tcti-{kind} installed and is its configuration right?"
+
+
+@dataclass(frozen=True)
+class _TPMState:
+    """What doctor reads from TPM_PT_PERMANENT, the DA counters and the handles."""
+
+    in_lockout: bool
+    lockout_auth_set: bool
+    failed_tries: int
+    max_tries: int
+    recovery_s: int
+    free_slots: int
+    foreign: tuple[int, ...]  # transient objects no capseal device of this process holds
+
+
+def _read_state(ectx: Any, device: TPMDevice) -> _TPMState:
     props: dict[int, int] = {}
     _more, data = ectx.get_capability(TPM2_CAP.TPM_PROPERTIES, int(TPM2_PT.VAR), 64)
     for p in data.data.tpmProperties:
         props[int(p.property)] = int(p.value)
-    permanent = props.get(int(TPM2_PT.VAR), 0)  # TPM_PT_PERMANENT; bit 2 = inLockout
-    free = props.get(int(TPM2_PT.VAR) + 7, 0)  # TPM_PT_HR_TRANSIENT_AVAIL
-    return bool(permanent & 0x4), free
+    permanent = props.get(int(TPM2_PT.PERMANENT), 0)
+    return _TPMState(
+        in_lockout=bool(permanent & TPMA_PERMANENT.INLOCKOUT),
+        lockout_auth_set=bool(permanent & TPMA_PERMANENT.LOCKOUTAUTHSET),
+        failed_tries=props.get(int(TPM2_PT.LOCKOUT_COUNTER), 0),
+        max_tries=props.get(int(TPM2_PT.MAX_AUTH_FAIL), 0),
+        recovery_s=props.get(int(TPM2_PT.LOCKOUT_INTERVAL), 0),
+        free_slots=props.get(int(TPM2_PT_HR.TRANSIENT_AVAIL), 0),
+        foreign=tuple(device.foreign_transients()),
+    )
 
+
+def _lockout_check(state: _TPMState, tcti: str) -> Any:
+    from .doctor import Check
+
+    counts = (f"{state.failed_tries} of {state.max_tries} failed authorizations; one is forgiven every "
+              f"{state.recovery_s} s")
+    if not state.in_lockout:
+        return Check("TPM lockout", True, f"not in dictionary-attack lockout ({counts})")
+    pw = " -p LOCKOUT_PASSWORD" if state.lockout_auth_set else ""
+    return Check("TPM lockout", False, f"TPM {tcti} is in dictionary-attack lockout ({counts})",
+                 f"wait until the TPM forgives a failure ({state.recovery_s} s), or reset the lockout with the "
+                 f"lockout authorization: TPM2TOOLS_TCTI='{tcti}' tpm2_dictionarylockout -c{pw}")
+
+
+def _slots_check(state: _TPMState, tcti: str) -> Any:
+    from .doctor import Check
+
+    detail = f"{state.free_slots} transient object slots free (capseal needs 2 at a time)"
+    if state.foreign:
+        held = ", ".join(format_handle(h) for h in state.foreign)
+        return Check("TPM object slots", False,
+                     f"{detail}; {len(state.foreign)} transient object(s) on TPM {tcti} that capseal did not load: "
+                     f"{held}",
+                     "on a TPM without a resource manager capseal flushes objects it did not load (when it connects "
+                     "or runs out of slots), destroying a running process's work: if the process that loaded them "
+                     "is running, stop it or give each process its own view of the TPM (/dev/tpmrm0 or "
+                     f"tpm2-abrmd); if it has exited, free them: TPM2TOOLS_TCTI='{tcti}' tpm2_flushcontext -t")
+    if state.free_slots < 2:
+        return Check("TPM object slots", False, detail, "the TPM reports too few slots for capseal (SRK + key)")
+    return Check("TPM object slots", True, detail)

@@ -7,7 +7,10 @@ the query, values percent-encoded where they contain those characters)::
     tpm2:keyfile=/etc/capseal/seal.tss?tcti=device:/dev/tpmrm0
     tpm2:?tcti=…                       (a TPM, not a key: for ``keys list`` and ``doctor``)
 
-The TCTI defaults to ``device:/dev/tpmrm0`` (the kernel resource manager).
+The TCTI defaults to ``device:/dev/tpmrm0`` (the kernel resource manager)
+when ``tcti`` is absent; an empty ``tcti=`` is refused (it is a mistake, and
+must not silently select a TPM). Handles are ``0x`` and 1–8 hex digits, or
+decimal digits, nothing else. ``ak-handle`` must differ from ``handle``.
 Auth values never go in a URI: ``pin-value`` is refused.
 
 Key files use the ASN.1 ``TPMKey`` format of openssl_tpm2_engine,
@@ -45,6 +48,8 @@ __all__ = [
     "TPMKeyFile",
     "parse_tpm_uri",
     "parse_handle",
+    "check_tcti",
+    "explicit_tcti",
     "format_handle",
     "is_persistent_handle",
 ]
@@ -57,15 +62,38 @@ _QUERY_KEYS = frozenset({"tcti", "ak-handle"})
 _PATH_KEYS = frozenset({"handle", "keyfile"})
 
 
+_HEX_HANDLE = re.compile(r"0x[0-9a-fA-F]{1,8}", re.ASCII)
+_DEC_HANDLE = re.compile(r"[0-9]{1,10}", re.ASCII)
+
+
 def parse_handle(text: str, what: str = "handle") -> int:
-    """A TPM handle written as hex (``0x81000101``) or decimal."""
-    try:
-        value = int(text.strip(), 0)
-    except ValueError:
-        raise KeyURIError(f"{what} {text!r} is not a number (write it as 0x81000101)") from None
-    if not 0 <= value <= 0xFFFFFFFF:
+    """A TPM handle written as ``0x`` and 1–8 hex digits, or in decimal.
+
+    Why this strict: ``int(text, 0)`` would also take ``0x8100_0101``,
+    ``+0x…``, octal, binary, surrounding spaces and non-ASCII digits, so two
+    spellings that look different could name the same key (or a typo could
+    name another one)."""
+    if not isinstance(text, str) or not (_HEX_HANDLE.fullmatch(text) or _DEC_HANDLE.fullmatch(text)):
+        raise KeyURIError(f"{what} {text!r} is not a TPM handle: write 0x and 1-8 hex digits (0x81000101) "
+                          "or decimal digits")
+    value = int(text, 16) if text.startswith("0x") else int(text, 10)
+    if value > 0xFFFFFFFF:
         raise KeyURIError(f"{what} {text!r} is not a 32-bit TPM handle")
     return value
+
+
+def check_tcti(tcti: str, where: str = "tcti") -> str:
+    """``tcti`` with surrounding spaces removed; refuses an empty one.
+
+    Why: an empty ``tcti=`` (or ``--tcti ""``) used to fall back to
+    ``device:/dev/tpmrm0``, silently selecting a TPM nobody named."""
+    text = tcti.strip()
+    if not text:
+        raise KeyURIError(f"{where} is empty; name the TPM, e.g. device:/dev/tpmrm0 or swtpm:host=127.0.0.1,port=2321 "
+                          "(leave it out for the default device:/dev/tpmrm0)")
+    if ":" not in text and text not in ("device", "swtpm", "mssim", "tabrmd"):
+        raise KeyURIError(f"TCTI {text!r} does not look like device:/dev/tpmrm0 or swtpm:host=…,port=…")
+    return text
 
 
 def format_handle(handle: int) -> str:
@@ -112,11 +140,9 @@ class TPMKeyURI:
         return f"tpm2:{path}?{query}"
 
 
-def parse_tpm_uri(uri: str, *, tcti: str | None = None, ak_handle: int | None = None) -> TPMKeyURI:
-    """Parse a ``tpm2:`` URI; ``tcti``/``ak_handle`` override the query's values.
-
-    Raises KeyURIError for anything unknown or ambiguous (a typo must not
-    silently select another key or TPM)."""
+def _split_uri(uri: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(path attributes, query attributes) of a ``tpm2:`` URI, percent-decoded;
+    refuses unknown, repeated and secret-carrying attributes."""
     if not isinstance(uri, str) or not uri.lower().startswith("tpm2:"):
         raise KeyURIError("a TPM key URI starts with tpm2:")
     body = uri[5:]
@@ -143,6 +169,22 @@ def parse_tpm_uri(uri: str, *, tcti: str | None = None, ak_handle: int | None = 
         if key in params:
             raise KeyURIError(f"tpm2: query attribute {key!r} given twice")
         params[key] = unquote(value)
+    return attrs, params
+
+
+def explicit_tcti(uri: str) -> str | None:
+    """The TCTI a ``tpm2:`` URI names in its ``tcti=`` attribute (checked as
+    :func:`parse_tpm_uri` checks it), or None when it names none."""
+    _attrs, params = _split_uri(uri)
+    return check_tcti(params["tcti"], "tcti=") if "tcti" in params else None
+
+
+def parse_tpm_uri(uri: str, *, tcti: str | None = None, ak_handle: int | None = None) -> TPMKeyURI:
+    """Parse a ``tpm2:`` URI; ``tcti``/``ak_handle`` override the query's values.
+
+    Raises KeyURIError for anything unknown or ambiguous (a typo must not
+    silently select another key or TPM)."""
+    attrs, params = _split_uri(uri)
     if "handle" in attrs and "keyfile" in attrs:
         raise KeyURIError("a tpm2: URI names either handle= or keyfile=, not both")
     handle = parse_handle(attrs["handle"]) if "handle" in attrs else None
@@ -151,13 +193,21 @@ def parse_tpm_uri(uri: str, *, tcti: str | None = None, ak_handle: int | None = 
     keyfile = attrs.get("keyfile")
     if keyfile is not None and not keyfile:
         raise KeyURIError("tpm2: keyfile= is empty")
-    resolved_tcti = (tcti or params.get("tcti") or DEFAULT_TCTI).strip()
-    if ":" not in resolved_tcti and resolved_tcti not in ("device", "swtpm", "mssim", "tabrmd"):
-        raise KeyURIError(f"TCTI {resolved_tcti!r} does not look like device:/dev/tpmrm0 or swtpm:host=…,port=…")
+    if keyfile is not None and "\x00" in keyfile:
+        raise KeyURIError(f"tpm2: keyfile= {keyfile!r} contains a NUL byte (%00), which no file path can hold")
+    if tcti is not None:
+        resolved_tcti = check_tcti(tcti, "the TCTI given")
+    elif "tcti" in params:
+        resolved_tcti = check_tcti(params["tcti"], "tcti=")
+    else:
+        resolved_tcti = DEFAULT_TCTI
     ak = ak_handle if ak_handle is not None else (parse_handle(params["ak-handle"], "ak-handle")
                                                   if "ak-handle" in params else None)
     if ak is not None and not is_persistent_handle(ak):
         raise KeyURIError(f"ak-handle {format_handle(ak)} is not a persistent handle")
+    if ak is not None and ak == handle:
+        raise KeyURIError(f"ak-handle {format_handle(ak)} is the signing key's own handle; the attestation key "
+                          "is a different (restricted) key at a handle of its own, e.g. 0x81000102")
     return TPMKeyURI(tcti=resolved_tcti, handle=handle, keyfile=keyfile, ak_handle=ak)
 
 

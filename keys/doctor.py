@@ -102,9 +102,11 @@ def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | No
     elif scheme == "tpm2":
         from capseal.keys._registry import redact_uri
 
-        tcti = tcti or _tcti_of(uri or "") or "device:/dev/tpmrm0"
+        tcti, refusal = _tpm_tcti(uri, tcti)
+        if refusal is not None:
+            return checks + [refusal]
         checks += _tpm_system(tcti)
-        checks += _backend_checks("capseal.keys._tpm", redact_uri(uri or ""), pin)
+        checks += _backend_checks("capseal.keys._tpm", redact_uri(uri or ""), pin, tcti=tcti)
     elif scheme == "file":
         from capseal.keys import open_signer
 
@@ -115,16 +117,43 @@ def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | No
             checks.append(Check("key file", False, str(exc), "check the path and passphrase"))
     else:
         checks += _pkcs11_system(None)
-        tcti = tcti or "device:/dev/tpmrm0"
+        tcti, refusal = _tpm_tcti(None, tcti)
+        if refusal is not None:
+            return checks + [refusal]
         checks += _tpm_system(tcti)
         checks += _backend_checks("capseal.keys._tpm", None, pin, tcti=tcti)
     return checks
 
 
 def _tcti_of(uri: str) -> str | None:
-    if "tcti=" not in uri:
-        return None
-    return unquote(uri.split("tcti=", 1)[1].split("&", 1)[0])
+    """The TCTI a tpm2: URI names (None: it names none), read by the URI parser
+    itself: splitting on the first ``tcti=`` would read a key file path such as
+    ``keyfile=/k/tcti=x`` as the TCTI."""
+    from capseal.keys._tpm_uri import explicit_tcti
+
+    return explicit_tcti(uri)
+
+
+def _tpm_tcti(uri: str | None, tcti: str | None) -> tuple[str, Check | None]:
+    """The one TCTI every TPM check uses: ``--tcti``, else the URI's, else the
+    default; with a refusal Check when ``--tcti`` is empty or disagrees with the
+    URI's (checking the system for one TPM and the key on another would report
+    on neither). A malformed URI is left to the backend's "TPM key URI" check."""
+    from capseal.errors import CapsealError
+    from capseal.keys._tpm_uri import DEFAULT_TCTI, check_tcti
+
+    try:
+        given = check_tcti(tcti, "--tcti") if tcti is not None else None
+    except CapsealError as exc:
+        return DEFAULT_TCTI, Check("TPM TCTI", False, str(exc), "pass --tcti device:/dev/tpmrm0 (or leave it out)")
+    try:
+        named = _tcti_of(uri) if uri else None
+    except CapsealError:
+        named = None
+    if given is not None and named is not None and given != named:
+        return given, Check("TPM TCTI", False, f"--tcti {given!r} and the URI's tcti={named!r} name different TPMs",
+                            "give the TCTI once: in the URI or with --tcti")
+    return given or named or DEFAULT_TCTI, None
 
 
 def _backend_checks(module: str, uri: str | None, pin: str | None, **kw: Any) -> list[Check]:

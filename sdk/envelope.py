@@ -150,10 +150,24 @@ def complete_envelope(signer: Signer, pending: ToBeSigned, result: SignatureResu
             f"{pending.alg} signature from {signer.describe_short()} is {len(result.signature)} bytes, expected {expected_len}"
         )
     if verify and not _signature_ok(pending.alg, signer.public_key, result.signature, pending.tbs):
+        _forget_cached_key(signer)
         raise SignatureFailedError(
             f"{signer.describe_short()} returned a {pending.alg} signature that does not verify under its public key"
         )
     return Envelope(pending.profile, pending.alg, result.kid, _assemble(pending.protected, pending.payload, result.signature))
+
+
+def _forget_cached_key(signer: Signer) -> None:
+    """After a device signature that does not verify: a signer that caches a
+    loaded key (a TPM key file's handle, which another process may have
+    reused for another key) loads it again, with its name check, for the next
+    signature. Nothing the signer raises here hides the SignatureFailedError."""
+    forget = getattr(signer, "forget_cached_key", None)
+    if callable(forget):
+        try:
+            forget()
+        except Exception:  # noqa: BLE001 - the refusal below is what the caller must see
+            pass
 
 
 def sign_envelope(signer: Signer, capsule_id_raw: bytes, *, verify: bool = False) -> Envelope:

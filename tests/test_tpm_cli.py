@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 from pathlib import Path
@@ -104,7 +105,8 @@ def test_doctor_checks_the_tpm_and_key(provisioned: dict[str, Any], swtpm: Any) 
         assert checks[name]["ok"], checks[name]
     bad = capseal("doctor", f"tpm2:handle=0x81000b7f?tcti={swtpm.tcti}", "--json", check=False)
     failed = {c["name"]: c for c in json.loads(bad.stdout) if not c["ok"]}
-    assert bad.returncode == 1 and "TPM key" in failed and "capseal tpm provision" in failed["TPM key"]["fix"]
+    assert bad.returncode == 1 and "TPM key" in failed
+    assert failed["TPM key"]["fix"] == f"capseal keys create 'tpm2:handle=0x81000b7f?tcti={swtpm.tcti}' --alg p256"
 
 
 def test_seal_and_verify_with_a_tpm_key(provisioned: dict[str, Any], tmp_path: Path) -> None:
@@ -116,3 +118,46 @@ def test_seal_and_verify_with_a_tpm_key(provisioned: dict[str, Any], tmp_path: P
     verified = capseal("verify", str(ledger), "--json", check=False)
     report = json.loads(verified.stdout)
     assert verified.returncode == 0 and report["ok"] and report["counts"]["records"] == 3
+
+
+# ---------------------------------------------------------------------------- review fixes
+
+
+def test_missing_key_hint_creates_just_that_key_on_a_provisioned_tpm(fresh_swtpm: Any) -> None:
+    """The "no key at handle" hint (keys show and doctor) is `keys create` for
+    that handle: on a provisioned TPM it works and leaves the AK alone, where
+    the old hint (`tpm provision --handle`) refused, and its --force would
+    have replaced the pinned AK."""
+    tcti = fresh_swtpm.tcti
+    first = json.loads(capseal("tpm", "provision", "--tcti", tcti).stdout)
+    missing = f"tpm2:handle=0x81000103?tcti={tcti}"
+    expected = f"capseal keys create '{missing}' --alg p256"
+    shown = capseal("keys", "show", missing, check=False)
+    assert shown.returncode == 2 and f"hint: Create one: {expected}" in shown.stderr
+    doctor = json.loads(capseal("doctor", missing, "--json", check=False).stdout)
+    assert [c["fix"] for c in doctor if c["name"] == "TPM key"] == [expected]
+    created = capseal(*shlex.split(expected)[1:])  # the hint, run as written
+    assert json.loads(created.stdout)["uri"] == missing
+    listed = {e["handle"]: e for e in json.loads(capseal("keys", "list", f"tpm2:?tcti={tcti}").stdout)}
+    assert listed["0x81000102"]["name"] == first["attestation_key"]["name"]  # the pinned AK is untouched
+
+
+def test_bad_tpm_arguments_are_typed_errors_not_tracebacks(swtpm: Any) -> None:
+    """A key file path with a NUL byte, a handle that is not a number and an
+    empty TCTI: exit 2 with a message naming the problem, no internal error."""
+    nul = capseal("keys", "show", f"tpm2:keyfile=%00k.tss?tcti={swtpm.tcti}", check=False)
+    assert nul.returncode == 2 and "NUL byte" in nul.stderr and "internal error" not in nul.stderr
+    for option, value in (("--handle", "zz"), ("--ak-handle", "0x8100_0102")):
+        bad = capseal("tpm", "provision", "--tcti", swtpm.tcti, option, value, check=False)
+        assert bad.returncode == 2 and f"{option} {value!r} is not a TPM handle" in bad.stderr, bad.stderr
+        assert "internal error" not in bad.stderr
+    empty = capseal("tpm", "provision", "--tcti", "", check=False)
+    assert empty.returncode == 2 and "--tcti is empty" in empty.stderr
+
+
+def test_read_keyfile_refuses_a_nul_path_with_a_typed_error() -> None:
+    from capseal.errors import KeyURIError
+    from capseal.keys._tpm import _read_keyfile
+
+    with pytest.raises(KeyURIError, match="not a usable path"):
+        _read_keyfile("/tmp/a\x00b.tss")

@@ -125,3 +125,40 @@ def test_closed_from_inside_a_job_the_worker_still_stops(swtpm: Any) -> None:
     assert device._ectx is None
     with pytest.raises(SignerUnavailableError, match="closed"):
         device.call(lambda ectx: None)
+
+
+def test_connect_flushes_leftover_hmac_and_policy_sessions(fresh_swtpm: Any) -> None:
+    """A crashed process's sessions stay loaded on a TPM without a resource
+    manager. Asked for loaded sessions the TPM lists policy sessions
+    (0x03xxxxxx) with the HMAC ones (0x02xxxxxx); both must go at connect
+    (policy sessions used to be skipped)."""
+    from tpm2_pytss import ESAPI
+    from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_SE
+    from tpm2_pytss.types import TPMT_SYM_DEF
+
+    from capseal.keys._tpm_device import session_handles
+
+    crashed = ESAPI(fresh_swtpm.tcti)
+    for kind in (TPM2_SE.HMAC, TPM2_SE.POLICY):
+        crashed.start_auth_session(ESYS_TR.NONE, ESYS_TR.NONE, kind, TPMT_SYM_DEF(algorithm=TPM2_ALG.NULL),
+                                   TPM2_ALG.SHA256)
+    crashed.close()  # like a crash: nothing flushed
+    assert sorted(h >> 24 for h in _raw_sessions(fresh_swtpm.tcti)) == [0x02, 0x03]
+    device = TPMDevice(fresh_swtpm.tcti)
+    try:
+        assert device.call(session_handles) == []
+    finally:
+        device.close()
+    assert _raw_sessions(fresh_swtpm.tcti) == []
+
+
+def _raw_sessions(tcti: str) -> list[int]:
+    """Loaded sessions, HMAC and policy, over a plain ESAPI connection."""
+    from tpm2_pytss import ESAPI
+
+    ectx = ESAPI(tcti)
+    try:
+        _more, data = ectx.get_capability(TPM2_CAP.HANDLES, TPM2_HC.LOADED_SESSION_FIRST, 64)
+        return [int(h) for h in data.data.handles]
+    finally:
+        ectx.close()

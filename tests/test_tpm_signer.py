@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from agent_action_capsule import verify as reference_verify
+from tpm2_pytss.constants import TPM2_CAP, TPM2_HC
 
 from capseal import Ledger, Producer, verify_ledger
 from capseal.envelope import signature_ok
@@ -316,3 +317,99 @@ def test_verify_ledger_rechecks_the_custody_certify(tpm: dict[str, Any], tmp_pat
     assert not report.ok
     bad = [r for r in report.records if not r.ok]
     assert len(bad) == 1 and {f.code for f in bad[0].findings} == {"custody_certify_invalid"}
+
+
+def test_forget_cached_key_after_another_process_reused_the_handle(fresh_swtpm: Any, tmp_path: Path) -> None:
+    """Another client flushes a key-file signer's loaded key and loads a
+    different signing key that lands on the same transient handle: the
+    cached handle now signs with that key (the producer's check catches it).
+    forget_cached_key() makes the next signature reload the file with the
+    name check, so it is this key's again, and the other client's object is
+    let go of, not flushed."""
+    from tpm2_pytss import ESAPI
+    from tpm2_pytss.constants import ESYS_TR, TPMA_OBJECT
+    from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
+
+    tcti = fresh_swtpm.tcti
+    path = tmp_path / "k.tss"
+    create_key(f"tpm2:keyfile={path}?tcti={tcti}", "p256").close()
+    signer = open_signer(f"tpm2:keyfile={path}?tcti={tcti}")
+    other = ESAPI(tcti)
+    try:
+        assert _verifies(signer, b"before")
+        _more, data = other.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
+        (loaded,) = [int(h) for h in data.data.handles]
+        other.flush_context(other.tr_from_tpmpublic(loaded))
+        attrs = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT | TPMA_OBJECT.NODA
+                 | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH)
+        template = TPM2B_PUBLIC.parse("ecc256:ecdsa-sha256:null", objectAttributes=attrs)
+        fillers = []
+        while True:  # swtpm hands out the lowest free handle: fill those below ours first
+            theirs = other.create_primary(TPM2B_SENSITIVE_CREATE(), template, ESYS_TR.OWNER)[0]
+            if other.tr_get_tpm_handle(theirs) == loaded:
+                break
+            fillers.append(theirs)
+            assert len(fillers) < 3
+        for filler in fillers:
+            other.flush_context(filler)
+        their_name = bytes(other.read_public(theirs)[1])
+        assert not _verifies(signer, b"reused handle")  # what the producer's check catches
+        signer.forget_cached_key()
+        assert _verifies(signer, b"after")
+        assert bytes(other.read_public(theirs)[1]) == their_name  # still loaded: it was not ours to flush
+    finally:
+        other.close()
+        signer.close()
+        get_device(tcti).close()
+
+
+def test_a_producer_recovers_when_another_process_reused_the_key_handle(fresh_swtpm: Any, tmp_path: Path) -> None:
+    """The same reuse under a running producer: the seal that got the other
+    key's signature is refused (SignatureFailedError, nothing written), and
+    the next seal signs with this key again, with no restart."""
+    from tpm2_pytss import ESAPI
+    from tpm2_pytss.constants import ESYS_TR, TPMA_OBJECT
+    from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
+
+    from capseal import Producer, verify_ledger
+    from capseal.errors import SignatureFailedError
+
+    tcti = fresh_swtpm.tcti
+    path = tmp_path / "k.tss"
+    create_key(f"tpm2:keyfile={path}?tcti={tcti}", "p256").close()
+    signer = open_signer(f"tpm2:keyfile={path}?tcti={tcti}")
+    other = ESAPI(tcti)
+    ledger = tmp_path / "l.db"
+    try:
+        with Producer("acme", "agent@1", signer, ledger) as producer:
+            producer.seal({"action_id": "before", "action_type": "fyi"})
+            _more, data = other.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
+            (loaded,) = [int(h) for h in data.data.handles]
+            other.flush_context(other.tr_from_tpmpublic(loaded))
+            attrs = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT | TPMA_OBJECT.NODA
+                     | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH)
+            template = TPM2B_PUBLIC.parse("ecc256:ecdsa-sha256:null", objectAttributes=attrs)
+            fillers = []
+            while True:
+                theirs = other.create_primary(TPM2B_SENSITIVE_CREATE(), template, ESYS_TR.OWNER)[0]
+                if other.tr_get_tpm_handle(theirs) == loaded:
+                    break
+                fillers.append(theirs)
+                assert len(fillers) < 3
+            for filler in fillers:
+                other.flush_context(filler)
+            count = producer.ledger.count()
+            with pytest.raises(SignatureFailedError, match="does not verify"):
+                producer.seal({"action_id": "reused", "action_type": "fyi"})
+            assert producer.ledger.count() == count
+            producer.seal({"action_id": "after", "action_type": "fyi"})
+        assert verify_ledger(ledger).ok
+    finally:
+        other.close()
+        signer.close()
+        get_device(tcti).close()
+
+
+def _verifies(signer: Any, data: bytes) -> bool:
+    result = signer.sign(data)
+    return bool(signature_ok(result.alg, signer.public_key, result.signature, data))

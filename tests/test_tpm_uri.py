@@ -1,0 +1,57 @@
+"""tpm2: URI parsing without a TPM: an empty TCTI is refused rather than
+defaulting to /dev/tpmrm0, handles have one spelling each (0x + hex, or
+decimal), and the attestation key cannot be the signing key's handle."""
+
+from __future__ import annotations
+
+import pytest
+
+from capseal.errors import KeyURIError
+from capseal.keys._tpm import provision
+from capseal.keys._tpm_uri import explicit_tcti, parse_handle, parse_tpm_uri
+
+
+@pytest.mark.parametrize("uri", ["tpm2:handle=0x81000101?tcti=", "tpm2:handle=0x81000101?tcti=%20",
+                                 "tpm2:?tcti="])
+def test_an_empty_tcti_in_a_uri_is_refused(uri: str) -> None:
+    with pytest.raises(KeyURIError, match="tcti= is empty"):
+        parse_tpm_uri(uri)
+    with pytest.raises(KeyURIError, match="tcti= is empty"):
+        explicit_tcti(uri)
+
+
+def test_an_empty_tcti_argument_is_refused() -> None:
+    with pytest.raises(KeyURIError, match="the TCTI given is empty"):
+        parse_tpm_uri("tpm2:handle=0x81000101", tcti="")
+    with pytest.raises(KeyURIError, match="--tcti is empty"):
+        provision("")  # refused before any TPM is opened
+    assert parse_tpm_uri("tpm2:handle=0x81000101").tcti == "device:/dev/tpmrm0"  # absent: the default
+    assert explicit_tcti("tpm2:handle=0x81000101") is None
+
+
+@pytest.mark.parametrize("text", ["0x8100_0101", "+0x81000101", "0o20100000401", "0b10000001000000000000000100000001",
+                                  " 0x81000101", "0x81000101 ", "0x81000101\n", "١٢٣", "0x", "0x181000101", "-1",
+                                  "0X81000101", "0x8100０101", "", "4294967296"])
+def test_handles_have_one_spelling(text: str) -> None:
+    with pytest.raises(KeyURIError, match="handle"):
+        parse_handle(text)
+    with pytest.raises(KeyURIError):
+        parse_tpm_uri(f"tpm2:handle={text}")
+
+
+def test_hex_and_decimal_handles_are_accepted() -> None:
+    assert parse_handle("0x81000101") == parse_handle("2164261121") == 0x81000101
+    assert parse_handle("0x8100010A") == parse_handle("0x8100010a") == 0x8100010A
+    assert parse_tpm_uri("tpm2:handle=0x81000101?ak-handle=2164261122").ak_handle == 0x81000102
+
+
+def test_the_ak_handle_must_differ_from_the_key_handle() -> None:
+    with pytest.raises(KeyURIError, match="ak-handle 0x81000101 is the signing key's own handle"):
+        parse_tpm_uri("tpm2:handle=0x81000101?ak-handle=0x81000101")
+    with pytest.raises(KeyURIError, match="own handle"):
+        parse_tpm_uri("tpm2:handle=0x81000101", ak_handle=0x81000101)
+
+
+def test_a_keyfile_path_with_a_nul_byte_is_refused() -> None:
+    with pytest.raises(KeyURIError, match="NUL byte"):
+        parse_tpm_uri("tpm2:keyfile=%00k.tss")
