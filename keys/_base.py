@@ -172,7 +172,14 @@ class Signer(ABC):
         self.close()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(alg={self.alg!r}, kid={self.kid[:16]}…, uri={self.uri!r})"
+        """Safe at any stage: a signer whose ``__init__`` failed half-way is
+        still printed (tracebacks with captured locals, debuggers, logs), as
+        ``<Name (not open)>`` instead of raising from inside the repr."""
+        try:
+            alg, kid, uri = self.alg, self.kid, self.uri
+        except Exception:
+            return f"<{type(self).__name__} (not open)>"
+        return f"{type(self).__name__}(alg={alg!r}, kid={kid[:16]}…, uri={uri!r})"
 
 
 class SignerSelfTest:
@@ -190,5 +197,8 @@ class SignerSelfTest:
         result = signer.sign(SignerSelfTest.MESSAGE)
         if not signature_ok(result.alg, signer.public_key, result.signature, SignerSelfTest.MESSAGE):
             raise SignatureFailedError(
-                f"{signer.describe_short()} produced a signature its own public key rejects"
+                f"{signer.describe_short()} produced a signature its own public key rejects",
+                hint="the private key and the public key the device reports for it are not one key pair "
+                     "(e.g. a public-key object with the same CKA_ID or label that belongs to another key); "
+                     "do not hand out or use this public key",
             )

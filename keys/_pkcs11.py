@@ -34,6 +34,7 @@ from ._pkcs11_calls import run
 from ._pkcs11_fast import FastSign
 from ._pkcs11_helper import SigningProcess
 from ._pkcs11_keys import (
+    enabled_extra_usages,
     find_private_keys,
     find_public_key,
     generate_keypair,
@@ -43,7 +44,7 @@ from ._pkcs11_keys import (
     objects_with,
     public_key_of,
 )
-from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token
+from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token, usable_pin
 from ._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
 from ._registry import SecretsHandler
 from .custody import SOFTWARE_TOKEN_MANUFACTURERS, custody_statement
@@ -61,13 +62,15 @@ __all__ = [
 
 def pin_for(uri: PKCS11URI, pin: str | None) -> str | None:
     """The PIN to log in with: the ``pin`` argument, else the URI's
-    ``pin-value``, else the file its ``pin-source`` names; None when none."""
+    ``pin-value``, else the file its ``pin-source`` names; None when none.
+    Checked here, where its source is known (see ``usable_pin``)."""
+    token = uri.describe_token()
     if pin is not None:
-        return pin
+        return usable_pin(pin, f"pin= for {token}")
     if uri.pin_value is not None:
-        return uri.pin_value
+        return usable_pin(uri.pin_value, f"the URI's pin-value for {token}")
     if uri.pin_source is not None:
-        return read_pin_source(uri.pin_source)
+        return usable_pin(read_pin_source(uri.pin_source), f"pin-source {uri.pin_source} for {token}")
     return None
 
 
@@ -92,6 +95,7 @@ class PKCS11Signer(Signer):
         signing_process: bool = False,
     ) -> None:
         parsed = _parse(uri)
+        self._uri = parsed.without_pin()  # first: describe_short() works even if the rest fails
         ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
         self._ts: TokenSession | None = ts
         self._release = weakref.finalize(self, release_token, ts)  # also closes on garbage collection
@@ -103,7 +107,6 @@ class PKCS11Signer(Signer):
         except BaseException:
             self._release()
             raise
-        self._uri = parsed.without_pin()
         # how to find this exact key again after a reconnect
         self._refind = PKCS11URI(object=pair.label if pair.label else None, id=pair.key_id or None) \
             if (pair.label or pair.key_id) else PKCS11URI()
@@ -328,13 +331,7 @@ def create_key(
             rw = ts.token.open(rw=True)  # PIN-less: shares the login of the session above
             try:
                 generate_keypair(rw, alg, parsed.object or "", key_id, rsa_bits=rsa_bits)
-                new = find_private_keys(rw, PKCS11URI(object=parsed.object, id=key_id))
-                attrs = key_attributes(new[0]) if len(new) == 1 else {}
-                if not (attrs.get("CKA_SENSITIVE") and attrs.get("CKA_NEVER_EXTRACTABLE")
-                        and attrs.get("CKA_EXTRACTABLE") is False):
-                    for obj in objects_with(rw, label=parsed.object, key_id=key_id):
-                        obj.destroy()
-                    raise DeviceError(f"{where}: the token did not make the key sensitive and non-extractable; destroyed it")
+                check_new_key(rw, parsed.object or "", key_id, where)
             finally:
                 rw.close()
 
@@ -343,6 +340,34 @@ def create_key(
         release_token(ts)
     target = parsed.with_id(key_id)
     return PKCS11Signer(target, pin=secret, module_allowlist=module_allowlist)
+
+
+def check_new_key(rw: Any, label: str, key_id: bytes, where: str) -> None:
+    """Read a just-generated key pair's attributes back; the token may have
+    ignored the template. Destroys the pair and raises DeviceError unless the
+    private key is sensitive and never extractable and neither half can do
+    more than sign / verify (no CKA_DECRYPT, CKA_UNWRAP, CKA_DERIVE,
+    CKA_ENCRYPT, CKA_WRAP). Lock held."""
+    new = find_private_keys(rw, PKCS11URI(object=label, id=key_id))
+    private = new[0] if len(new) == 1 else None
+    problem = None
+    if private is None:
+        problem = f"{len(new)} private keys with that label and id after generation"
+    else:
+        attrs = key_attributes(private)
+        extra = enabled_extra_usages(private, find_public_key(rw, private))
+        if not (attrs.get("CKA_SENSITIVE") and attrs.get("CKA_NEVER_EXTRACTABLE") and attrs.get("CKA_EXTRACTABLE") is False):
+            problem = "the token did not make the key sensitive and non-extractable"
+        elif extra:
+            problem = f"the token made a signing key that can also use {', '.join(extra)}"
+    if problem is not None:
+        destroyed: set[int] = set()
+        for obj in objects_with(rw, label=label, key_id=key_id):  # found by label and by id: once each
+            if obj.handle not in destroyed:
+                destroyed.add(obj.handle)
+                obj.destroy()
+        raise DeviceError(f"{where}: {problem}; destroyed it",
+                          hint="the token ignored capseal's sign-only template; check its key-generation policy")
 
 
 def list_keys(

@@ -26,7 +26,7 @@ from ._pkcs11_uri import PKCS11URI
 
 __all__ = [
     "KeyPair", "find_private_keys", "find_public_key", "public_key_of", "key_attributes",
-    "mechanism_for", "generate_keypair", "ED25519_PARAMS", "CURVE_PARAMS",
+    "mechanism_for", "generate_keypair", "enabled_extra_usages", "ED25519_PARAMS", "CURVE_PARAMS",
 ]
 
 # DER of CKA_EC_PARAMS values (RFC 8410 / SEC 2 OIDs, and the PKCS#11 3.0
@@ -50,6 +50,10 @@ CUSTODY_ATTRIBUTES = (
     ("CKA_LOCAL", Attribute.LOCAL),
     ("CKA_PRIVATE", Attribute.PRIVATE),
     ("CKA_ALWAYS_AUTHENTICATE", Attribute.ALWAYS_AUTHENTICATE),
+    # what else the key can do: a signing key that decrypts, unwraps or derives is reported as such
+    ("CKA_DECRYPT", Attribute.DECRYPT),
+    ("CKA_UNWRAP", Attribute.UNWRAP),
+    ("CKA_DERIVE", Attribute.DERIVE),
 )
 _UNAVAILABLE = (1 << 64) - 1  # CK_UNAVAILABLE_INFORMATION
 
@@ -251,45 +255,97 @@ def mechanism_for(alg: str, available: set[Any] | None) -> SignMechanism:
 
 # ---------------------------------------------------------------------- generation
 
-_D = pkcs11.DEFAULT  # leave the attribute out of the template (tpm2-pkcs11 refuses explicit False)
+_D = pkcs11.DEFAULT  # leave the attribute out of the template
+
+#: Usages a signing key must not have. Left out of the template, SoftHSM2 (and
+#: others) default them to true: a "signing" key that also decrypts, unwraps
+#: or derives. So they are asked for as false, and read back after generation.
+PRIVATE_USAGES_OFF = (("CKA_DECRYPT", Attribute.DECRYPT), ("CKA_UNWRAP", Attribute.UNWRAP),
+                      ("CKA_DERIVE", Attribute.DERIVE))
+PUBLIC_USAGES_OFF = (("CKA_ENCRYPT", Attribute.ENCRYPT), ("CKA_WRAP", Attribute.WRAP))
+
+#: What a token answers when it will not take an explicit false for a usage
+#: attribute (tpm2-pkcs11 refuses them): generation is retried without them.
+_TEMPLATE_REFUSED = (p11x.TemplateInconsistent, p11x.AttributeValueInvalid, p11x.AttributeTypeInvalid)
 
 
-def generate_keypair(rw_session: Any, alg: str, label: str, key_id: bytes, *, rsa_bits: int = 3072) -> None:
-    """Generate a signing key pair on the token: private half sensitive,
-    never extractable, token object, sign-only; public half verify-only."""
-    public_template = {Attribute.TOKEN: True, Attribute.VERIFY: True, Attribute.ENCRYPT: _D, Attribute.WRAP: _D}
-    private_template = {
+def _templates(explicit_off: bool) -> tuple[dict[Attribute, Any], dict[Attribute, Any]]:
+    """Public and private templates; ``explicit_off`` asks for the extra
+    usages as false, otherwise they are left to the token (read back later)."""
+    off = False if explicit_off else _D
+    public_template: dict[Attribute, Any] = {Attribute.TOKEN: True, Attribute.VERIFY: True}
+    public_template.update({attribute: off for _, attribute in PUBLIC_USAGES_OFF})
+    private_template: dict[Attribute, Any] = {
         Attribute.TOKEN: True,
         Attribute.PRIVATE: True,
         Attribute.SENSITIVE: True,
         Attribute.EXTRACTABLE: False,
         Attribute.SIGN: True,
-        Attribute.DECRYPT: _D,
-        Attribute.UNWRAP: _D,
-        Attribute.DERIVE: _D,
     }
+    private_template.update({attribute: off for _, attribute in PRIVATE_USAGES_OFF})
+    return public_template, private_template
+
+
+def generate_keypair(rw_session: Any, alg: str, label: str, key_id: bytes, *, rsa_bits: int = 3072) -> None:
+    """Generate a signing key pair on the token: private half sensitive,
+    never extractable, token object, sign-only; public half verify-only.
+    The usages are asked for as false; a token that refuses that template
+    gets one without them, and the caller reads them back
+    (:func:`enabled_extra_usages`) either way."""
+    if alg == "PS256" and rsa_bits < 2048:
+        raise UnsupportedAlgorithmError("RSA keys for PS256 are at least 2048 bits")
+    if alg not in ("EdDSA", "PS256") and alg not in CURVE_PARAMS:
+        raise UnsupportedAlgorithmError(f"cannot create {alg} keys on a PKCS#11 token; use ed25519, p256, p384 or rsa-pss")
+    refused = False
+    try:
+        _generate(rw_session, alg, label, key_id, rsa_bits, explicit_off=True)
+    except _TEMPLATE_REFUSED:
+        refused = True
+    if refused:  # retried outside the handler: nothing chained to a later error
+        _generate(rw_session, alg, label, key_id, rsa_bits, explicit_off=False)
+
+
+def _generate(rw_session: Any, alg: str, label: str, key_id: bytes, rsa_bits: int, *, explicit_off: bool) -> None:
+    """One C_GenerateKeyPair for ``alg`` with the given templates; the
+    token's template errors propagate (the caller may retry)."""
+    public_template, private_template = _templates(explicit_off)
     common = dict(store=True, label=label, id=key_id, capabilities=MechanismFlag.SIGN | MechanismFlag.VERIFY,
                   public_template=public_template, private_template=private_template)
     if alg == "EdDSA":
-        last: Exception | None = None
-        for params in ED25519_PARAMS:  # OID first; some tokens only take the PrintableString
-            try:
-                dp = rw_session.create_domain_parameters(KeyType.EC_EDWARDS, {Attribute.EC_PARAMS: params}, local=True)
-                dp.generate_keypair(mechanism=Mechanism.EC_EDWARDS_KEY_PAIR_GEN, **common)
-                return
-            except (p11x.DomainParamsInvalid, p11x.AttributeValueInvalid, p11x.TemplateInconsistent) as exc:
-                last = exc
-        raise DeviceError(f"the token would not generate an Ed25519 key ({type(last).__name__})")
-    if alg in CURVE_PARAMS:
+        _generate_ed25519(rw_session, common, explicit_off=explicit_off)
+    elif alg in CURVE_PARAMS:
         dp = rw_session.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS[alg][0]}, local=True)
         dp.generate_keypair(mechanism=Mechanism.EC_KEY_PAIR_GEN, **common)
-        return
-    if alg == "PS256":
-        if rsa_bits < 2048:
-            raise UnsupportedAlgorithmError("RSA keys for PS256 are at least 2048 bits")
+    else:
         rw_session.generate_keypair(KeyType.RSA, rsa_bits, mechanism=Mechanism.RSA_PKCS_KEY_PAIR_GEN, **common)
-        return
-    raise UnsupportedAlgorithmError(f"cannot create {alg} keys on a PKCS#11 token; use ed25519, p256, p384 or rsa-pss")
+
+
+def _generate_ed25519(rw_session: Any, common: dict[str, Any], *, explicit_off: bool) -> None:
+    """Ed25519 with the OID parameters first; some tokens only take the
+    PrintableString. A template refusal for both is re-raised (the caller
+    retries without the usage attributes); DeviceError when neither works."""
+    last: Exception | None = None
+    for params in ED25519_PARAMS:
+        try:
+            dp = rw_session.create_domain_parameters(KeyType.EC_EDWARDS, {Attribute.EC_PARAMS: params}, local=True)
+            dp.generate_keypair(mechanism=Mechanism.EC_EDWARDS_KEY_PAIR_GEN, **common)
+            return
+        except (p11x.DomainParamsInvalid, p11x.AttributeValueInvalid, p11x.TemplateInconsistent) as exc:
+            last = exc
+    if explicit_off and isinstance(last, _TEMPLATE_REFUSED):
+        raise last
+    raise DeviceError(f"the token would not generate an Ed25519 key ({type(last).__name__})")
+
+
+def enabled_extra_usages(private: Any, public: Any | None) -> list[str]:
+    """The usages beyond sign/verify that the token reports as true on a new
+    key pair (CKA_DECRYPT, CKA_UNWRAP, CKA_DERIVE on the private half,
+    CKA_ENCRYPT, CKA_WRAP on the public one). An attribute the token does not
+    show is not counted: only what it says is true."""
+    found = [name for name, attribute in PRIVATE_USAGES_OFF if _attr(private, attribute)]
+    if public is not None:
+        found += [name for name, attribute in PUBLIC_USAGES_OFF if _attr(public, attribute)]
+    return found
 
 
 def objects_with(session: Any, *, label: str | None, key_id: bytes | None) -> list[Any]:

@@ -75,7 +75,7 @@ except ImportError as exc:  # pragma: no cover - the registry turns this into Mi
     ) from None
 
 __all__ = ["P11_LOCK", "Module", "TokenSession", "load_module", "open_token", "release_token", "RECONNECT_ERRORS",
-           "device_error", "log", "is_shut_down"]
+           "device_error", "log", "is_shut_down", "usable_pin"]
 
 log = logging.getLogger("capseal.keys.pkcs11")
 
@@ -109,13 +109,42 @@ _forked_mid_call: str | None = None
 _CKR_CRYPTOKI_ALREADY_INITIALIZED = 0x191
 
 
+def usable_pin(pin: object, source: str) -> str:
+    """``pin`` if it can be sent to a token: a non-empty str that encodes as
+    UTF-8. Checked before any login, because every login with a PIN the
+    token refuses uses up one of its few tries (then the PIN locks): an empty
+    PIN, or one with lone surrogates (undecodable bytes from a file or the
+    environment), is refused here with PinIncorrectError naming ``source``
+    (``pin=``, the URI's pin-value, a pin-source file, …) and no part of the
+    PIN, with no exception chained to it (a UnicodeEncodeError's args hold
+    the whole string)."""
+    problem = _pin_problem(pin)
+    if problem is None and isinstance(pin, str):
+        return pin
+    raise PinIncorrectError(f"the PIN from {source} {problem}; refused before it reached the token",
+                            hint="check where the PIN comes from: a token locks its PIN after a few wrong tries")
+
+
+def _pin_problem(pin: object) -> str | None:
+    """What makes ``pin`` unusable (never quoting it), or None."""
+    if not isinstance(pin, str):
+        return f"is a {type(pin).__name__}, not a str"
+    if pin == "":
+        return "is empty"
+    try:
+        pin.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid UTF-8 text (it holds undecodable bytes)"
+    return None
+
+
 class _Secret:
     """A PIN held for re-login. Never printed."""
 
     __slots__ = ("_value", "digest")
 
     def __init__(self, value: str) -> None:
-        self._value = value
+        self._value = usable_pin(value, "the caller")  # never a UnicodeEncodeError carrying the PIN
         self.digest = hmac.new(_HMAC_KEY, value.encode("utf-8"), hashlib.sha256).digest()
 
     def reveal(self) -> str:
@@ -387,7 +416,7 @@ class TokenSession:
             "hardware_version": _version(token.hardware_version),
             "firmware_version": _version(token.firmware_version),
             "slot_description": slot.slot_description,
-            "module": os.path.basename(self.module.path),
+            "module": self.module.real,  # the file loaded (symlinks resolved), not how the URI spelled it
         }
         info.update(self.module.info())
         return info
@@ -573,9 +602,11 @@ def open_token(uri: PKCS11URI, *, pin: str | None, module_allowlist: object = No
 
 def _secret_for(pin: str | None, existing: TokenSession | None, label: str,
                 prompt: Callable[[str], str | None] | None) -> _Secret | None:
+    source = "pin="
     if pin is None and prompt is not None:
         pin = prompt(f"PIN for PKCS#11 token {label!r}")
-    return _Secret(pin) if pin is not None else None
+        source = "secrets_handler"
+    return _Secret(usable_pin(pin, f"{source} for token {label!r}")) if pin is not None else None
 
 
 def release_token(ts: TokenSession) -> None:

@@ -28,8 +28,9 @@ from __future__ import annotations
 import os
 import re
 import sysconfig
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from capseal.errors import KeyURIError, SignerUnavailableError
@@ -97,9 +98,49 @@ def pct_encode(value: str | bytes, *, query: bool = False, all_bytes: bool = Fal
     return "".join(out)
 
 
+class _HiddenPin:
+    """A pin-value held by a PKCS11URI: never printed, pickled or copied out."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<PIN redacted>"
+
+    __str__ = __repr__
+
+    def __copy__(self) -> _HiddenPin:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _HiddenPin:  # dataclasses.asdict deep-copies values
+        return self
+
+    def __reduce__(self) -> Any:  # never pickled
+        raise TypeError("a PIN is not picklable")
+
+
+class _PinValue:
+    """``PKCS11URI.pin_value``: the constructor takes it (an ``InitVar``), the
+    instance keeps it only as a :class:`_HiddenPin` in ``_pin``, so
+    ``dataclasses.asdict``/``astuple``/``fields`` and ``vars()`` never hold the
+    PIN as text; reading ``uri.pin_value`` gives the text back."""
+
+    def __get__(self, obj: object, objtype: type | None = None) -> str | None:
+        if obj is None:
+            return None  # the dataclass reads this as the default
+        hidden = vars(obj).get("_pin")
+        return hidden.reveal() if isinstance(hidden, _HiddenPin) else None
+
+
 @dataclass(frozen=True)
 class PKCS11URI:
-    """A parsed ``pkcs11:`` URI. Text attributes are decoded; ``id`` is bytes."""
+    """A parsed ``pkcs11:`` URI. Text attributes are decoded; ``id`` is bytes.
+    ``pin_value`` is not a dataclass field (see :class:`_PinValue`)."""
 
     token: str | None = None
     manufacturer: str | None = None
@@ -117,8 +158,14 @@ class PKCS11URI:
     module_path: str | None = None
     module_name: str | None = None
     pin_source: str | None = None
-    pin_value: str | None = field(default=None, repr=False, compare=False)
+    if TYPE_CHECKING:  # what callers see: an optional str attribute and constructor keyword
+        pin_value: str | None = None
+    else:
+        pin_value: InitVar[str | None] = _PinValue()
     vendor_query: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def __post_init__(self, pin_value: str | None = None) -> None:  # type: ignore[override]
+        object.__setattr__(self, "_pin", None if pin_value is None else _HiddenPin(pin_value))
 
     # ------------------------------------------------------------------ printing
 
@@ -210,6 +257,53 @@ def _split_attr(attr: str, where: str) -> tuple[str, str]:
     return name.lower() if name.lower() in PATH_ATTRS + QUERY_ATTRS else name, value
 
 
+#: Said instead of anything about a query attribute that follows a pin-value:
+#: with an unencoded '&' in the PIN, the "attribute" is the PIN's tail.
+_AFTER_PIN = ("pkcs11 URI: a query attribute after pin-value is malformed or not one capseal knows "
+              "(not quoted: it may be part of the PIN); pct-encode '&' in pin-value as %26")
+
+
+def _parse_query(query_part: str, values: dict[str, object], vendor_query: list[tuple[str, str]]) -> None:
+    """The query attributes into ``values`` (vendor ones into ``vendor_query``).
+
+    Once a pin-value has been read, no later attribute's name or value is
+    quoted in an error (an unencoded '&' in the PIN splits it there), and an
+    unknown attribute after it is refused rather than kept as a vendor
+    attribute: ``pin-value=4821&tail7=93`` would otherwise log in with a
+    cut-short PIN."""
+    after_pin = False
+    for attr in query_part.split("&"):
+        failure: KeyURIError | None = None
+        try:
+            _query_attr(attr, values, vendor_query, after_pin=after_pin)
+        except KeyURIError as exc:
+            failure = exc
+        if failure is not None:  # raised outside the handler: no chained error quoting the attribute
+            raise KeyURIError(_AFTER_PIN) if after_pin else failure
+        after_pin = after_pin or "pin_value" in values
+
+
+def _query_attr(attr: str, values: dict[str, object], vendor_query: list[tuple[str, str]], *, after_pin: bool) -> None:
+    """One ``name=value`` of the query, checked and stored."""
+    name, value = _split_attr(attr, "query")
+    if name in PATH_ATTRS:
+        raise KeyURIError(f"pkcs11 URI: {name} is a path attribute; put it before '?'")
+    secret = name in _SECRET_QUERY
+    if not _QUERY_VALUE.fullmatch(value):
+        if secret:  # never quote any part of a PIN
+            raise KeyURIError(f"pkcs11 URI: {name} has a bad pct escape or a character that must be pct-encoded")
+        raise KeyURIError(f"pkcs11 URI: {name} {_what_is_wrong(value, _QUERY_VALUE)}")
+    if name not in QUERY_ATTRS:
+        if after_pin:
+            raise KeyURIError(_AFTER_PIN)
+        vendor_query.append((name, value))  # how to reach a token; never which key
+        return
+    key = name.replace("-", "_")
+    if key in values:
+        raise KeyURIError(f"pkcs11 URI: query attribute {name} appears more than once")
+    values[key] = _text(_decode(value, name, secret=secret), name, secret=secret)
+
+
 def parse_pkcs11_uri(uri: str) -> PKCS11URI:
     """Parse ``uri`` per RFC 7512, refusing anything malformed or ambiguous.
 
@@ -260,29 +354,15 @@ def parse_pkcs11_uri(uri: str) -> PKCS11URI:
                     raise KeyURIError("pkcs11 URI: library-version is M or M.N (digits)")
                 values[key] = value
             elif name == "type":
-                if value not in TYPES:
+                kind = _text(raw, name, secret=False).lower()  # RFC 5234 literals are case-insensitive
+                if kind not in TYPES:
                     raise KeyURIError(f"pkcs11 URI: type must be one of {', '.join(TYPES)}")
-                values[key] = value
+                values[key] = kind
             else:
                 values[key] = _text(raw, name, secret=False)
 
     if qmark and query_part:
-        for attr in query_part.split("&"):
-            name, value = _split_attr(attr, "query")
-            if name in PATH_ATTRS:
-                raise KeyURIError(f"pkcs11 URI: {name} is a path attribute; put it before '?'")
-            secret = name in _SECRET_QUERY
-            if not _QUERY_VALUE.fullmatch(value):
-                if secret:  # never quote any part of a PIN
-                    raise KeyURIError(f"pkcs11 URI: {name} has a bad pct escape or a character that must be pct-encoded")
-                raise KeyURIError(f"pkcs11 URI: {name} {_what_is_wrong(value, _QUERY_VALUE)}")
-            if name not in QUERY_ATTRS:
-                vendor_query.append((name, value))  # how to reach a token; never which key
-                continue
-            key = name.replace("-", "_")
-            if key in values:
-                raise KeyURIError(f"pkcs11 URI: query attribute {name} appears more than once")
-            values[key] = _text(_decode(value, name, secret=secret), name, secret=secret)
+        _parse_query(query_part, values, vendor_query)
 
     if "pin_source" in values and "pin_value" in values:
         raise KeyURIError("pkcs11 URI: give pin-source or pin-value, not both (RFC 7512 §2.3)")
@@ -349,8 +429,10 @@ def module_allowlist(explicit: object = None) -> list[list[str]]:
     if explicit is not None:
         if isinstance(explicit, str):
             items = [s for s in explicit.split(os.pathsep) if s]
+        elif isinstance(explicit, os.PathLike):  # one path (a Path is not a list of its characters)
+            items = [os.fspath(explicit)]
         else:
-            items = [str(s) for s in explicit]  # type: ignore[attr-defined]
+            items = [os.fspath(s) if isinstance(s, os.PathLike) else str(s) for s in explicit]  # type: ignore[attr-defined]
         lists.append(items)
     env = os.environ.get(MODULE_ALLOWLIST_ENV)
     if env is not None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from capseal.errors import KeyURIError
 
-from ._base import Signer
+from ._base import Signer, SignerSelfTest
 from ._registry import SecretsHandler, load_target, open_signer
 
 __all__ = ["ALG_ALIASES", "create_key", "show_key", "list_keys", "normalize_alg"]
@@ -50,8 +50,15 @@ def _backend(table: dict[str, str], uri: str) -> Any:
 
 
 def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None, **opts: Any) -> Signer:
-    """Create a new key at ``uri`` (refusing to overwrite one) and open it."""
-    return _backend(_PROVISIONERS, uri)(uri, normalize_alg(alg), pin=pin, secrets_handler=secrets_handler, **opts)
+    """Create a new key at ``uri`` (refusing to overwrite one) and open it,
+    checked to sign with the private key its public key belongs to."""
+    signer = _backend(_PROVISIONERS, uri)(uri, normalize_alg(alg), pin=pin, secrets_handler=secrets_handler, **opts)
+    try:
+        SignerSelfTest.run(signer)
+    except BaseException:
+        signer.close()
+        raise
+    return signer
 
 
 def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None, **opts: Any) -> list[dict[str, Any]]:
@@ -60,8 +67,12 @@ def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandl
 
 
 def show_key(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None, **opts: Any) -> dict[str, Any]:
-    """Public key, kid and custody statement of the key at ``uri``."""
+    """Public key, kid and custody statement of the key at ``uri``. The key
+    signs once and its public key must verify that signature first: a device
+    can pair a private key with another key's public-key object, and a
+    verifier handed that PEM would reject everything the key seals."""
     with open_signer(uri, pin=pin, secrets_handler=secrets_handler, **opts) as signer:
+        SignerSelfTest.run(signer)
         return {
             "uri": signer.uri,
             "alg": signer.alg,

@@ -127,3 +127,28 @@ def test_keys_create_other_algorithms(alg: str, softhsm: Any) -> None:
     info = json.loads(created.stdout)
     assert info["alg"] == {"p256": "ES256", "rsa-pss": "PS256"}[alg]
     assert info["custody"]["key_attributes"]["CKA_NEVER_EXTRACTABLE"] is True
+
+
+def test_token_init_checks_everything_before_writing(tmp_path: Path) -> None:
+    """A second run in the same --dir, a bad PIN, an unset --so-pin-env and a
+    module off the allow-list are typed errors; none of them writes a file."""
+    first = capseal("token", "init", "--dir", str(tmp_path / "tok"), "--label", "first")
+    assert first.returncode == 0, first.stderr
+    pin_files = {p: p.read_bytes() for p in (tmp_path / "tok" / "user-pin", tmp_path / "tok" / "so-pin")}
+    again = capseal("token", "init", "--dir", str(tmp_path / "tok"), "--label", "second")
+    assert again.returncode == 2 and "internal error" not in again.stderr, again.stderr
+    assert "user-pin already exists" in again.stderr and "never overwrites" in again.stderr
+    assert {p: p.read_bytes() for p in pin_files} == pin_files
+
+    refusals = [
+        (["--label", "short-pin", "--pin-env", "USER_PIN"], {"USER_PIN": "123"}, "4 to 255"),
+        (["--label", "empty-so", "--so-pin-env", "SO_PIN"], {"SO_PIN": ""}, "SO_PIN is empty"),
+        (["--label", "unset-so", "--so-pin-env", "CAPSEAL_TEST_UNSET_SO"], {}, "CAPSEAL_TEST_UNSET_SO is not set"),
+        (["--label", "x" * 33], {}, "1 to 32 bytes"),
+        (["--label", "not-allowed"], {"CAPSEAL_PKCS11_MODULES": "/nonexistent/libpkcs11.so"}, "allow-list"),
+    ]
+    for i, (args, env, needle) in enumerate(refusals):
+        target = tmp_path / f"refused-{i}"
+        proc = capseal("token", "init", "--dir", str(target), *args, env=env)
+        assert proc.returncode == 2 and needle in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+        assert not target.exists(), (args, sorted(p.name for p in target.rglob("*")))

@@ -4,7 +4,10 @@ allow-list refuses a module before it is loaded."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -210,3 +213,55 @@ def test_module_off_the_allow_list_is_never_loaded(tmp_path: Path, monkeypatch: 
     assert not any(os.path.realpath(so) == str(copy) for so in pkcs11._loaded)
     with pytest.raises(SignerUnavailableError, match="allow-list"):
         open_signer(f"pkcs11:token=x;object=k?module-path={copy}", pin="1234", module_allowlist=[SOFTHSM])
+
+
+@pytest.mark.parametrize(
+    ("tail", "pieces"),
+    [
+        ("&34Qz", ["34Qz"]),  # no '='
+        ("&tail7=93Qz", ["tail7", "93Qz"]),  # an "unknown vendor attribute" made of the PIN's tail
+        ("&cdQz=eQ fQ", ["cdQz", "eQ"]),  # a space in it
+        ("&cQz dQ", ["cQz"]),
+        ("&token=x9Qz", ["x9Qz"]),  # a path attribute's name
+        ("&pin-value=x9Qz", ["x9Qz"]),  # twice
+        ("&module-path=rel9Qz", ["rel9Qz"]),  # then the module-path check: it says nothing of the value either
+    ],
+)
+def test_nothing_after_a_pin_value_is_quoted(tail: str, pieces: list[str]) -> None:
+    """An unencoded '&' in pin-value splits the PIN: what follows is refused,
+    never quoted and never dropped (a cut-short PIN would burn a login try)."""
+    text = f"pkcs11:token=a?module-path={SOFTHSM}&pin-value=4821{tail}"
+    with pytest.raises(KeyURIError) as err:
+        parse_pkcs11_uri(text)
+    message = str(err.value)
+    assert "4821" not in message and not any(piece in message for piece in pieces), message
+    assert "%26" in message or "absolute" in message
+    assert err.value.__cause__ is None and (err.value.__context__ is None or err.value.__suppress_context__)
+
+
+def test_vendor_attributes_before_the_pin_value_are_kept() -> None:
+    uri = parse_pkcs11_uri(f"pkcs11:token=a?x-vendor=1&module-path={SOFTHSM}&pin-value=12%2634")
+    assert uri.vendor_query == (("x-vendor", "1"),) and uri.pin_value == "12&34"
+
+
+def test_pin_value_out_of_reach_of_asdict_astuple_vars() -> None:
+    """The PIN is held as an object that does not print; the public attribute,
+    the constructor keyword and dataclasses.replace behave as before."""
+    uri = parse_pkcs11_uri(f"pkcs11:token=a;object=k?module-path={SOFTHSM}&pin-value={PIN}")
+    for view in (dataclasses.asdict(uri), dataclasses.astuple(uri), vars(uri)):
+        assert PIN not in repr(view) and PIN not in str(view)
+    with pytest.raises(TypeError):
+        pickle.dumps(uri)
+    assert uri.pin_value == PIN and PKCS11URI(token="a", pin_value=PIN).pin_value == PIN
+    assert dataclasses.replace(uri, object="other").pin_value == PIN and uri.with_id(b"\x01").pin_value == PIN
+    assert uri.without_pin().pin_value is None and uri.without_pin() == uri
+    assert copy.deepcopy(uri).pin_value == PIN
+    assert f"pin-value={PIN}" in uri.to_string(include_pin=True)
+
+
+def test_type_is_case_insensitive_and_allow_list_takes_a_path() -> None:
+    assert parse_pkcs11_uri("pkcs11:token=a;type=PRIVATE").type == "private"
+    assert parse_pkcs11_uri("pkcs11:token=a;type=Public").type == "public"
+    assert check_module_allowed(SOFTHSM, Path(SOFTHSM)) == os.path.realpath(SOFTHSM)
+    with pytest.raises(SignerUnavailableError, match="allow-list"):
+        check_module_allowed(SOFTHSM, Path("/usr/lib/x86_64-linux-gnu/opensc-pkcs11.so"))

@@ -1,0 +1,147 @@
+"""Keys on a real SoftHSM2 token: what ``keys create`` makes (sign-only), what
+``keys show`` / ``keys create`` / ``doctor`` check before they print a key (the
+private key and its public-key object are one pair), and signers that are
+still half-built when they fail."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pkcs11 import Attribute, KeyType, Mechanism, MechanismFlag
+
+from capseal.errors import DeviceError, KeyNotFoundError, SignatureFailedError
+from capseal.keys import open_signer
+from capseal.keys._pkcs11 import PKCS11Signer
+from capseal.keys._pkcs11_calls import run
+from capseal.keys._pkcs11_keys import CURVE_PARAMS, find_public_key
+from capseal.keys._pkcs11_session import open_token, release_token
+from capseal.keys._pkcs11_tools import doctor_checks
+from capseal.keys._pkcs11_uri import parse_pkcs11_uri
+from capseal.keys.provision import create_key, show_key
+
+PRIVATE_OFF = (Attribute.DECRYPT, Attribute.UNWRAP, Attribute.DERIVE)
+PUBLIC_OFF = (Attribute.ENCRYPT, Attribute.WRAP)
+
+
+def _usages(signer: PKCS11Signer) -> dict[str, bool]:
+    """The usage attributes of the signer's key pair, read from the token."""
+    ts = signer.token_session
+
+    def read(session: Any) -> dict[str, bool]:
+        private = signer._key(ts, session)
+        public = find_public_key(session, private)
+        out = {f"private {a.name}": bool(private[a]) for a in (Attribute.SIGN, *PRIVATE_OFF)}
+        out.update({f"public {a.name}": bool(public[a]) for a in (Attribute.VERIFY, *PUBLIC_OFF)})
+        return out
+
+    return run(ts, read, "test")
+
+
+@pytest.mark.parametrize("alg", ["ed25519", "p256", "rsa-pss"])
+def test_created_keys_only_sign(alg: str, softhsm: Any) -> None:
+    """SoftHSM2 defaults CKA_DECRYPT/UNWRAP/DERIVE (and ENCRYPT/WRAP) to true
+    when the template leaves them out: they are asked for as false."""
+    uri = softhsm.uri(f"usage-{alg}-{os.urandom(3).hex()}")
+    with create_key(uri, alg, pin=softhsm.pin, rsa_bits=2048) as signer:
+        usages = _usages(signer)
+        attrs = signer.describe()["key_attributes"]
+    assert usages == {"private SIGN": True, "private DECRYPT": False, "private UNWRAP": False, "private DERIVE": False,
+                      "public VERIFY": True, "public ENCRYPT": False, "public WRAP": False}
+    assert (attrs["CKA_DECRYPT"], attrs["CKA_UNWRAP"], attrs["CKA_DERIVE"]) == (False, False, False)
+
+
+def test_a_new_key_that_can_decrypt_is_destroyed(softhsm: Any) -> None:
+    """The read-back: a pair generated with the token's defaults (decrypt,
+    unwrap, derive on) is destroyed and refused with a typed error."""
+    from capseal.keys._pkcs11 import check_new_key  # the read-back create_key runs
+
+    label, key_id = f"loose-{os.urandom(3).hex()}", os.urandom(4)
+    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
+    try:
+        def make_and_check(session: Any) -> None:
+            rw = ts.token.open(rw=True)
+            try:
+                rw.generate_keypair(KeyType.RSA, 2048, store=True, label=label, id=key_id,
+                                    mechanism=Mechanism.RSA_PKCS_KEY_PAIR_GEN,
+                                    capabilities=MechanismFlag.SIGN | MechanismFlag.VERIFY | MechanismFlag.DECRYPT,
+                                    private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False})
+                check_new_key(rw, label, key_id, "the test token")
+            finally:
+                rw.close()
+
+        with pytest.raises(DeviceError) as err:
+            run(ts, make_and_check, "test")
+        assert "CKA_DECRYPT" in str(err.value) and "destroyed" in str(err.value)
+        assert run(ts, lambda s: list(s.get_objects({Attribute.LABEL: label})), "test") == []
+    finally:
+        release_token(ts)
+
+
+def test_half_built_signer_has_a_repr(softhsm: Any) -> None:
+    """A signer whose __init__ failed still has a repr (tracebacks with
+    captured locals print it), and the repr holds no PIN."""
+    assert "PKCS11Signer" in repr(PKCS11Signer.__new__(PKCS11Signer))
+    with pytest.raises(KeyNotFoundError) as err:
+        open_signer(softhsm.uri("no-such-key-repr"), pin=softhsm.pin)
+    text = "".join(traceback.TracebackException.from_exception(err.value, capture_locals=True).format())
+    assert "PKCS11Signer" in text
+
+
+def _mismatched_pair(softhsm: Any) -> str:
+    """A private key whose public-key object (same CKA_ID and label) is another
+    key's, as /tmp/review-keys/mismatch.py made it; returns its URI."""
+    label, key_id = f"mm-{os.urandom(3).hex()}", os.urandom(4)
+    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
+    try:
+        def make(session: Any) -> None:
+            rw = ts.token.open(rw=True)
+            try:
+                dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
+                pub_a, _ = dp.generate_keypair(store=True, label=label, id=key_id,
+                                               private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False})
+                pub_b, priv_b = dp.generate_keypair(store=True, label=label + "-b", id=key_id + b"b")
+                pub_a.destroy()
+                priv_b.destroy()
+                pub_b[Attribute.ID], pub_b[Attribute.LABEL] = key_id, label
+            finally:
+                rw.close()
+
+        run(ts, make, "test")
+    finally:
+        release_token(ts)
+    return softhsm.uri(label)
+
+
+def test_a_mismatched_pair_is_caught_by_show_and_doctor(softhsm: Any) -> None:
+    uri = _mismatched_pair(softhsm)
+    label = parse_pkcs11_uri(uri).object
+    with pytest.raises(SignatureFailedError) as err:
+        show_key(uri, pin=softhsm.pin)
+    assert softhsm.label in str(err.value) and repr(label) in str(err.value) and err.value.hint
+
+    checks = doctor_checks(uri, pin=softhsm.pin)
+    assert [c.name for c in checks if not c.ok] == ["key found"]
+    assert "rejects" in checks[-1].detail and softhsm.label in checks[-1].detail
+
+    shown = subprocess.run([str(Path(sys.executable).with_name("capseal")), "keys", "show", uri],
+                           capture_output=True, text=True, env={**os.environ, "CAPSEAL_PIN": softhsm.pin}, timeout=60)
+    assert shown.returncode == 2 and "BEGIN PUBLIC KEY" not in shown.stdout
+    assert repr(label) in shown.stderr and softhsm.pin not in shown.stdout + shown.stderr
+
+
+def test_custody_names_the_module_file_loaded_and_allowlist_takes_a_path(softhsm: Any, tmp_path: Path) -> None:
+    """device.module is the real file loaded, not the URI's spelling of it (here
+    a symlink); module_allowlist= takes one Path; type=PRIVATE is type=private."""
+    uri = softhsm.uri(f"mod-{os.urandom(3).hex()}")
+    create_key(uri, "p256", pin=softhsm.pin).close()
+    alias = tmp_path / "libalias-pkcs11.so"
+    alias.symlink_to(softhsm.module)
+    aliased = uri.replace(f"module-path={softhsm.module}", f"module-path={alias}").replace("?", ";type=PRIVATE?")
+    with open_signer(aliased, pin=softhsm.pin, module_allowlist=Path(softhsm.module)) as signer:
+        assert signer.describe()["device"]["module"] == os.path.realpath(softhsm.module)

@@ -1,0 +1,159 @@
+"""PINs that must never reach a token, against a real SoftHSM2 token: an empty
+PIN, one that is not UTF-8, one of the wrong type, from every source (``pin=``,
+pin-value, pin-source, a secrets handler, and the CLI's CAPSEAL_PIN,
+``--pin-file``, ``--pin-env``, ``--pin-prompt``). Each is a typed error naming
+the source, holding no part of the PIN and no chained exception — and the
+token's failed-login counter has not moved (SoftHSM2 sets
+CKF_USER_PIN_COUNT_LOW after a refused login)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pkcs11.constants import TokenFlag
+
+from capseal.errors import PinIncorrectError
+from capseal.keys import open_signer
+from capseal.keys._pkcs11_session import P11_LOCK, _find_tokens, load_module
+from capseal.keys._pkcs11_uri import PKCS11URI, read_pin_source
+
+CAPSEAL = str(Path(sys.executable).with_name("capseal"))
+PIN = "pins-8302-ok"
+SECRET = "Zq7SECRETtail"  # the part of a bad PIN that must never show
+
+
+@pytest.fixture()
+def token(softhsm: Any) -> dict[str, str]:
+    """A token of its own, so its failed-login flag is this test's."""
+    label = f"pins-{os.urandom(3).hex()}"
+    softhsm.add_token(label, pin=PIN)
+    return {"label": label, "uri": softhsm.uri("k", label=label), "module": softhsm.module}
+
+
+def _login_failed(token: dict[str, str]) -> bool:
+    """Whether the token has refused a login (read afresh from the token)."""
+    module = load_module(token["module"])
+    with P11_LOCK:
+        (found,) = _find_tokens(module, PKCS11URI(token=token["label"]))  # C_GetTokenInfo now
+        return bool(found.flags & TokenFlag.USER_PIN_COUNT_LOW)
+
+
+def _assert_refused_locally(err: pytest.ExceptionInfo[PinIncorrectError], source: str, *secrets: str) -> None:
+    exc = err.value
+    assert "refused before it reached the token" in str(exc) and source in str(exc), str(exc)
+    assert exc.__cause__ is None and exc.__context__ is None
+    for secret in secrets:
+        assert secret not in str(exc) and secret not in repr(exc) and secret not in repr(exc.args)
+
+
+@pytest.mark.parametrize(
+    ("pin", "secret"),
+    [("", None), (f"ab\udcff{SECRET}", SECRET), (SECRET.encode(), SECRET), (8302, "8302")],
+)
+def test_api_refuses_unusable_pins_before_the_token(pin: Any, secret: str | None, token: dict[str, str]) -> None:
+    with pytest.raises(PinIncorrectError) as err:
+        open_signer(token["uri"], pin=pin)
+    _assert_refused_locally(err, f"pin= for token {token['label']!r}", *([secret] if secret else []))
+    assert not _login_failed(token)
+
+
+def test_every_pin_source_is_checked_and_named(token: dict[str, str], tmp_path: Path) -> None:
+    empty = tmp_path / "empty.pin"
+    empty.write_text("\n")  # one newline is dropped: nothing left
+    with pytest.raises(PinIncorrectError) as err:
+        open_signer(token["uri"] + "&pin-value=")
+    _assert_refused_locally(err, "pin-value")
+    with pytest.raises(PinIncorrectError) as err:
+        open_signer(token["uri"] + f"&pin-source={empty}")
+    _assert_refused_locally(err, f"pin-source {empty}")
+    with pytest.raises(PinIncorrectError) as err:
+        open_signer(token["uri"], secrets_handler=lambda prompt: "")
+    _assert_refused_locally(err, "secrets_handler")
+    assert not _login_failed(token)
+
+
+# ---------------------------------------------------------------------- the CLI
+
+
+def capseal(*args: str, env: dict[bytes, bytes] | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environb.items() if k != b"CAPSEAL_PIN"}
+    full.update(env or {})
+    return subprocess.run([CAPSEAL, *args], capture_output=True, text=True, env=full, timeout=60, check=False, **kw)
+
+
+def _assert_cli_refused(proc: subprocess.CompletedProcess[str], source: str, *secrets: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert source in proc.stderr and "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    for secret in secrets:
+        assert secret not in proc.stdout + proc.stderr
+
+
+def test_cli_refuses_empty_and_non_utf8_pins(token: dict[str, str], tmp_path: Path) -> None:
+    empty, latin1 = tmp_path / "empty.pin", tmp_path / "latin1.pin"
+    empty.write_bytes(b"")
+    latin1.write_bytes(b"caf\xe9" + SECRET.encode() + b"\n")
+    _assert_cli_refused(capseal("keys", "show", token["uri"], env={b"CAPSEAL_PIN": b""}),
+                        "environment variable CAPSEAL_PIN is empty")
+    _assert_cli_refused(capseal("keys", "show", token["uri"], "--pin-file", str(empty)), f"PIN file {empty} is empty")
+    _assert_cli_refused(capseal("keys", "show", token["uri"], "--pin-file", str(latin1)), f"PIN file {latin1}", SECRET, "caf")
+    _assert_cli_refused(capseal("keys", "show", token["uri"], env={b"CAPSEAL_PIN": b"caf\xe9" + SECRET.encode()}),
+                        "environment variable CAPSEAL_PIN is not UTF-8", SECRET, "caf")
+    assert not _login_failed(token)
+
+
+def test_cli_pin_file_drops_one_newline_like_pin_source(tmp_path: Path) -> None:
+    from capseal.cli import _read_pin
+
+    for tail in ("\n", "\r\n", "\n\n", "\r\n\r\n", " \n"):
+        f = tmp_path / "pin"
+        f.write_bytes((PIN + tail).encode())
+        assert _read_pin(argparse.Namespace(pin_file=str(f))) == read_pin_source(str(f)) == PIN + tail[:-2 if tail.endswith("\r\n") else -1]
+
+
+def test_cli_pin_env_unset_and_prompt_without_terminal(token: dict[str, str]) -> None:
+    unset = capseal("keys", "show", token["uri"], "--pin-env", "CAPSEAL_TEST_NO_SUCH_VAR")
+    _assert_cli_refused(unset, "CAPSEAL_TEST_NO_SUCH_VAR")
+    no_tty = capseal("keys", "show", token["uri"], "--pin-prompt", stdin=subprocess.DEVNULL)
+    _assert_cli_refused(no_tty, "--pin-prompt needs a terminal")
+
+
+def _at_prompt(args: list[str], keys: bytes) -> tuple[int, str]:
+    """Run the CLI on a pseudo-terminal, type ``keys`` once it asks for the PIN."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        env = {k: v for k, v in os.environ.items() if k != "CAPSEAL_PIN"}
+        os.execve(CAPSEAL, [CAPSEAL, *args], env)
+    out, sent, deadline = b"", False, time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if not sent and b"PIN" in out:
+            os.write(fd, keys)
+            sent = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+@pytest.mark.parametrize(("keys", "needle"), [(b"\x04", "no PIN entered"), (b"\n", "the PIN prompt is empty")])
+def test_cli_prompt_end_of_input_and_empty(keys: bytes, needle: str, token: dict[str, str]) -> None:
+    code, out = _at_prompt(["keys", "show", token["uri"], "--pin-prompt"], keys)
+    assert code == 2 and needle in out and "internal error" not in out, out
+    assert not _login_failed(token)
