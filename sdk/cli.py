@@ -28,17 +28,76 @@ class _CLIError(CapsealError):
 
 
 def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
+    """The PIN from ``--pin-file``, else ``--pin-env`` (default CAPSEAL_PIN),
+    else ``--pin-prompt``; None when none is given. Checked here, where its
+    source is known: an empty or non-UTF-8 PIN is refused before it reaches a
+    token (each refused login uses up a try). Errors name the source, never
+    the PIN, and chain no exception (a Unicode error's args hold the text)."""
     if getattr(args, "pin_file", None):
-        try:
-            return Path(args.pin_file).read_text().rstrip("\r\n")
-        except OSError as exc:
-            raise _CLIError(f"cannot read PIN file {args.pin_file}: {exc.strerror}") from None
-    env = getattr(args, "pin_env", None) or "CAPSEAL_PIN"
+        return _usable_pin(_pin_from_file(args.pin_file), f"PIN file {args.pin_file}")
+    named = getattr(args, "pin_env", None)
+    env = named or "CAPSEAL_PIN"
     if env in os.environ:
-        return os.environ[env]
-    if getattr(args, "pin_prompt", False) and sys.stdin.isatty():
-        return getpass.getpass(f"{prompt}: ")
+        return _usable_pin(os.environ[env], f"environment variable {env}")
+    if named:
+        raise _CLIError(f"--pin-env {named}: environment variable {named} is not set")
+    if getattr(args, "pin_prompt", False):
+        return _usable_pin(_pin_from_prompt(prompt), "the PIN prompt")
     return None
+
+
+def _pin_from_file(path: str) -> str:
+    """The file's text without exactly one trailing newline (\\n or \\r\\n), as
+    a URI's pin-source is read: a PIN may itself end in other whitespace."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise _CLIError(f"cannot read PIN file {path}: {exc.strerror}") from None
+    text = _utf8(data)
+    if text is None:
+        from .errors import PinIncorrectError
+
+        raise PinIncorrectError(f"PIN file {path} is not UTF-8 text; refused before it reached the token")
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+
+
+def _utf8(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _pin_from_prompt(prompt: str) -> str:
+    """The PIN typed at the terminal. No terminal, or end of input (Ctrl-D),
+    is an error: never a PIN-less run the operator asked a prompt for."""
+    if not sys.stdin.isatty():
+        raise _CLIError("--pin-prompt needs a terminal; use --pin-file FILE or --pin-env VAR")
+    try:
+        return getpass.getpass(f"{prompt}: ")
+    except EOFError:
+        pass
+    raise _CLIError("no PIN entered at the prompt (end of input)")
+
+
+def _usable_pin(pin: str, source: str) -> str:
+    """``pin`` unless it is empty or not UTF-8 (lone surrogates from
+    undecodable environment bytes); the error names ``source`` only."""
+    from .errors import PinIncorrectError
+
+    if pin == "":
+        raise PinIncorrectError(f"the PIN from {source} is empty; refused before it reached the token")
+    if not _encodes(pin):
+        raise PinIncorrectError(f"the PIN from {source} is not UTF-8 text; refused before it reached the token")
+    return pin
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _load_json_file(path: str) -> Any:
@@ -62,6 +121,8 @@ def _parse_json(raw: bytes, where: str) -> Any:
         return json.loads(raw, object_pairs_hook=no_duplicates, parse_constant=_no_constant)
     except MalformedJSONError:
         raise
+    except RecursionError:
+        raise MalformedJSONError(f"{where} nests too deeply to be read") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedJSONError(f"{where} is not valid JSON: {exc}") from None
 
@@ -129,7 +190,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if any(f.code == "ledger_unreadable" for f in report.findings):
             return EXIT_ERROR
         return EXIT_OK if report.ok else EXIT_NOT_OK
-    return _verify_json_file(args, trusted)
+    return _verify_json_file(args, trusted, _evidence_trust(args) if args.evidence else None)
 
 
 def _evidence_trust(args: argparse.Namespace) -> Any:
@@ -157,30 +218,46 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
     return TrustPolicy(aks=tuple(pins), ek_roots=tuple(certs))
 
 
-def _verify_json_file(args: argparse.Namespace, trusted: list[bytes]) -> int:
+def _verify_json_file(args: argparse.Namespace, trusted: list[bytes], evidence_trust: Any) -> int:
+    """Capsules or ``capseal-record/1`` records from a JSON file (or an array of
+    them). With ``--evidence`` each record's hardware-evidence slot is checked
+    too, under the same trust policy as a ledger's; a bare capsule has no slot
+    (``no-evidence``)."""
     from .audit import KeyDirectory, check_signatures
     from .verify import verify, verify_store
 
     data = _load_json_file(args.target)
     items = data if isinstance(data, list) else [data]
-    capsules, envelopes = [], []
+    if not items:
+        raise _CLIError(f"{args.target} holds an empty array: nothing to verify")
+    capsules: list[Any] = []
+    envelopes: list[Any] = []
+    records: list[dict[str, Any] | None] = []
     for item in items:
         if isinstance(item, dict) and item.get("record_version") == "capseal-record/1":
             capsules.append(item.get("capsule"))
             envelopes.append(item.get("envelopes", []))
+            records.append(item)
         else:
             capsules.append(item)
             envelopes.append([])
+            records.append(None)
     results = verify_store(capsules) if len(capsules) > 1 else [verify(capsules[0])]
     keys = KeyDirectory(trusted)
     out, all_ok = [], True
-    for capsule, envs, result in zip(capsules, envelopes, results):
+    for capsule, envs, record, result in zip(capsules, envelopes, records, results):
         entry = result.to_dict()
-        if isinstance(capsule, dict) and ("signature" in capsule or envs):
+        if isinstance(capsule, dict) and ("signature" in capsule or envs or keys.trusted is not None):
             verdict, kid, findings = check_signatures(capsule, envs if isinstance(envs, list) else [], keys)
             entry["signature"], entry["signer_kid"] = verdict, kid
             entry["findings"] += [f.to_dict() for f in findings]
             if verdict == "invalid" or any(f.severity == "error" for f in findings):
+                entry["ok"] = False
+        if args.evidence:
+            status, ev_findings = _evidence_of(record, evidence_trust)
+            entry["evidence"] = status
+            entry["findings"] += [f.to_dict() for f in ev_findings]
+            if any(f.severity == "error" for f in ev_findings):
                 entry["ok"] = False
         all_ok &= bool(entry["ok"])
         out.append(entry)
@@ -188,12 +265,29 @@ def _verify_json_file(args: argparse.Namespace, trusted: list[bytes]) -> int:
         _emit(out if isinstance(data, list) else out[0])
     else:
         for entry in out:
+            ev = f"  evidence={entry['evidence']}" if "evidence" in entry else ""
             print(f"{'ok' if entry['ok'] else 'NOT OK'}  capsule_id={entry['capsule_id_recomputed']}  "
-                  f"derived={json.dumps(entry['derived'], sort_keys=True)}  signature={entry.get('signature', 'unclaimed')}")
+                  f"derived={json.dumps(entry['derived'], sort_keys=True)}  signature={entry.get('signature', 'unclaimed')}{ev}")
             for f in entry["findings"]:
                 if args.verbose or f["severity"] != "info":
                     print(f"    [{f['severity']}] check {f['check']} {f['code']}: {f['detail']}")
     return EXIT_OK if all_ok else EXIT_NOT_OK
+
+
+def _evidence_of(record: dict[str, Any] | None, trust: Any) -> tuple[str, list[Any]]:
+    """A record's evidence status, as the ledger path reports it; a bare
+    capsule has no slot. Never raises."""
+    if record is None:
+        return "no-evidence", []
+    try:
+        from capseal.attest import evidence_status
+    except ImportError as exc:
+        from .findings import Finding
+
+        return "not-checked", [Finding("evidence_unavailable", f"capseal.attest cannot check evidence here: {exc}",
+                                       severity="error")]
+    status, findings = evidence_status(record, trust=trust)
+    return status, list(findings)
 
 
 def _print_ledger_report(report: Any, *, verbose: bool) -> None:
@@ -300,7 +394,11 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 def cmd_token_init(args: argparse.Namespace) -> int:
     from capseal.keys._pkcs11 import init_softhsm_token  # type: ignore[attr-defined]
 
-    so_pin = os.environ.get(args.so_pin_env) if args.so_pin_env else None
+    so_pin = None
+    if args.so_pin_env:  # named but unset is an error: never a silently generated SO PIN
+        if args.so_pin_env not in os.environ:
+            raise _CLIError(f"--so-pin-env {args.so_pin_env}: environment variable {args.so_pin_env} is not set")
+        so_pin = _usable_pin(os.environ[args.so_pin_env], f"environment variable {args.so_pin_env}")
     info = init_softhsm_token(Path(args.dir), args.label, pin=_read_pin(args), so_pin=so_pin)
     _emit(info)
     return EXIT_OK
@@ -308,9 +406,11 @@ def cmd_token_init(args: argparse.Namespace) -> int:
 
 def cmd_tpm_provision(args: argparse.Namespace) -> int:
     from capseal.keys._tpm import provision
+    from capseal.keys._tpm_uri import parse_handle
 
-    info = provision(args.tcti, signing_handle=int(args.handle, 0), ak_handle=int(args.ak_handle, 0),
-                     alg=args.alg, force=args.force)
+    # parse_handle, not int(): a typo is a KeyURIError naming the option, never a traceback
+    info = provision(args.tcti, signing_handle=parse_handle(args.handle, "--handle"),
+                     ak_handle=parse_handle(args.ak_handle, "--ak-handle"), alg=args.alg, force=args.force)
     _emit(info)
     return EXIT_OK
 

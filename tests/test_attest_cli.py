@@ -102,3 +102,34 @@ def test_a_swtpm_ak_enrolled_as_hardware_is_still_reported_as_software(ledger: t
     counts = json.loads(proc.stdout)["counts"]
     assert counts["evidence:verified-software-tpm"] == 10 and "evidence:verified" not in counts
     assert run("verify", str(path), "--evidence", "--ek-root", str(path.parent / "absent.pem")).returncode == 2
+
+
+def test_verify_evidence_on_record_json_files(ledger: tuple[Path, Path, list[str]], tmp_path: Path) -> None:
+    """``--evidence`` on a JSON file checks each record's slot as the ledger path
+    does: a damaged or replayed slot fails (exit 1), a good one reads as swtpm."""
+    path, ak, ids = ledger
+    from capseal import Ledger
+
+    with Ledger(path) as led:
+        good, other = led.get(ids[0]), led.get(ids[1])
+        assert good is not None and other is not None and good.hardware_evidence is not None
+        records = {"good": copy.deepcopy(good.to_json())}
+        damaged = copy.deepcopy(good.to_json())
+        damaged["hardware_evidence"]["pcr_values"]["sha256"]["0"] = "ff" * 32
+        records["damaged"] = damaged
+        replayed = copy.deepcopy(good.to_json())
+        replayed["hardware_evidence"] = copy.deepcopy(other.to_json()["hardware_evidence"])  # another record's slot
+        records["replayed"] = replayed
+    files = {}
+    for name, record in records.items():
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(record))
+    proc = run("verify", str(files["good"]), "--evidence", "--ak", str(ak), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["evidence"] == "verified-software-tpm"
+    for name, status in (("damaged", "evidence_pcr_mismatch"), ("replayed", "evidence_inclusion_invalid")):
+        proc = run("verify", str(files[name]), "--evidence", "--ak", str(ak), "--json")
+        assert proc.returncode == 1, (name, proc.stdout)
+        assert json.loads(proc.stdout)["evidence"] == status
+    human = run("verify", str(files["damaged"]), "--evidence", "--ak", str(ak))
+    assert human.returncode == 1 and "evidence=evidence_pcr_mismatch" in human.stdout

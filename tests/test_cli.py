@@ -96,3 +96,70 @@ def test_doctor_for_a_file_key(sealed: tuple[Path, Path, Path]) -> None:
     key, _, _ = sealed
     proc = run("doctor", f"file:{key}", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)[0]["ok"] is True
+
+
+def test_verify_with_trusted_keys_refuses_what_no_trusted_key_signed(sealed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """With ``--trust``, a capsule with no signature, or one by a key nobody can
+    look up, is an error: a forger strips the signature after editing."""
+    key, _, record = sealed
+    public = tmp_path / "pub.pem"
+    from cryptography.hazmat.primitives import serialization
+
+    private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    public.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+    assert run("verify", str(record), "--trust", str(public)).returncode == 0
+    import capseal
+
+    data = json.loads(record.read_text())
+    capsule = data["capsule"]
+    capsule["effect"]["response_digest"] = "c" * 64  # edited, id recomputed, signature stripped
+    for member in ("signature", "key_id", "capsule_id"):
+        capsule.pop(member)
+    capsule["capsule_id"] = capseal.capsule_id(capsule)
+    data["envelopes"] = []
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(data))
+    assert run("verify", str(forged)).returncode == 0  # without trusted keys: a valid unsigned capsule
+    proc = run("verify", str(forged), "--trust", str(public), "--json")
+    assert proc.returncode == 1, proc.stdout
+    result = json.loads(proc.stdout)
+    assert result["signature"] == "unclaimed" and "signer_not_trusted" in {f["code"] for f in result["findings"]}
+
+
+def test_verify_ledger_reads_the_header_type_against_the_capsule(sealed: tuple[Path, Path, Path]) -> None:
+    """EL -00 §4.1: a record's epistemic type is fixed at commit; a header
+    upgraded behind SQLite's back (row hashes recomputed) is found."""
+    from capseal.ledger import _row_hash
+
+    _, ledger, _ = sealed
+    with sqlite3.connect(ledger) as db:
+        db.execute("DROP TRIGGER records_no_update")
+        rows = db.execute("SELECT seq, record_id, record_type, epistemic_type, links, nonce, body FROM records "
+                          "ORDER BY seq").fetchall()
+        prev = db.execute("SELECT prev_hash FROM records WHERE seq = 1").fetchone()[0]
+        for seq, rid, rtype, etype, links, nonce, body in rows:
+            etype = "observed_event"  # every row claims to be an observed event
+            header = {"seq": seq, "record_id": rid, "record_type": rtype, "epistemic_type": etype,
+                      "links": json.loads(links), "nonce": nonce}
+            row_hash = _row_hash(prev, header, body)
+            db.execute("UPDATE records SET epistemic_type = ?, prev_hash = ?, row_hash = ? WHERE seq = ?",
+                       (etype, prev, row_hash, seq))
+            prev = row_hash
+    proc = run("verify", str(ledger), "--json")
+    assert proc.returncode == 1, proc.stdout
+    report = json.loads(proc.stdout)
+    assert not any(f["code"] == "ledger_chain_broken" for f in report["findings"])  # the chain was redone
+    bad = {r["seq"] for r in report["records"] if any(f["code"] == "header_mismatch" for f in r["findings"])}
+    assert bad == {1, 2}  # the boundary and the planned capsule are producer claims; the confirmed one is observed
+
+
+def test_verify_an_empty_array_or_a_deep_file_is_exit_2(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    proc = run("verify", str(empty))
+    assert proc.returncode == 2 and "empty array" in proc.stderr
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    proc = run("verify", str(deep))
+    assert proc.returncode == 2 and "nests too deeply" in proc.stderr
