@@ -12,7 +12,7 @@ from typing import Any
 PARENT = "1" * 64
 
 
-def typical_spec(i: int, *, chained: bool = False) -> dict[str, Any]:
+def typical_spec(i: int, *, chained: bool = False, parent: str = PARENT) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "action_id": f"act-{i}",
         "action_type": "decide",
@@ -28,7 +28,7 @@ def typical_spec(i: int, *, chained: bool = False) -> dict[str, Any]:
         ],
     }
     if chained:
-        spec["chain"] = {"parent_capsule_id": PARENT, "relation": "follows"}
+        spec["chain"] = {"parent_capsule_id": parent, "relation": "follows"}
     return spec
 
 
