@@ -25,7 +25,8 @@ What stays as it was:
   start, for any signer of the token (tokens lock a PIN after a few wrong
   tries, and nobody asked for these logins), until a login with it succeeds;
 * the PIN reaches the child through its stdin only (never its argv or
-  environment, which other users can read in ``/proc``), and the child's
+  environment, which other users can read in ``/proc``; a variable of this
+  process that holds the PIN is left out of the child's), and the child's
   stderr goes to /dev/null; the child runs in its own session, so a Ctrl-C
   in a terminal stops the parent, which then closes the child;
 * the child exits when its stdin closes, so it cannot outlive this process.
@@ -65,6 +66,15 @@ START_TIMEOUT = 60.0  # s: interpreter start, imports, C_Initialize, login, key 
 ANSWER_TIMEOUT = 30.0  # s without any answer while requests wait: the child is taken to hang
 _MAX_BACKOFF = 60.0
 _PIN_REFUSALS = {"PinIncorrectError": PinIncorrectError, "PinLockedError": PinLockedError}
+
+
+def _child_environment(pin: str | None) -> dict[str, str]:
+    """This process's environment without any variable that holds the PIN
+    (an application that keeps it in ``CAPSEAL_PIN``, say): the child gets
+    the PIN on its stdin only, and its environment is readable in ``/proc``."""
+    if not pin:
+        return dict(os.environ)
+    return {name: value for name, value in os.environ.items() if value != pin}
 
 
 class Credentials(Protocol):
@@ -454,10 +464,11 @@ class SigningProcess:
     def _start_child(self) -> _Child:
         """``_start``'s work. Listed in ``_children`` from its first moment, so
         a close() meanwhile stops it (and this start then fails)."""
+        sent = self._credentials.pin_for_child()
         try:
             proc = subprocess.Popen([sys.executable, "-c", _CHILD_MAIN],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    close_fds=True, start_new_session=True, bufsize=0)
+                                    close_fds=True, start_new_session=True, bufsize=0, env=_child_environment(sent))
         except OSError as exc:  # no processes or file descriptors left, …
             raise DeviceError(f"{self._where}: the signing process could not start ({type(exc).__name__}: "
                               f"{exc.strerror or exc})") from None
@@ -472,7 +483,6 @@ class SigningProcess:
         deadline = time.monotonic() + START_TIMEOUT
         failure: SignerError | None = None
         try:
-            sent = self._credentials.pin_for_child()
             config = bytearray(json.dumps({**self._config, "pin": sent}).encode())
             answer = child.handshake(config, deadline)
             if answer.get("ok") is not True:

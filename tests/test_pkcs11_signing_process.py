@@ -103,13 +103,19 @@ def test_capsules_sealed_through_a_signing_process_verify_everywhere(alg: str, s
                                                "ES256")
 
 
-def test_the_pin_reaches_the_child_only_through_its_stdin(softhsm: Any) -> None:
+def test_the_pin_reaches_the_child_only_through_its_stdin(softhsm: Any, monkeypatch: Any) -> None:
+    """Not even when the application keeps the PIN in its own environment:
+    the child's environment is this process's without any variable holding it."""
+    monkeypatch.setenv("CAPSEAL_PIN", softhsm.pin)
+    monkeypatch.setenv("CAPSEAL_TEST_NOT_A_PIN", "kept")
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         pid = signer._process.pid if signer._process is not None else 0
         pin = softhsm.pin.encode()
         for what in ("cmdline", "environ"):  # readable by other users (cmdline) or by the same user
             with open(f"/proc/{pid}/{what}", "rb") as f:
                 assert pin not in f.read()
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            assert b"CAPSEAL_TEST_NOT_A_PIN=kept" in f.read()  # the rest of the environment is passed on
         assert softhsm.pin not in repr(signer) and softhsm.pin not in repr(signer._process.__dict__)
 
 
