@@ -11,11 +11,13 @@ Why the connection care:
 * swtpm (and ``/dev/tpm0``) have no resource manager. Transient objects left
   loaded by a crashed process stay loaded, and swtpm has only three slots, so
   on every connect the worker flushes leftover transient objects and loaded
-  sessions (HMAC and policy). A process can also crash *after* capseal
-  connected: when a command fails with TPM_RC_OBJECT_MEMORY the worker flushes
-  the transient objects no capseal device of this process holds, and runs the
-  command once more (then, if still short, it also gives up its own cached
-  objects). Objects capseal loads are flushed in ``finally`` blocks, or kept
+  sessions (HMAC and policy). While connected it never flushes objects it did
+  not load: they may be another running process's (whose cached handles would
+  then name other keys). On TPM_RC_OBJECT_MEMORY it gives up its own cached
+  objects and runs the command once more; then TPMObjectMemoryError says how
+  to free the slots (a process that crashed after capseal connected leaves
+  its objects until they are flushed, or until capseal connects again).
+  Objects capseal loads are flushed in ``finally`` blocks, or kept
   in a per-connection memo (:meth:`TPMDevice.memo`) and flushed on close (or
   when the slots run out, to be reloaded on demand).
   (Consequence: on a TPM without a resource manager, capseal assumes one
@@ -144,20 +146,17 @@ def _is_object_memory(exc: TSS2_Exception) -> bool:
     return int(exc.rc) == _RC_OBJECT_MEMORY or int(exc.error) == _RC_OBJECT_MEMORY
 
 
-#: Fix for TPM_RC_OBJECT_MEMORY when capseal has not flushed the other objects
-#: (a device with ``flush_others=False``, or a job that may not be retried).
+#: Fix for TPM_RC_OBJECT_MEMORY. While it runs, capseal never flushes objects
+#: it did not load: on a TPM without a resource manager they may be another
+#: running process's, and flushing them let that process's cached handles
+#: name other keys (it signed with the wrong key). Leftovers are flushed only
+#: when capseal connects.
 OBJECT_MEMORY_HINT = (
-    "Transient objects that capseal did not load fill the TPM's slots. If the process that loaded them is "
-    "running, stop it or give each process its own view of the TPM (/dev/tpmrm0 or tpm2-abrmd); if it has "
-    "exited, its objects stay loaded on a TPM without a resource manager: capseal flushes them when it signs "
-    "(or run tpm2_flushcontext -t).")
-#: Fix for TPM_RC_OBJECT_MEMORY after capseal flushed everything it could and
-#: retried: something that is running loaded objects again in between.
-_OBJECT_MEMORY_LIVE_HINT = (
-    "capseal flushed the transient objects it did not load (it assumes it is the only user of a TPM without "
-    "a resource manager) and its own cached ones, and the slots filled up again: a running process is loading "
-    "objects on this TPM. Stop that process, or give each process its own view of the TPM (/dev/tpmrm0 or "
-    "tpm2-abrmd).")
+    "Transient objects that capseal did not load fill the TPM's slots (swtpm has three). If the process that "
+    "loaded them is running, stop it or give each process its own view of the TPM (/dev/tpmrm0 or "
+    "tpm2-abrmd); if it has exited, its objects stay loaded on a TPM without a resource manager: flush them "
+    "(tpm2_flushcontext -t) and sealing resumes, or restart this process (capseal flushes leftovers when it "
+    "connects).")
 
 
 def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> CapsealError:
@@ -399,11 +398,10 @@ class TPMDevice:
     a private connection (tests that fill slots use plain ESAPI instead).
 
     ``flush_others`` (default True): on connect, flush the transient objects
-    and sessions left on the TPM, and on TPM_RC_OBJECT_MEMORY flush the
-    transient objects no capseal device of this process holds, then retry
-    (see the module docstring). ``False`` leaves everything this device did
-    not load alone; ``capseal doctor`` opens such a private device, since
-    looking must not destroy another process's objects.
+    (but those other capseal devices of this process hold) and sessions left
+    on the TPM (see the module docstring). ``False`` leaves everything this
+    device did not load alone; ``capseal doctor`` opens such a private device,
+    since looking must not destroy another process's objects.
     """
 
     def __init__(self, tcti: str, *, flush_others: bool = True) -> None:
@@ -429,7 +427,8 @@ class TPMDevice:
         self._thread = threading.Thread(target=self._worker, name=f"capseal-tpm[{tcti}]", daemon=True)
         self._thread.start()
         _DEVICES.add(self)
-        _LIVE.add(self)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("connected" if self._ectx is not None else "idle")
@@ -550,12 +549,10 @@ class TPMDevice:
             self._note_owned()
 
     def make_room(self) -> None:
-        """Flush this device's cached transient objects (they reload on demand)
-        and, unless ``flush_others`` is False, the transient objects no capseal
-        device of this process holds, so a job that needs several slots
-        (provisioning: SRK + key) gets them. Inside a call only."""
+        """Flush this device's cached transient objects (they reload on demand),
+        so a job that needs several slots (provisioning: SRK + key) gets them.
+        Inside a call only."""
         self._assert_worker()
-        self._flush_foreign_transients()
         self._evict_cached_transients()
 
     def foreign_transients(self) -> list[int]:
@@ -635,13 +632,13 @@ class TPMDevice:
 
     def _run(self, fn: Callable[[Any], T], retry: bool, what: str) -> T:
         """Run ``fn`` on this worker's context. With ``retry``: once more on a
-        fresh connection after a transport failure of a stale one, and after
-        TPM_RC_OBJECT_MEMORY once per way of freeing slots (others' leftovers,
-        then this device's cache). A re-entrant call never frees slots: the
-        outer job may hold objects it has not memoized."""
+        fresh connection after a transport failure of a stale one, and once
+        more after TPM_RC_OBJECT_MEMORY when this device's cached transients
+        were given up (they reload on demand). A re-entrant call never frees
+        slots: the outer job may hold objects it has not memoized. Objects
+        capseal did not load are never flushed here (see OBJECT_MEMORY_HINT)."""
         reconnect = retry
-        room_makers = [self._flush_foreign_transients, self._evict_cached_transients] if retry else []
-        tried_room = False
+        evict = retry
         self._depth += 1
         try:
             while True:
@@ -655,11 +652,10 @@ class TPMDevice:
                         if reconnect and had_connection:  # a stale connection (TPM restarted since)
                             reconnect = False
                             continue
-                    elif _is_object_memory(exc) and self._depth == 1:
-                        if self._make_room_once(room_makers):
-                            tried_room = True
-                            continue
-                        raise self._object_memory_error(what, tried_room) from None
+                    elif _is_object_memory(exc) and evict and self._depth == 1:
+                        evict = False
+                        if self._evict_cached_transients():
+                            continue  # our own cached objects filled the slots: they reload on demand
                     raise map_tss_error(exc, self.tcti, what) from None
                 except CapsealError:
                     raise
@@ -667,20 +663,6 @@ class TPMDevice:
                     raise DeviceError(f"{what} on TPM {self.tcti} failed: {type(exc).__name__}: {exc}") from exc
         finally:
             self._depth -= 1
-
-    @staticmethod
-    def _make_room_once(room_makers: list[Callable[[], bool]]) -> bool:
-        """Use up ways of freeing slots until one frees something; False when none is left."""
-        while room_makers:
-            if room_makers.pop(0)():
-                return True
-        return False
-
-    def _object_memory_error(self, what: str, tried_room: bool) -> TPMObjectMemoryError:
-        live = tried_room and self.flush_others
-        return TPMObjectMemoryError(
-            f"TPM {self.tcti} has no free object slots (TPM_RC_OBJECT_MEMORY) during {what}",
-            hint=_OBJECT_MEMORY_LIVE_HINT if live else OBJECT_MEMORY_HINT)
 
     def _connect(self) -> Any:
         if self._ectx is not None:
@@ -706,18 +688,14 @@ class TPMDevice:
 
     def _flush_leftovers(self, ectx: Any) -> None:
         """Flush transient objects and loaded sessions (HMAC and policy) nobody
-        owns any more (a crashed run on a TPM without a resource manager);
-        those of other capseal devices in this process are left alone."""
+        owns any more (a crashed run on a TPM without a resource manager).
+        Objects other capseal devices of this process keep cached are left
+        alone; one another device's job holds only for the job's length (an
+        SRK while a key file loads) is not known here: one process keeps one
+        device per TPM (:func:`get_device`), doctor's private one aside."""
         owned = _owned_in_process(self.tcti)
         _flush_handles(ectx, [h for h in transient_handles(ectx) if h not in owned])
         _flush_handles(ectx, session_handles(ectx))
-
-    def _flush_foreign_transients(self) -> bool:
-        """With ``flush_others``: flush the transient objects no capseal device
-        of this process holds; True if one was flushed."""
-        if not self.flush_others or self._ectx is None:
-            return False
-        return bool(_flush_handles(self._ectx, self.foreign_transients()))
 
     def _evict_cached_transients(self) -> bool:
         """Flush every memoized transient (``flush=True``); True if there was one."""
@@ -793,13 +771,16 @@ def _inherited(dev: TPMDevice) -> None:
 _DEVICES: ForkCopies[TPMDevice] = ForkCopies(_inherited)
 #: the same, for finding which transient handles capseal holds in this process
 _LIVE: weakref.WeakSet[TPMDevice] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()  # a WeakSet iterated while another thread adds raises RuntimeError
 
 
 def _owned_in_process(tcti: str) -> frozenset[int]:
     """TPM handles of the transients that capseal devices of this process on
     ``tcti`` hold (a private device and the shared one may both be open)."""
     owned: set[int] = set()
-    for dev in list(_LIVE):
+    with _LIVE_LOCK:
+        devices = list(_LIVE)
+    for dev in devices:
         if dev.tcti == tcti and not dev._closed and not dev._forked:
             owned |= dev._owned
     return frozenset(owned)
@@ -809,8 +790,9 @@ def _after_fork_in_child() -> None:
     """Empty the registry in a forked child, so :func:`get_device` — and
     ``open_signer`` — open a connection of the child's own and atexit's
     close_all leaves the parent's alone."""
-    global _REGISTRY_LOCK
+    global _REGISTRY_LOCK, _LIVE_LOCK
     _REGISTRY_LOCK = threading.Lock()  # a parent thread may have held it at the fork
+    _LIVE_LOCK = threading.Lock()
     _REGISTRY.clear()
 
 

@@ -62,24 +62,36 @@ _QUERY_KEYS = frozenset({"tcti", "ak-handle"})
 _PATH_KEYS = frozenset({"handle", "keyfile"})
 
 
-_HEX_HANDLE = re.compile(r"0x[0-9a-fA-F]{1,8}", re.ASCII)
-_DEC_HANDLE = re.compile(r"[0-9]{1,10}", re.ASCII)
+_HEX_HANDLE = re.compile(r"0[xX][0-9a-fA-F]{1,8}", re.ASCII)
+_DEC_HANDLE = re.compile(r"0|[1-9][0-9]{0,9}", re.ASCII)  # no leading zero: C tools read 0123 as octal
 
 
 def parse_handle(text: str, what: str = "handle") -> int:
-    """A TPM handle written as ``0x`` and 1–8 hex digits, or in decimal.
+    """A TPM handle written as ``0x`` (or ``0X``) and 1–8 hex digits, or in
+    decimal without a leading zero.
 
     Why this strict: ``int(text, 0)`` would also take ``0x8100_0101``,
     ``+0x…``, octal, binary, surrounding spaces and non-ASCII digits, so two
     spellings that look different could name the same key (or a typo could
-    name another one)."""
+    name another one); tpm2-tools read ``0123`` as octal, Python as decimal."""
     if not isinstance(text, str) or not (_HEX_HANDLE.fullmatch(text) or _DEC_HANDLE.fullmatch(text)):
+        leading_zero = isinstance(text, str) and text[:1] == "0" and text[1:].isdigit() and text.isascii()
         raise KeyURIError(f"{what} {text!r} is not a TPM handle: write 0x and 1-8 hex digits (0x81000101) "
-                          "or decimal digits")
-    value = int(text, 16) if text.startswith("0x") else int(text, 10)
+                          "or decimal digits" + (" without a leading zero (tpm2-tools read it as octal)"
+                                                 if leading_zero else ""))
+    value = int(text, 16) if text[:2] in ("0x", "0X") else int(text, 10)
     if value > 0xFFFFFFFF:
         raise KeyURIError(f"{what} {text!r} is not a 32-bit TPM handle")
     return value
+
+
+def hex_hint(text: str, value: int) -> str:
+    """For a handle written in decimal that is not in the range expected: say
+    so, and name the handle the same digits give in hex (``81000101``, meant
+    as 0x81000101). Empty otherwise."""
+    if not isinstance(text, str) or text[:2] in ("0x", "0X") or len(text) > 8:
+        return ""
+    return f" ({text} is decimal, 0x{value:08x}; did you mean 0x{text}?)"
 
 
 def check_tcti(tcti: str, where: str = "tcti") -> str:
@@ -189,7 +201,8 @@ def parse_tpm_uri(uri: str, *, tcti: str | None = None, ak_handle: int | None = 
         raise KeyURIError("a tpm2: URI names either handle= or keyfile=, not both")
     handle = parse_handle(attrs["handle"]) if "handle" in attrs else None
     if handle is not None and not is_persistent_handle(handle):
-        raise KeyURIError(f"handle {format_handle(handle)} is not a persistent handle (0x81000000–0x817fffff)")
+        raise KeyURIError(f"handle {format_handle(handle)} is not a persistent handle (0x81000000–0x817fffff)"
+                          + hex_hint(attrs["handle"], handle))
     keyfile = attrs.get("keyfile")
     if keyfile is not None and not keyfile:
         raise KeyURIError("tpm2: keyfile= is empty")
@@ -204,7 +217,8 @@ def parse_tpm_uri(uri: str, *, tcti: str | None = None, ak_handle: int | None = 
     ak = ak_handle if ak_handle is not None else (parse_handle(params["ak-handle"], "ak-handle")
                                                   if "ak-handle" in params else None)
     if ak is not None and not is_persistent_handle(ak):
-        raise KeyURIError(f"ak-handle {format_handle(ak)} is not a persistent handle")
+        raise KeyURIError(f"ak-handle {format_handle(ak)} is not a persistent handle"
+                          + (hex_hint(params["ak-handle"], ak) if ak_handle is None else ""))
     if ak is not None and ak == handle:
         raise KeyURIError(f"ak-handle {format_handle(ak)} is the signing key's own handle; the attestation key "
                           "is a different (restricted) key at a handle of its own, e.g. 0x81000102")

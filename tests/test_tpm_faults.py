@@ -24,9 +24,8 @@ from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE
 from capseal import Producer, verify_ledger
 from capseal.errors import CapsealError, SignerUnavailableError, TPMObjectMemoryError
 from capseal.keys import open_signer
-from capseal.keys._tpm import TPMSigner, create_key, provision, srk_template
-from capseal.keys._tpm_device import TPMDevice, get_device
-from capseal.keys._tpm_uri import parse_tpm_uri
+from capseal.keys._tpm import create_key, provision, srk_template
+from capseal.keys._tpm_device import get_device
 
 KEY, AK = 0x81000101, 0x81000102
 
@@ -240,83 +239,86 @@ def test_a_deep_queue_before_a_slow_tpm_does_not_time_out(tpm: Any) -> None:
 
 
 def test_object_slots_full(tpm: Any, tmp_path: Path) -> None:
-    """Another connection fills the three transient slots. A device that
-    leaves other processes' objects alone (``flush_others=False``, as doctor
-    opens it) fails with TPMObjectMemoryError naming the TCTI and a hint for
-    both a running and an exited holder, and nothing is written; capseal's
-    own devices, which assume they are the TPM's only user, flush those
-    objects and seal with a persistent key and with a key file."""
+    """Another connection fills the three transient slots: sealing with a
+    persistent key and with a key file fails with TPMObjectMemoryError naming
+    the TCTI, with a hint for a running and an exited holder; nothing is
+    written, the other client's objects are left alone (they may be a running
+    process's), and both seal again once the slots free up."""
     keyfile = tmp_path / "k.tss"
     create_key(f"tpm2:keyfile={keyfile}?tcti={tpm.tcti}", "p256").close()
-    shy = TPMDevice(tpm.tcti, flush_others=False)
-    persistent = TPMSigner(parse_tpm_uri(_uri(tpm)), device=shy)
-    from_file = TPMSigner(parse_tpm_uri(f"tpm2:keyfile={keyfile}?tcti={tpm.tcti}"), device=shy)
-    other = ESAPI(tpm.tcti)  # a second client on a TPM without a resource manager
-    held: list[Any] = []
+    persistent = open_signer(_uri(tpm))
+    from_file = open_signer(f"tpm2:keyfile={keyfile}?tcti={tpm.tcti}")
+    with Producer("acme", "agent-a@1", persistent, tmp_path / "a.db") as a, \
+            Producer("acme", "agent-b@1", from_file, tmp_path / "b.db") as b:
+        a.seal(_spec(0))
+        b.seal(_spec(0))
+        counts = (a.ledger.count(), b.ledger.count())
 
-    def fill() -> None:
-        while True:
-            try:
-                held.append(other.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)[0])
-            except TSS2_Exception:
-                return
+        other = ESAPI(tpm.tcti)  # a second client on a TPM without a resource manager
+        held: list[Any] = []
 
-    try:
-        with Producer("acme", "agent-a@1", persistent, tmp_path / "a.db") as a, \
-                Producer("acme", "agent-b@1", from_file, tmp_path / "b.db") as b:
-            a.seal(_spec(0))
-            b.seal(_spec(0))
-            counts = (a.ledger.count(), b.ledger.count())
+        def fill() -> None:
+            while True:
+                try:
+                    held.append(other.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)[0])
+                except TSS2_Exception:
+                    return
+
+        try:
             fill()
-            # the key file's loaded copy holds a slot; the device gives it up when the TPM
-            # is full (and reloads it on demand), so let it go and take that slot too
-            shy.call(lambda _ectx: shy.make_room())
+            # the key file's loaded copy holds a slot; capseal gives it up when the TPM is full
+            # (and reloads it on demand), so let it go and take that slot too
+            device = get_device(tpm.tcti)
+            device.call(lambda _ectx: device.make_room())
             fill()
             assert len(held) == 3
             for producer in (a, b):
                 with pytest.raises(TPMObjectMemoryError) as exc_info:
                     producer.seal(_spec(1))
                 assert tpm.tcti in str(exc_info.value) and "TPM_RC_OBJECT_MEMORY" in str(exc_info.value)
-                assert "is running, stop it" in exc_info.value.hint and "has exited" in exc_info.value.hint
+                assert "is running, stop it" in exc_info.value.hint and "tpm2_flushcontext" in exc_info.value.hint
             assert (a.ledger.count(), b.ledger.count()) == counts  # nothing written for the failed seals
-            assert len(_transients(tpm.tcti)) == 3  # and the other client's objects were left alone
-        with Producer("acme", "agent-a@1", open_signer(_uri(tpm)), tmp_path / "a.db") as a, \
-                Producer("acme", "agent-b@1", open_signer(f"tpm2:keyfile={keyfile}?tcti={tpm.tcti}"),
-                         tmp_path / "b.db") as b:
-            a.seal(_spec(1))
-            b.seal(_spec(1))
-            assert (a.ledger.count(), b.ledger.count()) == (counts[0] + 2, counts[1] + 2)  # + epoch boundary
-    finally:
-        other.close()
-        persistent.close()
-        from_file.close()
-        shy.close()
+            assert sorted(_transients(tpm.tcti)) == sorted(int(other.tr_get_tpm_handle(h)) for h in held)
+        finally:
+            for handle in held:
+                other.flush_context(handle)
+            other.close()
+        a.seal(_spec(1))
+        b.seal(_spec(1))
+        assert (a.ledger.count(), b.ledger.count()) == (counts[0] + 1, counts[1] + 1)
     for name in ("a.db", "b.db"):
         assert verify_ledger(tmp_path / name).ok
 
 
 def test_leftovers_of_a_process_that_crashed_after_capseal_connected(tpm: Any, tmp_path: Path) -> None:
-    """A signer is working; then another process loads two objects and
-    crashes. Opening a second key-file signer needs two slots: the device
-    flushes the leftovers (not the working signer's cached key) and retries,
-    and both signers keep signing in this same process. It used to fail with
-    TPMObjectMemoryError after evicting the first signer's key, which then
-    could never be loaded again."""
+    """A signer is working; then another process loads objects and crashes.
+    While connected, capseal does not flush them (it cannot tell a crashed
+    process's objects from a running one's): a signer that needs a slot gets
+    TPMObjectMemoryError naming the TCTI and the fix, and once the operator
+    flushes them (tpm2_flushcontext -t) every signer signs again in this
+    same process."""
     paths = [tmp_path / "k1.tss", tmp_path / "k2.tss"]
     for path in paths:
         create_key(f"tpm2:keyfile={path}?tcti={tpm.tcti}", "p256").close()
     with open_signer(f"tpm2:keyfile={paths[0]}?tcti={tpm.tcti}") as first:
         first.sign(b"before")
-        mine = _transients(tpm.tcti)
-        assert len(mine) == 1  # the first signer's cached key
+        assert len(_transients(tpm.tcti)) == 1  # the first signer's cached key
         crash = subprocess.run([sys.executable, "-c", _CRASH, tpm.tcti, "2"], capture_output=True, text=True)
         assert crash.returncode == 3, crash.stderr
         assert len(_transients(tpm.tcti)) == 3  # every slot taken
         first.sign(b"cached key, no new slot")
+        with pytest.raises(TPMObjectMemoryError) as exc_info:
+            open_signer(f"tpm2:keyfile={paths[1]}?tcti={tpm.tcti}")
+        assert tpm.tcti in str(exc_info.value) and "tpm2_flushcontext" in exc_info.value.hint
+        assert len(_transients(tpm.tcti)) >= 2  # the crashed process's objects were left alone
+        flusher = ESAPI(tpm.tcti)  # what `tpm2_flushcontext -t` does
+        try:
+            for handle in _transients(tpm.tcti):
+                flusher.flush_context(flusher.tr_from_tpmpublic(handle))
+        finally:
+            flusher.close()
         with open_signer(f"tpm2:keyfile={paths[1]}?tcti={tpm.tcti}") as second:
             assert second.sign(b"second").alg == first.sign(b"first").alg == "ES256"
-            left = _transients(tpm.tcti)
-            assert len(left) == 2 and mine[0] in left  # the leftovers went, the working key stayed
 
 
 _CRASH = """

@@ -31,7 +31,7 @@ def test_an_empty_tcti_argument_is_refused() -> None:
 
 @pytest.mark.parametrize("text", ["0x8100_0101", "+0x81000101", "0o20100000401", "0b10000001000000000000000100000001",
                                   " 0x81000101", "0x81000101 ", "0x81000101\n", "١٢٣", "0x", "0x181000101", "-1",
-                                  "0X81000101", "0x8100０101", "", "4294967296"])
+                                  "0x8100０101", "", "4294967296", "0123", "02164261121"])
 def test_handles_have_one_spelling(text: str) -> None:
     with pytest.raises(KeyURIError, match="handle"):
         parse_handle(text)
@@ -40,9 +40,20 @@ def test_handles_have_one_spelling(text: str) -> None:
 
 
 def test_hex_and_decimal_handles_are_accepted() -> None:
-    assert parse_handle("0x81000101") == parse_handle("2164261121") == 0x81000101
+    assert parse_handle("0x81000101") == parse_handle("0X81000101") == parse_handle("2164261121") == 0x81000101
     assert parse_handle("0x8100010A") == parse_handle("0x8100010a") == 0x8100010A
     assert parse_tpm_uri("tpm2:handle=0x81000101?ak-handle=2164261122").ak_handle == 0x81000102
+
+
+def test_a_leading_zero_or_hex_digits_without_0x_get_a_hint() -> None:
+    """tpm2-tools read 0123 as octal; 81000101 in decimal is not a persistent
+    handle and is almost always 0x81000101 with the 0x left out."""
+    with pytest.raises(KeyURIError, match="without a leading zero"):
+        parse_handle("0123")
+    with pytest.raises(KeyURIError, match=r"did you mean 0x81000101\?"):
+        parse_tpm_uri("tpm2:handle=81000101")
+    with pytest.raises(KeyURIError, match=r"did you mean 0x81000102\?"):
+        parse_tpm_uri("tpm2:handle=0x81000101?ak-handle=81000102")
 
 
 def test_the_ak_handle_must_differ_from_the_key_handle() -> None:
