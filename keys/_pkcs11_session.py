@@ -63,6 +63,7 @@ from capseal.errors import (
     TokenNotFoundError,
 )
 
+from ._pin import usable_pin
 from ._pkcs11_uri import PKCS11URI, check_module_allowed, resolve_module
 
 try:
@@ -107,35 +108,6 @@ _shutdown = False
 # be caught inside that call). None otherwise.
 _forked_mid_call: str | None = None
 _CKR_CRYPTOKI_ALREADY_INITIALIZED = 0x191
-
-
-def usable_pin(pin: object, source: str) -> str:
-    """``pin`` if it can be sent to a token: a non-empty str that encodes as
-    UTF-8. Checked before any login, because every login with a PIN the
-    token refuses uses up one of its few tries (then the PIN locks): an empty
-    PIN, or one with lone surrogates (undecodable bytes from a file or the
-    environment), is refused here with PinIncorrectError naming ``source``
-    (``pin=``, the URI's pin-value, a pin-source file, …) and no part of the
-    PIN, with no exception chained to it (a UnicodeEncodeError's args hold
-    the whole string)."""
-    problem = _pin_problem(pin)
-    if problem is None and isinstance(pin, str):
-        return pin
-    raise PinIncorrectError(f"the PIN from {source} {problem}; refused before it reached the token",
-                            hint="check where the PIN comes from: a token locks its PIN after a few wrong tries")
-
-
-def _pin_problem(pin: object) -> str | None:
-    """What makes ``pin`` unusable (never quoting it), or None."""
-    if not isinstance(pin, str):
-        return f"is a {type(pin).__name__}, not a str"
-    if pin == "":
-        return "is empty"
-    try:
-        pin.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid UTF-8 text (it holds undecodable bytes)"
-    return None
 
 
 class _Secret:

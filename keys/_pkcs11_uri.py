@@ -260,7 +260,8 @@ def _split_attr(attr: str, where: str) -> tuple[str, str]:
 #: Said instead of anything about a query attribute that follows a pin-value:
 #: with an unencoded '&' in the PIN, the "attribute" is the PIN's tail.
 _AFTER_PIN = ("pkcs11 URI: a query attribute after pin-value is malformed or not one capseal knows "
-              "(not quoted: it may be part of the PIN); pct-encode '&' in pin-value as %26")
+              "(not quoted: it may be part of the PIN); pct-encode '&' in pin-value as %26, and put other "
+              "query attributes before pin-value")
 
 
 def _parse_query(query_part: str, values: dict[str, object], vendor_query: list[tuple[str, str]]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from capseal.errors import KeyURIError
+from capseal.errors import KeyURIError, SignatureFailedError
 
 from ._base import Signer, SignerSelfTest
 from ._registry import SecretsHandler, load_target, open_signer
@@ -55,6 +55,11 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
     signer = _backend(_PROVISIONERS, uri)(uri, normalize_alg(alg), pin=pin, secrets_handler=secrets_handler, **opts)
     try:
         SignerSelfTest.run(signer)
+    except SignatureFailedError as exc:
+        where = signer.uri
+        signer.close()
+        raise SignatureFailedError(f"{exc}; the key just created ({where}) is still on the device: inspect it, "
+                                   "and remove it before creating a key under that name again", hint=exc.hint) from None
     except BaseException:
         signer.close()
         raise

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CapsealError, MalformedJSONError
+from .keys._pin import usable_pin
 
 __all__ = ["main"]
 
@@ -34,15 +35,15 @@ def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
     token (each refused login uses up a try). Errors name the source, never
     the PIN, and chain no exception (a Unicode error's args hold the text)."""
     if getattr(args, "pin_file", None):
-        return _usable_pin(_pin_from_file(args.pin_file), f"PIN file {args.pin_file}")
+        return usable_pin(_pin_from_file(args.pin_file), f"PIN file {args.pin_file}")
     named = getattr(args, "pin_env", None)
     env = named or "CAPSEAL_PIN"
     if env in os.environ:
-        return _usable_pin(os.environ[env], f"environment variable {env}")
+        return usable_pin(os.environ[env], f"environment variable {env}")
     if named:
         raise _CLIError(f"--pin-env {named}: environment variable {named} is not set")
     if getattr(args, "pin_prompt", False):
-        return _usable_pin(_pin_from_prompt(prompt), "the PIN prompt")
+        return usable_pin(_pin_from_prompt(prompt), "the PIN prompt")
     return None
 
 
@@ -78,26 +79,6 @@ def _pin_from_prompt(prompt: str) -> str:
     except EOFError:
         pass
     raise _CLIError("no PIN entered at the prompt (end of input)")
-
-
-def _usable_pin(pin: str, source: str) -> str:
-    """``pin`` unless it is empty or not UTF-8 (lone surrogates from
-    undecodable environment bytes); the error names ``source`` only."""
-    from .errors import PinIncorrectError
-
-    if pin == "":
-        raise PinIncorrectError(f"the PIN from {source} is empty; refused before it reached the token")
-    if not _encodes(pin):
-        raise PinIncorrectError(f"the PIN from {source} is not UTF-8 text; refused before it reached the token")
-    return pin
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _load_json_file(path: str) -> Any:
@@ -398,7 +379,7 @@ def cmd_token_init(args: argparse.Namespace) -> int:
     if args.so_pin_env:  # named but unset is an error: never a silently generated SO PIN
         if args.so_pin_env not in os.environ:
             raise _CLIError(f"--so-pin-env {args.so_pin_env}: environment variable {args.so_pin_env} is not set")
-        so_pin = _usable_pin(os.environ[args.so_pin_env], f"environment variable {args.so_pin_env}")
+        so_pin = usable_pin(os.environ[args.so_pin_env], f"environment variable {args.so_pin_env}")
     info = init_softhsm_token(Path(args.dir), args.label, pin=_read_pin(args), so_pin=so_pin)
     _emit(info)
     return EXIT_OK

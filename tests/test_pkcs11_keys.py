@@ -145,3 +145,19 @@ def test_custody_names_the_module_file_loaded_and_allowlist_takes_a_path(softhsm
     aliased = uri.replace(f"module-path={softhsm.module}", f"module-path={alias}").replace("?", ";type=PRIVATE?")
     with open_signer(aliased, pin=softhsm.pin, module_allowlist=Path(softhsm.module)) as signer:
         assert signer.describe()["device"]["module"] == os.path.realpath(softhsm.module)
+
+
+def test_a_new_key_that_fails_its_self_test_is_named_for_removal(softhsm: Any, monkeypatch: Any) -> None:
+    """keys create signs and verifies once; if that fails (a device pairing the
+    new private key with another public key), the error names the key left on
+    the token, so the operator can remove it before creating one again."""
+    import capseal.envelope
+
+    label = f"selftest-{os.urandom(3).hex()}"
+    monkeypatch.setattr(capseal.envelope, "signature_ok", lambda *a, **k: False)
+    with pytest.raises(SignatureFailedError, match="still on the device") as err:
+        create_key(softhsm.uri(label), "p256", pin=softhsm.pin)
+    assert label in str(err.value) and softhsm.pin not in str(err.value)
+    monkeypatch.undo()
+    with open_signer(softhsm.uri(label), pin=softhsm.pin) as signer:  # it is there, as the error says
+        assert signer.alg == "ES256"

@@ -106,17 +106,26 @@ def test_cli_refuses_empty_and_non_utf8_pins(token: dict[str, str], tmp_path: Pa
     _assert_cli_refused(capseal("keys", "show", token["uri"], "--pin-file", str(empty)), f"PIN file {empty} is empty")
     _assert_cli_refused(capseal("keys", "show", token["uri"], "--pin-file", str(latin1)), f"PIN file {latin1}", SECRET, "caf")
     _assert_cli_refused(capseal("keys", "show", token["uri"], env={b"CAPSEAL_PIN": b"caf\xe9" + SECRET.encode()}),
-                        "environment variable CAPSEAL_PIN is not UTF-8", SECRET, "caf")
+                        "environment variable CAPSEAL_PIN is not valid UTF-8", SECRET, "caf")
     assert not _login_failed(token)
 
 
 def test_cli_pin_file_drops_one_newline_like_pin_source(tmp_path: Path) -> None:
+    """One trailing line break is the file's, as for a URI's pin-source; a PIN
+    still holding one after that (a file with a blank line at its end) is
+    refused before any login, never sent with a line break in it."""
     from capseal.cli import _read_pin
+    from capseal.errors import PinIncorrectError
 
-    for tail in ("\n", "\r\n", "\n\n", "\r\n\r\n", " \n"):
-        f = tmp_path / "pin"
+    f = tmp_path / "pin"
+    for tail in ("\n", "\r\n", " \n"):
         f.write_bytes((PIN + tail).encode())
         assert _read_pin(argparse.Namespace(pin_file=str(f))) == read_pin_source(str(f)) == PIN + tail[:-2 if tail.endswith("\r\n") else -1]
+    for tail in ("\n\n", "\r\n\r\n", "\t\n"):
+        f.write_bytes((PIN + tail).encode())
+        with pytest.raises(PinIncorrectError, match="control character") as exc_info:
+            _read_pin(argparse.Namespace(pin_file=str(f)))
+        assert PIN not in str(exc_info.value) and exc_info.value.__cause__ is None
 
 
 def test_cli_pin_env_unset_and_prompt_without_terminal(token: dict[str, str]) -> None:
