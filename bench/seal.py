@@ -35,7 +35,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from capseal import Producer
 from capseal.keys import UnsafeEphemeralSigner
 
-
 _parent = [PARENT]  # the durable arms chain to a record of their own ledger (a producer refuses an unknown parent)
 
 

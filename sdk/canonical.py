@@ -39,6 +39,12 @@ __all__ = [
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
+#: Deepest nesting of objects and arrays capseal canonicalizes. Why a fixed
+#: bound: the serializer recurses, so without one the limit would be Python's
+#: recursion limit minus however deep the caller already is, and the producer
+#: could seal a capsule that a verifier, called from deeper, cannot hash.
+MAX_DEPTH = 200
+
 #: Top-level members of a local record that are never part of ``capsule_id`` (-05 §5.1).
 LOCAL_ONLY_FIELDS = frozenset({"capsule_id", "signature", "key_id"})
 
@@ -60,12 +66,14 @@ def _scan(value: Any) -> bool:
     """Fast pass with no paths: True if a non-BMP key needs the reference
     serializer; raises a bare ``_Bad`` at the first non-canonical value."""
     slow = False
-    stack = [value]
+    stack: list[tuple[Any, int]] = [(value, 1)]
     pop = stack.pop
     push = stack.append
     while stack:
-        v = pop()
+        v, depth = pop()
         t = type(v)
+        if (t is dict or t is list or t is tuple) and depth > MAX_DEPTH:
+            raise _Bad
         if t is dict:
             items = v.items()
             for k, item in items:
@@ -81,7 +89,7 @@ def _scan(value: Any) -> bool:
                         raise _Bad
                     continue
                 if ti is dict or ti is list or ti is tuple:
-                    push(item)
+                    push((item, depth + 1))
                     continue
                 raise _Bad
         elif t is list or t is tuple:
@@ -94,7 +102,7 @@ def _scan(value: Any) -> bool:
                         raise _Bad
                     continue
                 if ti is dict or ti is list or ti is tuple:
-                    push(item)
+                    push((item, depth + 1))
                     continue
                 raise _Bad
         elif t is str or t is bool or v is None:
@@ -127,9 +135,11 @@ def check_json(value: Any, path: str = "$") -> bool:
         raise AssertionError("unreachable: _scan and _locate disagree") from None
 
 
-def _locate(v: Any, p: str) -> None:
+def _locate(v: Any, p: str, depth: int = 1) -> None:
     """Walk with paths and raise the typed error for the first bad value."""
     t = type(v)
+    if (t is dict or t is list or t is tuple) and depth > MAX_DEPTH:
+        raise NonJSONValueError(f"objects and arrays nest deeper than {MAX_DEPTH} levels", path=p[:200])
     if t is str or v is None or t is bool:
         return
     if t is int:
@@ -141,11 +151,11 @@ def _locate(v: Any, p: str) -> None:
         for k, item in v.items():
             if type(k) is not str:
                 raise NonJSONValueError(f"object key {k!r} is not a string", path=p)
-            _locate(item, _child(p, k))
+            _locate(item, _child(p, k), depth + 1)
         return
     if t is list or t is tuple:
         for i, item in enumerate(v):
-            _locate(item, f"{p}[{i}]")
+            _locate(item, f"{p}[{i}]", depth + 1)
         return
     if isinstance(v, float):
         raise FloatInDigestError(f"floating-point value {v!r}", path=p)

@@ -379,7 +379,7 @@ class PendingAppend:
     """A record handed to the committer. ``result()`` returns the stored entry
     once its transaction is fsynced: that is the acknowledgement."""
 
-    __slots__ = ("entry", "stored", "error", "done", "_ledger", "on_durable", "lead")
+    __slots__ = ("entry", "stored", "error", "done", "_ledger", "on_durable", "lead", "after")
 
     def __init__(self, entry: LedgerEntry, ledger: Ledger, on_durable: Callable[[StoredEntry], None] | None = None) -> None:
         self.entry = entry
@@ -389,6 +389,7 @@ class PendingAppend:
         self.done = False
         self._ledger = ledger
         self.lead: PendingAppend | None = None  # submit_pair: the entry written with this one, or neither
+        self.after: PendingAppend | None = None  # an entry queued before this one, which must be written first
 
     def result(self, timeout: float | None = None) -> StoredEntry:
         self._ledger._wait([self], timeout)
@@ -612,18 +613,21 @@ class Ledger:
             self._commit_listeners.remove(listener)
 
     def submit(
-        self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True
+        self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True,
+        after: PendingAppend | None = None,
     ) -> PendingAppend:
         """Queue a record and return at once; a committer thread writes queued
         records in groups (one fsync per group). The record is acknowledged —
         durable — only when ``result()`` returns. ``on_durable`` runs on the
         committing thread right after the commit (keep it short). With
-        ``wake=False`` the caller commits it itself when it waits on ``result()``."""
-        return self._enqueue(entry, on_durable, wake=wake)
+        ``wake=False`` the caller commits it itself when it waits on ``result()``.
+        ``after``: an append queued earlier (a chain parent) that this one
+        needs: if that one is refused, so is this one."""
+        return self._enqueue(entry, on_durable, wake=wake, after=after)
 
     def submit_pair(
         self, lead: LedgerEntry, entry: LedgerEntry, on_lead: Callable[[StoredEntry], None] | None = None,
-        on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True,
+        on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True, after: PendingAppend | None = None,
     ) -> tuple[PendingAppend, PendingAppend]:
         """Queue ``lead`` and ``entry`` to be written together, in that order,
         or neither. Why: an epoch-boundary capsule goes in with the epoch's
@@ -633,7 +637,7 @@ class Ledger:
         whole queue), and a refusal of either undoes the other."""
         first = PendingAppend(lead, self, on_lead)
         second = PendingAppend(entry, self, on_durable)
-        second.lead = first
+        second.lead, second.after = first, after
         self._enqueue_all((first, second), wake=wake)
         return first, second
 
@@ -641,8 +645,14 @@ class Ledger:
         """Whether a record with this action_id is already in the file."""
         return bool(self._query("SELECT 1 FROM records WHERE action_id=? LIMIT 1", (action_id,)))
 
-    def _enqueue(self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None, *, wake: bool) -> PendingAppend:
+    def has_record(self, record_id: str) -> bool:
+        """Whether a record with this id is already in the file (reads no body)."""
+        return bool(self._query("SELECT 1 FROM records WHERE record_id=? LIMIT 1", (record_id,)))
+
+    def _enqueue(self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None, *, wake: bool,
+                 after: PendingAppend | None = None) -> PendingAppend:
         pending = PendingAppend(entry, self, on_durable)
+        pending.after = after
         self._enqueue_all((pending,), wake=wake)
         return pending
 
@@ -806,6 +816,18 @@ class Ledger:
                 if lead is not None and lead.error is not None:  # the pair goes in whole or not at all
                     p.error = LedgerError(f"record {e.record_id[:16]}… not written: it goes in with "
                                           f"{lead.entry.record_id[:16]}…, which was refused ({lead.error})")
+                    continue
+                needed = p.after
+                if needed is not None and needed.error is not None:  # queued earlier: decided already
+                    p.error = LedgerError(f"record {e.record_id[:16]}… not written: it needs "
+                                          f"{needed.entry.record_id[:16]}…, which was refused ({needed.error})")
+                    if mark is not None and lead is not None:  # a pair's follower: undo its lead too
+                        db.execute("ROLLBACK TO pair")
+                        seq, prev, kept = mark
+                        del staged[kept:]
+                        lead.error = p.error
+                        db.execute("RELEASE pair")
+                        mark = None
                     continue
                 if i < last and batch[i + 1].lead is p:
                     db.execute("SAVEPOINT pair")

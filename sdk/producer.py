@@ -60,6 +60,7 @@ CUSTODY_MEMBER = "x-capseal-key-custody"
 #: Members the producer writes itself; a spec may repeat them only with the same value.
 _PRODUCER_OWNED = ("spec_version", "format_version", "canonicalization_id", "operator", "developer")
 _NEVER_IN_SPEC = ("capsule_id", "signature", "key_id", "timestamp")
+_RECENT = 8192  # submitted records kept findable by id (a chained child's parent)
 
 
 def _refuse_reserved(spec: Mapping[str, Any]) -> None:
@@ -194,10 +195,11 @@ class Producer:
         self._closing = CloseOnce(self._epoch_lock)  # see close()
         self._epoch_entry: LedgerEntry | None = None
         self._epoch_sent: PendingAppend | None = None  # the boundary while its pair is on the way
+        self._recent: dict[str, PendingRecord] = {}  # see _keep_findable
+        self._recent_lock = threading.Lock()
         try:
             SignerSelfTest.run(signer)
-            self.epoch_id = epoch_id or self._new_epoch_id()
-            self.epoch_record = self._prepare_epoch()
+            self._prepare_epoch(epoch_id or self._new_epoch_id())
         except BaseException:
             if self._owns_ledger:
                 self.ledger.close()
@@ -293,12 +295,16 @@ class Producer:
         stamp = self._clock().replace("-", "").replace(":", "")
         return f"epoch-{stamp}-{os.urandom(4).hex()}"
 
-    def _prepare_epoch(self) -> SealedRecord:
-        """Sign the epoch-boundary capsule now; it is appended to the ledger
-        together with (just before) the first record of the epoch, so opening a
-        producer and failing to seal anything leaves the ledger unchanged."""
-        if self.ledger.has_action_id(f"{self.epoch_id}/opens"):
-            raise InputError(f"epoch_id {self.epoch_id!r} was opened before in {self.ledger.path.name}; an epoch id is "
+    def _prepare_epoch(self, epoch_id: str) -> SealedRecord:
+        """Sign the boundary capsule of epoch ``epoch_id`` now, then open that
+        epoch (``epoch_id``, ``epoch_record`` and the armed boundary change
+        together, under the epoch lock: a record assembled meanwhile on another
+        thread is in one epoch or the other, never in an epoch whose boundary
+        is not armed). The boundary is appended to the ledger together with
+        the first record of the epoch, so opening a producer and sealing
+        nothing leaves the ledger unchanged; a refusal here changes nothing."""
+        if self.ledger.has_action_id(f"{epoch_id}/opens"):
+            raise InputError(f"epoch_id {epoch_id!r} was opened before in {self.ledger.path.name}; an epoch id is "
                              "never reused (-05 §5.2): give a new one, or none and capseal makes one")
         previous = self.ledger.last_tagged("epoch_boundary", self._stream)
         compute: dict[str, Any] = {CUSTODY_MEMBER: self.signer.describe(), "x-capseal-producer": SDK_NAME}
@@ -307,29 +313,24 @@ class Producer:
         if model_id is not None or provider is not None:
             attestation.update(model_id=model_id, provider=provider)
         spec: dict[str, Any] = {
-            "action_id": f"{self.epoch_id}/opens",
+            "action_id": f"{epoch_id}/opens",
             "action_type": "fyi",
             "disposition": {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": "epoch_boundary"},
             "model_attestation": attestation,
         }
         if previous is not None:
             spec["chain"] = {"parent_capsule_id": previous.record_id, "relation": "epoch_opens"}
-        record = self._sign(self._assemble(spec, own=True))
+        record = self._sign(self._assemble(spec, own=True, epoch_id=epoch_id))
+        entry = self._entry(record, tag="epoch_boundary")
         with self._epoch_lock:
-            self._epoch_entry = self._entry(record, tag="epoch_boundary")
+            self.epoch_id, self.epoch_record, self._epoch_entry = epoch_id, record, entry
         return record
 
     def rotate_epoch(self, epoch_id: str | None = None) -> SealedRecord:
         """Start a new epoch (call when the configuration or key changes). The
         new boundary capsule is appended with the epoch's first record."""
         self.flush()
-        previous, self.epoch_id = self.epoch_id, epoch_id or self._new_epoch_id()
-        try:
-            self.epoch_record = self._prepare_epoch()
-        except BaseException:
-            self.epoch_id = previous  # refused (a reused id, a signer error): the open epoch stays open
-            raise
-        return self.epoch_record
+        return self._prepare_epoch(epoch_id or self._new_epoch_id())  # refused: the open epoch stays open
 
     # ------------------------------------------------------------------ the general seal
 
@@ -364,21 +365,30 @@ class Producer:
         return self._submit(body, wake=True)
 
     def _parent_known(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Refuse a chain parent that is not in this ledger: -05 §6 check 6
-        makes a missing parent an error, so the producer would write a record
-        its own ledger verifier fails. A parent submitted but not yet durable
-        is waited for (``flush()``) before it is looked up again."""
+        """Refuse a chain parent that is neither in this ledger nor submitted
+        by this producer: -05 §6 check 6 makes a missing parent an error, so
+        the producer would write a record its own ledger verifier fails. A
+        parent submitted and still on its way is not waited for: the child is
+        written only if the parent is (see :meth:`_enqueue`)."""
         chain = body.get("chain")
         parent = chain.get("parent_capsule_id") if isinstance(chain, Mapping) else None
         if not isinstance(parent, str) or len(parent) != 64 or parent == self.epoch_record.capsule_id:
             return body  # no chain, a malformed one (refused with its own message later), or the epoch's boundary
-        if self.ledger.entry(parent) is not None:
+        if parent in self._recent or self.ledger.has_record(parent):
             return body
-        self.flush()
-        if self.ledger.entry(parent) is None:
-            raise InputError(f"chain parent {parent[:16]}… is not in {self.ledger.path.name}: a chain names a record "
-                             "of the same ledger (-05 §6 check 6)")
-        return body
+        raise InputError(f"chain parent {parent[:16]}… is not in {self.ledger.path.name}: a chain names a record "
+                         "of the same ledger (-05 §6 check 6)")
+
+    def _keep_findable(self, pending: PendingRecord) -> PendingRecord:
+        """Keep a submitted record findable by id until it is long durable
+        (the newest _RECENT): a child chained to it is accepted before the
+        parent is durable, and written only if the parent is."""
+        with self._recent_lock:
+            recent = self._recent
+            recent[pending.capsule_id] = pending
+            if len(recent) > _RECENT:
+                del recent[next(iter(recent))]
+        return pending
 
     @staticmethod
     def _body(spec: Mapping[str, Any], parent: SealedRecord | str | None, relation: str) -> dict[str, Any]:
@@ -434,29 +444,68 @@ class Producer:
         if self._closed:
             raise LedgerClosedError("this producer is closed")
         record = self._sign(self._assemble(spec))  # every refusal happens here, before the ledger
-        return PendingRecord(record.capsule_id, record, self._enqueue(record, wake=wake))
+        return self._keep_findable(PendingRecord(record.capsule_id, record, self._enqueue(record, wake=wake)))
 
     def _enqueue(self, record: SealedRecord, *, wake: bool) -> PendingAppend:
+        """Hand ``record`` to the ledger: the epoch's first record together
+        with the epoch boundary (both or neither), every later one after the
+        boundary is durable, and a chained one only if its parent is written."""
         entry = self._entry(record)
         callback = partial(self._notify_sealed, record) if self._observers else None
-        with self._epoch_lock:  # the epoch boundary goes in first, once, together with a record
-            sent = self._epoch_sent
-            if sent is not None and sent.done:
-                if sent.error is not None and self._epoch_entry is None:
-                    self._epoch_entry = sent.entry  # refused with its record: it goes in with the next one
-                self._epoch_sent = None
-            if self._epoch_entry is None:
-                return self.ledger.submit(entry, callback, wake=wake)
-            # the boundary is written only with the epoch's first record (a duplicate
-            # action id refuses both): checked here too, so a refusal keeps it armed
-            capsule = record.capsule
-            if self.ledger.has_action_id(capsule["action_id"]) or self.ledger.entry(record.capsule_id) is not None:
-                raise DuplicateRecordError(f"action_id {capsule['action_id']!r} (or this capsule) is already in "
-                                           f"{self.ledger.path.name}")
-            lead, pending = self.ledger.submit_pair(self._epoch_entry, entry,
-                                                    self._notify_epoch if self._observers else None, callback, wake=wake)
-            self._epoch_entry, self._epoch_sent = None, lead
-            return pending
+        after = self._parent_append(record)
+        while True:
+            with self._epoch_lock:
+                sent = self._epoch_sent
+                if sent is None or sent.stored is not None:
+                    self._epoch_sent = None
+                elif sent.error is not None:  # refused with its first record: it goes in with the next one
+                    self._epoch_sent = None
+                    self._rearm(sent)
+                if self._epoch_sent is None:
+                    return self._enqueue_now(record, entry, callback, after, wake)
+            # the boundary's pair is on its way: wait for it (not under the lock: a commit
+            # callback may seal), so no record of the epoch goes in before its boundary
+            assert sent is not None
+            self.ledger._wait([sent], None)
+
+    def _enqueue_now(self, record: SealedRecord, entry: LedgerEntry, callback: Any, after: PendingAppend | None,
+                     wake: bool) -> PendingAppend:
+        """``_enqueue`` under the epoch lock, no boundary pair on its way."""
+        if self._epoch_entry is None:
+            return self.ledger.submit(entry, callback, wake=wake, after=after)
+        # the boundary is written only with the epoch's first record (a duplicate
+        # action id refuses both): checked here too, so a refusal keeps it armed
+        if self.ledger.has_action_id(str(self._epoch_entry.action_id)):
+            raise InputError(f"epoch {self.epoch_id!r} was opened by another producer of {self.ledger.path.name} "
+                             "meanwhile; an epoch id is never reused (-05 §5.2): call rotate_epoch()")
+        capsule = record.capsule
+        if self.ledger.has_action_id(capsule["action_id"]) or self.ledger.has_record(record.capsule_id):
+            raise DuplicateRecordError(f"action_id {capsule['action_id']!r} (or this capsule) is already in "
+                                       f"{self.ledger.path.name}")
+        lead, pending = self.ledger.submit_pair(self._epoch_entry, entry, self._notify_epoch if self._observers else None,
+                                                callback, wake=wake, after=after)
+        self._epoch_entry, self._epoch_sent = None, lead
+        return pending
+
+    def _rearm(self, sent: PendingAppend) -> None:
+        """The boundary ``sent`` was refused with its record: arm it again for
+        the next record (``_enqueue_now`` refuses it for good if its epoch id
+        was taken meanwhile)."""
+        if self._epoch_entry is None:
+            self._epoch_entry = sent.entry
+
+    def _parent_append(self, record: SealedRecord) -> PendingAppend | None:
+        """The ledger append of ``record``'s chain parent when this producer
+        submitted it and it may not be durable yet; the record is refused now
+        if the parent already was."""
+        chain = record.capsule.get("chain")
+        parent = self._recent.get(chain["parent_capsule_id"]) if isinstance(chain, dict) else None
+        if parent is None:
+            return None
+        if parent._error is not None:
+            raise LedgerError(f"record {record.capsule_id[:16]}… not written: its chain parent "
+                              f"{parent.capsule_id[:16]}… was refused ({parent._error})")
+        return parent._pending
 
     def _submit_pipelined(self, spec: dict[str, Any]) -> PendingRecord:
         """submit() for a token or TPM: prepare here, sign on the pipeline's
@@ -466,7 +515,7 @@ class Producer:
             raise LedgerClosedError("this producer is closed")
         capsule, cid_raw = self._prepare(self._assemble(spec))  # every input refusal happens here
         tbs = prepare_envelope(self.signer, cid_raw)
-        pending = PendingRecord(capsule["capsule_id"])
+        pending = self._keep_findable(PendingRecord(capsule["capsule_id"]))
         if self._pipeline is None:
             with self._epoch_lock:
                 if self._closed:  # close() ran meanwhile: nobody would close a pipeline made now
@@ -512,7 +561,7 @@ class Producer:
             except Exception:  # an observer never undoes a durable seal
                 pass
 
-    def _assemble(self, spec: dict[str, Any], *, own: bool = False) -> dict[str, Any]:
+    def _assemble(self, spec: dict[str, Any], *, own: bool = False, epoch_id: str | None = None) -> dict[str, Any]:
         if not own:
             _refuse_reserved(spec)
         for key in _NEVER_IN_SPEC:
@@ -521,8 +570,9 @@ class Producer:
         for key in _PRODUCER_OWNED:
             if key in spec and spec[key] != self._owned(key):
                 raise InputError(f"{key}={spec[key]!r} does not match this producer ({self._owned(key)!r})")
-        if "epoch_id" in spec and spec["epoch_id"] != self.epoch_id:
-            raise InputError(f"epoch_id {spec['epoch_id']!r} is not the open epoch {self.epoch_id!r}; epoch ids are never back-filled")
+        epoch = self.epoch_id if epoch_id is None else epoch_id  # read once: rotate_epoch() may run meanwhile
+        if "epoch_id" in spec and spec["epoch_id"] != epoch:
+            raise InputError(f"epoch_id {spec['epoch_id']!r} is not the open epoch {epoch!r}; epoch ids are never back-filled")
         claimed = spec.get("assurance")
         capsule: dict[str, Any] = {
             "spec_version": SPEC_VERSION,
@@ -531,7 +581,7 @@ class Producer:
             "operator": self.operator,
             "developer": self.developer,
             "timestamp": self._clock(),
-            "epoch_id": self.epoch_id,
+            "epoch_id": epoch,
         }
         for key, value in spec.items():
             if key != "assurance":

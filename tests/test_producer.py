@@ -11,7 +11,7 @@ import pytest
 
 import capseal
 from capseal import Ledger, Producer
-from capseal.errors import AssuranceMismatchError, DuplicateRecordError, InputError
+from capseal.errors import AssuranceMismatchError, DuplicateRecordError, InputError, LedgerError
 from capseal.keys import UnsafeEphemeralSigner
 
 
@@ -406,3 +406,112 @@ def test_resolved_needs_the_caller_to_say_who_approved(producer: Producer) -> No
         producer.resolved(deferred, decision="accept")  # type: ignore[call-arg]
     resolved = producer.resolved(deferred, decision="accept", approver="policy")
     assert resolved.capsule["disposition"]["human_disposed"] is False
+
+
+def test_no_record_of_an_epoch_goes_in_before_its_boundary(tmp_path: Path) -> None:
+    """Two producers share one ledger. The second one's first record
+    duplicates a record the first has queued, so the (boundary, record) pair
+    is refused in the commit; a record the second submitted meanwhile waits
+    for that pair, then carries the boundary itself."""
+    with Ledger(tmp_path / "l.db", group_window=0.2) as ledger:
+        first = Producer("op1", "dev1@1", UnsafeEphemeralSigner(), ledger)
+        first.seal({"action_id": "warmup", "action_type": "fyi"})
+        second = Producer("op2", "dev2@1", UnsafeEphemeralSigner(), ledger)
+        queued = first.submit({"action_id": "x", "action_type": "fyi"})  # not durable yet
+        duplicate = second.submit({"action_id": "x", "action_type": "fyi"})
+        later = second.submit({"action_id": "y", "action_type": "fyi"})
+        queued.result()
+        with pytest.raises(DuplicateRecordError):
+            duplicate.result()
+        later.result()
+        boundary = ledger.entry(second.epoch_record.capsule_id)
+        record = ledger.entry(later.capsule_id)
+        assert boundary is not None and record is not None and boundary.seq < record.seq
+        first.close()
+        second.close()
+    assert capseal.verify_ledger(tmp_path / "l.db").ok
+
+
+def test_a_child_of_a_record_still_on_its_way(tmp_path: Path) -> None:
+    """A chain to a record submitted but not yet durable is accepted without
+    waiting (from an observer too, inside the commit), and keeps group commit;
+    a child whose parent is refused is refused with it, nothing written."""
+    path = tmp_path / "l.db"
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as p:
+        seen: list[str] = []
+
+        def observer(record: capseal.SealedRecord) -> None:
+            if record.capsule["action_id"] == "trigger":
+                follow = p.submit({"action_id": "follow-up", "action_type": "fyi"})
+                p.submit({"action_id": "follow-up-2", "action_type": "fyi"}, parent=follow.capsule_id)
+                seen.append("submitted")
+
+        p.add_observer(observer)
+        p.seal({"action_id": "trigger", "action_type": "fyi"})
+        p.flush()
+        assert seen == ["submitted"]
+        commits = p.ledger.stats.commits
+        parents = [p.submit({"action_id": f"parent-{i}", "action_type": "fyi"}) for i in range(50)]
+        children = [p.submit({"action_id": f"child-{i}", "action_type": "fyi"}, parent=parent.capsule_id)
+                    for i, parent in enumerate(parents)]
+        p.flush()
+        assert all(c.result().capsule["chain"]["parent_capsule_id"] == parents[i].capsule_id
+                   for i, c in enumerate(children))
+        assert p.ledger.stats.commits - commits < 20  # grouped, not one commit per chained record
+        count = p.ledger.count()
+        refused_parent = p.submit({"action_id": "parent-0", "action_type": "fyi"})  # a duplicate: refused at commit
+        orphan = p.submit({"action_id": "orphan", "action_type": "fyi"}, parent=refused_parent.capsule_id)
+        with pytest.raises(DuplicateRecordError):
+            refused_parent.result()
+        with pytest.raises(LedgerError, match="was refused"):
+            orphan.result()
+        assert p.ledger.count() == count
+    assert capseal.verify_ledger(path).ok
+
+
+def test_two_producers_opening_one_epoch_id(tmp_path: Path) -> None:
+    """Opened with the same epoch_id before either wrote: the second learns
+    it when its boundary is refused, and every record it seals is then
+    refused with a typed error saying to rotate the epoch; nothing written."""
+    with Ledger(tmp_path / "l.db") as ledger:
+        first = Producer("op", "dev1@1", UnsafeEphemeralSigner(), ledger, epoch_id="epoch-shared")
+        second = Producer("op", "dev2@1", UnsafeEphemeralSigner(), ledger, epoch_id="epoch-shared")
+        first.seal({"action_id": "a", "action_type": "fyi"})
+        count = ledger.count()
+        for i in range(3):
+            with pytest.raises((InputError, LedgerError), match="epoch-shared"):
+                second.seal({"action_id": f"b{i}", "action_type": "fyi"})
+        with pytest.raises(InputError, match="rotate_epoch"):
+            second.seal({"action_id": "b9", "action_type": "fyi"})
+        assert ledger.count() == count
+        second.rotate_epoch()
+        second.seal({"action_id": "b-after-rotation", "action_type": "fyi"})
+        first.close()
+        second.close()
+    assert capseal.verify_ledger(tmp_path / "l.db").ok
+
+
+def test_nesting_has_one_fixed_limit_for_producer_and_verifier(producer: Producer) -> None:
+    """The producer refuses nesting deeper than MAX_DEPTH with a typed error
+    (nothing written); anything it seals, its verifier can hash, however deep
+    the verifier's own call stack (the limit does not depend on the caller)."""
+    from capseal.canonical import MAX_DEPTH
+    from capseal.errors import NonJSONValueError
+
+    def nested(levels: int) -> dict[str, Any]:
+        value: dict[str, Any] = {}
+        for _ in range(levels - 1):
+            value = {"a": value}
+        return value
+
+    count = producer.ledger.count()
+    with pytest.raises(NonJSONValueError, match=f"deeper than {MAX_DEPTH}"):
+        producer.seal({"action_id": "too-deep", "action_type": "fyi", "x-deep": nested(MAX_DEPTH)})
+    assert producer.ledger.count() == count
+    record = producer.seal({"action_id": "deep", "action_type": "fyi", "x-deep": nested(MAX_DEPTH - 1)})
+
+    def from_deep_in_the_stack(frames: int) -> Any:
+        return capseal.verify(record.capsule) if frames == 0 else from_deep_in_the_stack(frames - 1)
+
+    assert from_deep_in_the_stack(600).ok
+    assert capseal.verify_ledger(producer.ledger.path).ok
