@@ -117,6 +117,11 @@ class PendingRecord:
         self._record, self._pending = record, pending
         self._ready.set()
 
+    def _settled(self) -> bool:
+        """Refused, or appended and done (durable or refused by the ledger)."""
+        pending = self._pending
+        return self._error is not None or (pending is not None and pending.done)
+
     def _fail(self, error: BaseException) -> None:
         self._error = error
         self._ready.set()
@@ -380,14 +385,19 @@ class Producer:
                          "of the same ledger (-05 §6 check 6)")
 
     def _keep_findable(self, pending: PendingRecord) -> PendingRecord:
-        """Keep a submitted record findable by id until it is long durable
-        (the newest _RECENT): a child chained to it is accepted before the
-        parent is durable, and written only if the parent is."""
+        """Keep a submitted record findable by id while it is on its way: a
+        child chained to it is accepted before the parent is durable, and
+        written only if the parent is. Records that are done (durable: the
+        ledger finds them; or refused) leave from the front, so this holds
+        about as many records as are under way (never more than _RECENT)."""
         with self._recent_lock:
             recent = self._recent
             recent[pending.capsule_id] = pending
-            if len(recent) > _RECENT:
-                del recent[next(iter(recent))]
+            while recent:
+                first = next(iter(recent.values()))
+                if len(recent) <= _RECENT and not first._settled():
+                    break
+                del recent[first.capsule_id]
         return pending
 
     @staticmethod
