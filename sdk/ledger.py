@@ -308,6 +308,17 @@ def _links(raw: Any) -> tuple[dict[str, str], ...]:
     return ({"unreadable": str(raw)[:64]},)
 
 
+def _refused_with(p: PendingAppend) -> LedgerError | None:
+    """Why ``p`` cannot be written, decided before its INSERT: the lead of its
+    pair, or an append it needs (queued earlier, so decided already), was
+    refused. None when nothing stands in its way."""
+    for other, how in ((p.lead, "goes in with"), (p.after, "needs")):
+        if other is not None and other.error is not None:
+            return LedgerError(f"record {p.entry.record_id[:16]}… not written: it {how} "
+                               f"{other.entry.record_id[:16]}…, which was refused ({other.error})")
+    return None
+
+
 def _row_hash(prev_hex: str, header: dict[str, Any], body: bytes, extra: bytes = b"") -> str:
     h = hashlib.sha256(_DOMAIN)
     h.update(bytes.fromhex(prev_hex))
@@ -813,50 +824,39 @@ class Ledger:
             for i, p in enumerate(batch):
                 e = p.entry
                 lead = p.lead
-                if lead is not None and lead.error is not None:  # the pair goes in whole or not at all
-                    p.error = LedgerError(f"record {e.record_id[:16]}… not written: it goes in with "
-                                          f"{lead.entry.record_id[:16]}…, which was refused ({lead.error})")
-                    continue
-                needed = p.after
-                if needed is not None and needed.error is not None:  # queued earlier: decided already
-                    p.error = LedgerError(f"record {e.record_id[:16]}… not written: it needs "
-                                          f"{needed.entry.record_id[:16]}…, which was refused ({needed.error})")
-                    if mark is not None and lead is not None:  # a pair's follower: undo its lead too
-                        db.execute("ROLLBACK TO pair")
-                        seq, prev, kept = mark
-                        del staged[kept:]
-                        lead.error = p.error
-                        db.execute("RELEASE pair")
-                        mark = None
-                    continue
-                if i < last and batch[i + 1].lead is p:
-                    db.execute("SAVEPOINT pair")
-                    mark = (seq, prev, len(staged))
-                nonce = os.urandom(16).hex()
-                header = {"seq": seq + 1, "record_id": e.record_id, "record_type": e.record_type,
-                          "epistemic_type": e.epistemic_type, "links": [dict(x) for x in e.links], "nonce": nonce}
-                row_hash = _row_hash(prev, header, e.body)
-                try:
-                    db.execute(
-                        "INSERT INTO records(seq, record_id, record_type, epistemic_type, links, nonce,"
-                        " action_id, stream, tag, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (seq + 1, e.record_id, e.record_type, e.epistemic_type, dumps_canonical(header["links"]).decode(),
-                         nonce, e.action_id, e.stream, e.tag, e.body, prev, row_hash),
-                    )
-                except sqlite3.IntegrityError as exc:
-                    text = str(exc)
-                    if "records.seq" in text:
-                        # another process appended since our cached head: re-read and retry the group
-                        raise _StaleHead from None
-                    what = "action_id" if "action_id" in text else "record_id"
-                    value = e.action_id if what == "action_id" else e.record_id
-                    p.error = DuplicateRecordError(f"{what} {value!r} is already in {self.path.name}")
+                refusal = _refused_with(p)
+                if refusal is None:
+                    if i < last and batch[i + 1].lead is p:
+                        db.execute("SAVEPOINT pair")
+                        mark = (seq, prev, len(staged))
+                    nonce = os.urandom(16).hex()
+                    header = {"seq": seq + 1, "record_id": e.record_id, "record_type": e.record_type,
+                              "epistemic_type": e.epistemic_type, "links": [dict(x) for x in e.links], "nonce": nonce}
+                    row_hash = _row_hash(prev, header, e.body)
+                    try:
+                        db.execute(
+                            "INSERT INTO records(seq, record_id, record_type, epistemic_type, links, nonce,"
+                            " action_id, stream, tag, body, prev_hash, row_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                            (seq + 1, e.record_id, e.record_type, e.epistemic_type,
+                             dumps_canonical(header["links"]).decode(), nonce, e.action_id, e.stream, e.tag, e.body,
+                             prev, row_hash),
+                        )
+                    except sqlite3.IntegrityError as exc:
+                        text = str(exc)
+                        if "records.seq" in text:
+                            # another process appended since our cached head: re-read and retry the group
+                            raise _StaleHead from None
+                        what = "action_id" if "action_id" in text else "record_id"
+                        value = e.action_id if what == "action_id" else e.record_id
+                        refusal = DuplicateRecordError(f"{what} {value!r} is already in {self.path.name}")
+                if refusal is not None:
+                    p.error = refusal
                     if mark is not None:  # a pair's lead (nothing to undo) or its follower (undo the lead)
                         if lead is not None:
                             db.execute("ROLLBACK TO pair")
                             seq, prev, kept = mark
                             del staged[kept:]
-                            lead.error = p.error
+                            lead.error = refusal
                         db.execute("RELEASE pair")
                         mark = None
                     continue

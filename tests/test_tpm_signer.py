@@ -327,8 +327,6 @@ def test_forget_cached_key_after_another_process_reused_the_handle(fresh_swtpm: 
     name check, so it is this key's again, and the other client's object is
     let go of, not flushed."""
     from tpm2_pytss import ESAPI
-    from tpm2_pytss.constants import ESYS_TR, TPMA_OBJECT
-    from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
 
     tcti = fresh_swtpm.tcti
     path = tmp_path / "k.tss"
@@ -337,21 +335,7 @@ def test_forget_cached_key_after_another_process_reused_the_handle(fresh_swtpm: 
     other = ESAPI(tcti)
     try:
         assert _verifies(signer, b"before")
-        _more, data = other.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
-        (loaded,) = [int(h) for h in data.data.handles]
-        other.flush_context(other.tr_from_tpmpublic(loaded))
-        attrs = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT | TPMA_OBJECT.NODA
-                 | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH)
-        template = TPM2B_PUBLIC.parse("ecc256:ecdsa-sha256:null", objectAttributes=attrs)
-        fillers = []
-        while True:  # swtpm hands out the lowest free handle: fill those below ours first
-            theirs = other.create_primary(TPM2B_SENSITIVE_CREATE(), template, ESYS_TR.OWNER)[0]
-            if other.tr_get_tpm_handle(theirs) == loaded:
-                break
-            fillers.append(theirs)
-            assert len(fillers) < 3
-        for filler in fillers:
-            other.flush_context(filler)
+        theirs = _take_over_the_loaded_handle(other)
         their_name = bytes(other.read_public(theirs)[1])
         assert not _verifies(signer, b"reused handle")  # what the producer's check catches
         signer.forget_cached_key()
@@ -368,8 +352,6 @@ def test_a_producer_recovers_when_another_process_reused_the_key_handle(fresh_sw
     key's signature is refused (SignatureFailedError, nothing written), and
     the next seal signs with this key again, with no restart."""
     from tpm2_pytss import ESAPI
-    from tpm2_pytss.constants import ESYS_TR, TPMA_OBJECT
-    from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
 
     from capseal import Producer, verify_ledger
     from capseal.errors import SignatureFailedError
@@ -383,21 +365,7 @@ def test_a_producer_recovers_when_another_process_reused_the_key_handle(fresh_sw
     try:
         with Producer("acme", "agent@1", signer, ledger) as producer:
             producer.seal({"action_id": "before", "action_type": "fyi"})
-            _more, data = other.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
-            (loaded,) = [int(h) for h in data.data.handles]
-            other.flush_context(other.tr_from_tpmpublic(loaded))
-            attrs = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT | TPMA_OBJECT.NODA
-                     | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH)
-            template = TPM2B_PUBLIC.parse("ecc256:ecdsa-sha256:null", objectAttributes=attrs)
-            fillers = []
-            while True:
-                theirs = other.create_primary(TPM2B_SENSITIVE_CREATE(), template, ESYS_TR.OWNER)[0]
-                if other.tr_get_tpm_handle(theirs) == loaded:
-                    break
-                fillers.append(theirs)
-                assert len(fillers) < 3
-            for filler in fillers:
-                other.flush_context(filler)
+            _take_over_the_loaded_handle(other)
             count = producer.ledger.count()
             with pytest.raises(SignatureFailedError, match="does not verify"):
                 producer.seal({"action_id": "reused", "action_type": "fyi"})
@@ -408,6 +376,31 @@ def test_a_producer_recovers_when_another_process_reused_the_key_handle(fresh_sw
         other.close()
         signer.close()
         get_device(tcti).close()
+
+
+def _take_over_the_loaded_handle(other: Any) -> Any:
+    """As another client of a TPM without a resource manager: flush the one
+    transient object loaded (a key-file signer's key) and load a different
+    signing key at that same handle; returns it (an ESYS_TR of ``other``)."""
+    from tpm2_pytss.constants import ESYS_TR, TPMA_OBJECT
+    from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
+
+    _more, data = other.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
+    (loaded,) = [int(h) for h in data.data.handles]
+    other.flush_context(other.tr_from_tpmpublic(loaded))
+    attrs = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT | TPMA_OBJECT.NODA
+             | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH)
+    template = TPM2B_PUBLIC.parse("ecc256:ecdsa-sha256:null", objectAttributes=attrs)
+    fillers = []
+    while True:  # swtpm hands out the lowest free handle: fill those below ours first
+        theirs = other.create_primary(TPM2B_SENSITIVE_CREATE(), template, ESYS_TR.OWNER)[0]
+        if other.tr_get_tpm_handle(theirs) == loaded:
+            break
+        fillers.append(theirs)
+        assert len(fillers) < 3
+    for filler in fillers:
+        other.flush_context(filler)
+    return theirs
 
 
 def _verifies(signer: Any, data: bytes) -> bool:
