@@ -39,10 +39,12 @@ __all__ = [
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
-#: Deepest nesting of objects and arrays capseal canonicalizes. Why a fixed
-#: bound: the serializer recurses, so without one the limit would be Python's
-#: recursion limit minus however deep the caller already is, and the producer
-#: could seal a capsule that a verifier, called from deeper, cannot hash.
+#: Deepest nesting of objects and arrays the producer seals into a capsule.
+#: Why a fixed bound: the serializer recurses, so without one the limit would
+#: be Python's recursion limit minus however deep the caller already is, and
+#: the producer could seal a capsule that a verifier, called from deeper,
+#: cannot hash. Verifiers and digests of other content take any depth the
+#: interpreter can serialize (a typed error past that).
 MAX_DEPTH = 200
 
 #: Top-level members of a local record that are never part of ``capsule_id`` (-05 §5.1).
@@ -62,7 +64,7 @@ def _child(path: str, key: str) -> str:
     return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
-def _scan(value: Any) -> bool:
+def _scan(value: Any, max_depth: int | None = None) -> bool:
     """Fast pass with no paths: True if a non-BMP key needs the reference
     serializer; raises a bare ``_Bad`` at the first non-canonical value."""
     slow = False
@@ -72,7 +74,7 @@ def _scan(value: Any) -> bool:
     while stack:
         v, depth = pop()
         t = type(v)
-        if (t is dict or t is list or t is tuple) and depth > MAX_DEPTH:
+        if max_depth is not None and depth > max_depth and (t is dict or t is list or t is tuple):
             raise _Bad
         if t is dict:
             items = v.items()
@@ -119,7 +121,7 @@ class _Bad(Exception):
     pass
 
 
-def check_json(value: Any, path: str = "$") -> bool:
+def check_json(value: Any, path: str = "$", *, max_depth: int | None = None) -> bool:
     """Refuse anything that cannot be canonical -05 JSON; name the path.
 
     Returns True when some object key holds a non-BMP character (the fast
@@ -129,17 +131,17 @@ def check_json(value: Any, path: str = "$") -> bool:
     paths are computed only once something is wrong.
     """
     try:
-        return _scan(value)
+        return _scan(value, max_depth)
     except _Bad:
-        _locate(value, path)
+        _locate(value, path, max_depth=max_depth)
         raise AssertionError("unreachable: _scan and _locate disagree") from None
 
 
-def _locate(v: Any, p: str, depth: int = 1) -> None:
+def _locate(v: Any, p: str, depth: int = 1, *, max_depth: int | None = None) -> None:
     """Walk with paths and raise the typed error for the first bad value."""
     t = type(v)
-    if (t is dict or t is list or t is tuple) and depth > MAX_DEPTH:
-        raise NonJSONValueError(f"objects and arrays nest deeper than {MAX_DEPTH} levels", path=p[:200])
+    if max_depth is not None and depth > max_depth and (t is dict or t is list or t is tuple):
+        raise NonJSONValueError(f"objects and arrays nest deeper than {max_depth} levels", path=p[:200])
     if t is str or v is None or t is bool:
         return
     if t is int:
@@ -151,11 +153,11 @@ def _locate(v: Any, p: str, depth: int = 1) -> None:
         for k, item in v.items():
             if type(k) is not str:
                 raise NonJSONValueError(f"object key {k!r} is not a string", path=p)
-            _locate(item, _child(p, k), depth + 1)
+            _locate(item, _child(p, k), depth + 1, max_depth=max_depth)
         return
     if t is list or t is tuple:
         for i, item in enumerate(v):
-            _locate(item, f"{p}[{i}]", depth + 1)
+            _locate(item, f"{p}[{i}]", depth + 1, max_depth=max_depth)
         return
     if isinstance(v, float):
         raise FloatInDigestError(f"floating-point value {v!r}", path=p)
@@ -198,10 +200,11 @@ def _surrogate_path(value: Any, path: str) -> str:
     return ""
 
 
-def canonical_bytes(value: Any) -> bytes:
-    """UTF-8 JCS bytes of ``value`` after the -05 number and type checks."""
+def canonical_bytes(value: Any, *, max_depth: int | None = None) -> bytes:
+    """UTF-8 JCS bytes of ``value`` after the -05 number and type checks
+    (and, with ``max_depth``, refusing deeper nesting: the producer's bound)."""
     try:
-        if check_json(value):
+        if check_json(value, max_depth=max_depth):
             return canonical_bytes_reference(value)
         return _encode(_fast(value), value)
     except RecursionError:

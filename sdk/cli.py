@@ -39,6 +39,8 @@ def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
     named = getattr(args, "pin_env", None)
     env = named or "CAPSEAL_PIN"
     if env in os.environ:
+        if not named and os.environ[env] == "":
+            return None  # CAPSEAL_PIN set but empty (an unset secret in compose or systemd): no PIN, as if unset
         return usable_pin(os.environ[env], f"environment variable {env}")
     if named:
         raise _CLIError(f"--pin-env {named}: environment variable {named} is not set")
@@ -387,11 +389,11 @@ def cmd_token_init(args: argparse.Namespace) -> int:
 
 def cmd_tpm_provision(args: argparse.Namespace) -> int:
     from capseal.keys._tpm import provision
-    from capseal.keys._tpm_uri import parse_handle
+    from capseal.keys._tpm_uri import parse_persistent_handle
 
     # parse_handle, not int(): a typo is a KeyURIError naming the option, never a traceback
-    info = provision(args.tcti, signing_handle=parse_handle(args.handle, "--handle"),
-                     ak_handle=parse_handle(args.ak_handle, "--ak-handle"), alg=args.alg, force=args.force)
+    info = provision(args.tcti, signing_handle=parse_persistent_handle(args.handle, "--handle"),
+                     ak_handle=parse_persistent_handle(args.ak_handle, "--ak-handle"), alg=args.alg, force=args.force)
     _emit(info)
     return EXIT_OK
 

@@ -312,7 +312,7 @@ def _refused_with(p: PendingAppend) -> LedgerError | None:
     """Why ``p`` cannot be written, decided before its INSERT: the lead of its
     pair, or an append it needs (queued earlier, so decided already), was
     refused. None when nothing stands in its way."""
-    for other, how in ((p.lead, "goes in with"), (p.after, "needs")):
+    for other, how in ((p.lead, "goes in with"), *((a, "needs") for a in p.after)):
         if other is not None and other.error is not None:
             return LedgerError(f"record {p.entry.record_id[:16]}… not written: it {how} "
                                f"{other.entry.record_id[:16]}…, which was refused ({other.error})")
@@ -400,7 +400,7 @@ class PendingAppend:
         self.done = False
         self._ledger = ledger
         self.lead: PendingAppend | None = None  # submit_pair: the entry written with this one, or neither
-        self.after: PendingAppend | None = None  # an entry queued before this one, which must be written first
+        self.after: tuple[PendingAppend, ...] = ()  # entries queued before this one that must be written first
 
     def result(self, timeout: float | None = None) -> StoredEntry:
         self._ledger._wait([self], timeout)
@@ -625,20 +625,21 @@ class Ledger:
 
     def submit(
         self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True,
-        after: PendingAppend | None = None,
+        after: tuple[PendingAppend, ...] = (),
     ) -> PendingAppend:
         """Queue a record and return at once; a committer thread writes queued
         records in groups (one fsync per group). The record is acknowledged —
         durable — only when ``result()`` returns. ``on_durable`` runs on the
         committing thread right after the commit (keep it short). With
         ``wake=False`` the caller commits it itself when it waits on ``result()``.
-        ``after``: an append queued earlier (a chain parent) that this one
-        needs: if that one is refused, so is this one."""
+        ``after``: appends queued earlier (a chain parent, an epoch boundary)
+        that this one needs: if one of them is refused, so is this one."""
         return self._enqueue(entry, on_durable, wake=wake, after=after)
 
     def submit_pair(
         self, lead: LedgerEntry, entry: LedgerEntry, on_lead: Callable[[StoredEntry], None] | None = None,
-        on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True, after: PendingAppend | None = None,
+        on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True,
+        after: tuple[PendingAppend, ...] = (),
     ) -> tuple[PendingAppend, PendingAppend]:
         """Queue ``lead`` and ``entry`` to be written together, in that order,
         or neither. Why: an epoch-boundary capsule goes in with the epoch's
@@ -661,7 +662,7 @@ class Ledger:
         return bool(self._query("SELECT 1 FROM records WHERE record_id=? LIMIT 1", (record_id,)))
 
     def _enqueue(self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None, *, wake: bool,
-                 after: PendingAppend | None = None) -> PendingAppend:
+                 after: tuple[PendingAppend, ...] = ()) -> PendingAppend:
         pending = PendingAppend(entry, self, on_durable)
         pending.after = after
         self._enqueue_all((pending,), wake=wake)
@@ -807,6 +808,7 @@ class Ledger:
         with self._mutex:
             for p in batch:
                 p.done = True
+                p.lead, p.after = None, ()  # decided: what it waited on may go (a chain would keep every body)
             self._in_flight = []
             self._cond.notify_all()
 

@@ -35,7 +35,7 @@ from typing import Any
 from capseal.keys import SignatureResult, Signer, SignerSelfTest
 
 from .assurance import derive_assurance, enforce_claim
-from .canonical import canonical_bytes, json_digest
+from .canonical import MAX_DEPTH, canonical_bytes, json_digest
 from .envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope, sign_envelope
 from .errors import (
     DuplicateRecordError,
@@ -60,7 +60,6 @@ CUSTODY_MEMBER = "x-capseal-key-custody"
 #: Members the producer writes itself; a spec may repeat them only with the same value.
 _PRODUCER_OWNED = ("spec_version", "format_version", "canonicalization_id", "operator", "developer")
 _NEVER_IN_SPEC = ("capsule_id", "signature", "key_id", "timestamp")
-_RECENT = 8192  # submitted records kept findable by id (a chained child's parent)
 
 
 def _refuse_reserved(spec: Mapping[str, Any]) -> None:
@@ -350,7 +349,8 @@ class Producer:
         the record goes through the signing pipeline behind them, so order is
         kept).
         """
-        return self._seal(self._parent_known(self._body(spec, parent, relation)))
+        body = self._body(spec, parent, relation)
+        return self._seal(body, self._parent_known(body))
 
     def submit(self, spec: Mapping[str, Any], *, parent: SealedRecord | str | None = None, relation: str = "follows") -> PendingRecord:
         """Like :meth:`seal`, but return once the record is queued. Every
@@ -364,23 +364,26 @@ class Producer:
         """
         if self.ledger._forked:  # before the signer or the pipeline (its threads are not in this process)
             raise self.ledger._fork_error("Producer.submit()")
-        body = self._parent_known(self._body(spec, parent, relation))
+        body = self._body(spec, parent, relation)
+        parent_record = self._parent_known(body)
         if getattr(self.signer, "external_device", False):
-            return self._submit_pipelined(body)
-        return self._submit(body, wake=True)
+            return self._submit_pipelined(body, parent_record)
+        return self._submit(body, wake=True, parent=parent_record)
 
-    def _parent_known(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _parent_known(self, body: dict[str, Any]) -> PendingRecord | None:
         """Refuse a chain parent that is neither in this ledger nor submitted
         by this producer: -05 §6 check 6 makes a missing parent an error, so
-        the producer would write a record its own ledger verifier fails. A
-        parent submitted and still on its way is not waited for: the child is
-        written only if the parent is (see :meth:`_enqueue`)."""
+        the producer would write a record its own ledger verifier fails.
+        Returns the parent's PendingRecord when it is still on its way (it is
+        not waited for: the child is written only if the parent is, see
+        :meth:`_enqueue`), looked up once here and carried to the ledger."""
         chain = body.get("chain")
         parent = chain.get("parent_capsule_id") if isinstance(chain, Mapping) else None
         if not isinstance(parent, str) or len(parent) != 64 or parent == self.epoch_record.capsule_id:
-            return body  # no chain, a malformed one (refused with its own message later), or the epoch's boundary
-        if parent in self._recent or self.ledger.has_record(parent):
-            return body
+            return None  # no chain, a malformed one (refused with its own message later), or the epoch's boundary
+        on_its_way = self._recent.get(parent)
+        if on_its_way is not None or self.ledger.has_record(parent):
+            return on_its_way
         raise InputError(f"chain parent {parent[:16]}… is not in {self.ledger.path.name}: a chain names a record "
                          "of the same ledger (-05 §6 check 6)")
 
@@ -389,13 +392,13 @@ class Producer:
         child chained to it is accepted before the parent is durable, and
         written only if the parent is. Records that are done (durable: the
         ledger finds them; or refused) leave from the front, so this holds
-        about as many records as are under way (never more than _RECENT)."""
+        about as many records as are under way, as the ledger's queue does."""
         with self._recent_lock:
             recent = self._recent
             recent[pending.capsule_id] = pending
             while recent:
                 first = next(iter(recent.values()))
-                if len(recent) <= _RECENT and not first._settled():
+                if not first._settled():
                     break
                 del recent[first.capsule_id]
         return pending
@@ -427,7 +430,7 @@ class Producer:
         """True once the current epoch's boundary capsule is in the ledger queue."""
         return self._epoch_entry is None
 
-    def _seal(self, spec: dict[str, Any]) -> SealedRecord:
+    def _seal(self, spec: dict[str, Any], parent: PendingRecord | None = None) -> SealedRecord:
         if self.ledger._forked:  # before anything is signed or queued
             raise self.ledger._fork_error("Producer.seal()")
         self.ledger._refuse_inside_commit("seal()")  # before anything is signed or queued
@@ -435,8 +438,8 @@ class Producer:
             # a token or TPM with submitted records still on their way: this one
             # goes behind them, so one thread's records reach the ledger in the
             # order it made them (otherwise it signs here: ~150 µs less CPU)
-            return self._submit_pipelined(spec).result()
-        return self._submit(spec, wake=False).result()
+            return self._submit_pipelined(spec, parent).result()
+        return self._submit(spec, wake=False, parent=parent).result()
 
     def _entry(self, record: SealedRecord, *, tag: str | None = None) -> LedgerEntry:
         capsule = record.capsule
@@ -450,74 +453,78 @@ class Producer:
             tag=tag,
         )
 
-    def _submit(self, spec: dict[str, Any], *, wake: bool = True) -> PendingRecord:
+    def _submit(self, spec: dict[str, Any], *, wake: bool = True, parent: PendingRecord | None = None) -> PendingRecord:
         if self._closed:
             raise LedgerClosedError("this producer is closed")
         record = self._sign(self._assemble(spec))  # every refusal happens here, before the ledger
-        return self._keep_findable(PendingRecord(record.capsule_id, record, self._enqueue(record, wake=wake)))
+        return self._keep_findable(PendingRecord(record.capsule_id, record, self._enqueue(record, wake=wake,
+                                                                                          parent=parent)))
 
-    def _enqueue(self, record: SealedRecord, *, wake: bool) -> PendingAppend:
+    def _enqueue(self, record: SealedRecord, *, wake: bool, parent: PendingRecord | None = None) -> PendingAppend:
         """Hand ``record`` to the ledger: the epoch's first record together
-        with the epoch boundary (both or neither), every later one after the
-        boundary is durable, and a chained one only if its parent is written."""
+        with the epoch boundary (both or neither); a later record of the epoch
+        queued behind that pair while it is on its way, and refused with it
+        if it is refused (the boundary is then armed again for the next
+        record); a chained record only if its parent is written. Nothing here
+        waits for a commit: this runs on the signing pipeline's finishing
+        thread and in observers too."""
         entry = self._entry(record)
         callback = partial(self._notify_sealed, record) if self._observers else None
-        after = self._parent_append(record)
-        while True:
-            with self._epoch_lock:
-                sent = self._epoch_sent
-                if sent is None or sent.stored is not None:
+        after = self._parent_append(record, parent)
+        with self._epoch_lock:
+            sent = self._epoch_sent
+            if sent is not None:
+                if sent.stored is not None:
                     self._epoch_sent = None
                 elif sent.error is not None:  # refused with its first record: it goes in with the next one
                     self._epoch_sent = None
-                    self._rearm(sent)
-                if self._epoch_sent is None:
-                    return self._enqueue_now(record, entry, callback, after, wake)
-            # the boundary's pair is on its way: wait for it (not under the lock: a commit
-            # callback may seal), so no record of the epoch goes in before its boundary
-            assert sent is not None
-            self.ledger._wait([sent], None)
+                    if self._epoch_entry is None:
+                        self._epoch_entry = sent.entry
+                else:
+                    after += (sent,)  # on its way: behind it, and only if it is written
+            return self._enqueue_now(record, entry, callback, after, wake)
 
-    def _enqueue_now(self, record: SealedRecord, entry: LedgerEntry, callback: Any, after: PendingAppend | None,
-                     wake: bool) -> PendingAppend:
-        """``_enqueue`` under the epoch lock, no boundary pair on its way."""
-        if self._epoch_entry is None:
+    def _enqueue_now(self, record: SealedRecord, entry: LedgerEntry, callback: Any,
+                     after: tuple[PendingAppend, ...], wake: bool) -> PendingAppend:
+        """``_enqueue`` under the epoch lock."""
+        armed = self._epoch_entry
+        if armed is None or record.capsule.get("epoch_id") != self.epoch_id:
+            if armed is not None and not self.ledger.has_action_id(f"{record.capsule.get('epoch_id')}/opens"):
+                # assembled in an epoch rotated away before its boundary went in
+                raise LedgerError(f"record {record.capsule_id[:16]}… not written: its epoch "
+                                  f"{record.capsule.get('epoch_id')!r} was rotated before its boundary was written; "
+                                  "seal it again")
             return self.ledger.submit(entry, callback, wake=wake, after=after)
         # the boundary is written only with the epoch's first record (a duplicate
         # action id refuses both): checked here too, so a refusal keeps it armed
-        if self.ledger.has_action_id(str(self._epoch_entry.action_id)):
+        if self.ledger.has_action_id(str(armed.action_id)):
             raise InputError(f"epoch {self.epoch_id!r} was opened by another producer of {self.ledger.path.name} "
                              "meanwhile; an epoch id is never reused (-05 §5.2): call rotate_epoch()")
         capsule = record.capsule
         if self.ledger.has_action_id(capsule["action_id"]) or self.ledger.has_record(record.capsule_id):
             raise DuplicateRecordError(f"action_id {capsule['action_id']!r} (or this capsule) is already in "
                                        f"{self.ledger.path.name}")
-        lead, pending = self.ledger.submit_pair(self._epoch_entry, entry, self._notify_epoch if self._observers else None,
+        lead, pending = self.ledger.submit_pair(armed, entry, self._notify_epoch if self._observers else None,
                                                 callback, wake=wake, after=after)
         self._epoch_entry, self._epoch_sent = None, lead
         return pending
 
-    def _rearm(self, sent: PendingAppend) -> None:
-        """The boundary ``sent`` was refused with its record: arm it again for
-        the next record (``_enqueue_now`` refuses it for good if its epoch id
-        was taken meanwhile)."""
-        if self._epoch_entry is None:
-            self._epoch_entry = sent.entry
-
-    def _parent_append(self, record: SealedRecord) -> PendingAppend | None:
-        """The ledger append of ``record``'s chain parent when this producer
-        submitted it and it may not be durable yet; the record is refused now
-        if the parent already was."""
-        chain = record.capsule.get("chain")
-        parent = self._recent.get(chain["parent_capsule_id"]) if isinstance(chain, dict) else None
+    @staticmethod
+    def _parent_append(record: SealedRecord, parent: PendingRecord | None) -> tuple[PendingAppend, ...]:
+        """The ledger append of ``record``'s chain parent while it may not be
+        durable yet (``parent``: the parent's PendingRecord, looked up when the
+        record was accepted); the record is refused now if the parent already
+        was."""
         if parent is None:
-            return None
-        if parent._error is not None:
+            return ()
+        append = parent._pending
+        error = parent._error if parent._error is not None else (append.error if append is not None else None)
+        if error is not None:
             raise LedgerError(f"record {record.capsule_id[:16]}… not written: its chain parent "
-                              f"{parent.capsule_id[:16]}… was refused ({parent._error})")
-        return parent._pending
+                              f"{parent.capsule_id[:16]}… was refused ({error})")
+        return () if append is None else (append,)
 
-    def _submit_pipelined(self, spec: dict[str, Any]) -> PendingRecord:
+    def _submit_pipelined(self, spec: dict[str, Any], parent: PendingRecord | None = None) -> PendingRecord:
         """submit() for a token or TPM: prepare here, sign on the pipeline's
         signing thread (a TPM: queued on its own worker), check and append on
         the pipeline's finishing thread."""
@@ -525,7 +532,7 @@ class Producer:
             raise LedgerClosedError("this producer is closed")
         capsule, cid_raw = self._prepare(self._assemble(spec))  # every input refusal happens here
         tbs = prepare_envelope(self.signer, cid_raw)
-        pending = self._keep_findable(PendingRecord(capsule["capsule_id"]))
+        pending = PendingRecord(capsule["capsule_id"])
         if self._pipeline is None:
             with self._epoch_lock:
                 if self._closed:  # close() ran meanwhile: nobody would close a pipeline made now
@@ -540,14 +547,15 @@ class Producer:
                         finish=self._finish_pipelined,
                         fail=lambda job, exc: job[2]._fail(exc),
                     )
-        self._pipeline.put((capsule, tbs, pending))
-        return pending
+        self._pipeline.put((capsule, tbs, pending, parent))
+        return self._keep_findable(pending)  # once queued (a put that failed left nothing to wait for)
 
-    def _finish_pipelined(self, job: tuple[dict[str, Any], ToBeSigned, PendingRecord], signature: SignatureResult) -> None:
-        capsule, tbs, pending = job
+    def _finish_pipelined(self, job: tuple[dict[str, Any], ToBeSigned, PendingRecord, PendingRecord | None],
+                          signature: SignatureResult) -> None:
+        capsule, tbs, pending, parent = job
         envelope = complete_envelope(self.signer, tbs, signature, verify=self._check_every_signature)
         record = self._record(capsule, envelope)
-        pending._resolve(record, self._enqueue(record, wake=True))
+        pending._resolve(record, self._enqueue(record, wake=True, parent=parent))
 
     def _notify_sealed(self, record: SealedRecord, stored: StoredEntry) -> None:
         # the record as sealed (what the caller gets back), not re-parsed from
@@ -632,7 +640,7 @@ class Producer:
         the returned record) would otherwise be stored and signed-for with a
         body that no longer hashes to its capsule_id. The copy also turns
         tuples into the lists a verifier reads. About 10 µs a record."""
-        preimage = canonical_bytes(capsule)  # typed errors naming the JSON path
+        preimage = canonical_bytes(capsule, max_depth=MAX_DEPTH)  # typed errors naming the JSON path
         capsule = json.loads(preimage)
         validate_capsule(capsule)
         cid_raw = hashlib.sha256(preimage).digest()

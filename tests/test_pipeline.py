@@ -217,8 +217,8 @@ def test_a_device_queue_needs_no_signing_thread(tmp_path: Path) -> None:
             raise DeviceError("device queue full (injected)")
         return real_begin(data)
 
-    device.begin_sign = begin  # type: ignore[method-assign]
     with Producer("acme", "agent@1", device, tmp_path / "l.db") as producer:
+        device.begin_sign = begin  # type: ignore[method-assign]  # the submitted records' signatures only
         pendings = [producer.submit({"action_id": f"q-{i}", "action_type": "fyi"}) for i in range(6)]
         producer.flush()
         assert not [t for t in threading.enumerate() if t.name.startswith("capseal-sign")]

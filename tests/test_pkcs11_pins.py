@@ -101,8 +101,12 @@ def test_cli_refuses_empty_and_non_utf8_pins(token: dict[str, str], tmp_path: Pa
     empty, latin1 = tmp_path / "empty.pin", tmp_path / "latin1.pin"
     empty.write_bytes(b"")
     latin1.write_bytes(b"caf\xe9" + SECRET.encode() + b"\n")
-    _assert_cli_refused(capseal("keys", "show", token["uri"], env={b"CAPSEAL_PIN": b""}),
+    # named with --pin-env, an empty variable is refused; the default CAPSEAL_PIN set but empty
+    # (an unset secret in compose or systemd) means no PIN, as for a key that needs none
+    _assert_cli_refused(capseal("keys", "show", token["uri"], "--pin-env", "CAPSEAL_PIN", env={b"CAPSEAL_PIN": b""}),
                         "environment variable CAPSEAL_PIN is empty")
+    no_pin = capseal("keys", "show", token["uri"], env={b"CAPSEAL_PIN": b""})
+    assert no_pin.returncode == 2 and "empty" not in no_pin.stderr and "Traceback" not in no_pin.stderr
     _assert_cli_refused(capseal("keys", "show", token["uri"], "--pin-file", str(empty)), f"PIN file {empty} is empty")
     _assert_cli_refused(capseal("keys", "show", token["uri"], "--pin-file", str(latin1)), f"PIN file {latin1}", SECRET, "caf")
     _assert_cli_refused(capseal("keys", "show", token["uri"], env={b"CAPSEAL_PIN": b"caf\xe9" + SECRET.encode()}),

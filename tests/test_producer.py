@@ -411,19 +411,24 @@ def test_resolved_needs_the_caller_to_say_who_approved(producer: Producer) -> No
 def test_no_record_of_an_epoch_goes_in_before_its_boundary(tmp_path: Path) -> None:
     """Two producers share one ledger. The second one's first record
     duplicates a record the first has queued, so the (boundary, record) pair
-    is refused in the commit; a record the second submitted meanwhile waits
-    for that pair, then carries the boundary itself."""
+    is refused in the commit. A record the second submitted meanwhile was
+    queued behind that pair, needing it: it is refused with it (nothing
+    written, a typed error), never written without its boundary; the next
+    record carries the boundary."""
     with Ledger(tmp_path / "l.db", group_window=0.2) as ledger:
         first = Producer("op1", "dev1@1", UnsafeEphemeralSigner(), ledger)
         first.seal({"action_id": "warmup", "action_type": "fyi"})
         second = Producer("op2", "dev2@1", UnsafeEphemeralSigner(), ledger)
         queued = first.submit({"action_id": "x", "action_type": "fyi"})  # not durable yet
         duplicate = second.submit({"action_id": "x", "action_type": "fyi"})
-        later = second.submit({"action_id": "y", "action_type": "fyi"})
+        behind = second.submit({"action_id": "y", "action_type": "fyi"})
         queued.result()
         with pytest.raises(DuplicateRecordError):
             duplicate.result()
-        later.result()
+        with pytest.raises(LedgerError, match="was refused"):
+            behind.result()
+        assert ledger.entry(second.epoch_record.capsule_id) is None and ledger.entry(behind.capsule_id) is None
+        later = second.seal({"action_id": "y", "action_type": "fyi"})
         boundary = ledger.entry(second.epoch_record.capsule_id)
         record = ledger.entry(later.capsule_id)
         assert boundary is not None and record is not None and boundary.seq < record.seq
@@ -515,3 +520,73 @@ def test_nesting_has_one_fixed_limit_for_producer_and_verifier(producer: Produce
 
     assert from_deep_in_the_stack(600).ok
     assert capseal.verify_ledger(producer.ledger.path).ok
+    # the bound is the capsule's only: content kept as a digest may nest deeper, as before
+    planned = producer.planned("deep-response", effect_type="write_order")
+    assert producer.confirmed(planned, response=nested(MAX_DEPTH + 60)).capsule["effect"]["response_digest"]
+
+
+def test_observers_on_the_device_path_never_wedge_the_pipeline(tmp_path: Path) -> None:
+    """With a device (the signing pipeline), records behind the epoch's first
+    pair are queued behind it, not waited for: the finishing thread never
+    commits or runs observers itself, so an observer that submits, or that
+    calls flush() (refused inside a commit), cannot wedge the pipeline."""
+    signer = _GatedSigner()
+    path = tmp_path / "l.db"
+    outcomes: list[str] = []
+    with Producer("acme", "agent@1", signer, path) as p:
+        def observer(record: capseal.SealedRecord) -> None:
+            if record.capsule["action_id"].startswith("r-"):
+                p.submit({"action_id": f"follow-{record.capsule['action_id']}", "action_type": "fyi"})
+                try:
+                    p.flush()
+                    outcomes.append("flushed")
+                except LedgerError:
+                    outcomes.append("refused inside the commit")
+
+        p.add_observer(observer)
+        pendings = [p.submit({"action_id": f"r-{i}", "action_type": "fyi"}) for i in range(5)]
+        done = threading.Event()
+
+        def flush_then_say_so() -> None:
+            p.flush()
+            done.set()
+
+        threading.Thread(target=flush_then_say_so, daemon=True).start()
+        assert done.wait(30), "the pipeline wedged"
+        assert [x.result().capsule["action_id"] for x in pendings] == [f"r-{i}" for i in range(5)]
+        assert outcomes and set(outcomes) <= {"flushed", "refused inside the commit"}
+        p.flush()
+    assert capseal.verify_ledger(path).ok
+
+
+def test_a_device_path_child_of_a_refused_parent_is_refused(tmp_path: Path) -> None:
+    signer = _GatedSigner()
+    path = tmp_path / "l.db"
+    with Producer("acme", "agent@1", signer, path) as p:
+        p.seal({"action_id": "dup", "action_type": "fyi"})
+        count = p.ledger.count()
+        signer.release.clear()
+        parent = p.submit({"action_id": "dup", "action_type": "fyi", "x-note": "again"})  # refused at commit
+        child = p.submit({"action_id": "child", "action_type": "fyi"}, parent=parent.capsule_id)
+        signer.release.set()
+        with pytest.raises(DuplicateRecordError):
+            parent.result()
+        with pytest.raises(LedgerError, match="was refused"):
+            child.result()
+        assert p.ledger.count() == count
+    assert capseal.verify_ledger(path).ok
+
+
+def test_a_long_chain_keeps_no_bodies_alive(tmp_path: Path) -> None:
+    """A child's append refers to its parent's only until it is decided: a
+    chain of records submitted one after another keeps nothing of the older
+    ones reachable (each held its record body)."""
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as p:
+        first = previous = p.submit({"action_id": "chain-0", "action_type": "fyi"})
+        for i in range(1, 50):
+            previous = p.submit({"action_id": f"chain-{i}", "action_type": "fyi"}, parent=previous.capsule_id)
+        p.flush()
+        assert first._pending is not None and previous._pending is not None
+        assert previous._pending.after == () and previous._pending.lead is None
+        p.submit({"action_id": "unrelated", "action_type": "fyi"})  # the settled ones leave as the next arrives
+        assert len(p._recent) <= 1
