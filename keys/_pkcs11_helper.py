@@ -24,8 +24,8 @@ What stays as it was:
   process. A PIN a child was refused is not offered again by a background
   start, for any signer of the token (tokens lock a PIN after a few wrong
   tries, and nobody asked for these logins), until a login with it succeeds;
-* the PIN reaches the child through its stdin only (never its argv or
-  environment, which other users can read in ``/proc``; a variable of this
+* the PIN reaches the child through its stdin only: never its argv (which
+  other users can read in ``/proc``) or its environment (a variable of this
   process that holds the PIN is left out of the child's), and the child's
   stderr goes to /dev/null; the child runs in its own session, so a Ctrl-C
   in a terminal stops the parent, which then closes the child;
@@ -68,13 +68,28 @@ _MAX_BACKOFF = 60.0
 _PIN_REFUSALS = {"PinIncorrectError": PinIncorrectError, "PinLockedError": PinLockedError}
 
 
+_ALWAYS_PASSED = ("PATH", "HOME", "LANG", "PWD", "TMPDIR")
+
+
 def _child_environment(pin: str | None) -> dict[str, str]:
-    """This process's environment without any variable that holds the PIN
-    (an application that keeps it in ``CAPSEAL_PIN``, say): the child gets
-    the PIN on its stdin only, and its environment is readable in ``/proc``."""
+    """This process's environment without the variables that hold the PIN
+    (an application that keeps it in ``CAPSEAL_PIN``, or in a URI with a
+    pin-value): the child gets the PIN on its stdin only. Its environment is
+    readable in ``/proc`` by the same user and root, who could read this
+    process's too; leaving the PIN out keeps it out of core dumps and of
+    whatever the child starts. A PIN of four characters or more is looked
+    for inside values too; shorter ones only as a whole value (``1`` would
+    match half the environment). Variables the interpreter and the module
+    need to start are always passed."""
     if not pin:
         return dict(os.environ)
-    return {name: value for name, value in os.environ.items() if value != pin}
+
+    def holds_pin(name: str, value: str) -> bool:
+        if name in _ALWAYS_PASSED or name.startswith(("LC_", "PYTHON")):
+            return False
+        return value == pin or (len(pin) >= 4 and pin in value)
+
+    return {name: value for name, value in os.environ.items() if not holds_pin(name, value)}
 
 
 class Credentials(Protocol):

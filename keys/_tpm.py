@@ -354,7 +354,25 @@ class TPMSigner(Signer):
         return self._pinned_name
 
     def sign(self, data: bytes) -> SignatureResult:
-        return self.begin_sign(data).result()
+        """Sign ``data``; the signature is checked against this key's public key
+        before it is returned. Why: on a TPM without a resource manager another
+        process can flush this key and load another one at the cached handle
+        (each capseal process flushes what it did not load when it connects),
+        and TPM2_Sign would then sign with that key. On a mismatch the key is
+        reloaded with its name check (:meth:`forget_cached_key`) and signed
+        once more; SignatureFailedError if it still does not verify. The
+        producer queues with :meth:`begin_sign` and checks every signature
+        itself (about 0.1 ms for P-256), so it pays the check once."""
+        from capseal.envelope import signature_ok
+
+        for attempt in (0, 1):
+            result = self.begin_sign(data).result()
+            if signature_ok(result.alg, self.public_key, result.signature, data):
+                return result
+            if attempt == 0:
+                self.forget_cached_key()
+        raise SignatureFailedError(f"{self.describe_short()} returned a signature its own public key rejects, "
+                                   "twice (the key at this handle or in this file is not the one capseal opened)")
 
     def begin_sign(self, data: bytes) -> PendingSignature:
         """Queue the signature on the device's worker and return at once;

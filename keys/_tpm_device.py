@@ -13,8 +13,9 @@ Why the connection care:
   on every connect the worker flushes leftover transient objects and loaded
   sessions (HMAC and policy). While connected it never flushes objects it did
   not load: they may be another running process's (whose cached handles would
-  then name other keys). On TPM_RC_OBJECT_MEMORY it gives up its own cached
-  objects and runs the command once more; then TPMObjectMemoryError says how
+  then name other keys). On TPM_RC_OBJECT_MEMORY, when no other process's
+  objects are loaded, it gives up its own cached objects and runs the command
+  once more; otherwise, or then, TPMObjectMemoryError says how
   to free the slots (a process that crashed after capseal connected leaves
   its objects until they are flushed, or until capseal connects again).
   Objects capseal loads are flushed in ``finally`` blocks, or kept
@@ -654,8 +655,11 @@ class TPMDevice:
                             continue
                     elif _is_object_memory(exc) and evict and self._depth == 1:
                         evict = False
-                        if self._evict_cached_transients():
-                            continue  # our own cached objects filled the slots: they reload on demand
+                        # only when our own cached objects are what fills the slots: with
+                        # another process's there, evicting ours would stop a signer that
+                        # works without making room for this job
+                        if not self.foreign_transients() and self._evict_cached_transients():
+                            continue
                     raise map_tss_error(exc, self.tcti, what) from None
                 except CapsealError:
                     raise

@@ -63,7 +63,8 @@ _PATH_KEYS = frozenset({"handle", "keyfile"})
 
 
 _HEX_HANDLE = re.compile(r"0[xX][0-9a-fA-F]{1,8}", re.ASCII)
-_DEC_HANDLE = re.compile(r"0|[1-9][0-9]{0,9}", re.ASCII)  # no leading zero: C tools read 0123 as octal
+_DEC_HANDLE = re.compile(r"0|[1-9][0-9]{0,9}", re.ASCII)
+_HEX_DIGITS = re.compile(r"[0-9a-fA-F]+", re.ASCII)  # no leading zero: C tools read 0123 as octal
 
 
 def parse_handle(text: str, what: str = "handle") -> int:
@@ -78,20 +79,31 @@ def parse_handle(text: str, what: str = "handle") -> int:
         leading_zero = isinstance(text, str) and text[:1] == "0" and text[1:].isdigit() and text.isascii()
         raise KeyURIError(f"{what} {text!r} is not a TPM handle: write 0x and 1-8 hex digits (0x81000101) "
                           "or decimal digits" + (" without a leading zero (tpm2-tools read it as octal)"
-                                                 if leading_zero else ""))
+                                                 if leading_zero else "") + hex_hint(text))
     value = int(text, 16) if text[:2] in ("0x", "0X") else int(text, 10)
     if value > 0xFFFFFFFF:
         raise KeyURIError(f"{what} {text!r} is not a 32-bit TPM handle")
     return value
 
 
-def hex_hint(text: str, value: int) -> str:
-    """For a handle written in decimal that is not in the range expected: say
-    so, and name the handle the same digits give in hex (``81000101``, meant
-    as 0x81000101). Empty otherwise."""
-    if not isinstance(text, str) or text[:2] in ("0x", "0X") or len(text) > 8:
+def parse_persistent_handle(text: str, what: str) -> int:
+    """:func:`parse_handle`, refusing anything outside the persistent range,
+    with :func:`hex_hint` (``--handle 81000101`` means 0x81000101)."""
+    value = parse_handle(text, what)
+    if not is_persistent_handle(value):
+        raise KeyURIError(f"{what} {format_handle(value)} is not a persistent handle (0x81000000–0x817fffff)"
+                          + hex_hint(text, value))
+    return value
+
+
+def hex_hint(text: str, value: int | None = None) -> str:
+    """For a handle of eight hex digits written without ``0x`` (``81000101``,
+    read as decimal, or ``8100010a``, not a number at all): name the handle
+    it most likely meant. Empty otherwise."""
+    if not isinstance(text, str) or len(text) != 8 or not _HEX_DIGITS.fullmatch(text):
         return ""
-    return f" ({text} is decimal, 0x{value:08x}; did you mean 0x{text}?)"
+    read = f"{text} is decimal, 0x{value:08x}; " if value is not None else ""
+    return f" ({read}did you mean 0x{text}?)"
 
 
 def check_tcti(tcti: str, where: str = "tcti") -> str:

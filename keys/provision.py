@@ -58,8 +58,8 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
     except SignatureFailedError as exc:
         where = signer.uri
         signer.close()
-        raise SignatureFailedError(f"{exc}; the key just created ({where}) is still on the device: inspect it, "
-                                   "and remove it before creating a key under that name again", hint=exc.hint) from None
+        raise SignatureFailedError(f"{exc}; the key just created ({where}) is kept: inspect it, and remove it "
+                                   "before creating a key under that name again", hint=exc.hint) from None
     except BaseException:
         signer.close()
         raise

@@ -155,7 +155,7 @@ def test_a_new_key_that_fails_its_self_test_is_named_for_removal(softhsm: Any, m
 
     label = f"selftest-{os.urandom(3).hex()}"
     monkeypatch.setattr(capseal.envelope, "signature_ok", lambda *a, **k: False)
-    with pytest.raises(SignatureFailedError, match="still on the device") as err:
+    with pytest.raises(SignatureFailedError, match="is kept") as err:
         create_key(softhsm.uri(label), "p256", pin=softhsm.pin)
     assert label in str(err.value) and softhsm.pin not in str(err.value)
     monkeypatch.undo()

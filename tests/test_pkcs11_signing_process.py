@@ -107,6 +107,7 @@ def test_the_pin_reaches_the_child_only_through_its_stdin(softhsm: Any, monkeypa
     """Not even when the application keeps the PIN in its own environment:
     the child's environment is this process's without any variable holding it."""
     monkeypatch.setenv("CAPSEAL_PIN", softhsm.pin)
+    monkeypatch.setenv("CAPSEAL_TEST_URI", f"pkcs11:token=x?pin-value={softhsm.pin}")  # the PIN inside a value
     monkeypatch.setenv("CAPSEAL_TEST_NOT_A_PIN", "kept")
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         pid = signer._process.pid if signer._process is not None else 0

@@ -266,8 +266,8 @@ def test_object_slots_full(tpm: Any, tmp_path: Path) -> None:
 
         try:
             fill()
-            # the key file's loaded copy holds a slot; capseal gives it up when the TPM is full
-            # (and reloads it on demand), so let it go and take that slot too
+            # the key file's loaded copy holds a slot (reloaded on demand): let it go and
+            # take that slot too
             device = get_device(tpm.tcti)
             device.call(lambda _ectx: device.make_room())
             fill()
@@ -319,6 +319,28 @@ def test_leftovers_of_a_process_that_crashed_after_capseal_connected(tpm: Any, t
             flusher.close()
         with open_signer(f"tpm2:keyfile={paths[1]}?tcti={tpm.tcti}") as second:
             assert second.sign(b"second").alg == first.sign(b"first").alg == "ES256"
+
+
+def test_a_failed_load_does_not_stop_a_working_signer(tpm: Any, tmp_path: Path) -> None:
+    """Signer A's key holds one slot and another running client the other two.
+    Opening B fails with TPMObjectMemoryError; A's cached key is not given up
+    for a retry that could not succeed (it would have stopped A as well)."""
+    paths = [tmp_path / "a.tss", tmp_path / "b.tss"]
+    for path in paths:
+        create_key(f"tpm2:keyfile={path}?tcti={tpm.tcti}", "p256").close()
+    with open_signer(f"tpm2:keyfile={paths[0]}?tcti={tpm.tcti}") as a:
+        a.sign(b"warm")  # A's key is loaded
+        other = ESAPI(tpm.tcti)
+        held = [other.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)[0] for _ in range(2)]
+        try:
+            assert a.sign(b"full TPM, cached key").alg == "ES256"
+            with pytest.raises(TPMObjectMemoryError):
+                open_signer(f"tpm2:keyfile={paths[1]}?tcti={tpm.tcti}")
+            assert a.sign(b"still signing").alg == "ES256"
+        finally:
+            for handle in held:
+                other.flush_context(handle)
+            other.close()
 
 
 _CRASH = """

@@ -322,10 +322,12 @@ def test_verify_ledger_rechecks_the_custody_certify(tpm: dict[str, Any], tmp_pat
 def test_forget_cached_key_after_another_process_reused_the_handle(fresh_swtpm: Any, tmp_path: Path) -> None:
     """Another client flushes a key-file signer's loaded key and loads a
     different signing key that lands on the same transient handle: the
-    cached handle now signs with that key (the producer's check catches it).
-    forget_cached_key() makes the next signature reload the file with the
-    name check, so it is this key's again, and the other client's object is
-    let go of, not flushed."""
+    cached handle now signs with that key on the queued path (which the
+    producer checks itself). sign() checks its result and reloads the file
+    with the name check, so what it returns is this key's, and so is every
+    signature after it. The other client's object is let go of, not flushed
+    (the producer's path, forget_cached_key() after its own check fails, is
+    the next test)."""
     from tpm2_pytss import ESAPI
 
     tcti = fresh_swtpm.tcti
@@ -337,10 +339,12 @@ def test_forget_cached_key_after_another_process_reused_the_handle(fresh_swtpm: 
         assert _verifies(signer, b"before")
         theirs = _take_over_the_loaded_handle(other)
         their_name = bytes(other.read_public(theirs)[1])
-        assert not _verifies(signer, b"reused handle")  # what the producer's check catches
-        signer.forget_cached_key()
-        assert _verifies(signer, b"after")
+        unchecked = signer.begin_sign(b"reused handle").result()  # the queued path the producer checks itself
+        assert not signature_ok(unchecked.alg, signer.public_key, unchecked.signature, b"reused handle")
+        assert _verifies(signer, b"after")  # sign() checks, reloads the key with its name check, signs again
         assert bytes(other.read_public(theirs)[1]) == their_name  # still loaded: it was not ours to flush
+        unchecked = signer.begin_sign(b"queued again").result()  # the cache now holds this key again
+        assert signature_ok(unchecked.alg, signer.public_key, unchecked.signature, b"queued again")
     finally:
         other.close()
         signer.close()

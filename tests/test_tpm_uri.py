@@ -8,7 +8,7 @@ import pytest
 
 from capseal.errors import KeyURIError
 from capseal.keys._tpm import provision
-from capseal.keys._tpm_uri import explicit_tcti, parse_handle, parse_tpm_uri
+from capseal.keys._tpm_uri import explicit_tcti, parse_handle, parse_persistent_handle, parse_tpm_uri
 
 
 @pytest.mark.parametrize("uri", ["tpm2:handle=0x81000101?tcti=", "tpm2:handle=0x81000101?tcti=%20",
@@ -54,6 +54,13 @@ def test_a_leading_zero_or_hex_digits_without_0x_get_a_hint() -> None:
         parse_tpm_uri("tpm2:handle=81000101")
     with pytest.raises(KeyURIError, match=r"did you mean 0x81000102\?"):
         parse_tpm_uri("tpm2:handle=0x81000101?ak-handle=81000102")
+    with pytest.raises(KeyURIError, match=r"did you mean 0x8100010a\?"):
+        parse_handle("8100010a")
+    with pytest.raises(KeyURIError, match=r"--handle 0x04d3f6a5 is not a persistent handle.*did you mean 0x81000101\?"):
+        parse_persistent_handle("81000101", "--handle")
+    with pytest.raises(KeyURIError) as exc_info:
+        parse_tpm_uri("tpm2:handle=0")
+    assert "did you mean" not in str(exc_info.value)
 
 
 def test_the_ak_handle_must_differ_from_the_key_handle() -> None:
