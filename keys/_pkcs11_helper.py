@@ -68,28 +68,19 @@ _MAX_BACKOFF = 60.0
 _PIN_REFUSALS = {"PinIncorrectError": PinIncorrectError, "PinLockedError": PinLockedError}
 
 
-_ALWAYS_PASSED = ("PATH", "HOME", "LANG", "PWD", "TMPDIR")
-
-
 def _child_environment(pin: str | None) -> dict[str, str]:
-    """This process's environment without the variables that hold the PIN
-    (an application that keeps it in ``CAPSEAL_PIN``, or in a URI with a
-    pin-value): the child gets the PIN on its stdin only. Its environment is
-    readable in ``/proc`` by the same user and root, who could read this
-    process's too; leaving the PIN out keeps it out of core dumps and of
-    whatever the child starts. A PIN of four characters or more is looked
-    for inside values too; shorter ones only as a whole value (``1`` would
-    match half the environment). Variables the interpreter and the module
-    need to start are always passed."""
+    """This process's environment without the variables that hold the PIN:
+    one that is the PIN (an application's ``CAPSEAL_PIN``) or a URI carrying
+    it as ``pin-value=``. The child gets the PIN on its stdin only. Its
+    environment is readable in ``/proc`` by the same user and root, who could
+    read this process's too; leaving the PIN out keeps it out of core dumps
+    and of whatever the child starts. Nothing else is dropped: a value that
+    merely contains the PIN's characters (a path, a port) is often what the
+    module needs to start (``SOFTHSM2_CONF``)."""
     if not pin:
         return dict(os.environ)
-
-    def holds_pin(name: str, value: str) -> bool:
-        if name in _ALWAYS_PASSED or name.startswith(("LC_", "PYTHON")):
-            return False
-        return value == pin or (len(pin) >= 4 and pin in value)
-
-    return {name: value for name, value in os.environ.items() if not holds_pin(name, value)}
+    in_uri = f"pin-value={pin}"
+    return {name: value for name, value in os.environ.items() if value != pin and in_uri not in value}
 
 
 class Credentials(Protocol):

@@ -38,9 +38,7 @@ def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
         return usable_pin(_pin_from_file(args.pin_file), f"PIN file {args.pin_file}")
     named = getattr(args, "pin_env", None)
     env = named or "CAPSEAL_PIN"
-    if env in os.environ:
-        if not named and os.environ[env] == "":
-            return None  # CAPSEAL_PIN set but empty (an unset secret in compose or systemd): no PIN, as if unset
+    if env in os.environ and (named or os.environ[env] != ""):  # CAPSEAL_PIN set but empty: as if unset
         return usable_pin(os.environ[env], f"environment variable {env}")
     if named:
         raise _CLIError(f"--pin-env {named}: environment variable {named} is not set")

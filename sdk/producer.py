@@ -488,12 +488,14 @@ class Producer:
                      after: tuple[PendingAppend, ...], wake: bool) -> PendingAppend:
         """``_enqueue`` under the epoch lock."""
         armed = self._epoch_entry
-        if armed is None or record.capsule.get("epoch_id") != self.epoch_id:
-            if armed is not None and not self.ledger.has_action_id(f"{record.capsule.get('epoch_id')}/opens"):
-                # assembled in an epoch rotated away before its boundary went in
-                raise LedgerError(f"record {record.capsule_id[:16]}… not written: its epoch "
-                                  f"{record.capsule.get('epoch_id')!r} was rotated before its boundary was written; "
-                                  "seal it again")
+        epoch = record.capsule.get("epoch_id")
+        if epoch != self.epoch_id:  # assembled before a rotation: its own epoch's boundary must go in first
+            opens = f"{epoch}/opens"
+            if not any(a.entry.action_id == opens for a in after) and not self.ledger.has_action_id(opens):
+                raise LedgerError(f"record {record.capsule_id[:16]}… not written: its epoch {epoch!r} was rotated "
+                                  "before its boundary was written; seal it again")
+            return self.ledger.submit(entry, callback, wake=wake, after=after)
+        if armed is None:
             return self.ledger.submit(entry, callback, wake=wake, after=after)
         # the boundary is written only with the epoch's first record (a duplicate
         # action id refuses both): checked here too, so a refusal keeps it armed

@@ -170,3 +170,15 @@ def test_cli_prompt_end_of_input_and_empty(keys: bytes, needle: str, token: dict
     code, out = _at_prompt(["keys", "show", token["uri"], "--pin-prompt"], keys)
     assert code == 2 and needle in out and "internal error" not in out, out
     assert not _login_failed(token)
+
+
+def test_an_empty_default_pin_variable_is_as_if_unset(monkeypatch: Any) -> None:
+    """CAPSEAL_PIN set but empty (an unset secret in compose or systemd) is no
+    PIN: the CLI goes on to --pin-prompt as if it were unset (here: no
+    terminal, so that is refused), and returns None without one."""
+    from capseal.cli import _CLIError, _read_pin
+
+    monkeypatch.setenv("CAPSEAL_PIN", "")
+    assert _read_pin(argparse.Namespace()) is None
+    with pytest.raises(_CLIError, match="--pin-prompt needs a terminal"):
+        _read_pin(argparse.Namespace(pin_prompt=True))

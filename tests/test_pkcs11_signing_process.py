@@ -109,14 +109,17 @@ def test_the_pin_reaches_the_child_only_through_its_stdin(softhsm: Any, monkeypa
     monkeypatch.setenv("CAPSEAL_PIN", softhsm.pin)
     monkeypatch.setenv("CAPSEAL_TEST_URI", f"pkcs11:token=x?pin-value={softhsm.pin}")  # the PIN inside a value
     monkeypatch.setenv("CAPSEAL_TEST_NOT_A_PIN", "kept")
+    monkeypatch.setenv("CAPSEAL_TEST_PATH_WITH_PIN_DIGITS", f"/tmp/x{softhsm.pin}y/conf")  # a path is passed on
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         pid = signer._process.pid if signer._process is not None else 0
         pin = softhsm.pin.encode()
-        for what in ("cmdline", "environ"):  # readable by other users (cmdline) or by the same user
-            with open(f"/proc/{pid}/{what}", "rb") as f:
-                assert pin not in f.read()
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            assert b"CAPSEAL_TEST_NOT_A_PIN=kept" in f.read()  # the rest of the environment is passed on
+        with open(f"/proc/{pid}/cmdline", "rb") as f:  # readable by other users
+            assert pin not in f.read()
+        with open(f"/proc/{pid}/environ", "rb") as f:  # readable by the same user and root
+            passed = f.read()
+        assert b"=" + pin + b"\0" not in passed and b"pin-value=" + pin not in passed
+        assert b"CAPSEAL_TEST_NOT_A_PIN=kept" in passed  # the rest of the environment is passed on
+        assert b"CAPSEAL_TEST_PATH_WITH_PIN_DIGITS=" in passed and b"CAPSEAL_TEST_URI=" not in passed
         assert softhsm.pin not in repr(signer) and softhsm.pin not in repr(signer._process.__dict__)
 
 

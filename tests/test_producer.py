@@ -590,3 +590,38 @@ def test_a_long_chain_keeps_no_bodies_alive(tmp_path: Path) -> None:
         assert previous._pending.after == () and previous._pending.lead is None
         p.submit({"action_id": "unrelated", "action_type": "fyi"})  # the settled ones leave as the next arrives
         assert len(p._recent) <= 1
+
+
+def test_a_record_of_an_epoch_rotated_away_before_its_boundary_is_refused(tmp_path: Path) -> None:
+    """A thread assembles a record in epoch E1 (it is still being signed) while
+    another rotates to E2 and seals: E1's boundary never went in, so the E1
+    record is refused with a typed error instead of being written in an epoch
+    with no boundary; a record of an epoch whose boundary is in goes in."""
+    held, signing = threading.Event(), threading.Event()
+
+    class HeldSigner(UnsafeEphemeralSigner):
+        def sign(self, data: bytes) -> Any:
+            if threading.current_thread().name == "held":
+                signing.set()
+                assert held.wait(10)
+            return super().sign(data)
+
+    path = tmp_path / "l.db"
+    outcome: list[Any] = []
+    with Producer("acme", "agent@1", HeldSigner(), path, epoch_id="E1") as p:
+        def seal_in_e1() -> None:
+            try:
+                outcome.append(p.seal({"action_id": "a1", "action_type": "fyi"}))
+            except LedgerError as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=seal_in_e1, name="held")
+        worker.start()
+        assert signing.wait(10)
+        p.rotate_epoch("E2")
+        p.seal({"action_id": "b1", "action_type": "fyi"})
+        held.set()
+        worker.join(10)
+        assert len(outcome) == 1 and isinstance(outcome[0], LedgerError) and "'E1' was rotated" in str(outcome[0])
+        assert [e.action_id for e in p.ledger.entries()] == ["E2/opens", "b1"]
+    assert capseal.verify_ledger(path).ok

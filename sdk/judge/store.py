@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capseal.canonical import canonical_bytes, capsule_id, is_hex64, json_digest, raw_digest
+from capseal.canonical import MAX_DEPTH, canonical_bytes, capsule_id, check_json, is_hex64, json_digest, raw_digest
 from capseal.errors import DuplicateRecordError, JudgmentRefusedError
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
 from capseal.record import dumps_canonical
@@ -305,6 +305,8 @@ class JudgmentStore:
         return self.seal(record, links=[Link.to("supersedes", old_digest), *links], external=external)
 
     def _append(self, stored: dict[str, Any], digest: str, record_type: str, epistemic_type: str, links: tuple[dict[str, str], ...]) -> Any:
+        # every record capseal writes nests at most MAX_DEPTH deep, so any verifier can read it back
+        check_json(stored, max_depth=MAX_DEPTH)
         signer = self._require_signer()
         envelope = sign_judgment(signer, bytes.fromhex(digest), header_commitment(record_type, epistemic_type, links))
         stored = {**stored, "envelopes": [envelope.to_json()]}

@@ -315,3 +315,19 @@ def test_adjudication_response_rules() -> None:
     refused(lambda: AdjudicationResponse.rebuttal(record_id="r", responded_at=NOW, adjudication=adj, verdict="contradicted", basis=""), "rebuttal_basis_empty")
     refused(lambda: AdjudicationResponse(record_id="r", responded_at=NOW, kind="rebuttal", adjudication=receipt.adjudication, verdict="contradicted"), "rebuttal_requires_basis")
     assert AdjudicationResponse.rebuttal(record_id="r", responded_at=NOW, adjudication=adj, verdict="corroborated", basis="the referee misread token 3").kind == "rebuttal"
+
+
+def test_the_store_writes_nothing_nested_deeper_than_any_verifier_reads(world: Any) -> None:
+    """The judge store writes into the same ledger as the producer and keeps
+    the same bound: content nested past MAX_DEPTH is refused with a typed
+    error before anything is signed or written."""
+    from capseal.canonical import MAX_DEPTH
+    from capseal.errors import NonJSONValueError
+
+    value: Any = {}
+    for _ in range(MAX_DEPTH + 5):
+        value = {"a": value}
+    count = world.store.ledger.count()
+    with pytest.raises(NonJSONValueError, match=f"deeper than {MAX_DEPTH}"):
+        world.store.put_json(value, type="deep")
+    assert world.store.ledger.count() == count
