@@ -41,7 +41,15 @@ CURVE_PARAMS = {
 _CURVES_BY_PARAMS = {der: curve for der, curve in CURVE_PARAMS.values()}
 _RAW_POINT_LENGTHS = {32, 65, 97}  # bare Ed25519 key, bare P-256 / P-384 points
 
-#: Key attributes a custody statement reports, as the issue names them.
+#: Usages a signing key must not have. Left out of the template, SoftHSM2 (and
+#: others) default them to true: a "signing" key that also decrypts, unwraps
+#: or derives. So they are asked for as false, and read back after generation.
+PRIVATE_USAGES_OFF = (("CKA_DECRYPT", Attribute.DECRYPT), ("CKA_UNWRAP", Attribute.UNWRAP),
+                      ("CKA_DERIVE", Attribute.DERIVE))
+PUBLIC_USAGES_OFF = (("CKA_ENCRYPT", Attribute.ENCRYPT), ("CKA_WRAP", Attribute.WRAP))
+
+#: Key attributes a custody statement reports, as the issue names them, and
+#: what else the key can do (a signing key that decrypts is reported as such).
 CUSTODY_ATTRIBUTES = (
     ("CKA_SENSITIVE", Attribute.SENSITIVE),
     ("CKA_ALWAYS_SENSITIVE", Attribute.ALWAYS_SENSITIVE),
@@ -50,10 +58,7 @@ CUSTODY_ATTRIBUTES = (
     ("CKA_LOCAL", Attribute.LOCAL),
     ("CKA_PRIVATE", Attribute.PRIVATE),
     ("CKA_ALWAYS_AUTHENTICATE", Attribute.ALWAYS_AUTHENTICATE),
-    # what else the key can do: a signing key that decrypts, unwraps or derives is reported as such
-    ("CKA_DECRYPT", Attribute.DECRYPT),
-    ("CKA_UNWRAP", Attribute.UNWRAP),
-    ("CKA_DERIVE", Attribute.DERIVE),
+    *PRIVATE_USAGES_OFF,
 )
 _UNAVAILABLE = (1 << 64) - 1  # CK_UNAVAILABLE_INFORMATION
 
@@ -256,13 +261,6 @@ def mechanism_for(alg: str, available: set[Any] | None) -> SignMechanism:
 # ---------------------------------------------------------------------- generation
 
 _D = pkcs11.DEFAULT  # leave the attribute out of the template
-
-#: Usages a signing key must not have. Left out of the template, SoftHSM2 (and
-#: others) default them to true: a "signing" key that also decrypts, unwraps
-#: or derives. So they are asked for as false, and read back after generation.
-PRIVATE_USAGES_OFF = (("CKA_DECRYPT", Attribute.DECRYPT), ("CKA_UNWRAP", Attribute.UNWRAP),
-                      ("CKA_DERIVE", Attribute.DERIVE))
-PUBLIC_USAGES_OFF = (("CKA_ENCRYPT", Attribute.ENCRYPT), ("CKA_WRAP", Attribute.WRAP))
 
 #: What a token answers when it will not take an explicit false for a usage
 #: attribute (tpm2-pkcs11 refuses them): generation is retried without them.

@@ -115,8 +115,10 @@ class _Secret:
 
     __slots__ = ("_value", "digest")
 
-    def __init__(self, value: str) -> None:
-        self._value = usable_pin(value, "the caller")  # never a UnicodeEncodeError carrying the PIN
+    def __init__(self, value: str, source: str = "the caller") -> None:
+        # checked once, here, for every way a PIN comes in (``source`` names it): never
+        # a UnicodeEncodeError carrying the PIN, never a PIN that cannot be right
+        self._value = usable_pin(value, source)
         self.digest = hmac.new(_HMAC_KEY, value.encode("utf-8"), hashlib.sha256).digest()
 
     def reveal(self) -> str:
@@ -578,7 +580,7 @@ def _secret_for(pin: str | None, existing: TokenSession | None, label: str,
     if pin is None and prompt is not None:
         pin = prompt(f"PIN for PKCS#11 token {label!r}")
         source = "secrets_handler"
-    return _Secret(usable_pin(pin, f"{source} for token {label!r}")) if pin is not None else None
+    return _Secret(pin, f"{source} for token {label!r}") if pin is not None else None
 
 
 def release_token(ts: TokenSession) -> None:

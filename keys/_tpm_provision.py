@@ -496,8 +496,8 @@ def _slots_check(state: _TPMState, tcti: str) -> Any:
         return Check("TPM object slots", False,
                      f"{detail}; {len(state.foreign)} transient object(s) on TPM {tcti} that capseal did not load: "
                      f"{held}",
-                     "on a TPM without a resource manager capseal flushes objects it did not load (when it connects "
-                     "or runs out of slots), destroying a running process's work: if the process that loaded them "
+                     "on a TPM without a resource manager capseal flushes objects it did not load when it connects, "
+                     "destroying a running process's work: if the process that loaded them "
                      "is running, stop it or give each process its own view of the TPM (/dev/tpmrm0 or "
                      f"tpm2-abrmd); if it has exited, free them: TPM2TOOLS_TCTI='{tcti}' tpm2_flushcontext -t")
     if state.free_slots < 2:

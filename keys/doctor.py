@@ -125,29 +125,20 @@ def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | No
     return checks
 
 
-def _tcti_of(uri: str) -> str | None:
-    """The TCTI a tpm2: URI names (None: it names none), read by the URI parser
-    itself: splitting on the first ``tcti=`` would read a key file path such as
-    ``keyfile=/k/tcti=x`` as the TCTI."""
-    from capseal.keys._tpm_uri import explicit_tcti
-
-    return explicit_tcti(uri)
-
-
 def _tpm_tcti(uri: str | None, tcti: str | None) -> tuple[str, Check | None]:
     """The one TCTI every TPM check uses: ``--tcti``, else the URI's, else the
     default; with a refusal Check when ``--tcti`` is empty or disagrees with the
     URI's (checking the system for one TPM and the key on another would report
     on neither). A malformed URI is left to the backend's "TPM key URI" check."""
     from capseal.errors import CapsealError
-    from capseal.keys._tpm_uri import DEFAULT_TCTI, check_tcti
+    from capseal.keys._tpm_uri import DEFAULT_TCTI, check_tcti, explicit_tcti
 
     try:
         given = check_tcti(tcti, "--tcti") if tcti is not None else None
     except CapsealError as exc:
         return DEFAULT_TCTI, Check("TPM TCTI", False, str(exc), "pass --tcti device:/dev/tpmrm0 (or leave it out)")
     try:
-        named = _tcti_of(uri) if uri else None
+        named = explicit_tcti(uri) if uri else None  # the URI parser's reading, not a split on "tcti="
     except CapsealError:
         named = None
     if given is not None and named is not None and given != named:
