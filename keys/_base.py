@@ -162,6 +162,13 @@ class Signer(ABC):
     def describe_short(self) -> str:
         return f"{type(self).__name__}({self.uri})"
 
+    def forget_cached_key(self) -> None:
+        """Called after a signature of this signer did not verify under its
+        public key: a backend that caches a loaded key (a TPM key file's
+        handle, which another process may have reused for another key) loads
+        it again, with its checks, for the next signature. Nothing to forget
+        by default."""
+
     def close(self) -> None:
         """Release sessions or handles. Idempotent."""
 

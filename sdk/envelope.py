@@ -158,16 +158,12 @@ def complete_envelope(signer: Signer, pending: ToBeSigned, result: SignatureResu
 
 
 def _forget_cached_key(signer: Signer) -> None:
-    """After a device signature that does not verify: a signer that caches a
-    loaded key (a TPM key file's handle, which another process may have
-    reused for another key) loads it again, with its name check, for the next
-    signature. Nothing the signer raises here hides the SignatureFailedError."""
-    forget = getattr(signer, "forget_cached_key", None)
-    if callable(forget):
-        try:
-            forget()
-        except Exception:  # noqa: BLE001 - the refusal below is what the caller must see
-            pass
+    """After a device signature that does not verify (``Signer.forget_cached_key``).
+    Nothing the signer raises here hides the SignatureFailedError."""
+    try:
+        signer.forget_cached_key()
+    except Exception:  # noqa: BLE001 - the refusal below is what the caller must see
+        pass
 
 
 def sign_envelope(signer: Signer, capsule_id_raw: bytes, *, verify: bool = False) -> Envelope:
