@@ -475,16 +475,22 @@ def read_pin_source(source: str) -> str:
         path = source
     if not path:
         raise KeyURIError("pkcs11 URI: pin-source names no file")
+    return read_pin_file(path, f"pkcs11 URI: pin-source {path}")
+
+
+def read_pin_file(path: str, what: str) -> str:
+    """The PIN a file holds: its UTF-8 text without one trailing newline
+    (``\\n`` or ``\\r\\n``; a PIN may itself end in other whitespace). Shared by
+    a URI's ``pin-source`` and the CLI's ``--pin-file``, so both read a file
+    alike; KeyURIError names ``what``, never the file's content."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise KeyURIError(f"pkcs11 URI: cannot read pin-source {path}: {exc.strerror}") from None
+        raise KeyURIError(f"{what}: cannot be read: {exc.strerror}") from None
     try:
         pin = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise KeyURIError(f"pkcs11 URI: pin-source {path} is not UTF-8 text") from None
+        raise KeyURIError(f"{what} is not UTF-8 text; refused before it reached the token") from None
     if pin.endswith("\r\n"):
-        pin = pin[:-2]
-    elif pin.endswith("\n"):
-        pin = pin[:-1]
-    return pin
+        return pin[:-2]
+    return pin[:-1] if pin.endswith("\n") else pin

@@ -308,17 +308,21 @@ def _verify_other(entry: StoredEntry, ledger: Ledger, keys: KeyDirectory) -> Rec
                         [Finding("record_type_unknown", f"no verifier for record type {entry.record_type!r}")])
 
 
-def _check_evidence(ledger: Ledger, entries: list[StoredEntry], by_seq: dict[int, RecordReport], trust: Any) -> None:
+def evidence_of(record: Any, trust: Any) -> tuple[str, list[Finding]]:
+    """A record's evidence status and findings (``capseal.attest``), for a
+    ledger's records and for record files alike; ``not-checked`` with a
+    warning when capseal.attest cannot be loaded here. Never raises."""
     try:
         from capseal.attest import evidence_status  # type: ignore[attr-defined]
     except (ImportError, AttributeError) as exc:
-        for rr in by_seq.values():
-            rr.evidence = "not-checked"
-            rr.findings.append(Finding("evidence_unavailable", f"capseal.attest cannot check evidence here: {exc}", severity="warning"))
-        return
+        return "not-checked", [Finding("evidence_unavailable", f"capseal.attest cannot check evidence here: {exc}",
+                                       severity="warning")]
+    status, findings = evidence_status(record, trust=trust)
+    return status, list(findings)
+
+
+def _check_evidence(ledger: Ledger, entries: list[StoredEntry], by_seq: dict[int, RecordReport], trust: Any) -> None:
     for e in entries:
         rr = by_seq[e.seq]
-        record = ledger.get(e.record_id)
-        status, findings = evidence_status(record, trust=trust)
-        rr.evidence = status
+        rr.evidence, findings = evidence_of(ledger.get(e.record_id), trust)
         rr.findings.extend(findings)

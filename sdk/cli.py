@@ -35,7 +35,9 @@ def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
     token (each refused login uses up a try). Errors name the source, never
     the PIN, and chain no exception (a Unicode error's args hold the text)."""
     if getattr(args, "pin_file", None):
-        return usable_pin(_pin_from_file(args.pin_file), f"PIN file {args.pin_file}")
+        from .keys._pkcs11_uri import read_pin_file
+
+        return usable_pin(read_pin_file(args.pin_file, f"PIN file {args.pin_file}"), f"PIN file {args.pin_file}")
     named = getattr(args, "pin_env", None)
     env = named or "CAPSEAL_PIN"
     if env in os.environ and (named or os.environ[env] != ""):  # CAPSEAL_PIN set but empty: as if unset
@@ -45,28 +47,6 @@ def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
     if getattr(args, "pin_prompt", False):
         return usable_pin(_pin_from_prompt(prompt), "the PIN prompt")
     return None
-
-
-def _pin_from_file(path: str) -> str:
-    """The file's text without exactly one trailing newline (\\n or \\r\\n), as
-    a URI's pin-source is read: a PIN may itself end in other whitespace."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise _CLIError(f"cannot read PIN file {path}: {exc.strerror}") from None
-    text = _utf8(data)
-    if text is None:
-        from .errors import PinIncorrectError
-
-        raise PinIncorrectError(f"PIN file {path} is not UTF-8 text; refused before it reached the token")
-    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
-
-
-def _utf8(data: bytes) -> str | None:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def _pin_from_prompt(prompt: str) -> str:
@@ -204,7 +184,7 @@ def _verify_json_file(args: argparse.Namespace, trusted: list[bytes], evidence_t
     them). With ``--evidence`` each record's hardware-evidence slot is checked
     too, under the same trust policy as a ledger's; a bare capsule has no slot
     (``no-evidence``)."""
-    from .audit import KeyDirectory, check_signatures
+    from .audit import KeyDirectory, check_signatures, evidence_of
     from .verify import verify, verify_store
 
     data = _load_json_file(args.target)
@@ -235,7 +215,7 @@ def _verify_json_file(args: argparse.Namespace, trusted: list[bytes], evidence_t
             if verdict == "invalid" or any(f.severity == "error" for f in findings):
                 entry["ok"] = False
         if args.evidence:
-            status, ev_findings = _evidence_of(record, evidence_trust)
+            status, ev_findings = ("no-evidence", []) if record is None else evidence_of(record, evidence_trust)
             entry["evidence"] = status
             entry["findings"] += [f.to_dict() for f in ev_findings]
             if any(f.severity == "error" for f in ev_findings):
@@ -253,22 +233,6 @@ def _verify_json_file(args: argparse.Namespace, trusted: list[bytes], evidence_t
                 if args.verbose or f["severity"] != "info":
                     print(f"    [{f['severity']}] check {f['check']} {f['code']}: {f['detail']}")
     return EXIT_OK if all_ok else EXIT_NOT_OK
-
-
-def _evidence_of(record: dict[str, Any] | None, trust: Any) -> tuple[str, list[Any]]:
-    """A record's evidence status, as the ledger path reports it; a bare
-    capsule has no slot. Never raises."""
-    if record is None:
-        return "no-evidence", []
-    try:
-        from capseal.attest import evidence_status
-    except ImportError as exc:
-        from .findings import Finding
-
-        return "not-checked", [Finding("evidence_unavailable", f"capseal.attest cannot check evidence here: {exc}",
-                                       severity="error")]
-    status, findings = evidence_status(record, trust=trust)
-    return status, list(findings)
 
 
 def _print_ledger_report(report: Any, *, verbose: bool) -> None:
