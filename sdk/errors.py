@@ -46,6 +46,7 @@ __all__ = [
     "LedgerClosedError",
     "DuplicateRecordError",
     "LedgerCorruptError",
+    "LedgerBusyError",
     "ForkedProcessError",
     "LedgerForkedError",
     "SignerForkedError",
@@ -227,6 +228,11 @@ class DuplicateRecordError(LedgerError):
 
 class LedgerCorruptError(LedgerError):
     """The ledger file is not a capseal ledger or its hash chain is broken."""
+
+
+class LedgerBusyError(LedgerError):
+    """Another connection kept the ledger file locked past the lock timeout
+    (the file may be fine: a lock is not damage). Nothing was written."""
 
 
 # --------------------------------------------------------------------------- fork

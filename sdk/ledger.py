@@ -55,6 +55,7 @@ from typing import IO, Any
 from . import _ledger_fork, merkle
 from .errors import (
     DuplicateRecordError,
+    LedgerBusyError,
     LedgerClosedError,
     LedgerCorruptError,
     LedgerError,
@@ -340,9 +341,43 @@ def _format_of(db: sqlite3.Connection) -> str | None:
     """The ``meta`` format of an existing ledger file, None for a new file."""
     try:
         row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
+        if _is_busy(exc):  # a lock says nothing about the file: not "a new file"
+            raise
         return None  # no meta table yet
     return None if row is None else str(row[0])
+
+
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (sqlite3.h primary result codes)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED (any extended code): another connection's lock."""
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _BUSY_CODES
+
+
+def _use_wal(db: sqlite3.Connection, deadline: float) -> None:
+    """Put the file in WAL mode, which it keeps. Why a retry loop beside the
+    busy timeout: two processes creating one ledger at once both hold a shared
+    lock on the new (rollback-mode) file when they ask for the exclusive lock
+    the switch needs; SQLite then answers one of them SQLITE_BUSY at once,
+    without calling its busy handler (waiting would deadlock). Once the other
+    has switched the file, the first read here sees WAL and changes nothing."""
+    pause = 0.001
+    while True:
+        try:
+            if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+                return
+            mode = str(db.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+            continue
+        if mode != "wal":
+            raise LedgerError(f"SQLite kept the journal mode {mode!r} instead of WAL")
+        return
 
 
 def _insert_members(db: sqlite3.Connection, rows: Sequence[tuple[int, int, int]]) -> None:
@@ -438,16 +473,22 @@ class Ledger:
         synchronous: str = "FULL",
         group_window: float = 0.008,
         group_max: int = 256,
+        lock_timeout: float = 30.0,
     ) -> None:
         """``group_window`` (seconds) and ``group_max`` shape group commit for
         :meth:`submit`: the committer waits up to the window (or until
         ``group_max`` records are queued; default 8 ms) before one fsynced commit, since an
         fsync costs far more CPU than an insert. Synchronous :meth:`append`
-        never waits for a window: its caller commits at once."""
+        never waits for a window: its caller commits at once.
+        ``lock_timeout`` (seconds) is how long opening or a commit waits for
+        another process's lock on the file before LedgerBusyError."""
         self.path = Path(path)
         self.readonly = readonly
         if group_window < 0 or group_max < 1:
             raise ValueError("group_window >= 0 and group_max >= 1")
+        if not lock_timeout >= 0:
+            raise ValueError("lock_timeout >= 0 (seconds)")
+        self._lock_timeout = float(lock_timeout)
         self.group_window = group_window
         self.group_max = group_max
         if synchronous not in ("FULL", "NORMAL", "EXTRA"):
@@ -483,7 +524,7 @@ class Ledger:
                     self._db = self._connect(synchronous)
                     # readers get their own connection: they never see a half-built group
                     self._rdb = self._db if readonly else sqlite3.connect(
-                        str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
+                        str(self.path), isolation_level=None, check_same_thread=False, timeout=self._lock_timeout
                     )
                 except BaseException:
                     if getattr(self, "_db", None) is not None:
@@ -501,17 +542,17 @@ class Ledger:
             if not self.path.exists():
                 raise LedgerError(f"no ledger at {self.path}")
             uri = f"file:{self.path}?mode=ro"
-            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=self._lock_timeout)
         else:
-            db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0)
+            db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
+                                 timeout=self._lock_timeout)
         try:
             if not self.readonly:
                 found = _format_of(db)
                 if found is not None and found != LEDGER_FORMAT:  # refused before the schema below touches it
-                    db.close()
                     raise LedgerCorruptError(f"{self.path} is a {found} ledger; this capseal reads {LEDGER_FORMAT} "
                                              "(export it with the capseal that wrote it, then import the export)")
-                db.execute("PRAGMA journal_mode=WAL")
+                _use_wal(db, time.monotonic() + self._lock_timeout)
                 db.execute(f"PRAGMA synchronous={synchronous}")
                 db.execute("PRAGMA foreign_keys=ON")
                 db.executescript(_SCHEMA)
@@ -523,7 +564,14 @@ class Ledger:
                 row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
         except sqlite3.DatabaseError as exc:
             db.close()
+            if _is_busy(exc):
+                raise LedgerBusyError(
+                    f"{self.path} stayed locked by another connection for {self._lock_timeout:g} s ({exc}); "
+                    "nothing was opened or written: retry once the other process is done with it") from None
             raise LedgerCorruptError(f"{self.path} is not a capseal ledger ({exc})") from None
+        except LedgerError:
+            db.close()
+            raise
         if row is None or row[0] != LEDGER_FORMAT:
             db.close()
             what = f"a {row[0]} ledger" if row is not None else "not a capseal ledger"
@@ -785,7 +833,7 @@ class Ledger:
             self._write(batch)
         except BaseException as exc:  # noqa: BLE001 - every waiter must learn the outcome
             self._head = None
-            failure = exc if isinstance(exc, LedgerError) else LedgerError(f"append to {self.path.name} failed: {exc}")
+            failure = exc if isinstance(exc, LedgerError) else self._append_failure(exc)
             for p in batch:
                 p.error, p.stored = failure, None
         self._in_callbacks = threading.get_ident()  # SQLite is between statements: a fork here is quiet
@@ -893,6 +941,13 @@ class Ledger:
         st.commits += 1
         st.records += len(staged)
         st.largest_group = max(st.largest_group, len(batch))
+
+    def _append_failure(self, exc: BaseException) -> LedgerError:
+        """The typed error every waiter of a failed group gets (its transaction was rolled back)."""
+        if isinstance(exc, sqlite3.Error) and _is_busy(exc):
+            return LedgerBusyError(f"append to {self.path.name} failed: another connection kept it locked for "
+                                   f"{self._lock_timeout:g} s ({exc}); nothing was written")
+        return LedgerError(f"append to {self.path.name} failed: {exc}")
 
     def add_evidence(self, record_id: str, evidence: dict[str, Any] | None) -> EvidenceEntry:
         """Append an evidence state for ``record_id`` (a filled slot, or ``None``
