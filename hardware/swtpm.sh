@@ -17,8 +17,17 @@ pidfile="$state/swtpm.pid"
 free_port() {
   python3 - <<'PY'
 import random, socket
+# Outside the kernel's range for outgoing connections' own ports: a client
+# that keeps reconnecting while swtpm is stopped could otherwise be given the
+# port itself and connect to itself (TCP self-connect), read its own command
+# back as the TPM's answer, and hold the port a restart needs.
+try:
+    lo, hi = (int(v) for v in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+except (OSError, ValueError):
+    lo, hi = 32768, 60999
+ranges = [r for r in ((10000, lo - 3), (hi + 1, 65533)) if r[1] - r[0] >= 100] or [(20000, 60000)]
 for _ in range(500):
-    p = random.randint(20000, 60000)
+    p = random.randint(*random.choice(ranges))
     ok = True
     for q in (p, p + 1):
         s = socket.socket()

@@ -339,7 +339,10 @@ def test_a_put_that_outlasts_close_is_failed_not_lost(tmp_path: Path, monkeypatc
         device.begin_sign = begin_after_release  # type: ignore[method-assign]
         submitted: list[Any] = []
         caller = threading.Thread(target=lambda: submitted.append(producer.submit({"action_id": "late", "action_type": "fyi"})))
+        pipeline = producer._pipeline
+        assert pipeline is not None
         caller.start()
+        assert _until(lambda: pipeline._putting == 1)  # the put is under way (else close() may come first)
         producer.close()  # gives up on the put after 0.2 s and stops
         release.set()
         caller.join()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+import time
 from collections.abc import Iterable
 
 from capseal.keys._pkcs11_fast import _GILPolicy
@@ -92,28 +93,36 @@ def test_a_module_that_is_not_a_software_token_never_keeps_the_gil() -> None:
 def test_a_slow_call_releases_the_gil_at_once_and_other_threads_run_meanwhile() -> None:
     slow = _policy([0.2])  # the first call, a probe with the GIL kept, takes 0.2 s: over the 1 ms limit
     assert slow.keeps_gil and slow.probing
-    progress = 0
     stop = threading.Event()
+    pauses: list[tuple[float, float]] = []  # the other thread's pauses of over 10 ms between two steps
 
     def python_work() -> None:
-        nonlocal progress
+        last = time.monotonic()
         while not stop.is_set():
-            progress += 1
+            now = time.monotonic()
+            if now - last > 0.01:
+                pauses.append((last, now))  # one atomic append: no read-modify-write shared with the test
+            last = now
 
-    def python_progress_during(call_us: int) -> int:
-        before = progress
+    def longest_pause_during(call_us: int) -> float:
+        start = time.monotonic()
         slow(call_us)
-        return progress - before
+        end = time.monotonic()
+        time.sleep(0.05)  # the other thread's first step after the call closes its pause
+        return max((min(b, end) - max(a, start) for a, b in list(pauses) if b > start and a < end), default=0.0)
 
     worker = threading.Thread(target=python_work)
     worker.start()
     try:
-        kept = python_progress_during(200_000)  # the probe keeps the GIL for the real 0.2 s...
+        kept = longest_pause_during(200_000)  # the probe keeps the GIL for the real 0.2 s...
         assert not slow.keeps_gil and not slow.probing  # ...and released it for good
-        released = python_progress_during(200_000)
+        released = longest_pause_during(200_000)
     finally:
         stop.set()
         worker.join()
-    # with the GIL released the other thread ran Python throughout the call;
-    # with it kept, at most a switch interval's worth after the call returned
-    assert released > 1000 and released > 5 * kept
+    # with the GIL kept the other thread ran no Python for the whole call; with
+    # it released it went on throughout. Why pauses and not counts of steps: a
+    # count also includes the switch interval after the call, and on a loaded
+    # machine the two counts came within the 5x a ratio test asked for
+    assert kept >= 0.19
+    assert released < 0.1

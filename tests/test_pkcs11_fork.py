@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -156,7 +157,7 @@ def test_a_ctrl_c_during_a_forks_wait_is_handed_on_after_it(softhsm: Any, monkey
     raised in the code that forked; the fork, which could not wait, refuses
     PKCS#11; the parent's lock is free again."""
     uri = _key(softhsm)
-    monkeypatch.setattr(session_state, "FORK_WAIT", 0.5)
+    monkeypatch.setattr(session_state, "FORK_WAIT", 1.0)
     signer = open_signer(uri, pin=softhsm.pin)
     try:
         code, answer = _in_fork(lambda: "a fork that took the lock")  # this thread's last fork: lock taken
@@ -166,9 +167,22 @@ def test_a_ctrl_c_during_a_forks_wait_is_handed_on_after_it(softhsm: Any, monkey
             threading.Thread(target=threading.Event().wait, daemon=True).start()  # a thread of its own first
             return {"signature": signer.sign(b"x").signature.hex()}
 
+        main = threading.get_ident()
+
+        def interrupt_the_forks_wait() -> None:
+            """Ctrl-C once this thread waits in the fork hook (a fixed delay
+            could come before the fork on a loaded machine)."""
+            for _ in range(1000):
+                frame = sys._current_frames().get(main)
+                if frame is not None and frame.f_code.co_name == "_before_fork" \
+                        and frame.f_code.co_filename.endswith("_pkcs11_session.py"):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                time.sleep(0.005)
+
         interrupted = False
         with held_elsewhere(session_state.P11_LOCK):
-            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()  # during the fork's wait
+            threading.Thread(target=interrupt_the_forks_wait, daemon=True).start()
             try:
                 child = ForkedChild(sign_in_fork, _ALARM)
                 for _ in range(1000):  # the Ctrl-C arrives once the fork's hooks are done

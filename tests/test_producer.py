@@ -415,7 +415,8 @@ def test_no_record_of_an_epoch_goes_in_before_its_boundary(tmp_path: Path) -> No
     queued behind that pair, needing it: it is refused with it (nothing
     written, a typed error), never written without its boundary; the next
     record carries the boundary."""
-    with Ledger(tmp_path / "l.db", group_window=0.2) as ledger:
+    # a window far longer than the test: "x" must still be queued when the second producer submits it
+    with Ledger(tmp_path / "l.db", group_window=5.0) as ledger:
         first = Producer("op1", "dev1@1", UnsafeEphemeralSigner(), ledger)
         first.seal({"action_id": "warmup", "action_type": "fyi"})
         second = Producer("op2", "dev2@1", UnsafeEphemeralSigner(), ledger)
