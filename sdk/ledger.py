@@ -833,7 +833,7 @@ class Ledger:
             self._write(batch)
         except BaseException as exc:  # noqa: BLE001 - every waiter must learn the outcome
             self._head = None
-            failure = exc if isinstance(exc, LedgerError) else self._append_failure(exc)
+            failure = exc if isinstance(exc, LedgerError) else LedgerError(f"append to {self.path.name} failed: {exc}")
             for p in batch:
                 p.error, p.stored = failure, None
         self._in_callbacks = threading.get_ident()  # SQLite is between statements: a fork here is quiet
@@ -862,7 +862,7 @@ class Ledger:
 
     def _write(self, batch: list[PendingAppend]) -> None:
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
+        self._begin_write(db, "append to")
         try:
             if self._head is None:
                 row = db.execute("SELECT seq, row_hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
@@ -942,12 +942,16 @@ class Ledger:
         st.records += len(staged)
         st.largest_group = max(st.largest_group, len(batch))
 
-    def _append_failure(self, exc: BaseException) -> LedgerError:
-        """The typed error every waiter of a failed group gets (its transaction was rolled back)."""
-        if isinstance(exc, sqlite3.Error) and _is_busy(exc):
-            return LedgerBusyError(f"append to {self.path.name} failed: another connection kept it locked for "
-                                   f"{self._lock_timeout:g} s ({exc}); nothing was written")
-        return LedgerError(f"append to {self.path.name} failed: {exc}")
+    def _begin_write(self, db: sqlite3.Connection, what: str) -> None:
+        """BEGIN IMMEDIATE, waiting up to ``lock_timeout`` for another
+        process's write; past it a typed LedgerBusyError (nothing begun)."""
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            raise LedgerBusyError(f"{what} {self.path.name} failed: another connection kept it locked for "
+                                  f"{self._lock_timeout:g} s ({exc}); nothing was written") from None
 
     def add_evidence(self, record_id: str, evidence: dict[str, Any] | None) -> EvidenceEntry:
         """Append an evidence state for ``record_id`` (a filled slot, or ``None``
@@ -1005,7 +1009,7 @@ class Ledger:
             if self._closed or self._closing:
                 raise LedgerClosedError(f"{self} is closed")
             db = self._db
-            db.execute("BEGIN IMMEDIATE")
+            self._begin_write(db, "evidence write to")
             try:
                 wanted = list(dict.fromkeys(record_ids))
                 seqs = _seqs_of(db, wanted)

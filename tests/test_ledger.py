@@ -209,12 +209,17 @@ def test_a_lock_held_too_long_is_busy_not_corrupt(tmp_path: Path) -> None:
         holder.execute("BEGIN IMMEDIATE")  # another process writing, for longer than the timeout
         with pytest.raises(LedgerBusyError, match="append to l.db failed: another connection kept it locked for 0.2 s"):
             p.seal({"action_id": "while-locked", "action_type": "fyi"})
+        first = next(p.ledger.entries()).record_id
+        history = p.ledger.evidence_history(first)
+        with pytest.raises(LedgerBusyError, match="evidence write to l.db failed: another connection kept it locked"):
+            p.ledger.add_evidence(first, {"kind": "k"})
         holder.execute("ROLLBACK")
         holder.close()
         assert p.ledger.count() == before
         p.seal({"action_id": "after", "action_type": "fyi"})
         added = [e.action_id for e in p.ledger.entries()][before:]
         assert len(added) == 2 and added[1] == "after"  # the epoch's boundary went in with it, as a pair
+        assert p.ledger.evidence_history(first) == history  # the refused evidence write left nothing
     assert capseal.verify_ledger(path).ok
     with pytest.raises(ValueError, match="lock_timeout"):
         Ledger(tmp_path / "x.db", lock_timeout=-1)
