@@ -236,7 +236,8 @@ def verify_ledger(
     report = LedgerReport(path=str(path), ok=False)
     try:
         with Ledger(path, readonly=True) as ledger:
-            _verify_open_ledger(ledger, report, KeyDirectory(trusted_keys), evidence, evidence_trust)
+            with ledger._snapshot():
+                _verify_open_ledger(ledger, report, KeyDirectory(trusted_keys), evidence, evidence_trust)
     except Exception as exc:  # never raise: report why it could not run
         report.findings.append(Finding("ledger_unreadable", f"{type(exc).__name__}: {exc}"))
         report.ok = False

@@ -510,6 +510,7 @@ class Ledger:
         self._closed = False
         self.stats = _Stats()
         self._read_lock = threading.Lock()
+        self._snap = threading.local()  # a thread's snapshot connection (see _snapshot)
         self._batches: dict[int, _Batch] = {}  # recently read batch rows (see _state)
         self._commit_listeners: list[Callable[[list[StoredEntry]], None]] = []
         self._pid = os.getpid()  # the process that opened it (named in LedgerForkedError)
@@ -555,12 +556,14 @@ class Ledger:
                 _use_wal(db, time.monotonic() + self._lock_timeout)
                 db.execute(f"PRAGMA synchronous={synchronous}")
                 db.execute("PRAGMA foreign_keys=ON")
-                db.executescript(_SCHEMA)
+                if found is None:  # the schema and the format row in ONE transaction: a reader sees all or nothing
+                    db.executescript("BEGIN IMMEDIATE;" + _SCHEMA +
+                                     f"INSERT OR IGNORE INTO meta(key, value) VALUES ('format', '{LEDGER_FORMAT}'); COMMIT;")
                 row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-                if row is None:
-                    db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (LEDGER_FORMAT,))
-                    row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
             else:
+                if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                    db.close()
+                    raise LedgerError(f"{self.path} holds no ledger yet (an empty file: one being created?)")
                 row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
         except sqlite3.DatabaseError as exc:
             db.close()
@@ -1030,10 +1033,35 @@ class Ledger:
 
     # ------------------------------------------------------------------ reading
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """This thread's reads inside one read transaction of a private
+        connection: every query sees the file as of the first one (WAL), so a
+        walk over records, evidence and the index is consistent even while
+        other processes append."""
+        if getattr(self._snap, "db", None) is not None:
+            yield
+            return
+        with self._read_lock:
+            db = sqlite3.connect(f"file:{self._real_path}?mode=ro", uri=True, isolation_level=None,
+                                 check_same_thread=False, timeout=self._lock_timeout)
+        try:
+            self._snap.db = db
+            with self._read_lock:
+                db.execute("BEGIN")
+            yield
+        finally:
+            self._snap.db = None
+            with self._read_lock:
+                db.close()
+
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         if self._forked:
             raise self._fork_error("reading")
-        with self._read_lock:
+        snap = getattr(self._snap, "db", None)
+        with self._read_lock:  # a snapshot's queries too: a fork waits for every SQLite call on this ledger
+            if snap is not None:
+                return snap.execute(sql, args).fetchall()
             if self._closed:
                 raise LedgerClosedError(f"{self} is closed")
             return self._rdb.execute(sql, args).fetchall()
@@ -1148,6 +1176,10 @@ class Ledger:
 
     def check_chain(self) -> list[str]:
         """Recompute both hash chains; returns problems (empty when intact)."""
+        with self._snapshot():
+            return self._check_chain()
+
+    def _check_chain(self) -> list[str]:
         problems: list[str] = []
         prev, expected_seq = _GENESIS.hex(), 1
         seq_of: dict[str, int] = {}
@@ -1191,6 +1223,10 @@ class Ledger:
 
     def export_jsonl(self, out: IO[bytes]) -> int:
         """Write every row as one JSON line (records, then evidence). Returns lines."""
+        with self._snapshot():
+            return self._export_jsonl(out)
+
+    def _export_jsonl(self, out: IO[bytes]) -> int:
         n = 0
         for stored in self.entries():
             header = {**stored.header(), "action_id": stored.action_id, "stream": stored.stream, "tag": stored.tag,
@@ -1213,16 +1249,30 @@ class Ledger:
         target = Path(path)
         if target.exists():
             raise LedgerError(f"{target} already exists; import builds a new ledger")
-        ledger = cls(target)
+        # built under a private name, then linked into place (link() never
+        # replaces a file): nobody sees a half-imported ledger, a failure or
+        # a kill leaves no ledger at ``path``, and only files this call made
+        # are ever deleted
+        tmp = target.with_name(f".{target.name}.import-{os.getpid()}-{os.urandom(4).hex()}")
+        ledger: Ledger | None = None
         try:
+            ledger = cls(tmp)
             with ledger._write_lock:  # every SQLite call under one of the ledger's locks (a fork waits on them)
                 ledger._import(src)
+            ledger.close()  # the last connection: checkpoints, the -wal is gone
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                raise LedgerError(f"{target} was created by another process during the import; "
+                                  "import builds a new ledger") from None
         except BaseException:
-            ledger.close()
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(target) + suffix).unlink(missing_ok=True)
+            if ledger is not None:
+                ledger.close()
             raise
-        return ledger
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(tmp) + suffix).unlink(missing_ok=True)
+        return cls(target)
 
     def _import(self, src: IO[bytes]) -> None:
         db = self._db
