@@ -125,8 +125,10 @@ def show(title: str, sealed: SealedJudgment, store: JudgmentStore) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ledger", type=Path, help="ledger file (default: a temporary one)")
+    parser.add_argument("--ledger", type=Path, help="a new ledger file (default: a temporary one)")
     args = parser.parse_args(argv)
+    if args.ledger is not None and args.ledger.exists():  # the act's action_id is fixed: a second run is a duplicate
+        parser.error(f"{args.ledger} exists; give a new file (this example seals the same act each run)")
     with tempfile.TemporaryDirectory() as tmp:
         path = args.ledger or Path(tmp) / "judged.db"
         return run(path)

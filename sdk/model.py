@@ -67,7 +67,7 @@ _TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
 
 
 def _timestamp(value: str) -> str:
-    if not _TS.match(value):
+    if not _TS.fullmatch(value):  # not match: "$" also matches before a final newline
         raise ValueError("must be an RFC 3339 UTC timestamp ending in 'Z', e.g. 2026-10-01T12:00:00Z")
     try:
         datetime.fromisoformat(value[:19])
@@ -77,7 +77,7 @@ def _timestamp(value: str) -> str:
 
 
 _NAMESPACED_RE = r"^(x-.+|[^:]+:.+|[A-Za-z0-9-]+(\.[A-Za-z0-9_-]+)+)$"
-_is_namespaced = re.compile(_NAMESPACED_RE).match
+_is_namespaced = re.compile(_NAMESPACED_RE).fullmatch  # as pydantic's pattern: no final newline
 Namespaced = Annotated[str, StringConstraints(pattern=_NAMESPACED_RE)]
 
 

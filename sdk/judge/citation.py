@@ -10,12 +10,13 @@ a purpose, and never ``citation_purpose`` (the retired name, rejected on read).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
-from capseal.canonical import canonical_bytes, capsule_id, json_digest, raw_digest
+from capseal.canonical import canonical_bytes, capsule_id, raw_digest
 from capseal.errors import JudgmentRefusedError
 
 from .rules import SCORE_MEMBER
@@ -81,6 +82,33 @@ class JudgePart(JudgeModel):
             raise refusal_from(exc, type(self).__name__) from None
 
 
+def _snapshot(value: Any) -> tuple[str, Any]:
+    """The JSON digest of ``value`` and a copy parsed back from the bytes it
+    covers: the copy cannot drift from the digest (a nested dict the caller
+    keeps can)."""
+    data = canonical_bytes(value)
+    return raw_digest(data), json.loads(data)
+
+
+def listed(items: Any, what: str) -> list[Any]:
+    """``items`` as a list, or a typed refusal: a str (a single digest, which
+    iterates as its characters), a mapping, a lone Target or a non-iterable is no list."""
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise JudgmentRefusedError(f"{what} is a list, not {type(items).__name__}", rule="argument_not_a_list", path=f"$.{what}")
+    return list(items)
+
+
+def utf8_of(text: Any, what: str) -> bytes:
+    """``text``'s UTF-8 bytes, or a typed refusal (not a str; a lone surrogate)."""
+    if not isinstance(text, str):
+        raise JudgmentRefusedError(f"{what} takes text (str), not {type(text).__name__}", rule="citation_content_type")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise JudgmentRefusedError(f"{what}: the text is not valid Unicode ({exc.reason} at index {exc.start})",
+                                   rule="citation_content_type") from None
+
+
 class Target:
     """A cited thing's digest, computed here from its content.
 
@@ -121,8 +149,11 @@ class Target:
 
     @classmethod
     def of_json(cls, value: Any, *, type: str) -> Target:
-        """A JSON value: digest = SHA-256 of its JCS bytes (floats refused)."""
-        return cls(type=type, digest=json_digest(value), kind="json", content=value, _seal=_SEAL)
+        """A JSON value: digest = SHA-256 of its JCS bytes (floats refused).
+        ``content`` is a copy parsed back from those bytes: a caller changing
+        its dict afterwards changes neither the Target nor what a store keeps."""
+        digest, content = _snapshot(value)
+        return cls(type=type, digest=digest, kind="json", content=content, _seal=_SEAL)
 
     @classmethod
     def of_bytes(cls, data: bytes, *, type: str) -> Target:
@@ -134,7 +165,7 @@ class Target:
     @classmethod
     def of_text(cls, text: str, *, type: str) -> Target:
         """Text, digested as its UTF-8 bytes (what a file holding it would give)."""
-        return cls(type=type, digest=raw_digest(text.encode("utf-8")), kind="text", content=text, _seal=_SEAL)
+        return cls(type=type, digest=raw_digest(utf8_of(text, "of_text")), kind="text", content=text, _seal=_SEAL)
 
     @classmethod
     def of_capsule(cls, capsule: Any, *, type: str = "agent-action-capsule") -> Target:
@@ -143,11 +174,12 @@ class Target:
         body = getattr(capsule, "capsule", capsule)
         if not isinstance(body, Mapping):
             raise JudgmentRefusedError("of_capsule takes a capsule dict or a SealedRecord", rule="citation_content_type")
-        cid = capsule_id(body)
-        carried = body.get("capsule_id")
+        _, content = _snapshot(body)  # the id and the content from one copy (see of_json)
+        cid = capsule_id(content)
+        carried = content.get("capsule_id")
         if carried is not None and carried != cid:
             raise JudgmentRefusedError(f"capsule carries id {carried!r} but its bytes give {cid}", rule="capsule_id_mismatch", path="$.capsule_id")
-        return cls(type=type, digest=cid, kind="capsule", content=dict(body), _seal=_SEAL)
+        return cls(type=type, digest=cid, kind="capsule", content=content, _seal=_SEAL)
 
     @classmethod
     def of_record(cls, record: Any, *, type: str | None = None) -> Target:
@@ -160,7 +192,8 @@ class Target:
             raise JudgmentRefusedError("of_record takes a judgment record or its body", rule="citation_content_type")
         version = body.get("record_version") or body.get("result_version") or "record"
         name = type or str(version).split("/", 1)[0]
-        return cls(type=name, digest=json_digest(dict(body)), kind="record", content=dict(body), _seal=_SEAL)
+        digest, content = _snapshot(body)
+        return cls(type=name, digest=digest, kind="record", content=content, _seal=_SEAL)
 
     @classmethod
     def _verified(cls, *, type: str, digest: str, kind: Any, content: Any) -> Target:
@@ -189,6 +222,9 @@ class DigestRef(JudgePart):
 
     @classmethod
     def of_bytes(cls, data: bytes) -> DigestRef:
+        if not isinstance(data, (bytes, bytearray, memoryview)):  # bytes(3) would be three zero bytes
+            raise JudgmentRefusedError(f"DigestRef.of_bytes takes bytes, not {type(data).__name__}",
+                                       rule="citation_content_type")
         return cls(digest_alg="SHA-256", digest=raw_digest(bytes(data)))
 
 

@@ -38,8 +38,8 @@ from pydantic import Field
 from capseal.canonical import capsule_id, json_digest, raw_digest
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Hex64, JudgeModel, NonEmpty, Target
-from .pin import SamplingValue, check_sampling
+from .citation import Hex64, JudgePart, NonEmpty, Target
+from .pin import SamplingValue, bytes_of, check_sampling
 from .rules import Violation, _number_violations, _schema_violations, raise_first
 from .schema import render_pointer
 
@@ -62,7 +62,27 @@ MEMBER_POINTER = render_pointer(MEMBER_PATH)
 _SCHEMA = "judgment/judgment-extension-v1.json"
 
 
-class ModelJudgeParameters(JudgeModel):
+def _json_object(value: Any, what: str) -> dict[str, Any]:
+    """A published JSON document (rubric, template, packet) as a dict, or a typed refusal."""
+    if not isinstance(value, Mapping):
+        raise JudgmentRefusedError(f"the {what} is a JSON object, not {type(value).__name__}", rule="citation_content_type", path=f"$.{what}")
+    return dict(value)
+
+
+def _cited(target: Any, what: str) -> Target:
+    if not isinstance(target, Target):
+        raise JudgmentRefusedError(f"{what} cites a Target computed from the cited content, not {type(target).__name__} "
+                                   "(a digest is never typed in)", rule="citation_not_computed", path="$.references")
+    return target
+
+
+def _typed(value: Any, cls: type[Any] | tuple[type[Any], ...], what: str) -> None:
+    if not isinstance(value, cls):
+        names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+        raise JudgmentRefusedError(f"{what} is a {names}, not {type(value).__name__}", rule="schema_type_mismatch", path=f"$.{what}")
+
+
+class ModelJudgeParameters(JudgePart):
     """How a model judge was asked (the preimage of ``judge_parameters_digest``)."""
 
     instruction_template_digest: Hex64
@@ -77,11 +97,12 @@ class ModelJudgeParameters(JudgeModel):
         cls, *, instruction_template: Mapping[str, Any], prompt: bytes | str, axes: bytes | str,
         sampling_params: Mapping[str, Any], min_confidence_micros: int | None = None, judge_batch: int | None = None,
     ) -> ModelJudgeParameters:
-        """Every digest computed here: the template as JSON, prompt and axes as raw bytes."""
+        """Every digest computed here: the template as JSON, prompt and axes as raw
+        bytes (text as its UTF-8 bytes; any other type is refused, never coerced)."""
         fields: dict[str, Any] = {
-            "instruction_template_digest": json_digest(dict(instruction_template)),
-            "prompt_digest": raw_digest(prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)),
-            "axes_digest": raw_digest(axes.encode("utf-8") if isinstance(axes, str) else bytes(axes)),
+            "instruction_template_digest": json_digest(_json_object(instruction_template, "instruction_template")),
+            "prompt_digest": raw_digest(bytes_of(prompt, "prompt", path="$.prompt_digest")),
+            "axes_digest": raw_digest(bytes_of(axes, "axes", path="$.axes_digest")),
             "sampling_params": check_sampling(sampling_params, "$.sampling_params"),
         }
         if min_confidence_micros is not None:
@@ -91,7 +112,7 @@ class ModelJudgeParameters(JudgeModel):
         return cls(**fields)
 
 
-class ExpertProtocolParameters(JudgeModel):
+class ExpertProtocolParameters(JudgePart):
     """How a human expert was asked: the protocol and the packet shown."""
 
     protocol: NonEmpty
@@ -99,17 +120,17 @@ class ExpertProtocolParameters(JudgeModel):
 
     @classmethod
     def of(cls, *, protocol: str, packet: Mapping[str, Any]) -> ExpertProtocolParameters:
-        return cls(protocol=protocol, packet_digest=json_digest(dict(packet)))
+        return cls(protocol=protocol, packet_digest=json_digest(_json_object(packet, "packet")))
 
 
-class JudgeAnswer(JudgeModel):
+class JudgeAnswer(JudgePart):
     """The preimage of ``agent_output_digest``."""
 
     verdict: Literal["met", "not_met", "not_evaluable"]
     rationale: str = None  # type: ignore[assignment]
 
 
-class JudgmentMember(JudgeModel):
+class JudgmentMember(JudgePart):
     """The closed ``x-judgment-v1`` member."""
 
     rubric_digest: Hex64
@@ -123,6 +144,8 @@ def judgment_member(
     parameters: ModelJudgeParameters | ExpertProtocolParameters, model_hosting: str | None = None,
 ) -> JudgmentMember:
     """Build the member; digests come from the rubric and parameters themselves."""
+    _typed(parameters, (ModelJudgeParameters, ExpertProtocolParameters), "parameters")
+    rubric = _json_object(rubric, "rubric")
     if isinstance(parameters, ModelJudgeParameters) and model_hosting is None:
         raise JudgmentRefusedError("a model judge states model_hosting (hosted or self_hosted)", rule="model_hosting_required", path=f"{MEMBER_POINTER}/model_hosting")
     if isinstance(parameters, ExpertProtocolParameters) and model_hosting is not None:
@@ -130,7 +153,7 @@ def judgment_member(
     if not rubric:
         raise JudgmentRefusedError("the rubric is a non-empty published document", rule="rubric_empty")
     fields: dict[str, Any] = {
-        "rubric_digest": json_digest(dict(rubric)),
+        "rubric_digest": json_digest(rubric),
         "rubric_version": rubric_version,
         "judge_parameters_digest": json_digest(parameters.to_json()),
     }
@@ -148,6 +171,11 @@ def judgment_capsule_spec(
     and exactly one ``judged_from`` reference."""
     if not isinstance(judge, str) or not judge or judge.count("@") > 1:
         raise JudgmentRefusedError("the judge is model_id or model_id@version, or a rater role label", rule="judge_identity_malformed", path="$.developer")
+    _typed(member, JudgmentMember, "member")
+    _typed(answer, JudgeAnswer, "answer")
+    judged_from = _cited(judged_from, "judged_from")
+    if calibrated_against is not None:
+        calibrated_against = _cited(calibrated_against, "calibrated_against")
     refs = [{"type": judged_from.type, "digest_alg": "SHA-256", "digest": judged_from.digest, "citation_purpose": "judged_from"}]
     if calibrated_against is not None:
         refs.append({"type": calibrated_against.type, "digest_alg": "SHA-256", "digest": calibrated_against.digest, "citation_purpose": "calibrated_against"})
@@ -193,8 +221,14 @@ def refuse_judgment_capsule(capsule: Mapping[str, Any], **kw: Any) -> None:
     raise_first(check_judgment_capsule(capsule, **kw), "judgment capsule")
 
 
-def _raw(value: str | bytes) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+def _raw(value: Any, source: str, out: list[Violation]) -> bytes | None:
+    """A raw file's bytes; a value that is neither bytes nor text is reported
+    (``bytes(5)`` would be five zero bytes, a digest of nothing published)."""
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return bytes_of(value, f"raw file {source!r}")
+    out.append(Violation("citation_content_type", f"raw_files.{source}",
+                         f"raw file {source!r} is given as {type(value).__name__}, not its bytes or text", pointer=f"/raw_files/{source}"))
+    return None
 
 
 def _check(capsule: Mapping[str, Any], pre: Mapping[str, Any], raw: Mapping[str, str | bytes]) -> list[Violation]:
@@ -228,11 +262,15 @@ def _check(capsule: Mapping[str, Any], pre: Mapping[str, Any], raw: Mapping[str,
             if name in params and source in pre and params[name] != fn(pre[source]):
                 out.append(_mismatch(f"{name}_mismatch", ("preimages", "judge_parameters", name), name))
         for name, source in (("prompt_digest", "prompt"), ("axes_digest", "axes")):
-            if name in params and source in raw and params[name] != raw_digest(_raw(raw[source])):
-                out.append(_mismatch(f"{name}_mismatch", ("preimages", "judge_parameters", name), name))
+            if name in params and source in raw:
+                data = _raw(raw[source], source, out)
+                if data is not None and params[name] != raw_digest(data):
+                    out.append(_mismatch(f"{name}_mismatch", ("preimages", "judge_parameters", name), name))
     rubric = pre.get("rubric")
-    if isinstance(rubric, Mapping) and "policy_digest" in rubric and "policy" in raw and rubric["policy_digest"] != raw_digest(_raw(raw["policy"])):
-        out.append(_mismatch("policy_digest_mismatch", ("preimages", "rubric", "policy_digest"), "policy_digest"))
+    if isinstance(rubric, Mapping) and "policy_digest" in rubric and "policy" in raw:
+        data = _raw(raw["policy"], "policy", out)
+        if data is not None and rubric["policy_digest"] != raw_digest(data):
+            out.append(_mismatch("policy_digest_mismatch", ("preimages", "rubric", "policy_digest"), "policy_digest"))
     answer = pre.get("agent_output")
     if answer is not None:
         for v in _schema_violations(answer, _SCHEMA, "JudgeAnswer"):

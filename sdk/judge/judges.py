@@ -28,14 +28,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from capseal.canonical import raw_digest
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Target
-from .pin import JudgePin
+from .citation import Target, listed
+from .pin import JudgePin, bytes_of
 from .result import Claim, EvidenceResult, ResultBuilder, code_identity
 from .shapes import Case, ClauseTally, EvaluationReport, KOfN
 from .store import JudgmentStore, SealedJudgment
-from .vocab import CASE_VERDICTS
+from .vocab import CASE_VERDICTS, GRADES, RESULT_VERSION
 
 __all__ = [
     "Requirement",
@@ -82,6 +83,17 @@ class RulesJudge:
     """Tier ``recomputed``: a fixed function of cited inputs, no model, no human."""
 
     def __init__(self, *, name: str, contract_ref: str, requirements: Sequence[Requirement], grade: str = "self-attested") -> None:
+        if grade not in GRADES:
+            raise JudgmentRefusedError(f"grade {grade!r} is not one of {list(GRADES)}", rule="schema_enum_mismatch", path="$.claims[*].grade")
+        if grade != "self-attested":
+            raise JudgmentRefusedError(
+                f"a RulesJudge attaches no proof to its claims and its code identity is capseal's own (self-attested) hash of the "
+                f"source, so nothing backs grade {grade!r}: its claims are self-attested",
+                rule="claim_grade_without_proof", path="$.claims[*].grade")
+        requirements = listed(requirements, "requirements")
+        for i, r in enumerate(requirements):
+            if not isinstance(r, Requirement):
+                raise JudgmentRefusedError(f"requirements[{i}] is a Requirement, not {type(r).__name__}", rule="schema_type_mismatch", path=f"$.requirements[{i}]")
         refs = [r.requirement_ref for r in requirements]
         if len(set(refs)) != len(refs):
             raise JudgmentRefusedError("each requirement is judged once", rule="claim_id_duplicate")
@@ -130,18 +142,32 @@ class RulesJudge:
         """Re-run the rules over exactly what ``record`` cites (resolved from the
         store by digest) at its own ``generated_at``. Equal record digests mean
         the same code over the same inputs gave the same claims."""
-        body = record.body() if isinstance(record, EvidenceResult) else record.body if isinstance(record, SealedJudgment) else dict(record)
+        result = _evidence_result(record)
         inputs: dict[str, Target] = {}
-        for claim in body.get("claims", []):
-            req = self.requirements.get(claim.get("requirement_ref"))
+        for claim in result.claims:
+            req = self.requirements.get(claim.requirement_ref)
             if req is None:
-                raise JudgmentRefusedError(f"no rule for requirement {claim.get('requirement_ref')!r}", rule="rule_input_missing")
-            digests = [e["digest"] for e in claim.get("evidence", [])]
+                raise JudgmentRefusedError(f"no rule for requirement {claim.requirement_ref!r}", rule="rule_input_missing")
+            digests = [e.digest for e in claim.evidence]
             if len(digests) != len(req.inputs):
-                raise JudgmentRefusedError(f"claim {claim.get('id')!r} cites {len(digests)} inputs; the rule reads {len(req.inputs)}", rule="rule_input_missing")
+                raise JudgmentRefusedError(f"claim {claim.id!r} cites {len(digests)} inputs; the rule reads {len(req.inputs)}", rule="rule_input_missing")
             for name, digest in zip(req.inputs, digests):
                 inputs[name] = store.target(digest) if store.has(digest) else Target._verified(type="input", digest=digest, kind="json", content=None)
-        return self.judge(inputs, store=store, as_of=str(body.get("generated_at")))
+        return self.judge(inputs, store=store, as_of=result.generated_at)
+
+
+def _evidence_result(record: Any) -> EvidenceResult:
+    """``record`` read as an Evidence Result (refused by rule name when it is not one)."""
+    if isinstance(record, EvidenceResult):
+        return record
+    body = record.body if isinstance(record, SealedJudgment) else record
+    if not isinstance(body, Mapping):
+        raise JudgmentRefusedError(f"recompute re-runs an Evidence Result (a SealedJudgment, an EvidenceResult or its body), not {type(body).__name__}",
+                                   rule="record_not_object")
+    version = body.get("result_version", body.get("record_version"))
+    if version != RESULT_VERSION:
+        raise JudgmentRefusedError(f"recompute re-runs an Evidence Result ({RESULT_VERSION}), not {version!r}", rule="record_version_mismatch", path="$.result_version")
+    return EvidenceResult.from_body(dict(body))
 
 
 # --------------------------------------------------------------------------- judge model
@@ -149,10 +175,11 @@ class RulesJudge:
 
 @dataclass(frozen=True)
 class JudgeRequest:
-    """What the injected model callable is given for one case."""
+    """What the injected model callable is given for one case (``prompt`` as the
+    ModelJudge was given it: text, or bytes)."""
 
     model_id: str
-    prompt: str
+    prompt: str | bytes
     sampling: Mapping[str, Any]
     case_id: str
     rubric: Any
@@ -176,13 +203,21 @@ class ModelJudge:
 
     ``call(request)`` returns ``{"verdict": …}`` (other members — a rationale, a
     confidence — are not recorded) or a bare verdict string. A verdict outside
-    met / not_met / not_evaluable is refused, never coerced."""
+    met / not_met / not_evaluable is refused, never coerced.
 
-    def __init__(self, *, pin: JudgePin, prompt: str, call: JudgeCall, contract_ref: str) -> None:
-        if pin.prompt_digest.digest != Target.of_text(prompt, type="judge-prompt").digest:
+    ``prompt`` is what the pin was made from: its text (digested as UTF-8) or its
+    bytes; either way its digest must be the pin's ``prompt_digest``."""
+
+    def __init__(self, *, pin: JudgePin, prompt: str | bytes, call: JudgeCall, contract_ref: str) -> None:
+        if not isinstance(pin, JudgePin):
+            raise JudgmentRefusedError(f"a model judge is pinned by a JudgePin (JudgePin.pin(...)), not {type(pin).__name__}", rule="judge_unpinned", path="$.judge_pin")
+        data = bytes_of(prompt, "prompt", path="$.judge_pin.prompt_digest")
+        if pin.prompt_digest.digest != raw_digest(data):
             raise JudgmentRefusedError("the prompt given is not the prompt the pin names", rule="prompt_digest_mismatch", path="$.judge_pin.prompt_digest")
+        if not callable(call):
+            raise JudgmentRefusedError(f"call is the judge model as a callable (request → answer), not {type(call).__name__}", rule="judge_call_not_callable")
         self.pin = pin
-        self.prompt = prompt
+        self.prompt: str | bytes = prompt if isinstance(prompt, str) else data
         self.call = call
         self.contract_ref = contract_ref
 
@@ -214,6 +249,13 @@ class ModelJudge:
 def blind_packet(*, case_id: str, acts: Sequence[Target], criterion: Any) -> dict[str, Any]:
     """What a rater is shown: the case, the acts by digest, the criterion — and,
     by construction, not the model's verdict (``model_verdict_shown: false``)."""
+    if not isinstance(case_id, str) or not case_id:
+        raise JudgmentRefusedError("a blind packet names its case by a non-empty case_id", rule="schema_too_short", path="$.case_id")
+    acts = listed(acts, "acts")
+    for i, t in enumerate(acts):
+        if not isinstance(t, Target):
+            raise JudgmentRefusedError(f"acts[{i}] is a Target computed from the act, not {type(t).__name__} (a digest is never typed in)",
+                                       rule="citation_not_computed", path=f"$.acts[{i}]")
     return {"case_id": case_id, "acts": [t.digest for t in acts], "criterion": criterion, "model_verdict_shown": False}
 
 

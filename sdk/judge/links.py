@@ -12,13 +12,13 @@ record), and for ``close/v1`` also in its body member ``x-evidence-links``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from capseal.canonical import is_hex64
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Hex64, JudgePart, Target
+from .citation import Hex64, JudgePart, Target, listed
 from .rules import check_links, raise_first
 from .vocab import LinkType
 
@@ -36,7 +36,7 @@ class Link(JudgePart):
         """A link of ``type`` to ``target``: a Target, a sealed judgment, a
         ``SealedRecord`` (capsule), a stored entry, or a 64-hex digest read from
         the store header of the record linked to."""
-        digest = _digest_of(target)
+        digest = digest_of(target)
         raise_first(check_links("adjudication", [{"type": type, "target": digest}]))
         return cls(type=type, target=digest)  # type: ignore[arg-type]
 
@@ -49,7 +49,7 @@ def link(type: str, target: Any) -> Link:
     return Link.to(type, target)
 
 
-def _digest_of(target: Any) -> str:
+def digest_of(target: Any) -> str:
     if isinstance(target, Target):
         return target.digest
     for attr in ("digest", "capsule_id", "record_id"):
@@ -61,14 +61,24 @@ def _digest_of(target: Any) -> str:
     raise JudgmentRefusedError(f"a link target is a record or a 64-hex digest, not {type(target).__name__}", rule="link_target_malformed")
 
 
-def validate_links(epistemic_type: str, links: Iterable[Link | dict[str, Any]]) -> tuple[dict[str, str], ...]:
+def link_header(item: Any, path: str) -> dict[str, Any]:
+    """The header form ``{type, target}`` of a Link or a link dict (checked by
+    :func:`check_links` after), or a typed refusal for anything else."""
+    if isinstance(item, Link):
+        return item.header()
+    if isinstance(item, Mapping):
+        return dict(item)
+    raise JudgmentRefusedError(f"a link is a Link or a {{type, target}} object, not {type(item).__name__}",
+                               rule="link_target_malformed", path=path)
+
+
+def validate_links(epistemic_type: str, links: Iterable[Link | dict[str, Any]],
+                   body: Mapping[str, Any] | None = None) -> tuple[dict[str, str], ...]:
     """The header form of ``links`` for a record of ``epistemic_type``; refuses a
     link of an unknown type, a malformed target, a duplicate, and ``adjudicates``
     on anything but an adjudication record (EL -00 §5)."""
-    out: list[dict[str, str]] = []
-    for item in links:
-        out.append(item.header() if isinstance(item, Link) else dict(item))
-    raise_first(check_links(epistemic_type, out))
+    out = [link_header(item, f"$.links[{i}]") for i, item in enumerate(listed(links, "links"))]
+    raise_first(check_links(epistemic_type, out, body))
     seen: set[tuple[str, str]] = set()
     for i, item in enumerate(out):
         key = (item["type"], item["target"])

@@ -23,9 +23,9 @@ from pydantic import Field
 from capseal.canonical import MAX_SAFE_INTEGER
 from capseal.errors import JudgmentRefusedError
 
-from .citation import DigestRef, JudgePart, NonEmpty, Target
+from .citation import DigestRef, JudgePart, NonEmpty, Target, utf8_of
 
-__all__ = ["JudgePin", "decimal_string", "micros", "check_sampling"]
+__all__ = ["JudgePin", "decimal_string", "micros", "check_sampling", "bytes_of"]
 
 SamplingValue = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)] | str | bool
 
@@ -137,11 +137,21 @@ class JudgePin(JudgePart):
         return Target.of_json(self.to_json(), type="judge-pin")
 
 
+def bytes_of(value: Any, what: str, *, path: str = "$") -> bytes:
+    """The bytes a published file's digest covers: ``bytes``/``bytearray``/
+    ``memoryview`` as they are, text as its UTF-8 bytes. Anything else is
+    refused by name — ``bytes(5)`` would silently be five zero bytes."""
+    if isinstance(value, str):
+        return utf8_of(value, f"the {what}")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise JudgmentRefusedError(f"the {what} is given as its bytes or its text (str), not {type(value).__name__}",
+                               rule="citation_content_type", path=path)
+
+
 def _ref(value: bytes | str | Target, what: str) -> DigestRef:
     if isinstance(value, Target):
         return DigestRef.of(value)
-    if isinstance(value, str):
-        return DigestRef.of_bytes(value.encode("utf-8"))
-    if isinstance(value, (bytes, bytearray)):
-        return DigestRef.of_bytes(bytes(value))
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return DigestRef.of_bytes(bytes_of(value, what))
     raise JudgmentRefusedError(f"the {what} is given as its bytes (or a Target), never as a typed-in digest", rule="judge_unpinned", path=f"$.{what}_digest")

@@ -99,7 +99,13 @@ class StoryCarrier(JudgePart):
 
 class Claim(JudgeModel):
     """One requirement of one contract version, judged once. ``reconcile`` and
-    ``close`` bodies (PROPOSED claim types) are carried as checked JSON."""
+    ``close`` bodies (PROPOSED claim types) are carried as checked JSON.
+
+    A wrong value is refused by rule name. The builders (:meth:`of`,
+    :meth:`ResultBuilder.add`) also refuse a grade above ``self-attested``
+    with no proof at all: the grade would claim an assurance nothing backs.
+    (Reading a stored Result, ``EvidenceResult.from_body``, leaves grades to
+    the refusal engine.)"""
 
     id: NonEmpty
     contract_ref: NonEmpty
@@ -115,6 +121,12 @@ class Claim(JudgeModel):
     implementation: Implementation = None  # type: ignore[assignment]
     reconcile: dict[str, Any] = None  # type: ignore[assignment]
     close: dict[str, Any] = None  # type: ignore[assignment]
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _claim_refusal(exc, data) from None
 
     @classmethod
     def of(
@@ -143,9 +155,21 @@ class Claim(JudgeModel):
         }
         if implementation is not None:
             fields["implementation"] = implementation
-        claim = _construct(cls, fields)
+        claim = cls(**fields)
         raise_first(_claim_violations(claim))
+        _refuse_unbacked_grade(claim)
         return claim
+
+
+def _refuse_unbacked_grade(claim: Claim) -> None:
+    """A claim graded ``witnessed`` or ``countersigned`` needs a proof behind it
+    (a receipt or an inclusion proof, as in the published positive vectors):
+    with none, the grade would claim what nothing in the record backs."""
+    if claim.grade != "self-attested" and not claim.proofs:
+        raise JudgmentRefusedError(
+            f"claim {claim.id!r} is graded {claim.grade} with no proofs: a grade above self-attested needs a proof "
+            "(a ProofRef: receipt or inclusion_proof) behind it; grade it self-attested otherwise",
+            rule="claim_grade_without_proof", path="$.proofs")
 
 
 _STATUS_FOR = {"SATISFIED": "SATISFIED", "INSUFFICIENT": "INSUFFICIENT", "GAP": "NOT_FOUND", "UNKNOWN": "UNKNOWN"}
@@ -199,19 +223,17 @@ class View(JudgePart):
     title: NonEmpty = None  # type: ignore[assignment]
 
 
-def _construct(cls: type[Any], fields: dict[str, Any]) -> Any:
-    try:
-        return cls(**fields)
-    except ValidationError as exc:
-        from .shapes import _jsonish
+def _claim_refusal(exc: ValidationError, fields: dict[str, Any]) -> JudgmentRefusedError:
+    """A claim the model refuses, named by the engine's rule when it has one."""
+    from .shapes import _jsonish
 
-        probe = {**_jsonish(fields)}
-        for v in check_body({"result_version": RESULT_VERSION, "generated_at": "1970-01-01T00:00:00Z", "claims": [probe],
-                             "aggregate": {"coverage": {"evaluated_population": 1, "excluded_not_applicable": 0, "unknown_count": 0},
-                                           "buckets": {"met": [], "not_met": [], "not_evaluable": []}}}):
-            if v.path.startswith("$.claims[0]"):
-                raise JudgmentRefusedError(f"claim refused: {v.message}", rule=v.rule, path="$" + v.path[len("$.claims[0]"):]) from None
-        raise refusal_from(exc, cls.__name__) from None
+    probe = {**_jsonish(fields)}
+    for v in check_body({"result_version": RESULT_VERSION, "generated_at": "1970-01-01T00:00:00Z", "claims": [probe],
+                         "aggregate": {"coverage": {"evaluated_population": 1, "excluded_not_applicable": 0, "unknown_count": 0},
+                                       "buckets": {"met": [], "not_met": [], "not_evaluable": []}}}):
+        if v.path.startswith("$.claims[0]"):
+            return JudgmentRefusedError(f"claim refused: {v.message}", rule=v.rule, path="$" + v.path[len("$.claims[0]"):])
+    return refusal_from(exc, "Claim")
 
 
 class EvidenceResult(JudgeModel):
@@ -269,6 +291,9 @@ class ResultBuilder:
         self.recomputed_attempted = 0
 
     def add(self, claim: Claim) -> Claim:
+        if not isinstance(claim, Claim):
+            raise JudgmentRefusedError(f"a Result collects Claims (Claim.of(...)), not {type(claim).__name__}", rule="schema_type_mismatch", path="$.claims")
+        _refuse_unbacked_grade(claim)
         if any(c.id == claim.id for c in self.claims):
             raise JudgmentRefusedError(f"claim id {claim.id!r} is already in this Result", rule="claim_id_duplicate", path="$.claims")
         if claim.tier == "recomputed":
@@ -350,9 +375,16 @@ def code_identity(*code: Any, name: str, captured_at: str, grade: str = "self-at
 
     The value is the git-tree id of a flat tree holding each module's source
     under ``<module name>.py``; rows computed by the same code carry the same id
-    (comparability). Graded ``self-attested`` unless a build attestation says
-    more. Returns ``None`` when any source cannot be read: the caller then
-    withholds the row and counts it, it never relabels it ``judged``."""
+    (comparability). It is capseal's own hash of the source, so it is graded
+    ``self-attested``: ``grade`` is refused above that — ``witnessed`` or
+    ``countersigned`` needs a build attestation over the digest, which this
+    function does not have. Returns ``None`` when any source cannot be read: the
+    caller then withholds the row and counts it, it never relabels it ``judged``."""
+    if grade != "self-attested":
+        raise JudgmentRefusedError(
+            f"code_identity computes capseal's own hash of the source, a self-attested identity (comparability only); "
+            f"grade {grade!r} would claim checkability that no build attestation backs",
+            rule="code_identity_overgraded", path="$.implementation.grade")
     files: dict[str, bytes] = {}
     for obj in code:
         found = _module_source(obj)

@@ -368,6 +368,9 @@ def _adjudication(body: Mapping[str, Any]) -> list[Violation]:
     party = body.get("contradicted_party")
     if isinstance(party, str) and is_hex64(party) and party not in digests:
         out.append(Violation("contradicted_party_not_a_party", "$.contradicted_party", "contradicted_party names a digest that is not one of the cited parties"))
+    referee = body.get("referee")
+    if isinstance(referee, Mapping) and referee.get("digest") in digests:
+        out.append(Violation("referee_not_independent", "$.referee", "the referee is one of the parties it rules on (a twin cannot referee itself)"))
     return out
 
 
@@ -456,13 +459,19 @@ def _result_rules(body: Mapping[str, Any]) -> list[Violation]:
 # --------------------------------------------------------------------------- links
 
 
-def check_links(epistemic_type: Any, links: Iterable[Any]) -> list[Violation]:
+def check_links(epistemic_type: Any, links: Iterable[Any], body: Mapping[str, Any] | None = None) -> list[Violation]:
     """EL -00 §4.1/§5 link rules for a store header. Never raises.
 
     Links are ``{type, target}`` with one of the six types and a 64-hex target;
-    ``adjudicates`` only on a record whose ``epistemic_type`` is ``adjudication``.
+    ``adjudicates`` only on a record whose ``epistemic_type`` is ``adjudication``
+    and, given the record's ``body``, only to one of the parties it cites (an
+    adjudication covers only its parties' claims, §1: a link to anything else
+    would claim a ruling the body never made).
     """
     out: list[Violation] = []
+    parties = None
+    if body is not None:
+        parties = {p.get("digest") for p in _list(body.get("parties")) if isinstance(p, Mapping)}
     if epistemic_type not in EPISTEMIC_TYPES:
         out.append(Violation("epistemic_type_unknown", "$.epistemic_type", f"{epistemic_type!r} is not one of the eight registered types"))
     for i, link in enumerate(links):
@@ -476,4 +485,6 @@ def check_links(epistemic_type: Any, links: Iterable[Any]) -> list[Violation]:
             out.append(Violation("link_target_malformed", f"{path}.target", "a link target is a 64-hex lowercase SHA-256 digest"))
         if link["type"] == "adjudicates" and epistemic_type != "adjudication":
             out.append(Violation("adjudicates_requires_adjudication", f"{path}.type", f"only an adjudication record may carry an adjudicates link; this record is {epistemic_type!r}"))
+        elif link["type"] == "adjudicates" and parties is not None and link["target"] not in parties:
+            out.append(Violation("adjudicates_not_a_party", f"{path}.target", "an adjudicates link points at one of the parties the adjudication cites"))
     return out

@@ -99,8 +99,31 @@ def render_pointer(path: Path) -> str:
 
 
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})\Z"
 )
+
+
+@functools.lru_cache(maxsize=256)
+def _ecma_pattern(pattern: str) -> re.Pattern[str]:
+    r"""A JSON Schema (ECMA-262) pattern compiled for Python. Why not as is: in
+    Python ``$`` also matches before a final newline, so ``^[0-9a-f]{64}$``
+    let a 65-character "digest" ending in ``\n`` through; in ECMA-262 it
+    matches only at the end. Each unescaped ``$`` outside a class becomes ``\Z``."""
+    out, escaped, in_class = [], False, False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "[":
+            in_class = True
+        elif ch == "]":
+            in_class = False
+        elif ch == "$" and not in_class:
+            out.append("\\Z")
+            continue
+        out.append(ch)
+    return re.compile("".join(out))
 
 
 def is_rfc3339(value: str) -> bool:
@@ -231,7 +254,7 @@ class Validator:
             yield SchemaError("minLength", path, f"{sp}/minLength", f"must have at least {schema['minLength']} character(s)")
         if "maxLength" in schema and len(inst) > schema["maxLength"]:
             yield SchemaError("maxLength", path, f"{sp}/maxLength", f"must have at most {schema['maxLength']} characters")
-        if "pattern" in schema and re.search(schema["pattern"], inst) is None:
+        if "pattern" in schema and _ecma_pattern(schema["pattern"]).search(inst) is None:
             yield SchemaError("pattern", path, f"{sp}/pattern", f"must match {schema['pattern']}")
         if schema.get("format") == "date-time" and not is_rfc3339(inst):
             yield SchemaError("format", path, f"{sp}/format", "must be an RFC 3339 date-time, e.g. 2026-10-01T12:00:00Z")

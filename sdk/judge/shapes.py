@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Citation, DigestRef, JudgeModel, JudgePart, NonEmpty, Target, refusal_from
+from .citation import Citation, DigestRef, JudgeModel, JudgePart, NonEmpty, Target, listed, refusal_from
 from .links import Link
 from .pin import JudgePin
 from .rules import check_body, raise_first
@@ -69,6 +69,21 @@ def _jsonish(value: Any) -> Any:
 
 
 _Part = JudgePart
+
+
+def _target(value: Any, what: str) -> Target:
+    """``value`` if it is a Target, else a refusal: a digest is computed from the
+    cited content, never typed in."""
+    if not isinstance(value, Target):
+        raise JudgmentRefusedError(f"{what} is a Target computed from the cited content, not {type(value).__name__} (a digest is never typed in)",
+                                   rule="citation_not_computed", path=f"$.{what}")
+    return value
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise JudgmentRefusedError(f"{what} is an object, not {type(value).__name__}", rule="record_not_object", path=f"$.{what}")
+    return dict(value)
 
 
 class JudgeRecord(JudgeModel):
@@ -263,8 +278,33 @@ class HumanRating(JudgeRecord):
 
     @classmethod
     def of(cls, *, record_id: str, rated_at: str, rater_ref: str, case: Target, label: str) -> HumanRating:
-        """``case`` is the blind packet the rater was shown (see ``judges.blind_packet``)."""
+        """``case`` is the blind packet the rater was shown (see ``judges.blind_packet``):
+        a JSON object that does not carry the model's verdict. A judgment record, a
+        packet with ``model_verdict_shown`` other than ``false`` or a member naming a
+        verdict is refused — the record says ``blind: true``, so it must be."""
+        _refuse_unless_blind(_target(case, "case"))
         return cls(record_id=record_id, rated_at=rated_at, rater_ref=rater_ref, case=Citation.to(case, "rated_case"), label=label)
+
+
+def _refuse_unless_blind(case: Target) -> None:
+    """Refuse a rated case whose content is not a blind packet (family §3.4: a
+    non-blind rating needs another shape)."""
+    content = case.content
+
+    def refuse(message: str) -> JudgmentRefusedError:
+        return JudgmentRefusedError(f"{message}; a human-rating/v1 is blind: cite the blind packet the rater was shown (judges.blind_packet)",
+                                    rule="rated_case_not_blind", path="$.case")
+
+    if case.kind == "record" or (isinstance(content, Mapping) and ("record_version" in content or "result_version" in content)):
+        raise refuse(f"the case is a judgment record ({case.type}), which carries the verdict")
+    if case.kind != "json" or not isinstance(content, Mapping):
+        raise refuse(f"the case is {case.kind} content ({case.type}), not a blind packet (a JSON object)")
+    shown = content.get("model_verdict_shown", False)
+    if shown is not False:
+        raise refuse(f"the packet says model_verdict_shown: {shown!r}, so the rater may have seen the model's verdict")
+    leaked = sorted(str(k) for k in content if "verdict" in str(k).lower() and k != "model_verdict_shown")
+    if leaked:
+        raise refuse(f"the packet carries {', '.join(leaked)}, a verdict the rater would have seen")
 
 
 # --------------------------------------------------------------------------- calibration-summary/v1
@@ -337,6 +377,16 @@ class ContractCompile(JudgeRecord):
     compiled_skill: Annotated[list[Citation], Field(min_length=1)]
     human_approval: Citation
 
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        approval = self.human_approval.digest
+        cited = [("contract", self.contract.digest)] + [(f"compiled_skill[{i}]", c.digest) for i, c in enumerate(self.compiled_skill)]
+        for where, digest in cited:
+            if digest == approval:
+                raise JudgmentRefusedError(
+                    f"human_approval cites the same content as {where} ({approval[:16]}…): a compile never self-certifies; "
+                    "cite the separate human approval record", rule="human_approval_self_certifying", path="$.human_approval")
+
     @classmethod
     def of(
         cls, *, record_id: str, compiled_at: str, contract_ref: str, contract: Target,
@@ -347,7 +397,7 @@ class ContractCompile(JudgeRecord):
         return cls(
             record_id=record_id, compiled_at=compiled_at, contract_ref=contract_ref,
             contract=Citation.to(contract, "compiles_contract"),
-            compiled_skill=[Citation.to(t, "compiled_skill") for t in compiled_skill],
+            compiled_skill=[Citation.to(t, "compiled_skill") for t in listed(compiled_skill, "compiled_skill")],
             human_approval=Citation.to(human_approval, "approves"),
         )
 
@@ -392,9 +442,12 @@ class Close(JudgeRecord):
         cls, *, record_id: str, closed_at: str, period: tuple[str, str], counts_by_kind: Mapping[str, int],
         head: Target, reconcile: Reconcile | None = None, peer_close: Target | None = None,
     ) -> Close:
+        if isinstance(period, (str, bytes, Mapping)) or not isinstance(period, Sequence) or len(period) != 2:
+            got = f"{type(period).__name__} of {len(period)}" if isinstance(period, Sequence) else type(period).__name__
+            raise JudgmentRefusedError(f"period is a (start, end) pair of timestamps, not {got}", rule="close_period_malformed", path="$.period")
         fields: dict[str, Any] = {
             "record_id": record_id, "closed_at": closed_at, "period": Period(start=period[0], end=period[1]),
-            "counts_by_kind": dict(counts_by_kind), "head": DigestRef.of(head),
+            "counts_by_kind": _mapping(counts_by_kind, "counts_by_kind"), "head": DigestRef.of(_target(head, "head")),
         }
         if reconcile is not None:
             fields["reconcile"] = reconcile

@@ -23,6 +23,7 @@ peer's store, e.g. a two-party Close's peer Close).
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,9 +33,9 @@ from capseal.errors import DuplicateRecordError, JudgmentRefusedError
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
 from capseal.record import dumps_canonical
 
-from .citation import Target
+from .citation import Target, listed
 from .envelope import JudgmentEnvelope, header_commitment, sign_judgment
-from .links import Link, validate_links
+from .links import Link, digest_of, link_header, validate_links
 from .rules import check_body, epistemic_type_of, raise_first
 from .vocab import (
     ARTIFACT_RECORD_TYPE,
@@ -237,10 +238,17 @@ class JudgmentStore:
             if self.has(target.digest):
                 return target
             raise JudgmentRefusedError(f"a {target.kind} is kept by its own sealer, not as an artifact", rule="artifact_kind")
+        # the digest is signed, so it is recomputed from the very bytes kept
+        # (a Target's JSON content is a dict a caller could still change)
+        data = target.canonical()
+        if raw_digest(data) != target.digest:
+            raise JudgmentRefusedError(
+                f"the {target.type} artifact's content no longer gives its digest {target.digest[:16]}… "
+                "(was it changed after the Target was made?); nothing kept", rule="record_digest_mismatch")
         if self.has(target.digest):
             return target
         if target.kind == "json":
-            stored: dict[str, Any] = {"encoding": "json", "content": target.content}
+            stored: dict[str, Any] = {"encoding": "json", "content": json.loads(data)}
         elif target.kind == "text":
             stored = {"encoding": "utf-8", "content": target.content}
         else:
@@ -274,14 +282,17 @@ class JudgmentStore:
         record_type = record_type_for(str(version))
         epistemic_type = epistemic_type_of(body)
         assert epistemic_type is not None  # check_body refused unknown shapes
-        all_links = list(links)
+        header_links = [link_header(x, f"$.links[{i}]") for i, x in enumerate(listed(links, "links"))]
         body_links = [dict(x) for x in body.get("x-evidence-links", [])]
-        header_links = [x.header() if isinstance(x, Link) else dict(x) for x in all_links]
         for bl in body_links:  # close/v1: the body's links are mirrored in the header
             if bl not in header_links:
                 header_links.append(bl)
-        links_t = validate_links(epistemic_type, header_links)
-        allowed = set(external)
+        links_t = validate_links(epistemic_type, header_links, body)
+        allowed = set(listed(external, "external"))
+        for digest in allowed:
+            if not (isinstance(digest, str) and is_hex64(digest)):
+                raise JudgmentRefusedError(f"external= lists 64-hex digests, not {digest!r:.40}",
+                                           rule="link_target_malformed", path="$.external")
         cited, _ = cited_digests(body)
         for path, digest in cited:
             if digest not in allowed and not self.has(digest):
@@ -299,7 +310,7 @@ class JudgmentStore:
         """Correct ``old`` (a wrong type, a wrong verdict) the only way the Evidence
         Layer allows: a new record with a ``supersedes`` link to it. ``old`` is
         left as it is and still verifies."""
-        old_digest = old.digest if isinstance(old, SealedJudgment) else old
+        old_digest = digest_of(old)
         if self.get(old_digest) is None:
             raise JudgmentRefusedError(f"{old_digest[:16]}… is no judgment record in this store", rule="link_target_unresolved")
         return self.seal(record, links=[Link.to("supersedes", old_digest), *links], external=external)

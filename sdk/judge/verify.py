@@ -181,7 +181,7 @@ def _check_judgment(entry: StoredEntry, stored: Mapping[str, Any], ledger: Ledge
     if expected_type is not None and entry.record_type != expected_type:
         add(Finding("record_type_mismatch", f"the body is {version}, the header says {entry.record_type!r}"))
     links = [dict(x) for x in entry.links]
-    for v in check_links(entry.epistemic_type, links):
+    for v in check_links(entry.epistemic_type, links, body):
         add(Finding(v.rule, f"{v.message} (at {v.path})"))
     for bl in body.get("x-evidence-links", []) if isinstance(body.get("x-evidence-links"), list) else []:
         if bl not in links:

@@ -48,3 +48,8 @@ def test_judge_three_ways_keeps_its_ledger_when_asked(tmp_path: Path) -> None:
         "capsule", "judge:artifact/v1", "judge:evidence-result/v0", "judge:evaluation-report/v1",
         "judge:human-rating/v1", "judge:calibration-summary/v1",
     }
+    count = len(report.records)
+    again = subprocess.run([sys.executable, str(EXAMPLE), "--ledger", str(ledger)], capture_output=True, text=True, timeout=120)
+    # a second run would seal the same act again: refused up front, not a traceback half-way
+    assert again.returncode == 2 and "judged.db exists; give a new file" in again.stderr and "Traceback" not in again.stderr
+    assert len(verify_ledger(ledger).records) == count

@@ -1,0 +1,166 @@
+"""What a store signs is what its bytes give, patterns mean what JSON Schema
+means, an adjudication rules only on its parties, and malformed arguments get
+typed refusals (found by a review; each test fails on the code before)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from capseal.errors import CapsuleValidationError, JudgmentRefusedError
+from capseal.judge import Adjudication, JudgePin, Target, check_body, link, verify_judgment
+from capseal.judge.citation import DigestRef
+from capseal.model import is_namespaced, validate_capsule
+
+from .conftest import JUDGE, NOW, World, load
+
+
+def rules_of(body: dict[str, Any]) -> set[str]:
+    return {v.rule for v in check_body(body)}
+
+
+# --------------------------------------------------------------------------- digests of what is kept
+
+
+def test_a_json_target_keeps_the_content_it_digested(world: World) -> None:
+    doc: dict[str, Any] = {"rubric": "v1", "criteria": [{"id": "C1"}]}
+    target = Target.of_json(doc, type="rubric")
+    doc["rubric"] = "v2"  # the caller's dict changes after the Target was made
+    doc["criteria"][0]["id"] = "C2"
+    assert target.content == {"rubric": "v1", "criteria": [{"id": "C1"}]}
+    world.store.put(target)
+    assert world.store.value(target.digest) == {"rubric": "v1", "criteria": [{"id": "C1"}]}
+    assert verify_judgment_ledger_ok(world)
+
+
+def test_a_target_changed_in_place_is_refused_by_put(world: World) -> None:
+    target = Target.of_json({"rubric": "v1"}, type="rubric")
+    target.content["rubric"] = "v2"  # the content no longer gives the digest the store would sign
+    count = world.producer.ledger.count()
+    with pytest.raises(JudgmentRefusedError) as caught:
+        world.store.put(target)
+    assert caught.value.rule == "record_digest_mismatch"
+    assert world.producer.ledger.count() == count and not world.store.has(target.digest)
+    assert verify_judgment_ledger_ok(world)
+
+
+def test_capsule_and_record_targets_are_copies(world: World) -> None:
+    capsule = copy.deepcopy(world.act.capsule)
+    target = Target.of_capsule(capsule)
+    capsule["action_id"] = "changed"
+    assert target.content["action_id"] == world.act.capsule["action_id"]
+    body = load(JUDGE / "evaluation-report" / "pos-example-org-evaluation-report.json")
+    record = Target.of_record(body)
+    body["cases"][0]["verdict"] = "not_met"
+    assert record.content["cases"][0]["verdict"] == "met"
+
+
+def verify_judgment_ledger_ok(world: World) -> bool:
+    import capseal
+
+    return capseal.verify_ledger(world.producer.ledger.path).ok
+
+
+# --------------------------------------------------------------------------- "$" as JSON Schema means it
+
+
+@pytest.mark.parametrize(("member", "rule"), [
+    ("generated_at", "timestamp_not_rfc3339"),
+    ("contract_ref", "contract_ref_unversioned"),
+    ("prompt_digest", "digest_malformed"),
+])
+def test_a_final_newline_does_not_pass_a_pattern(member: str, rule: str) -> None:
+    """In Python "$" also matches before a final newline; in JSON Schema
+    (ECMA-262) it does not: a 65-character "digest" was sealed and verified."""
+    body = load(JUDGE / "evaluation-report" / "pos-example-org-evaluation-report.json")
+    assert rules_of(body) == set()
+    if member == "prompt_digest":
+        body["judge_pin"]["prompt_digest"]["digest"] += "\n"
+    else:
+        body[member] += "\n"
+    assert rule in rules_of(body)
+
+
+def test_capsule_timestamps_and_namespaced_names_take_no_final_newline(world: World) -> None:
+    capsule = copy.deepcopy(world.act.capsule)
+    capsule["timestamp"] += "\n"
+    with pytest.raises(CapsuleValidationError, match=r"\$\.timestamp"):
+        validate_capsule(capsule)
+    assert is_namespaced("x-acme") and not is_namespaced("x-acme\n")
+
+
+# --------------------------------------------------------------------------- adjudications
+
+
+def _pin() -> JudgePin:
+    return JudgePin.pin(model_id="referee@1", prompt=b"Decide.\n", sampling={"seed": 1})
+
+
+def test_the_referee_is_none_of_the_parties() -> None:
+    a, b = Target.of_json({"half": "a"}, type="twin-half"), Target.of_json({"half": "b"}, type="twin-half")
+    with pytest.raises(JudgmentRefusedError) as caught:
+        Adjudication.ruling(record_id="adj", adjudicated_at=NOW, verdict="contradicted", basis=_pin(),
+                            parties=[a, b], contradicted=b, referee=a)
+    assert caught.value.rule == "referee_not_independent"
+    referee = Target.of_json({"referee": 1}, type="referee")
+    ok = Adjudication.ruling(record_id="adj", adjudicated_at=NOW, verdict="contradicted", basis=_pin(),
+                             parties=[a, b], contradicted=b, referee=referee)
+    body = ok.body()
+    assert rules_of(body) == set()
+    body["referee"] = dict(body["parties"][0], judge_purpose="referee")
+    assert "referee_not_independent" in rules_of(body)  # the verifier's rules, on a body made elsewhere
+
+
+def test_an_adjudicates_link_points_at_a_party(world: World) -> None:
+    ruling = Adjudication.ruling(record_id="adj-1", adjudicated_at=NOW, verdict="corroborated", basis=_pin(),
+                                 parties=[world.act_t])
+    bystander = world.request_t
+    count = world.producer.ledger.count()
+    with pytest.raises(JudgmentRefusedError) as caught:
+        world.store.seal(ruling, links=[link("adjudicates", bystander)], external=[ruling.basis.prompt_digest.digest])
+    assert caught.value.rule == "adjudicates_not_a_party"
+    assert world.producer.ledger.count() == count
+    sealed = world.store.seal(ruling, links=[link("adjudicates", world.act_t)], external=[ruling.basis.prompt_digest.digest])
+    assert verify_judgment(sealed, world.store, external=[ruling.basis.prompt_digest.digest]).ok
+
+
+# --------------------------------------------------------------------------- typed refusals
+
+
+@pytest.mark.parametrize(("links", "external", "rule"), [
+    (["cites"], (), "link_target_malformed"),
+    ([None], (), "link_target_malformed"),
+    ("cites", (), "argument_not_a_list"),
+    (5, (), "argument_not_a_list"),
+    ((), 5, "argument_not_a_list"),
+    ((), "ab" * 32, "argument_not_a_list"),  # one digest as a str would be a set of characters
+    ((), ["not-a-digest"], "link_target_malformed"),
+])
+def test_malformed_links_and_external_are_refused(world: World, links: Any, external: Any, rule: str) -> None:
+    ruling = Adjudication.ruling(record_id="adj-1", adjudicated_at=NOW, verdict="corroborated", basis=_pin(),
+                                 parties=[world.act_t])
+    count = world.producer.ledger.count()
+    with pytest.raises(JudgmentRefusedError) as caught:
+        world.store.seal(ruling, links=links, external=external)
+    assert caught.value.rule == rule
+    assert world.producer.ledger.count() == count
+
+
+def test_supersede_of_nothing_is_refused(world: World) -> None:
+    with pytest.raises(JudgmentRefusedError) as caught:
+        world.store.supersede(None, {"record_version": "x"})  # type: ignore[arg-type]
+    assert caught.value.rule == "link_target_malformed"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: Target.of_text(5, type="t"),  # type: ignore[arg-type]
+    lambda: Target.of_text("\ud800", type="t"),
+    lambda: DigestRef.of_bytes(3),  # type: ignore[arg-type]  # bytes(3) is three zero bytes
+    lambda: JudgePin.pin(model_id="m", prompt="\ud800", sampling={"seed": 1}),
+])
+def test_text_and_bytes_that_are_neither_are_refused(call: Any) -> None:
+    with pytest.raises(JudgmentRefusedError) as caught:
+        call()
+    assert caught.value.rule == "citation_content_type"
