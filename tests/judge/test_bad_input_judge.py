@@ -34,6 +34,7 @@ from capseal.judge.citation import DigestRef
 from capseal.judge.result import ProofRef, ResultBuilder, presentation_for
 
 from .conftest import NOW, World
+from .test_refusals import refused as refused_by_rule
 
 ACT = Target.of_json({"act": 1}, type="agent-action-capsule")
 HEAD = Target.of_json({"head": 1}, type="store-head")
@@ -43,11 +44,9 @@ TEMPLATE = {"template": "t"}
 
 
 def refused(fn: Callable[[], Any], rule: str, fragment: str) -> JudgmentRefusedError:
-    with pytest.raises(JudgmentRefusedError) as caught:
-        fn()
-    err = caught.value
+    """Refused with ``rule`` (test_refusals.refused), saying ``fragment``."""
+    err = refused_by_rule(fn, rule)
     assert isinstance(err, CapsealError)
-    assert err.rule == rule, f"{err.rule} != {rule}: {err}"
     assert fragment in str(err), f"{fragment!r} not in {err}"
     return err
 
