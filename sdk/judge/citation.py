@@ -98,6 +98,15 @@ def listed(items: Any, what: str) -> list[Any]:
     return list(items)
 
 
+def computed(value: Any, what: str) -> Target:
+    """``value`` if it is a Target, else a typed refusal: a digest is computed
+    from the cited content, never typed in."""
+    if not isinstance(value, Target):
+        raise JudgmentRefusedError(f"{what}: cite a Target computed from the cited content, not {type(value).__name__} "
+                                   "(a digest is never typed in)", rule="citation_not_computed", path=f"$.{what}")
+    return value
+
+
 def utf8_of(text: Any, what: str) -> bytes:
     """``text``'s UTF-8 bytes, or a typed refusal (not a str; a lone surrogate)."""
     if not isinstance(text, str):
@@ -239,9 +248,5 @@ class Citation(JudgePart):
     @classmethod
     def to(cls, target: Target, purpose: str) -> Citation:
         """The citation of ``target`` for a field whose purpose is ``purpose``."""
-        if not isinstance(target, Target):
-            raise JudgmentRefusedError(
-                f"cite a Target computed from the cited content, not {type(target).__name__}",
-                rule="citation_not_computed",
-            )
+        target = computed(target, purpose)
         return cls(type=target.type, digest_alg="SHA-256", digest=target.digest, judge_purpose=purpose)

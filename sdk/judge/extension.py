@@ -38,7 +38,7 @@ from pydantic import Field
 from capseal.canonical import capsule_id, json_digest, raw_digest
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Hex64, JudgePart, NonEmpty, Target
+from .citation import Hex64, JudgePart, NonEmpty, Target, computed
 from .pin import SamplingValue, bytes_of, check_sampling
 from .rules import Violation, _number_violations, _schema_violations, raise_first
 from .schema import render_pointer
@@ -67,13 +67,6 @@ def _json_object(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise JudgmentRefusedError(f"the {what} is a JSON object, not {type(value).__name__}", rule="citation_content_type", path=f"$.{what}")
     return dict(value)
-
-
-def _cited(target: Any, what: str) -> Target:
-    if not isinstance(target, Target):
-        raise JudgmentRefusedError(f"{what} cites a Target computed from the cited content, not {type(target).__name__} "
-                                   "(a digest is never typed in)", rule="citation_not_computed", path="$.references")
-    return target
 
 
 def _typed(value: Any, cls: type[Any] | tuple[type[Any], ...], what: str) -> None:
@@ -173,9 +166,9 @@ def judgment_capsule_spec(
         raise JudgmentRefusedError("the judge is model_id or model_id@version, or a rater role label", rule="judge_identity_malformed", path="$.developer")
     _typed(member, JudgmentMember, "member")
     _typed(answer, JudgeAnswer, "answer")
-    judged_from = _cited(judged_from, "judged_from")
+    judged_from = computed(judged_from, "judged_from")
     if calibrated_against is not None:
-        calibrated_against = _cited(calibrated_against, "calibrated_against")
+        calibrated_against = computed(calibrated_against, "calibrated_against")
     refs = [{"type": judged_from.type, "digest_alg": "SHA-256", "digest": judged_from.digest, "citation_purpose": "judged_from"}]
     if calibrated_against is not None:
         refs.append({"type": calibrated_against.type, "digest_alg": "SHA-256", "digest": calibrated_against.digest, "citation_purpose": "calibrated_against"})

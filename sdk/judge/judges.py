@@ -31,7 +31,7 @@ from typing import Any
 from capseal.canonical import raw_digest
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Target, listed
+from .citation import Target, computed, listed
 from .pin import JudgePin, bytes_of
 from .result import Claim, EvidenceResult, ResultBuilder, code_identity
 from .shapes import Case, ClauseTally, EvaluationReport, KOfN
@@ -252,10 +252,7 @@ def blind_packet(*, case_id: str, acts: Sequence[Target], criterion: Any) -> dic
     if not isinstance(case_id, str) or not case_id:
         raise JudgmentRefusedError("a blind packet names its case by a non-empty case_id", rule="schema_too_short", path="$.case_id")
     acts = listed(acts, "acts")
-    for i, t in enumerate(acts):
-        if not isinstance(t, Target):
-            raise JudgmentRefusedError(f"acts[{i}] is a Target computed from the act, not {type(t).__name__} (a digest is never typed in)",
-                                       rule="citation_not_computed", path=f"$.acts[{i}]")
+    acts = [computed(t, f"acts[{i}]") for i, t in enumerate(acts)]
     return {"case_id": case_id, "acts": [t.digest for t in acts], "criterion": criterion, "model_verdict_shown": False}
 
 

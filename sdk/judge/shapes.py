@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Citation, DigestRef, JudgeModel, JudgePart, NonEmpty, Target, listed, refusal_from
+from .citation import Citation, DigestRef, JudgeModel, JudgePart, NonEmpty, Target, computed, listed, refusal_from
 from .links import Link
 from .pin import JudgePin
 from .rules import check_body, raise_first
@@ -69,15 +69,6 @@ def _jsonish(value: Any) -> Any:
 
 
 _Part = JudgePart
-
-
-def _target(value: Any, what: str) -> Target:
-    """``value`` if it is a Target, else a refusal: a digest is computed from the
-    cited content, never typed in."""
-    if not isinstance(value, Target):
-        raise JudgmentRefusedError(f"{what} is a Target computed from the cited content, not {type(value).__name__} (a digest is never typed in)",
-                                   rule="citation_not_computed", path=f"$.{what}")
-    return value
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
@@ -282,7 +273,7 @@ class HumanRating(JudgeRecord):
         a JSON object that does not carry the model's verdict. A judgment record, a
         packet with ``model_verdict_shown`` other than ``false`` or a member naming a
         verdict is refused — the record says ``blind: true``, so it must be."""
-        _refuse_unless_blind(_target(case, "case"))
+        _refuse_unless_blind(computed(case, "case"))
         return cls(record_id=record_id, rated_at=rated_at, rater_ref=rater_ref, case=Citation.to(case, "rated_case"), label=label)
 
 
@@ -447,7 +438,7 @@ class Close(JudgeRecord):
             raise JudgmentRefusedError(f"period is a (start, end) pair of timestamps, not {got}", rule="close_period_malformed", path="$.period")
         fields: dict[str, Any] = {
             "record_id": record_id, "closed_at": closed_at, "period": Period(start=period[0], end=period[1]),
-            "counts_by_kind": _mapping(counts_by_kind, "counts_by_kind"), "head": DigestRef.of(_target(head, "head")),
+            "counts_by_kind": _mapping(counts_by_kind, "counts_by_kind"), "head": DigestRef.of(computed(head, "head")),
         }
         if reconcile is not None:
             fields["reconcile"] = reconcile
