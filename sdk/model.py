@@ -63,7 +63,7 @@ __all__ = [
     "is_namespaced",
 ]
 
-_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
+_TS = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z$")  # [0-9]: \d takes any script's digits
 
 
 def _timestamp(value: str) -> str:

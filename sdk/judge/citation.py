@@ -227,7 +227,7 @@ class DigestRef(JudgePart):
 
     @classmethod
     def of(cls, target: Target) -> DigestRef:
-        return cls(digest_alg="SHA-256", digest=target.digest)
+        return cls(digest_alg="SHA-256", digest=computed(target, "target").digest)
 
     @classmethod
     def of_bytes(cls, data: bytes) -> DigestRef:

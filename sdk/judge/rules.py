@@ -374,6 +374,22 @@ def _adjudication(body: Mapping[str, Any]) -> list[Violation]:
     return out
 
 
+def _contract_compile(body: Mapping[str, Any]) -> list[Violation]:
+    """A compile never self-certifies: its human approval cites neither the
+    contract nor a compiled skill (the approval is a record of its own)."""
+    approval = body.get("human_approval")
+    digest = approval.get("digest") if isinstance(approval, Mapping) else None
+    if not isinstance(digest, str):
+        return []
+    contract = body.get("contract")
+    cited = [("contract", contract.get("digest") if isinstance(contract, Mapping) else None)]
+    cited += [(f"compiled_skill[{i}]", s.get("digest") if isinstance(s, Mapping) else None)
+              for i, s in enumerate(_list(body.get("compiled_skill")))]
+    return [Violation("human_approval_self_certifying", "$.human_approval",
+                      f"human_approval cites the same content as {where} ({digest[:16]}…); cite the separate human approval record")
+            for where, d in cited if d == digest]
+
+
 _IDENTIFYING = re.compile(r"@|\s")
 
 
@@ -397,6 +413,7 @@ _SHAPE_RULES = {
     "evaluation-report/v1": _unique_cases,
     "sample-manifest/v1": _sample_cases,
     "adjudication/v1": _adjudication,
+    "contract-compile/v1": _contract_compile,
     "human-rating/v1": _human_rating,
     "close/v1": _close,
 }
@@ -470,8 +487,8 @@ def check_links(epistemic_type: Any, links: Iterable[Any], body: Mapping[str, An
     """
     out: list[Violation] = []
     parties = None
-    if body is not None:
-        parties = {p.get("digest") for p in _list(body.get("parties")) if isinstance(p, Mapping)}
+    if isinstance(body, Mapping):
+        parties = {d for p in _list(body.get("parties")) if isinstance(p, Mapping) and isinstance(d := p.get("digest"), str)}
     if epistemic_type not in EPISTEMIC_TYPES:
         out.append(Violation("epistemic_type_unknown", "$.epistemic_type", f"{epistemic_type!r} is not one of the eight registered types"))
     for i, link in enumerate(links):

@@ -273,29 +273,41 @@ class HumanRating(JudgeRecord):
         a JSON object that does not carry the model's verdict. A judgment record, a
         packet with ``model_verdict_shown`` other than ``false`` or a member naming a
         verdict is refused — the record says ``blind: true``, so it must be."""
-        _refuse_unless_blind(computed(case, "case"))
+        refuse_unless_blind(computed(case, "case"))
         return cls(record_id=record_id, rated_at=rated_at, rater_ref=rater_ref, case=Citation.to(case, "rated_case"), label=label)
 
 
-def _refuse_unless_blind(case: Target) -> None:
+def refuse_unless_blind(case: Target) -> None:
     """Refuse a rated case whose content is not a blind packet (family §3.4: a
-    non-blind rating needs another shape)."""
+    non-blind rating needs another shape). ``HumanRating.of`` and the store's
+    ``seal`` (for a case it holds) call it."""
     content = case.content
 
     def refuse(message: str) -> JudgmentRefusedError:
         return JudgmentRefusedError(f"{message}; a human-rating/v1 is blind: cite the blind packet the rater was shown (judges.blind_packet)",
                                     rule="rated_case_not_blind", path="$.case")
 
-    if case.kind == "record" or (isinstance(content, Mapping) and ("record_version" in content or "result_version" in content)):
+    if case.kind == "record":
         raise refuse(f"the case is a judgment record ({case.type}), which carries the verdict")
     if case.kind != "json" or not isinstance(content, Mapping):
         raise refuse(f"the case is {case.kind} content ({case.type}), not a blind packet (a JSON object)")
     shown = content.get("model_verdict_shown", False)
     if shown is not False:
         raise refuse(f"the packet says model_verdict_shown: {shown!r}, so the rater may have seen the model's verdict")
-    leaked = sorted(str(k) for k in content if "verdict" in str(k).lower() and k != "model_verdict_shown")
-    if leaked:
-        raise refuse(f"the packet carries {', '.join(leaked)}, a verdict the rater would have seen")
+    # anywhere in the packet (a nested {"model": {"verdict": …}} is shown too): a
+    # member naming a verdict, or a judgment record (which carries one)
+    stack: list[tuple[Any, str]] = [(content, "$")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, Mapping):
+            if "record_version" in node or "result_version" in node:
+                raise refuse(f"the packet holds a judgment record at {where}, which carries the verdict")
+            for k, v in node.items():
+                if "verdict" in str(k).lower() and not (where == "$" and k == "model_verdict_shown"):
+                    raise refuse(f"the packet carries {where}.{k}, a verdict the rater would have seen")
+                stack.append((v, f"{where}.{k}"))
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
 
 
 # --------------------------------------------------------------------------- calibration-summary/v1
@@ -367,16 +379,6 @@ class ContractCompile(JudgeRecord):
     contract: Citation
     compiled_skill: Annotated[list[Citation], Field(min_length=1)]
     human_approval: Citation
-
-    def __init__(self, **data: Any) -> None:
-        super().__init__(**data)
-        approval = self.human_approval.digest
-        cited = [("contract", self.contract.digest)] + [(f"compiled_skill[{i}]", c.digest) for i, c in enumerate(self.compiled_skill)]
-        for where, digest in cited:
-            if digest == approval:
-                raise JudgmentRefusedError(
-                    f"human_approval cites the same content as {where} ({approval[:16]}…): a compile never self-certifies; "
-                    "cite the separate human approval record", rule="human_approval_self_certifying", path="$.human_approval")
 
     @classmethod
     def of(

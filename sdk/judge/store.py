@@ -33,10 +33,11 @@ from capseal.errors import DuplicateRecordError, JudgmentRefusedError
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
 from capseal.record import dumps_canonical
 
-from .citation import Target, listed
+from .citation import Target, computed, listed
 from .envelope import JudgmentEnvelope, header_commitment, sign_judgment
 from .links import Link, digest_of, link_header, validate_links
 from .rules import check_body, epistemic_type_of, raise_first
+from .shapes import refuse_unless_blind
 from .vocab import (
     ARTIFACT_RECORD_TYPE,
     ARTIFACT_VERSION,
@@ -234,6 +235,7 @@ class JudgmentStore:
     def put(self, target: Target) -> Target:
         """Keep a Target's content (JSON, text or bytes) as a signed artifact so
         citations of it resolve here. Idempotent: the same content is kept once."""
+        target = computed(target, "target")
         if target.kind not in ("json", "text", "bytes"):
             if self.has(target.digest):
                 return target
@@ -248,7 +250,7 @@ class JudgmentStore:
         if self.has(target.digest):
             return target
         if target.kind == "json":
-            stored: dict[str, Any] = {"encoding": "json", "content": json.loads(data)}
+            stored: dict[str, Any] = {"encoding": "json", "content": json.loads(data)}  # from the very bytes digested
         elif target.kind == "text":
             stored = {"encoding": "utf-8", "content": target.content}
         else:
@@ -288,15 +290,19 @@ class JudgmentStore:
             if bl not in header_links:
                 header_links.append(bl)
         links_t = validate_links(epistemic_type, header_links, body)
-        allowed = set(listed(external, "external"))
-        for digest in allowed:
+        allowed: set[str] = set()
+        for digest in listed(external, "external"):
             if not (isinstance(digest, str) and is_hex64(digest)):
                 raise JudgmentRefusedError(f"external= lists 64-hex digests, not {digest!r:.40}",
                                            rule="link_target_malformed", path="$.external")
+            allowed.add(digest)
         cited, _ = cited_digests(body)
         for path, digest in cited:
             if digest not in allowed and not self.has(digest):
                 raise JudgmentRefusedError(f"cited digest {digest[:16]}… does not resolve in this store (put the cited content first, or list it in external=)", rule="citation_unresolved", path=path)
+        case = body.get("case") if version == "human-rating/v1" else None
+        if isinstance(case, Mapping) and isinstance(case.get("digest"), str) and self.has(case["digest"]):
+            refuse_unless_blind(self.target(case["digest"]))  # a rating built without HumanRating.of is blind too
         for i, item in enumerate(links_t):
             if item["target"] not in allowed and not self.has(item["target"]):
                 raise JudgmentRefusedError(f"{item['type']} target {item['target'][:16]}… does not resolve in this store", rule="link_target_unresolved", path=f"$.links[{i}]")

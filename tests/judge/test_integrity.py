@@ -137,6 +137,8 @@ def test_an_adjudicates_link_points_at_a_party(world: World) -> None:
     ((), 5, "argument_not_a_list"),
     ((), "ab" * 32, "argument_not_a_list"),  # one digest as a str would be a set of characters
     ((), ["not-a-digest"], "link_target_malformed"),
+    ((), [["x"]], "link_target_malformed"),  # unhashable items: refused by name, not a TypeError
+    ((), [{}], "link_target_malformed"),
 ])
 def test_malformed_links_and_external_are_refused(world: World, links: Any, external: Any, rule: str) -> None:
     ruling = Adjudication.ruling(record_id="adj-1", adjudicated_at=NOW, verdict="corroborated", basis=_pin(),
@@ -164,3 +166,79 @@ def test_text_and_bytes_that_are_neither_are_refused(call: Any) -> None:
     with pytest.raises(JudgmentRefusedError) as caught:
         call()
     assert caught.value.rule == "citation_content_type"
+
+
+# --------------------------------------------------------------------------- second review of these fixes
+
+
+def test_a_self_approving_compile_is_refused_by_the_rules_not_only_the_builder(world: World) -> None:
+    """The check lived in the builder only: a body dict sealed through the
+    store, and the verifier's rules, let it through."""
+    body = load(JUDGE / "contract-compile" / "pos-example-org-contract-compile.json")
+    assert rules_of(body) == set()
+    body["human_approval"]["digest"] = body["contract"]["digest"]
+    assert "human_approval_self_certifying" in rules_of(body)
+    count = world.producer.ledger.count()
+    with pytest.raises(JudgmentRefusedError) as caught:
+        world.store.seal(body)
+    assert caught.value.rule == "human_approval_self_certifying"
+    assert world.producer.ledger.count() == count
+
+
+def test_link_rules_never_raise_on_a_malformed_body() -> None:
+    from capseal.judge import check_links
+
+    link_ = [{"type": "adjudicates", "target": "ab" * 32}]
+    for body in ({"parties": [{"digest": ["not", "hex"]}]}, {"parties": 5}, 5, "", []):
+        assert [v.rule for v in check_links("adjudication", link_, body)] == (  # type: ignore[arg-type]
+            ["adjudicates_not_a_party"] if isinstance(body, dict) else [])
+
+
+@pytest.mark.parametrize("stamp", ["2026-09-25T00:00:\uff10\uff10Z", "2026-09-25T00:00:00.\u0967Z", "\u0968026-09-25T00:00:00Z"])
+def test_timestamps_take_ascii_digits_only(stamp: str, world: World) -> None:
+    from capseal.judge.schema import is_rfc3339
+
+    assert not is_rfc3339(stamp)
+    capsule = copy.deepcopy(world.act.capsule)
+    capsule["timestamp"] = stamp
+    with pytest.raises(CapsuleValidationError):
+        validate_capsule(capsule)
+
+
+@pytest.mark.parametrize("call", [
+    lambda store: store.put(None),
+    lambda store: DigestRef.of(None),
+])
+def test_more_malformed_arguments_are_typed(world: World, call: Any) -> None:
+    with pytest.raises(JudgmentRefusedError):
+        call(world.store)
+
+
+@pytest.mark.parametrize("packet", [
+    {"case_id": "c", "model": {"verdict": "met"}, "model_verdict_shown": False},
+    {"case_id": "c", "notes": [{"judge_verdict": "met"}]},
+    {"case_id": "c", "report": {"record_version": "evaluation-report/v1"}},
+])
+def test_a_verdict_anywhere_in_the_packet_is_not_blind(packet: dict[str, Any]) -> None:
+    from capseal.judge import HumanRating
+
+    with pytest.raises(JudgmentRefusedError) as caught:
+        HumanRating.of(record_id="hr", rated_at=NOW, rater_ref="principal:r1", case=Target.of_json(packet, type="rated-case"),
+                       label="met")
+    assert caught.value.rule == "rated_case_not_blind"
+
+
+def test_the_store_refuses_a_rating_body_whose_case_it_holds_and_is_not_blind(world: World) -> None:
+    from capseal.judge import HumanRating
+    from capseal.judge.judges import blind_packet
+
+    packet = world.store.put_json(blind_packet(case_id="c1", acts=[world.act_t], criterion="C1"), type="rated-case")
+    rating = HumanRating.of(record_id="hr", rated_at=NOW, rater_ref="principal:r1", case=packet, label="met")
+    body = rating.body()
+    body["case"] = dict(body["case"], digest=world.act_t.digest)  # the act itself, not what a rater was shown
+    count = world.producer.ledger.count()
+    with pytest.raises(JudgmentRefusedError) as caught:
+        world.store.seal(body)
+    assert caught.value.rule == "rated_case_not_blind"
+    assert world.producer.ledger.count() == count
+    assert world.store.seal(rating).epistemic_type == "human_report"
