@@ -189,8 +189,9 @@ def test_link_rules_never_raise_on_a_malformed_body() -> None:
     from capseal.judge import check_links
 
     link_ = [{"type": "adjudicates", "target": "ab" * 32}]
-    for body in ({"parties": [{"digest": ["not", "hex"]}]}, {"parties": 5}, 5, "", []):
-        assert [v.rule for v in check_links("adjudication", link_, body)] == (  # type: ignore[arg-type]
+    bodies: list[Any] = [{"parties": [{"digest": ["not", "hex"]}]}, {"parties": 5}, 5, "", []]
+    for body in bodies:
+        assert [v.rule for v in check_links("adjudication", link_, body)] == (
             ["adjudicates_not_a_party"] if isinstance(body, dict) else [])
 
 
