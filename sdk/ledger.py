@@ -46,8 +46,9 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -348,7 +349,9 @@ def _format_of(db: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
-_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (sqlite3.h primary result codes)
+# SQLITE_BUSY, SQLITE_LOCKED, SQLITE_PROTOCOL (sqlite3.h primary result codes; the
+# last when WAL lock retries run out, e.g. while another process recovers the WAL)
+_BUSY_CODES = (5, 6, 15)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -511,6 +514,7 @@ class Ledger:
         self.stats = _Stats()
         self._read_lock = threading.Lock()
         self._snap = threading.local()  # a thread's snapshot connection (see _snapshot)
+        self._snaps: set[sqlite3.Connection] = set()  # every thread's open snapshot connection (a fork inherits them)
         self._batches: dict[int, _Batch] = {}  # recently read batch rows (see _state)
         self._commit_listeners: list[Callable[[list[StoredEntry]], None]] = []
         self._pid = os.getpid()  # the process that opened it (named in LedgerForkedError)
@@ -542,7 +546,7 @@ class Ledger:
         if self.readonly:
             if not self.path.exists():
                 raise LedgerError(f"no ledger at {self.path}")
-            uri = f"file:{self.path}?mode=ro"
+            uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro"  # quoted: a '#', '?' or '%' in a path is no URI syntax
             db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=self._lock_timeout)
         else:
             db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
@@ -559,6 +563,8 @@ class Ledger:
                 if found is None:  # the schema and the format row in ONE transaction: a reader sees all or nothing
                     db.executescript("BEGIN IMMEDIATE;" + _SCHEMA +
                                      f"INSERT OR IGNORE INTO meta(key, value) VALUES ('format', '{LEDGER_FORMAT}'); COMMIT;")
+                else:  # IF NOT EXISTS: writes nothing, unless an index or append-only trigger was dropped
+                    db.executescript(_SCHEMA)
                 row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
             else:
                 if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
@@ -627,7 +633,7 @@ class Ledger:
     def _connections(self) -> list[sqlite3.Connection]:
         """The connections made so far (a fork may come while they are made)."""
         db, rdb = getattr(self, "_db", None), getattr(self, "_rdb", None)
-        return [c for c in (db, None if rdb is db else rdb) if c is not None]
+        return [c for c in (db, None if rdb is db else rdb, *getattr(self, "_snaps", ())) if c is not None]
 
     def _fork_error(self, what: str) -> LedgerForkedError:
         """The refusal of ``what`` on a ledger inherited through fork() (callers
@@ -1039,12 +1045,17 @@ class Ledger:
         connection: every query sees the file as of the first one (WAL), so a
         walk over records, evidence and the index is consistent even while
         other processes append."""
+        if self._forked:
+            raise self._fork_error("reading")
         if getattr(self._snap, "db", None) is not None:
             yield
             return
         with self._read_lock:
-            db = sqlite3.connect(f"file:{self._real_path}?mode=ro", uri=True, isolation_level=None,
+            if self._closed:
+                raise LedgerClosedError(f"{self} is closed")
+            db = sqlite3.connect(f"file:{urllib.parse.quote(self._real_path)}?mode=ro", uri=True, isolation_level=None,
                                  check_same_thread=False, timeout=self._lock_timeout)
+            self._snaps.add(db)
         try:
             self._snap.db = db
             with self._read_lock:
@@ -1053,18 +1064,24 @@ class Ledger:
         finally:
             self._snap.db = None
             with self._read_lock:
-                db.close()
+                self._snaps.discard(db)
+                if not self._forked:  # inherited through fork: _ledger_fork lets go of it
+                    db.close()
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         if self._forked:
             raise self._fork_error("reading")
         snap = getattr(self._snap, "db", None)
         with self._read_lock:  # a snapshot's queries too: a fork waits for every SQLite call on this ledger
-            if snap is not None:
-                return snap.execute(sql, args).fetchall()
             if self._closed:
                 raise LedgerClosedError(f"{self} is closed")
-            return self._rdb.execute(sql, args).fetchall()
+            try:
+                return (self._rdb if snap is None else snap).execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                raise LedgerBusyError(f"reading {self.path.name} failed: another connection kept it locked for "
+                                      f"{self._lock_timeout:g} s ({exc})") from None
 
     @staticmethod
     def _stored(row: Sequence[Any]) -> StoredEntry:
@@ -1247,13 +1264,13 @@ class Ledger:
         """Build a new ledger at ``path`` from an export, checking every hash.
         Refuses (and leaves no file) if any line is malformed or the chain breaks."""
         target = Path(path)
-        if target.exists():
+        if os.path.lexists(target):  # lexists: a dangling symlink is not a free name either
             raise LedgerError(f"{target} already exists; import builds a new ledger")
         # built under a private name, then linked into place (link() never
         # replaces a file): nobody sees a half-imported ledger, a failure or
         # a kill leaves no ledger at ``path``, and only files this call made
         # are ever deleted
-        tmp = target.with_name(f".{target.name}.import-{os.getpid()}-{os.urandom(4).hex()}")
+        tmp = target.with_name(f".capseal-import-{os.getpid()}-{os.urandom(4).hex()}")  # short: any target name fits
         ledger: Ledger | None = None
         try:
             ledger = cls(tmp)
@@ -1265,13 +1282,18 @@ class Ledger:
             except FileExistsError:
                 raise LedgerError(f"{target} was created by another process during the import; "
                                   "import builds a new ledger") from None
+            except OSError as exc:
+                raise LedgerError(f"cannot put the imported ledger at {target}: {exc.strerror} (capseal builds an "
+                                  "import aside and hard-links it into place; this filesystem or directory refused "
+                                  "the link); nothing was imported") from None
         except BaseException:
             if ledger is not None:
                 ledger.close()
             raise
         finally:
             for suffix in ("", "-wal", "-shm"):
-                Path(str(tmp) + suffix).unlink(missing_ok=True)
+                with suppress(OSError):  # never hides the error that got here
+                    Path(str(tmp) + suffix).unlink()
         return cls(target)
 
     def _import(self, src: IO[bytes]) -> None:

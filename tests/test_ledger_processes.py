@@ -127,7 +127,7 @@ def test_a_killed_import_leaves_no_ledger(tmp_path: Path, export: Path) -> None:
     proc.stdin.write(b"".join(lines[: len(lines) // 2]))
     proc.stdin.flush()  # the import now waits for the rest, inside its transaction
     deadline = time.monotonic() + 30
-    while not (target.exists() or list(tmp_path.glob(f".{target.name}.import-*"))):
+    while not (target.exists() or list(tmp_path.glob(".capseal-import-*"))):
         assert time.monotonic() < deadline, "the import never started"
         time.sleep(0.01)
     time.sleep(0.2)
@@ -232,3 +232,121 @@ def test_whole_ledger_reads_are_consistent_while_others_write(tmp_path: Path) ->
     assert problems == []
     assert capseal.verify_ledger(path).ok
     assert os.path.exists(path)
+
+
+# --------------------------------------------------------------------------- second review of these fixes
+
+
+def _fill(path: Path, n: int) -> None:
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as p:
+        for i in range(n):
+            p.submit({"action_id": f"f-{i}", "action_type": "fyi"})
+        p.flush()
+
+
+def test_a_fork_during_a_snapshot_keeps_the_forked_process_records(tmp_path: Path) -> None:
+    """A fork taken while another thread's check_chain() held its snapshot
+    connection: that connection was not handed to the fork machinery, so the
+    forked process's own new ledger took no file locks, the parent's close()
+    deleted the -wal, and the child's later records were lost."""
+    import threading
+
+    path = tmp_path / "l.db"
+    _fill(path, 10)
+    ledger = Ledger(path)
+    inside, forked = threading.Event(), threading.Event()
+    real_query = ledger._query
+
+    def pausing_query(sql: str, args: tuple[object, ...] = ()) -> list[object]:
+        rows = real_query(sql, args)  # the real read; the pause only places the fork between two of them
+        if threading.current_thread().name == "checker" and not inside.is_set():
+            inside.set()
+            forked.wait(30)
+        return rows
+
+    ledger._query = pausing_query  # type: ignore[method-assign]
+    problems: list[str] = []
+    checker = threading.Thread(target=lambda: problems.extend(ledger.check_chain()), name="checker")
+    checker.start()
+    assert inside.wait(30)
+    first_half, go_on = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the forked process: a Producer of its own on the same file, as the README allows
+        code = 1
+        try:
+            with Producer("acme", "child", UnsafeEphemeralSigner(), path) as child:
+                for i in range(5):
+                    child.seal({"action_id": f"c1-{i}", "action_type": "fyi"})
+                os.write(first_half[1], b"x")
+                os.read(go_on[0], 1)  # the parent closes its ledger meanwhile
+                for i in range(5):
+                    child.seal({"action_id": f"c2-{i}", "action_type": "fyi"})
+            code = 0
+        finally:
+            os._exit(code)
+    forked.set()
+    checker.join(30)
+    os.read(first_half[0], 1)
+    ledger.close()
+    os.write(go_on[1], b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert problems == []
+    with Ledger(path, readonly=True) as after:
+        ids = {e.action_id for e in after.entries()}
+        assert {f"c1-{i}" for i in range(5)} | {f"c2-{i}" for i in range(5)} <= ids
+        assert after.check_chain() == []
+
+
+def test_whole_ledger_reads_of_a_closed_ledger_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    _fill(path, 3)
+    ledger = Ledger(path)
+    ledger.close()
+    for read in (ledger.check_chain, lambda: ledger.export_jsonl(io.BytesIO()), ledger.count):
+        with pytest.raises(LedgerError, match="is closed"):
+            read()
+
+
+@pytest.mark.parametrize("folder", ["a#b", "a?b", "c%41"])
+def test_paths_with_uri_characters_read_their_own_file(tmp_path: Path, folder: str) -> None:
+    """Snapshots and read-only opens use SQLite URIs: a '#', '?' or '%' in the
+    path cut it short or decoded it, reading another file ('c%41' is 'cA')."""
+    decoy = tmp_path / "cA" / "l.db"
+    decoy.parent.mkdir()
+    _fill(decoy, 20)
+    path = tmp_path / folder / "l.db"
+    path.parent.mkdir()
+    _fill(path, 3)
+    with Ledger(path) as ledger:
+        assert ledger.check_chain() == []
+        assert ledger.export_jsonl(io.BytesIO()) == ledger.count() == 4
+    with Ledger(path, readonly=True) as ledger:
+        assert ledger.count() == 4 and ledger.check_chain() == []
+    report = capseal.verify_ledger(path)
+    assert report.ok and report.counts()["records"] == 4
+    assert not (tmp_path / "a").exists()  # no stray file where a cut-short URI pointed
+
+
+def test_imports_to_long_names_and_dangling_links(tmp_path: Path, export: Path) -> None:
+    long_name = tmp_path / ("x" * 240 + ".db")
+    with export.open("rb") as fh, Ledger.import_jsonl(fh, long_name) as ledger:
+        assert ledger.count() == 151
+    dangling = tmp_path / "link.db"
+    dangling.symlink_to(tmp_path / "nowhere.db")
+    with export.open("rb") as fh, pytest.raises(LedgerError, match="already exists"):
+        Ledger.import_jsonl(fh, dangling)
+    assert not (tmp_path / "nowhere.db").exists()
+    assert not list(tmp_path.glob(".capseal-import-*"))
+
+
+def test_reopening_a_ledger_restores_a_dropped_append_only_trigger(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "l.db"
+    _fill(path, 2)
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TRIGGER records_no_update")
+    Ledger(path).close()
+    with sqlite3.connect(path) as db, pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        db.execute("UPDATE records SET body = x'00' WHERE seq = 1")
