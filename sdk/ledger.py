@@ -355,7 +355,7 @@ _BUSY_CODES = (5, 6, 15)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
-    """SQLITE_BUSY or SQLITE_LOCKED (any extended code): another connection's lock."""
+    """One of ``_BUSY_CODES`` (any extended code): another connection's lock, not damage."""
     return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _BUSY_CODES
 
 
