@@ -236,7 +236,7 @@ def verify_ledger(
     report = LedgerReport(path=str(path), ok=False)
     try:
         with Ledger(path, readonly=True) as ledger:
-            with ledger._snapshot():
+            with ledger.snapshot():
                 _verify_open_ledger(ledger, report, KeyDirectory(trusted_keys), evidence, evidence_trust)
     except Exception as exc:  # never raise: report why it could not run
         report.findings.append(Finding("ledger_unreadable", f"{type(exc).__name__}: {exc}"))

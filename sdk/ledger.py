@@ -513,7 +513,7 @@ class Ledger:
         self._closed = False
         self.stats = _Stats()
         self._read_lock = threading.Lock()
-        self._snap = threading.local()  # a thread's snapshot connection (see _snapshot)
+        self._snap = threading.local()  # a thread's snapshot connection (see snapshot)
         self._snaps: set[sqlite3.Connection] = set()  # every thread's open snapshot connection (a fork inherits them)
         self._batches: dict[int, _Batch] = {}  # recently read batch rows (see _state)
         self._commit_listeners: list[Callable[[list[StoredEntry]], None]] = []
@@ -1040,11 +1040,12 @@ class Ledger:
     # ------------------------------------------------------------------ reading
 
     @contextmanager
-    def _snapshot(self) -> Iterator[None]:
-        """This thread's reads inside one read transaction of a private
-        connection: every query sees the file as of the first one (WAL), so a
-        walk over records, evidence and the index is consistent even while
-        other processes append."""
+    def snapshot(self) -> Iterator[None]:
+        """``with ledger.snapshot():`` this thread's reads run in one read
+        transaction of a private connection: every query sees the file as of
+        the first one (WAL), so a walk over records, evidence and the index is
+        consistent while other processes append. ``check_chain``,
+        ``export_jsonl`` and ``verify_ledger`` use it; nesting reuses it."""
         if self._forked:
             raise self._fork_error("reading")
         if getattr(self._snap, "db", None) is not None:
@@ -1193,7 +1194,7 @@ class Ledger:
 
     def check_chain(self) -> list[str]:
         """Recompute both hash chains; returns problems (empty when intact)."""
-        with self._snapshot():
+        with self.snapshot():
             return self._check_chain()
 
     def _check_chain(self) -> list[str]:
@@ -1240,7 +1241,7 @@ class Ledger:
 
     def export_jsonl(self, out: IO[bytes]) -> int:
         """Write every row as one JSON line (records, then evidence). Returns lines."""
-        with self._snapshot():
+        with self.snapshot():
             return self._export_jsonl(out)
 
     def _export_jsonl(self, out: IO[bytes]) -> int:

@@ -350,3 +350,15 @@ def test_reopening_a_ledger_restores_a_dropped_append_only_trigger(tmp_path: Pat
     Ledger(path).close()
     with sqlite3.connect(path) as db, pytest.raises(sqlite3.IntegrityError, match="append-only"):
         db.execute("UPDATE records SET body = x'00' WHERE seq = 1")
+
+
+def test_reads_inside_a_snapshot_see_one_state_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    _fill(path, 3)
+    with Ledger(path) as reader, Producer("acme", "other@1", UnsafeEphemeralSigner(), path) as writer:
+        with reader.snapshot():
+            before = reader.count()
+            writer.seal({"action_id": "meanwhile", "action_type": "fyi"})
+            assert reader.count() == before  # the same snapshot
+            assert "meanwhile" not in {e.action_id for e in reader.entries()}
+        assert reader.count() == before + 2  # the writer's epoch boundary and its record
