@@ -107,6 +107,13 @@ def computed(value: Any, what: str) -> Target:
     return value
 
 
+def as_mapping(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as a dict, or a typed refusal naming ``what``."""
+    if not isinstance(value, Mapping):
+        raise JudgmentRefusedError(f"{what} is an object, not {type(value).__name__}", rule="record_not_object", path=f"$.{what}")
+    return dict(value)
+
+
 def utf8_of(text: Any, what: str) -> bytes:
     """``text``'s UTF-8 bytes, or a typed refusal (not a str; a lone surrogate)."""
     if not isinstance(text, str):

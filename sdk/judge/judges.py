@@ -31,7 +31,7 @@ from typing import Any
 from capseal.canonical import raw_digest
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Target, computed, listed
+from .citation import Target, as_mapping, computed, listed
 from .pin import JudgePin, bytes_of
 from .result import Claim, EvidenceResult, ResultBuilder, code_identity
 from .shapes import Case, ClauseTally, EvaluationReport, KOfN
@@ -266,8 +266,13 @@ def agreement(judge: Mapping[str, str], humans: Iterable[tuple[str, str]]) -> KO
     """Agreement k of n: over every (case_id, human label) whose case the judge
     also decided, k counts equal labels. A human label that is not a verdict
     token is not comparable and stays out of n; nothing becomes a rate here."""
+    judge = as_mapping(judge, "judge")
     tally = _Tally()
-    for case_id, label in humans:
+    for i, pair in enumerate(listed(humans, "humans")):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise JudgmentRefusedError(f"humans[{i}] is a (case_id, label) pair, not {type(pair).__name__}",
+                                       rule="schema_type_mismatch", path=f"$.humans[{i}]")
+        case_id, label = pair
         if case_id in judge and label in CASE_VERDICTS:
             tally.n += 1
             tally.k += int(judge[case_id] == label)
@@ -276,6 +281,7 @@ def agreement(judge: Mapping[str, str], humans: Iterable[tuple[str, str]]) -> KO
 
 def drift(first: Mapping[str, str], rerun: Mapping[str, str]) -> KOfN:
     """Drift k of n: of the cases judged twice under the same pin, k changed verdict."""
+    first, rerun = as_mapping(first, "first"), as_mapping(rerun, "rerun")
     both = [c for c in first if c in rerun]
     return KOfN.of(sum(1 for c in both if first[c] != rerun[c]), len(both))
 

@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 
 from capseal.errors import JudgmentRefusedError
 
-from .citation import DigestRef, Hex64, JudgeModel, JudgePart, NonEmpty, Target, refusal_from
+from .citation import DigestRef, Hex64, JudgeModel, JudgePart, NonEmpty, Target, listed, refusal_from
 from .rules import check_body, epistemic_type_of, raise_first
 from .vocab import RESULT_VERSION
 
@@ -147,10 +147,10 @@ class Claim(JudgeModel):
         """A claim whose evidence digests come from Targets. Without an explicit
         ``presentation`` the evidence is disclosed by digest under the status
         the sufficiency implies (GAP → NOT_FOUND)."""
-        refs = [DigestRef.of(t) for t in evidence]
+        refs = [DigestRef.of(t) for t in listed(evidence, "evidence")]
         fields: dict[str, Any] = {
             "id": id, "contract_ref": contract_ref, "requirement_ref": requirement_ref, "tier": tier, "grade": grade,
-            "sufficiency": sufficiency, "verdict": verdict, "evidence": refs, "proofs": list(proofs),
+            "sufficiency": sufficiency, "verdict": verdict, "evidence": refs, "proofs": listed(proofs, "proofs"),
             "presentation": presentation or presentation_for(sufficiency, refs),
         }
         if implementation is not None:
@@ -177,7 +177,8 @@ _STATUS_FOR = {"SATISFIED": "SATISFIED", "INSUFFICIENT": "INSUFFICIENT", "GAP": 
 
 def presentation_for(sufficiency: str, evidence: Sequence[DigestRef]) -> DisclosureCarrier:
     """The disclosure carrier for evidence the producer holds and may show by digest."""
-    return DisclosureCarrier(kind="disclosure", status=_STATUS_FOR.get(sufficiency, "UNKNOWN"), evidence=list(evidence))  # type: ignore[arg-type]
+    status = _STATUS_FOR.get(sufficiency, "UNKNOWN") if isinstance(sufficiency, str) else "UNKNOWN"  # the claim's own check names a bad one
+    return DisclosureCarrier(kind="disclosure", status=status, evidence=listed(evidence, "evidence"))  # type: ignore[arg-type]
 
 
 def _claim_violations(claim: Claim) -> list[Any]:

@@ -258,6 +258,8 @@ def epistemic_type_of(body: Mapping[str, Any]) -> str | None:
     fixed function of cited inputs) and ``semantic_judgment`` as soon as one
     claim was judged — the weaker way of knowing decides, never the stronger.
     """
+    if not isinstance(body, Mapping):
+        return None
     version = body.get("record_version")
     if isinstance(version, str) and version in SHAPES:
         return SHAPES[version].epistemic_type
@@ -491,6 +493,8 @@ def check_links(epistemic_type: Any, links: Iterable[Any], body: Mapping[str, An
         parties = {d for p in _list(body.get("parties")) if isinstance(p, Mapping) and isinstance(d := p.get("digest"), str)}
     if epistemic_type not in EPISTEMIC_TYPES:
         out.append(Violation("epistemic_type_unknown", "$.epistemic_type", f"{epistemic_type!r} is not one of the eight registered types"))
+    if isinstance(links, (str, bytes, Mapping)) or not isinstance(links, Iterable):
+        return [*out, Violation("link_malformed", "$.links", f"links are a list of {{type, target}}, not {type(links).__name__}")]
     for i, link in enumerate(links):
         path = f"$.links[{i}]"
         if not isinstance(link, Mapping) or set(link) != {"type", "target"}:

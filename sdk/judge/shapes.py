@@ -22,7 +22,18 @@ from pydantic import BaseModel, Field, ValidationError
 
 from capseal.errors import JudgmentRefusedError
 
-from .citation import Citation, DigestRef, JudgeModel, JudgePart, NonEmpty, Target, computed, listed, refusal_from
+from .citation import (
+    Citation,
+    DigestRef,
+    JudgeModel,
+    JudgePart,
+    NonEmpty,
+    Target,
+    as_mapping,
+    computed,
+    listed,
+    refusal_from,
+)
 from .links import Link
 from .pin import JudgePin
 from .rules import check_body, raise_first
@@ -69,12 +80,6 @@ def _jsonish(value: Any) -> Any:
 
 
 _Part = JudgePart
-
-
-def _mapping(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise JudgmentRefusedError(f"{what} is an object, not {type(value).__name__}", rule="record_not_object", path=f"$.{what}")
-    return dict(value)
 
 
 class JudgeRecord(JudgeModel):
@@ -150,6 +155,7 @@ class Case(_Part):
 
     @classmethod
     def of(cls, case_id: str, verdict: CaseVerdict | str, *, acts: Sequence[Target], method: Target | None) -> Case:
+        acts = listed(acts, "acts")
         if not acts:
             raise JudgmentRefusedError(f"case {case_id!r} cites no act; every case cites the acts it rests on", rule="case_acts_required", path="$.acts")
         if method is None:
@@ -204,6 +210,7 @@ class Adjudication(JudgeRecord):
     ) -> Adjudication:
         """A ruling; ``contradicted`` must be one of ``parties`` (its digest is
         written as ``contradicted_party``)."""
+        parties = listed(parties, "parties")
         fields: dict[str, Any] = {
             "record_id": record_id,
             "adjudicated_at": adjudicated_at,
@@ -348,7 +355,7 @@ class CalibrationSummary(JudgeRecord):
     @classmethod
     def of(cls, *, record_id: str, computed_at: str, judge_pin: Target | JudgePin, clauses: Sequence[ClauseTally]) -> CalibrationSummary:
         pin = judge_pin.target() if isinstance(judge_pin, JudgePin) else judge_pin
-        return cls(record_id=record_id, computed_at=computed_at, judge_pin=Citation.to(pin, "calibrates"), clauses=list(clauses))
+        return cls(record_id=record_id, computed_at=computed_at, judge_pin=Citation.to(pin, "calibrates"), clauses=listed(clauses, "clauses"))
 
 
 # --------------------------------------------------------------------------- sample-manifest/v1, contract-compile/v1
@@ -366,7 +373,8 @@ class SampleManifest(JudgeRecord):
 
     @classmethod
     def of(cls, *, record_id: str, generated_at: str, policy: Target, stratification: Mapping[str, int], cases: Sequence[str]) -> SampleManifest:
-        return cls(record_id=record_id, generated_at=generated_at, policy=Citation.to(policy, "sampling_policy"), stratification=dict(stratification), cases=list(cases))
+        return cls(record_id=record_id, generated_at=generated_at, policy=Citation.to(policy, "sampling_policy"),
+                   stratification=as_mapping(stratification, "stratification"), cases=listed(cases, "cases"))
 
 
 class ContractCompile(JudgeRecord):
@@ -440,7 +448,7 @@ class Close(JudgeRecord):
             raise JudgmentRefusedError(f"period is a (start, end) pair of timestamps, not {got}", rule="close_period_malformed", path="$.period")
         fields: dict[str, Any] = {
             "record_id": record_id, "closed_at": closed_at, "period": Period(start=period[0], end=period[1]),
-            "counts_by_kind": _mapping(counts_by_kind, "counts_by_kind"), "head": DigestRef.of(computed(head, "head")),
+            "counts_by_kind": as_mapping(counts_by_kind, "counts_by_kind"), "head": DigestRef.of(computed(head, "head")),
         }
         if reconcile is not None:
             fields["reconcile"] = reconcile

@@ -299,3 +299,132 @@ def test_compiled_skill_is_a_list_of_targets() -> None:
     refused(lambda: ContractCompile.of(record_id="cc", compiled_at=NOW, contract_ref="ec:c@1", contract=contract,
                                        compiled_skill=contract, human_approval=approval),  # type: ignore[arg-type]
             "argument_not_a_list", "compiled_skill")
+
+
+# --------------------------------------------------------------------------- every public call, each argument wrong
+
+
+def test_no_wrong_argument_escapes_untyped(world: World) -> None:
+    """Each public judge call, from a valid baseline, with one argument at a
+    time replaced by a value of the wrong type: every failure is a typed
+    CapsealError (a review counted 316 untyped ones, then 73, now none)."""
+    import capseal.judge as j
+    from capseal.judge import (
+        Adjudication,
+        AdjudicationResponse,
+        CalibrationSummary,
+        Case,
+        Close,
+        ContractCompile,
+        EvidenceResult,
+        ExpertProtocolParameters,
+        HumanRating,
+        JudgePin,
+        KOfN,
+        Link,
+        ModelJudge,
+        ModelJudgeParameters,
+        Requirement,
+        ResultBuilder,
+        RulesJudge,
+        SampleManifest,
+        Target,
+        agreement,
+        blind_packet,
+        check_body,
+        check_judgment_capsule,
+        check_links,
+        clause_tally,
+        code_identity,
+        decimal_string,
+        drift,
+        epistemic_type_of,
+        judgment_capsule_spec,
+        judgment_member,
+        link,
+        micros,
+        parse_record,
+        refuse,
+        refuse_judgment_capsule,
+        verify_judgment,
+    )
+    from capseal.judge.citation import Citation, DigestRef
+    from capseal.judge.extension import JudgeAnswer
+    from capseal.judge.result import Claim
+
+    store, act, AT = world.store, world.act, NOW
+    T = lambda n, ty="x": store.put_json({"n": n}, type=ty)  # noqa: E731
+    t1, t2, t3 = T(1), T(2), T(3)
+    pin = JudgePin.pin(model_id="m@1", prompt=b"p", sampling={"temperature_micros": 0})
+    kn = KOfN.of(1, 2)
+    mparams = ModelJudgeParameters.of(instruction_template={"a": "b"}, prompt="p", axes="a", sampling_params={"temperature_micros": 0})
+    member = judgment_member(rubric={"r": 1}, rubric_version="1", parameters=mparams, model_hosting="hosted")
+    BAD = [None, 5, "", [], {}, b"", 1.5, True, object()]
+    C = "ec:x@1"
+    base: dict[str, tuple[Any, dict[str, Any]]] = {
+     "Target.of_json": (Target.of_json, dict(value={"a": 1}, type="x")),
+     "Target.of_bytes": (Target.of_bytes, dict(data=b"x", type="x")),
+     "Target.of_text": (Target.of_text, dict(text="x", type="x")),
+     "Target.of_capsule": (Target.of_capsule, dict(capsule=act, type="x")),
+     "Target.of_record": (Target.of_record, dict(record={"record_version": "x/v1"}, type="x")),
+     "Citation.to": (Citation.to, dict(target=t1, purpose="grounds")),
+     "DigestRef.of": (DigestRef.of, dict(target=t1)),
+     "DigestRef.of_bytes": (DigestRef.of_bytes, dict(data=b"x")),
+     "Link.to": (Link.to, dict(type="cites", target=t1)),
+     "link": (link, dict(type="cites", target=t1)),
+     "JudgePin.pin": (JudgePin.pin, dict(model_id="m@1", prompt=b"p", sampling={"temperature_micros": 0}, axes=b"a", weights=b"w")),
+     "decimal_string": (decimal_string, dict(value="0.5")),
+     "micros": (micros, dict(value="0.5")),
+     "Case.of": (Case.of, dict(case_id="c", verdict="met", acts=[t1], method=t2)),
+     "Adjudication.ruling": (Adjudication.ruling, dict(record_id="a", adjudicated_at=AT, verdict="contradicted", basis=pin, parties=[t1, t2], contradicted=t1, referee=t3, margin="0.1", margin_tau="0.1", divergence_index="0.1")),
+     "AdjudicationResponse.delivery_receipt": (AdjudicationResponse.delivery_receipt, dict(record_id="r", responded_at=AT, adjudication=t1)),
+     "AdjudicationResponse.ack": (AdjudicationResponse.ack, dict(record_id="r", responded_at=AT, adjudication=t1, verdict="corroborated")),
+     "AdjudicationResponse.rebuttal": (AdjudicationResponse.rebuttal, dict(record_id="r", responded_at=AT, adjudication=t1, verdict="corroborated", basis="because")),
+     "HumanRating.of": (HumanRating.of, dict(record_id="h", rated_at=AT, rater_ref="principal:r", case=Target.of_json(blind_packet(case_id="c", acts=[t1], criterion="x"), type="rc"), label="met")),
+     "CalibrationSummary.of": (CalibrationSummary.of, dict(record_id="c", computed_at=AT, judge_pin=pin, clauses=[clause_tally("C1", agreement=kn, drift=kn)])),
+     "KOfN.of": (KOfN.of, dict(k=1, n=2)),
+     "SampleManifest.of": (SampleManifest.of, dict(record_id="s", generated_at=AT, policy=t1, stratification={"a": 1}, cases=["c1"])),
+     "ContractCompile.of": (ContractCompile.of, dict(record_id="cc", compiled_at=AT, contract_ref=C, contract=t1, compiled_skill=[t2], human_approval=t3)),
+     "Close.of": (Close.of, dict(record_id="cl", closed_at=AT, period=("2026-09-01T00:00:00Z", AT), counts_by_kind={"x": 1}, head=t1, reconcile=None, peer_close=t2)),
+     "Claim.of": (Claim.of, dict(id="c1", contract_ref=C, requirement_ref="r1", tier="judged", grade="self-attested", sufficiency="SUFFICIENT", verdict="met", evidence=[t1], proofs=(), presentation=None, implementation=None)),
+     "ResultBuilder": (ResultBuilder, dict(generated_at=AT, view=None)),
+     "code_identity": (lambda name, captured_at, grade: code_identity(j, name=name, captured_at=captured_at, grade=grade), dict(name="n", captured_at=AT, grade="self-attested")),
+     "ModelJudgeParameters.of": (ModelJudgeParameters.of, dict(instruction_template={"a": "b"}, prompt="p", axes="a", sampling_params={"temperature_micros": 0}, min_confidence_micros=1, judge_batch=1)),
+     "ExpertProtocolParameters.of": (ExpertProtocolParameters.of, dict(protocol="p", packet={"a": 1})),
+     "judgment_member": (judgment_member, dict(rubric={"r": 1}, rubric_version="1", parameters=mparams, model_hosting="hosted")),
+     "judgment_capsule_spec": (judgment_capsule_spec, dict(action_id="a1", judge="m@1", member=member, answer=JudgeAnswer(verdict="met"), judged_from=Target.of_capsule(act), calibrated_against=None)),
+     "check_judgment_capsule": (check_judgment_capsule, dict(capsule=dict(act.capsule), preimages={}, raw_files={})),
+     "refuse_judgment_capsule": (refuse_judgment_capsule, dict(capsule=dict(act.capsule))),
+     "check_body": (check_body, dict(body={"record_version": "human-rating/v1"})),
+     "check_links": (check_links, dict(epistemic_type="adjudication", links=[{"type": "cites", "target": t1.digest}], body={"parties": []})),
+     "refuse": (refuse, dict(body={"record_version": "human-rating/v1"})),
+     "parse_record": (parse_record, dict(body={"record_version": "human-rating/v1"})),
+     "epistemic_type_of": (epistemic_type_of, dict(body={"record_version": "human-rating/v1"})),
+     "EvidenceResult.from_body": (EvidenceResult.from_body, dict(body={"result_version": "x"})),
+     "JudgmentStore.seal": (store.seal, dict(record={"record_version": "human-rating/v1"}, links=(), external=())),
+     "JudgmentStore.put": (store.put, dict(target=t1)),
+     "JudgmentStore.put_json": (store.put_json, dict(value={"a": 1}, type="x")),
+     "JudgmentStore.put_text": (store.put_text, dict(text="x", type="x")),
+     "JudgmentStore.put_bytes": (store.put_bytes, dict(data=b"x", type="x")),
+     "JudgmentStore.supersede": (store.supersede, dict(old=t1.digest, record={"record_version": "human-rating/v1"}, links=(), external=())),
+     "JudgmentStore.target": (store.target, dict(digest=t1.digest, type="x")),
+     "verify_judgment": (lambda record: verify_judgment(record, store), dict(record=t1.digest)),
+     "RulesJudge": (RulesJudge, dict(name="n", contract_ref=C, requirements=[Requirement("r1", ("a",), lambda i: "met")], grade="self-attested")),
+     "ModelJudge": (ModelJudge, dict(pin=pin, prompt=b"p", call=lambda r: "met", contract_ref=C)),
+     "blind_packet": (blind_packet, dict(case_id="c", acts=[t1], criterion="x")),
+     "agreement": (agreement, dict(judge={"c": "met"}, humans=[("c", "met")])),
+     "drift": (drift, dict(first={"c": "met"}, rerun={"c": "met"})),
+     "clause_tally": (clause_tally, dict(clause_ref="C1", agreement=kn, drift=kn)),
+    }
+    untyped: list[str] = []
+    for name, (fn, kw) in base.items():
+        for p in [None, *kw]:
+            for bad in BAD if p is not None else [None]:
+                args = dict(kw) if p is None else {**kw, p: bad}
+                try:
+                    fn(**args)
+                except CapsealError:
+                    pass
+                except Exception as exc:  # noqa: BLE001 - what this test looks for
+                    untyped.append(f"{name}({p}={type(bad).__name__}): {type(exc).__name__}: {exc}"[:200])
+    assert untyped == []
