@@ -104,16 +104,34 @@ _RFC3339 = re.compile(
 )
 
 
+# ECMA-262's WhiteSpace and LineTerminator: what "\s" matches there. Python's
+# "\s" also takes U+001C–U+001F and U+0085 and leaves out U+FEFF.
+_ECMA_SPACE = "\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+# what an escape means in ECMA-262 (u flag), inside a class and outside one
+_ECMA_CLASS = {"s": _ECMA_SPACE, "d": "0-9", "w": "A-Za-z0-9_"}
+
+
 @functools.lru_cache(maxsize=256)
 def _ecma_pattern(pattern: str) -> re.Pattern[str]:
-    r"""A JSON Schema (ECMA-262) pattern compiled for Python. Why not as is: in
-    Python ``$`` also matches before a final newline, so ``^[0-9a-f]{64}$``
-    let a 65-character "digest" ending in ``\n`` through; in ECMA-262 it
-    matches only at the end. Each unescaped ``$`` outside a class becomes ``\Z``."""
-    out, escaped, in_class = [], False, False
+    r"""A JSON Schema (ECMA-262) pattern compiled for Python. Why not as is:
+    in Python ``$`` also matches before a final newline, so ``^[0-9a-f]{64}$``
+    let a 65-character "digest" ending in ``\n`` through (in ECMA-262 it
+    matches only at the end), and ``\s``, ``\d`` and ``\w`` take other
+    characters than in ECMA-262. So each unescaped ``$`` outside a class
+    becomes ``\Z``, ``\s``/``\d``/``\w`` (and, outside a class, their
+    negations) become ECMA's sets, and the pattern compiles with ``re.ASCII``
+    so that ``\D``, ``\W`` and ``\b`` inside a class are ECMA's too. One
+    difference is left: ``\S`` inside a class also takes the non-ASCII
+    spaces (no vendored schema writes one)."""
+    out: list[str] = []
+    escaped, in_class = False, False
     for ch in pattern:
         if escaped:
             escaped = False
+            if ch.lower() in _ECMA_CLASS and (in_class and ch.islower() or not in_class):
+                members = _ECMA_CLASS[ch.lower()]
+                out[-1] = members if in_class else f"[{'^' if ch.isupper() else ''}{members}]"
+                continue
         elif ch == "\\":
             escaped = True
         elif ch == "[":
@@ -124,7 +142,7 @@ def _ecma_pattern(pattern: str) -> re.Pattern[str]:
             out.append("\\Z")
             continue
         out.append(ch)
-    return re.compile("".join(out))
+    return re.compile("".join(out), re.ASCII)
 
 
 def is_rfc3339(value: str) -> bool:

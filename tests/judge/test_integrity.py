@@ -243,3 +243,35 @@ def test_the_store_refuses_a_rating_body_whose_case_it_holds_and_is_not_blind(wo
     assert caught.value.rule == "rated_case_not_blind"
     assert world.producer.ledger.count() == count
     assert world.store.seal(rating).epistemic_type == "human_report"
+
+
+@pytest.mark.parametrize(("ref", "ok"), [
+    ("ec:x@1", True),
+    ("ec:x\ufeff@1", False),  # ECMA-262 whitespace; Python's \s leaves it out
+    ("ec:x\x1c@1", True),  # Python's \s takes U+001C-U+001F and U+0085; ECMA-262's does not
+    ("ec:x\x85@1", True),
+    ("ec:x y@1", False),
+])
+def test_contract_refs_follow_ecma_whitespace(ref: str, ok: bool) -> None:
+    """The ContractRef pattern ^[^@\\s]+@[^@\\s]+$ means what a JSON Schema
+    (ECMA-262) validator makes of it."""
+    body = load(JUDGE / "evaluation-report" / "pos-example-org-evaluation-report.json")
+    body["contract_ref"] = ref
+    assert ("contract_ref_unversioned" not in rules_of(body)) is ok
+
+
+def test_ecma_digit_and_word_classes() -> None:
+    from capseal.judge.schema import _ecma_pattern
+
+    assert _ecma_pattern(r"^\d+$").search("0123") and not _ecma_pattern(r"^\d+$").search("\u0661\u0662")
+    assert _ecma_pattern(r"^\w+$").search("a_1") and not _ecma_pattern(r"^\w+$").search("\u00e9")
+    assert _ecma_pattern(r"^\S+$").search("ab") and not _ecma_pattern(r"^\S+$").search("a\ufeffb")
+    assert _ecma_pattern(r"^a\\s$").search("a\\s")  # an escaped backslash, then a letter s
+
+
+def test_ecma_negated_classes_inside_a_set() -> None:
+    from capseal.judge.schema import _ecma_pattern
+
+    assert _ecma_pattern(r"^[\D]+$").search("ab") and not _ecma_pattern(r"^[\D]+$").search("a1")
+    assert _ecma_pattern(r"^[\D]+$").search("\u0661")  # not an ECMA digit
+    assert _ecma_pattern(r"^[\W]+$").search("\u00e9") and not _ecma_pattern(r"^[\W]+$").search("a")
