@@ -40,6 +40,7 @@ what that takes).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -319,6 +320,42 @@ def _refused_with(p: PendingAppend) -> LedgerError | None:
             return LedgerError(f"record {p.entry.record_id[:16]}… not written: it {how} "
                                f"{other.entry.record_id[:16]}…, which was refused ({other.error})")
     return None
+
+
+_IMPORT_PREFIX = ".capseal-import-"
+_IMPORT_GRACE = 10.0  # s: a temp file younger than this may belong to an import that has not locked it yet
+
+
+def _sweep_abandoned_imports(directory: Path) -> None:
+    """Delete what killed imports left in ``directory``: ``import_jsonl``
+    builds under a hidden ``.capseal-import-*`` name, deleted when it ends;
+    a kill (SIGKILL, power loss) skips that. An import holds an exclusive
+    ``flock`` on its file while alive, so a file nobody locks is abandoned
+    (and files younger than a few seconds are left alone: their import may
+    not have taken its lock yet). Best effort: nothing here raises."""
+    try:
+        entries = [e for e in os.scandir(directory) if e.name.startswith(_IMPORT_PREFIX)]
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        with suppress(OSError):
+            if now - entry.stat(follow_symlinks=False).st_mtime < _IMPORT_GRACE:
+                continue
+            if entry.name.endswith(("-wal", "-shm")):
+                if not os.path.lexists(entry.path[:-4]):  # its import deletes the main file first
+                    os.unlink(entry.path)
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while its import is alive
+                if os.fstat(fd).st_ino != os.stat(entry.path, follow_symlinks=False).st_ino:
+                    continue
+                for suffix in ("-wal", "-shm", ""):
+                    with suppress(FileNotFoundError):
+                        os.unlink(entry.path + suffix)
+            finally:
+                os.close(fd)
 
 
 def _row_hash(prev_hex: str, header: dict[str, Any], body: bytes, extra: bytes = b"") -> str:
@@ -1271,7 +1308,11 @@ class Ledger:
         # replaces a file): nobody sees a half-imported ledger, a failure or
         # a kill leaves no ledger at ``path``, and only files this call made
         # are ever deleted
-        tmp = target.with_name(f".capseal-import-{os.getpid()}-{os.urandom(4).hex()}")  # short: any target name fits
+        _sweep_abandoned_imports(target.parent)
+        tmp = target.with_name(f"{_IMPORT_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")  # short: any target name fits
+        # held until the temp files are gone: the sign that this import is alive
+        alive = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        fcntl.flock(alive, fcntl.LOCK_EX)
         ledger: Ledger | None = None
         try:
             ledger = cls(tmp)
@@ -1295,6 +1336,7 @@ class Ledger:
             for suffix in ("", "-wal", "-shm"):
                 with suppress(OSError):  # never hides the error that got here
                     Path(str(tmp) + suffix).unlink()
+            os.close(alive)
         return cls(target)
 
     def _import(self, src: IO[bytes]) -> None:

@@ -116,9 +116,10 @@ def test_an_import_never_deletes_a_ledger_another_process_made(tmp_path: Path, e
     assert lost == []
 
 
-def test_a_killed_import_leaves_no_ledger(tmp_path: Path, export: Path) -> None:
+def test_a_killed_import_leaves_no_ledger(tmp_path: Path, export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An import killed half-way used to leave an empty, valid ledger at the
-    path, so a retry was refused ("already exists")."""
+    path, so a retry was refused ("already exists"); its hidden temp files
+    stayed for good. The next import in the directory deletes them."""
     target = tmp_path / "imported.db"
     script = "import sys; from capseal import Ledger; Ledger.import_jsonl(sys.stdin.buffer, sys.argv[1])"
     proc = subprocess.Popen([sys.executable, "-c", script, str(target)], stdin=subprocess.PIPE)
@@ -134,13 +135,43 @@ def test_a_killed_import_leaves_no_ledger(tmp_path: Path, export: Path) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert not target.exists()
+    assert list(tmp_path.glob(".capseal-import-*"))  # what the kill left
+    monkeypatch.setattr(capseal.ledger, "_IMPORT_GRACE", 0.0)
     with export.open("rb") as fh:
         with Ledger.import_jsonl(fh, target) as ledger:
             assert ledger.count() == 151
+    assert list(tmp_path.glob(".capseal-import-*")) == []  # swept by the next import: nobody held its lock
     with pytest.raises(LedgerError, match="already exists"):
         with export.open("rb") as fh:
             Ledger.import_jsonl(fh, target)
     assert capseal.verify_ledger(target).ok
+
+
+def test_an_import_under_way_is_never_swept(tmp_path: Path, export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another import in the same directory leaves a live import's temp file
+    alone (it holds a lock on it), however old the file is."""
+    monkeypatch.setattr(capseal.ledger, "_IMPORT_GRACE", 0.0)
+    first = tmp_path / "first.db"
+    script = "import sys; from capseal import Ledger; Ledger.import_jsonl(sys.stdin.buffer, sys.argv[1]).close()"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(first)], stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    lines = export.read_bytes().splitlines(keepends=True)
+    proc.stdin.write(b"".join(lines[: len(lines) // 2]))
+    proc.stdin.flush()
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob(".capseal-import-*")):
+        assert time.monotonic() < deadline, "the import never started"
+        time.sleep(0.01)
+    pending = sorted(tmp_path.glob(".capseal-import-*"))
+    with export.open("rb") as fh, Ledger.import_jsonl(fh, tmp_path / "second.db") as second:
+        assert second.count() == 151
+    assert all(p.exists() for p in pending)
+    proc.stdin.write(b"".join(lines[len(lines) // 2:]))
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    with Ledger(first, readonly=True) as ledger:
+        assert ledger.count() == 151
+    assert list(tmp_path.glob(".capseal-import-*")) == []
 
 
 def test_a_reader_never_takes_a_ledger_being_created_for_a_damaged_one(tmp_path: Path) -> None:
