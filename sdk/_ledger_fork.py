@@ -226,9 +226,9 @@ def _after_fork_in_child() -> None:
         for ledger in inherited:
             ledger._forked = True
             quiet = all(id(lock) in taken for lock in ledger._fork_locks())
-            if quiet and ledger._closed:  # closed under its write lock: nothing to let go of
-                continue
             connections = ledger._connections()
+            if quiet and ledger._closed and not connections:  # closed, no snapshot open: nothing to let go of
+                continue
             for connection in connections:
                 _keep_alive(connection)
             previous = _INHERITED.get(ledger._real_path, ([], None))

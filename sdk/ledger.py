@@ -651,8 +651,14 @@ class Ledger:
             with self._read_lock:
                 if self._rdb is not self._db:
                     self._rdb.close()
+                # a snapshot still open on another thread keeps its connection
+                # (its next query is refused) until it ends: the fork machinery
+                # must know that connection until then, so the last one out
+                # takes the ledger off its list
+                last = not self._snaps
             self._db.close()
-        _ledger_fork.forget(self)
+        if last:
+            _ledger_fork.forget(self)
 
     def __enter__(self) -> Ledger:
         return self
@@ -669,8 +675,11 @@ class Ledger:
 
     def _connections(self) -> list[sqlite3.Connection]:
         """The connections made so far (a fork may come while they are made)."""
+        snaps = list(getattr(self, "_snaps", ()))
+        if getattr(self, "_closed", False):  # closed under its write lock: only snapshots still open
+            return snaps
         db, rdb = getattr(self, "_db", None), getattr(self, "_rdb", None)
-        return [c for c in (db, None if rdb is db else rdb, *getattr(self, "_snaps", ())) if c is not None]
+        return [c for c in (db, None if rdb is db else rdb, *snaps) if c is not None]
 
     def _fork_error(self, what: str) -> LedgerForkedError:
         """The refusal of ``what`` on a ledger inherited through fork() (callers
@@ -1105,6 +1114,9 @@ class Ledger:
                 self._snaps.discard(db)
                 if not self._forked:  # inherited through fork: _ledger_fork lets go of it
                     db.close()
+                last = self._closed and not self._snaps and not self._forked
+            if last:  # close() ran meanwhile and left the fork machinery's list to us
+                _ledger_fork.forget(self)
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         if self._forked:

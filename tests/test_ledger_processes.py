@@ -383,6 +383,69 @@ def test_reopening_a_ledger_restores_a_dropped_append_only_trigger(tmp_path: Pat
         db.execute("UPDATE records SET body = x'00' WHERE seq = 1")
 
 
+def test_a_fork_after_close_during_a_snapshot_keeps_the_forked_process_records(tmp_path: Path) -> None:
+    """close() on one thread while another thread's snapshot was open: close()
+    took the ledger off the fork machinery's list at once, so a fork before
+    the snapshot ended inherited its connection unhandled, the forked
+    process's ledger on the file took no file locks, and a later open and
+    close in the parent deleted the -wal it was appending to."""
+    import threading
+
+    path = tmp_path / "l.db"
+    _fill(path, 10)
+    ledger = Ledger(path)
+    inside, resume = threading.Event(), threading.Event()
+    real_query = ledger._query
+
+    def pausing_query(sql: str, args: tuple[object, ...] = ()) -> list[object]:
+        rows = real_query(sql, args)
+        if threading.current_thread().name == "checker" and not inside.is_set():
+            inside.set()
+            resume.wait(30)
+        return rows
+
+    ledger._query = pausing_query  # type: ignore[method-assign]
+    ended: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            ledger.check_chain()
+        except LedgerError as exc:  # closed under it: refused, typed
+            ended.append(exc)
+
+    checker = threading.Thread(target=check, name="checker")
+    checker.start()
+    assert inside.wait(30)
+    ledger.close()  # the snapshot's connection stays open on the checker thread
+    first_half, go_on = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            with Producer("acme", "child", UnsafeEphemeralSigner(), path) as child:
+                for i in range(5):
+                    child.seal({"action_id": f"c1-{i}", "action_type": "fyi"})
+                os.write(first_half[1], b"x")
+                os.read(go_on[0], 1)  # the parent opens and closes the file meanwhile
+                for i in range(5):
+                    child.seal({"action_id": f"c2-{i}", "action_type": "fyi"})
+            code = 0
+        finally:
+            os._exit(code)
+    resume.set()
+    checker.join(30)
+    assert [type(e).__name__ for e in ended] == ["LedgerClosedError"]
+    os.read(first_half[0], 1)
+    Ledger(path).close()
+    os.write(go_on[1], b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with Ledger(path, readonly=True) as after:
+        ids = {e.action_id for e in after.entries()}
+        assert {f"c1-{i}" for i in range(5)} | {f"c2-{i}" for i in range(5)} <= ids
+        assert after.check_chain() == []
+
+
 def test_reads_inside_a_snapshot_see_one_state_of_the_file(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     _fill(path, 3)
