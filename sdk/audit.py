@@ -18,6 +18,7 @@ record; pass ``trusted_keys`` to turn an unknown signer into an error.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +117,7 @@ class KeyDirectory:
             key = serialization.load_der_public_key(bytes.fromhex(spki))
             if kid_for(key) == kid:  # a custody statement cannot introduce a key under another kid
                 self._keys[kid] = key
-        except (ValueError, TypeError):
+        except Exception:  # any bad key (cryptography's UnsupportedAlgorithm is no ValueError): none learnt
             return
 
     def get(self, kid: str) -> Any:
@@ -134,77 +135,93 @@ def _custody_of(capsule: Mapping[str, Any]) -> Any:
     return ca.get("x-capseal-key-custody") if isinstance(ca, Mapping) else None
 
 
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
+
+
+def _hex(value: Any) -> bytes | None:
+    """Hex digits only, as the reference reads ``signature``, ``key_id`` and
+    kids (``bytes.fromhex`` alone would also take whitespace); None if not."""
+    return bytes.fromhex(value) if isinstance(value, str) and _HEX.fullmatch(value) else None
+
+
 def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: KeyDirectory) -> tuple[str, str | None, list[Finding]]:
     """Verify a capsule record's inline profile envelope and its envelopes[].
-    Returns (verdict, signer kid, findings). Never raises."""
+    Returns (verdict, signer kid, findings). Never raises.
+
+    Each signature is checked on its own (-05: a capsule has zero or more
+    envelopes, each verifying by itself), and the verdict does not depend on
+    their order: ``invalid`` if any fails, else ``authored`` if any verifies
+    (the kid returned is a trusted one when trusted keys are given and one
+    signed), else ``unverifiable`` if one names a key nobody gave us, else
+    ``unclaimed``. Kids are returned in lower-case hex."""
     findings: list[Finding] = []
     try:
         cid = capsule_id(capsule)
     except Exception as exc:
         return "invalid", None, [Finding("signature_uncheckable", f"capsule id cannot be computed: {exc}")]
-    verdict, kid = "unclaimed", None
+    invalid, unverifiable = False, False
+    signers: list[str] = []  # every kid whose signature verified, in order
     has_sig, has_kid = "signature" in capsule, "key_id" in capsule
+    inline = _hex(capsule.get("signature"))
     if has_sig != has_kid:
         findings.append(Finding("envelope_malformed", "signature and key_id appear together or not at all"))
-        verdict = "invalid"
+        invalid = True
     elif has_sig:
-        sig, key_id = capsule.get("signature"), capsule.get("key_id")
-        try:
-            data = bytes.fromhex(sig) if isinstance(sig, str) else None
-        except ValueError:
-            data = None
-        result = verify_profile_envelope(cid, data)
+        result = verify_profile_envelope(cid, inline)
+        key_id = _hex(capsule.get("key_id"))
         if not result.ok:
             findings.extend(result.findings)
-            verdict = "invalid"
-        elif not (isinstance(key_id, str) and result.public_key is not None and result.public_key.hex() == key_id):
+            invalid = True
+        elif key_id is None or result.public_key != key_id:
             findings.append(Finding("key_id_mismatch", "key_id is not the key that signed the envelope"))
-            verdict = "invalid"
+            invalid = True
         else:
-            verdict, kid = "authored", key_id
+            signers.append(key_id.hex())
     for i, env in enumerate(envelopes):
         if not isinstance(env, Mapping):
             findings.append(Finding("envelope_malformed", f"envelopes[{i}] is not an object"))
-            verdict = "invalid"
+            invalid = True
             continue
-        try:
-            cose = bytes.fromhex(str(env.get("cose", "")))
-        except ValueError:
+        cose = _hex(env.get("cose"))
+        if cose is None:
             findings.append(Finding("envelope_malformed", f"envelopes[{i}].cose is not hex"))
-            verdict = "invalid"
+            invalid = True
             continue
-        profile, env_kid = env.get("profile"), env.get("kid")
+        profile, env_kid = env.get("profile"), _hex(env.get("kid"))
         if profile == PROFILE:
             result = verify_profile_envelope(cid, cose)
-            if not result.ok or result.public_key is None or result.public_key.hex() != env_kid:
+            if not result.ok or result.public_key is None or result.public_key != env_kid:
                 findings.extend(result.findings or [Finding("key_id_mismatch", f"envelopes[{i}].kid is not the signing key")])
-                verdict = "invalid"
-            elif has_sig and capsule.get("signature") != env.get("cose"):
+                invalid = True
+            elif has_sig and inline != cose:
                 findings.append(Finding("envelope_inconsistent", f"envelopes[{i}] differs from the inline signature"))
-                verdict = "invalid"
-            elif verdict == "unclaimed":
-                verdict, kid = "authored", env_kid
+                invalid = True
+            else:
+                signers.append(result.public_key.hex())
         elif profile == PLAIN:
-            key = keys.get(env_kid) if isinstance(env_kid, str) else None
-            if key is None:
-                findings.append(Finding("signer_key_unknown", f"envelopes[{i}]: no public key known for kid {env_kid}; pass it as a trusted key", severity="warning"))
-                if verdict == "unclaimed":
-                    verdict = "unverifiable"
+            key = keys.get(env_kid.hex()) if env_kid is not None else None
+            if key is None or env_kid is None:
+                findings.append(Finding("signer_key_unknown", f"envelopes[{i}]: no public key known for kid {env.get('kid')}; pass it as a trusted key", severity="warning"))
+                unverifiable = True
                 continue
             result = verify_cose_sign1(cose, key, payload=bytes.fromhex(cid))
             if not result.ok:
                 findings.extend(result.findings)
-                verdict = "invalid"
-            elif result.kid is not None and result.kid.hex() != env_kid:
+                invalid = True
+            elif result.kid is not None and result.kid != env_kid:
                 findings.append(Finding("key_id_mismatch", f"envelopes[{i}] protected kid differs from the record's kid"))
-                verdict = "invalid"
-            elif verdict in ("unclaimed", "unverifiable"):
-                verdict, kid = "authored", env_kid
+                invalid = True
+            else:
+                signers.append(env_kid.hex())
         else:
             findings.append(Finding("envelope_profile_unknown", f"envelopes[{i}].profile {profile!r} is not known", severity="warning"))
+    verdict = "invalid" if invalid else "authored" if signers else "unverifiable" if unverifiable else "unclaimed"
+    trusted_signers = [k for k in signers if keys.trusted is not None and k in keys.trusted]
+    kid = (trusted_signers or signers)[0] if signers else None
     if keys.trusted is not None:
-        if verdict == "authored" and kid not in keys.trusted:
-            findings.append(Finding("signer_not_trusted", f"signed by {kid}, which is not among the trusted keys"))
+        if verdict == "authored" and not trusted_signers:
+            findings.append(Finding("signer_not_trusted", f"signed by {', '.join(dict.fromkeys(signers))}, none of them "
+                                    "among the trusted keys"))
         elif verdict in ("unclaimed", "unverifiable"):  # trusted keys were asked for: no signature by one is an error
             findings.append(Finding("signer_not_trusted", "trusted keys were given, but this capsule carries no signature "
                                     f"a trusted key makes (signature {verdict})"))

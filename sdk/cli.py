@@ -138,7 +138,7 @@ def _is_sqlite(path: Path) -> bool:
 def cmd_verify(args: argparse.Namespace) -> int:
     from .audit import verify_ledger
 
-    trusted = [Path(p).read_bytes() for p in args.trust or []]
+    trusted = [_trusted_key(p) for p in args.trust or []]
     path = Path(args.target)
     if not path.exists() and args.target != "-":
         raise _CLIError(f"no such file: {args.target}")
@@ -152,6 +152,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
             return EXIT_ERROR
         return EXIT_OK if report.ok else EXIT_NOT_OK
     return _verify_json_file(args, trusted, _evidence_trust(args) if args.evidence else None)
+
+
+def _trusted_key(path: str) -> Any:
+    """A ``--trust`` key, read and parsed before anything is verified: a bad
+    one is the caller's mistake, never reported as the ledger's."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        pem = Path(path).read_bytes()
+    except OSError as exc:
+        raise _CLIError(f"cannot read the trusted key {path}: {exc.strerror}") from None
+    try:
+        return serialization.load_pem_public_key(pem)
+    except (ValueError, TypeError) as exc:
+        raise _CLIError(f"--trust {path} is not a PEM public key ({exc})") from None
+    except Exception as exc:  # cryptography's UnsupportedAlgorithm and kin
+        raise _CLIError(f"--trust {path}: {type(exc).__name__}: {exc}") from None
 
 
 def _evidence_trust(args: argparse.Namespace) -> Any:
@@ -179,7 +196,7 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
     return TrustPolicy(aks=tuple(pins), ek_roots=tuple(certs))
 
 
-def _verify_json_file(args: argparse.Namespace, trusted: list[bytes], evidence_trust: Any) -> int:
+def _verify_json_file(args: argparse.Namespace, trusted: list[Any], evidence_trust: Any) -> int:
     """Capsules or ``capseal-record/1`` records from a JSON file (or an array of
     them). With ``--evidence`` each record's hardware-evidence slot is checked
     too, under the same trust policy as a ledger's; a bare capsule has no slot
@@ -208,7 +225,7 @@ def _verify_json_file(args: argparse.Namespace, trusted: list[bytes], evidence_t
     out, all_ok = [], True
     for capsule, envs, record, result in zip(capsules, envelopes, records, results):
         entry = result.to_dict()
-        if isinstance(capsule, dict) and ("signature" in capsule or envs or keys.trusted is not None):
+        if isinstance(capsule, dict) and ("signature" in capsule or "key_id" in capsule or envs or keys.trusted is not None):
             verdict, kid, findings = check_signatures(capsule, envs if isinstance(envs, list) else [], keys)
             entry["signature"], entry["signer_kid"] = verdict, kid
             entry["findings"] += [f.to_dict() for f in findings]

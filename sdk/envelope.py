@@ -262,6 +262,10 @@ def _verify_profile(capsule_id: str, data: Any, result: EnvelopeResult) -> Envel
     return result
 
 
+#: header labels a plain COSE_Sign1's ``crit`` may list: alg and kid, the ones capseal reads
+_CRIT_UNDERSTOOD = frozenset({1, 4})
+
+
 def verify_cose_sign1(data: Any, public_key: Any, *, payload: bytes | None = None) -> EnvelopeResult:
     """Verify a plain COSE_Sign1 (EdDSA, ES256, ES384, PS256) under ``public_key``
     (a ``cryptography`` public key), optionally requiring ``payload``. Never raises."""
@@ -271,6 +275,14 @@ def verify_cose_sign1(data: Any, public_key: Any, *, payload: bytes | None = Non
         if parts is None:
             return result
         protected_bytes, protected, body, signature = parts
+        if 2 in protected:  # crit (RFC 9052 §3.1): each label listed must be one this verifier processes
+            crit = protected[2]
+            if not isinstance(crit, list) or not crit or any(type(c) not in (int, str) for c in crit):
+                return result.fail("envelope_malformed", "crit must be a non-empty array of header labels")
+            unknown = [c for c in crit if c not in _CRIT_UNDERSTOOD]
+            if unknown:
+                return result.fail("envelope_crit_unknown", f"crit marks header(s) {unknown!r} as critical, which "
+                                   "capseal does not process (RFC 9052 §3.1: such a message is rejected)")
         alg_id = protected.get(1)
         alg = _ALG_NAME.get(alg_id) if type(alg_id) is int else None
         if alg is None:

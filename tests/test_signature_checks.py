@@ -1,0 +1,155 @@
+"""Signature checks of a verified record (``audit.check_signatures``, the
+plain COSE_Sign1 verifier and ``capseal verify``), each case found by a
+review and failing on the code before, checked beside the reference verifier
+where it has a verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_action_capsule.producer_envelope import verify_record_signature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from scitt_cose.cose_sign1 import verify_sign1
+
+from capseal import Producer, SealedRecord
+from capseal.audit import KeyDirectory, check_signatures, verify_ledger
+from capseal.cbor import enc_bytes, enc_head, enc_int
+from capseal.envelope import _to_be_signed, sign_envelope, verify_cose_sign1
+from capseal.keys import UnsafeEphemeralSigner
+from capseal.ledger import Ledger, LedgerEntry
+from capseal.record import dumps_canonical
+
+CLI = str(Path(sys.executable).parent / "capseal")
+
+
+def _sealed(path: Path) -> tuple[SealedRecord, UnsafeEphemeralSigner]:
+    signer = UnsafeEphemeralSigner()
+    with Producer(operator="acme", developer="agent@1", signer=signer, ledger=path) as producer:
+        record = producer.seal({"action_id": "po-1", "action_type": "decide", "effect": {
+            "status": "confirmed", "type": "write_order", "response_digest": "b" * 64, "effect_attestation": "gate_executed"}})
+    return record, signer
+
+
+def _pem(key: Any) -> bytes:
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_a_key_id_without_a_signature_fails_the_cli_too(tmp_path: Path) -> None:
+    """``capseal verify FILE`` said ok, signature=unclaimed: it only looked
+    for "signature" before checking signatures at all."""
+    record, _ = _sealed(tmp_path / "l.db")
+    capsule = {k: v for k, v in record.capsule.items() if k != "signature"}
+    assert verify_record_signature(capsule)[0] == "invalid"
+    assert check_signatures(capsule, [], KeyDirectory())[0] == "invalid"
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(capsule))
+    proc = _cli("verify", str(path))
+    assert proc.returncode == 1 and "signature=invalid" in proc.stdout, proc.stdout
+
+
+def test_hex_fields_are_read_as_the_reference_reads_them(tmp_path: Path) -> None:
+    """Whitespace inside ``signature`` was accepted (bytes.fromhex skips it),
+    and an upper-case ``key_id`` was refused: the reference says the opposite."""
+    record, _ = _sealed(tmp_path / "l.db")
+    sig = record.capsule["signature"]
+    spaced = dict(record.capsule, signature=sig[:20] + " \n" + sig[20:])
+    upper = dict(record.capsule, key_id=record.capsule["key_id"].upper())
+    assert verify_record_signature(spaced)[0] == check_signatures(spaced, [], KeyDirectory())[0] == "invalid"
+    assert verify_record_signature(upper)[0] == "authored"
+    verdict, kid, findings = check_signatures(upper, [], KeyDirectory())
+    assert (verdict, kid, findings) == ("authored", record.capsule["key_id"].lower(), [])
+
+
+def test_the_verdict_does_not_depend_on_the_order_of_envelopes(tmp_path: Path) -> None:
+    """Each envelope verifies on its own (-05): a valid profile envelope and
+    one whose key is unknown gave authored in one order, unverifiable in the other."""
+    record, signer = _sealed(tmp_path / "l.db")
+    bare = {k: v for k, v in record.capsule.items() if k not in ("signature", "key_id")}
+    cid = bytes.fromhex(bare["capsule_id"])
+    profile = sign_envelope(signer, cid).to_json()
+    plain = sign_envelope(UnsafeEphemeralSigner("ES256"), cid).to_json()
+    first = check_signatures(bare, [profile, plain], KeyDirectory())
+    second = check_signatures(bare, [plain, profile], KeyDirectory())
+    assert first[0] == second[0] == "authored"
+    assert first[1] == second[1] == signer.kid
+
+
+def test_a_trusted_signature_beside_an_untrusted_one_is_trusted(tmp_path: Path) -> None:
+    """Only the first key that signed was weighed against the trusted keys:
+    adding a valid signature by the trusted key to a capsule signed inline by
+    another key gave signer_not_trusted, an error."""
+    record, _ = _sealed(tmp_path / "l.db")
+    trusted = UnsafeEphemeralSigner("ES256")
+    plain = sign_envelope(trusted, bytes.fromhex(record.capsule["capsule_id"])).to_json()
+    verdict, kid, findings = check_signatures(record.capsule, [plain], KeyDirectory([_pem(trusted.public_key)]))
+    assert (verdict, kid, findings) == ("authored", trusted.kid, [])
+    verdict, _, findings = check_signatures(record.capsule, [], KeyDirectory([_pem(trusted.public_key)]))
+    assert verdict == "authored" and [f.code for f in findings] == ["signer_not_trusted"]
+
+
+def test_a_critical_header_capseal_does_not_process_is_refused() -> None:
+    """crit (RFC 9052 §3.1) naming header 99 verified as ok; the reference's
+    COSE layer refuses it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    payload = os.urandom(32)
+
+    def sign1(protected: bytes) -> bytes:
+        r, s = decode_dss_signature(key.sign(_to_be_signed(protected, payload), ec.ECDSA(hashes.SHA256())))
+        return (b"\xd2\x84" + enc_bytes(protected) + b"\xa0" + enc_bytes(payload)
+                + enc_bytes(r.to_bytes(32, "big") + s.to_bytes(32, "big")))
+
+    critical = sign1(enc_head(5, 3) + enc_int(1) + enc_int(-7) + enc_int(2) + enc_head(4, 1) + enc_int(99)
+                     + enc_int(99) + enc_int(1))
+    result = verify_cose_sign1(critical, key.public_key(), payload=payload)
+    assert not result.ok and [f.code for f in result.findings] == ["envelope_crit_unknown"]
+    with pytest.raises(Exception, match="crit"):
+        verify_sign1(critical, public_key_pem=_pem(key.public_key()))
+    kid_only = sign1(enc_head(5, 2) + enc_int(1) + enc_int(-7) + enc_int(2) + enc_head(4, 1) + enc_int(1))
+    assert verify_cose_sign1(kid_only, key.public_key(), payload=payload).ok  # crit naming alg: processed
+
+
+def test_a_custody_key_of_an_unknown_algorithm_fails_its_record_only(tmp_path: Path) -> None:
+    """cryptography's UnsupportedAlgorithm is no ValueError: one record whose
+    custody key has an unknown algorithm OID made verify_ledger report the
+    whole file unreadable, with no record reported."""
+    path = tmp_path / "l.db"
+    _sealed(path)
+    oid = bytes.fromhex("06032a0304")  # 1.2.3.4
+    alg = b"\x30" + bytes([len(oid)]) + oid
+    spki = b"\x30" + bytes([len(alg) + 4]) + alg + bytes.fromhex("03020001")
+    capsule = {"capsule_id": "a" * 64, "disposition": {"verdict_class": "epoch_boundary"}, "model_attestation": {
+        "compute_attestation": {"x-capseal-key-custody": {"kid": "b" * 64, "public_key": spki.hex()}}}}
+    with Ledger(path) as ledger:
+        ledger.append(LedgerEntry(record_id="a" * 64, record_type="capsule", epistemic_type="producer_claim",
+                                  body=dumps_canonical({"record_version": "capseal-record/1", "capsule": capsule,
+                                                        "envelopes": []})))
+    report = verify_ledger(path)
+    assert report.findings == [] and len(report.records) == 3
+    assert [r.ok for r in report.records] == [True, True, False]
+    assert _cli("verify", str(path)).returncode == 1
+
+
+def test_a_bad_trusted_key_is_named_not_blamed_on_the_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    _sealed(path)
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a key")
+    proc = _cli("verify", str(path), "--trust", str(bad))
+    assert proc.returncode == 2 and f"--trust {bad} is not a PEM public key" in proc.stderr
+    assert "ledger_unreadable" not in proc.stdout + proc.stderr
+    proc = _cli("verify", str(path), "--trust", str(tmp_path / "missing.pem"))
+    assert proc.returncode == 2 and "cannot read the trusted key" in proc.stderr and "internal error" not in proc.stderr
