@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capseal._fork_copies import ForkCopies
-from capseal.errors import EvidenceError, EvidenceForkedError
+from capseal.canonical import is_hex64
+from capseal.errors import EvidenceError, EvidenceForkedError, InputError
 from capseal.ledger import batch_root
 
 from .quoter import Quoter, quote_record, self_policy
@@ -194,9 +195,16 @@ class BatchEvidence:
             self._put((capsule_id, time.monotonic()))
 
     def submit(self, capsule_id: str) -> None:
-        """Queue a capsule id that is already in the ledger (e.g. a backfill)."""
+        """Queue a capsule id that is already in the ledger (e.g. a backfill).
+        A malformed id or one the ledger does not hold is refused here
+        (InputError): in a batch it would fail every record quoted with it."""
         if self._forked:
             raise self._fork_error("submit()")
+        if not (isinstance(capsule_id, str) and is_hex64(capsule_id)):
+            raise InputError(f"submit() takes a capsule id (64 lower-case hex digits), not {capsule_id!r:.80}")
+        if not self.ledger.has_record(capsule_id):
+            raise InputError(f"capsule {capsule_id[:16]}… is not in {_ledger_name(self.ledger)}; submit() queues "
+                             "records already sealed there")
         if self._accepting:
             self._put((capsule_id, time.monotonic()))
 

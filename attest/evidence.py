@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from capseal.errors import InputError
 from capseal.ledger import batch_slot
 
 from . import tpmwire
@@ -75,22 +76,22 @@ class PCRSelection:
         if isinstance(text, PCRSelection):
             return text
         if not isinstance(text, str) or not text:
-            raise ValueError("a PCR selection is a string like 'sha256:0-7'")
+            raise InputError("a PCR selection is a string like 'sha256:0-7'")
         banks: list[PCRBank] = []
         seen: set[str] = set()
         for part in text.split("+"):
             m = _BANK.match(part.strip())
             if not m or m.group(1) in seen:
-                raise ValueError(f"bad PCR selection {text!r}")
+                raise InputError(f"bad PCR selection {text!r}")
             seen.add(m.group(1))
             pcrs: set[int] = set()
             for item in m.group(2).split(","):
                 lo, _, hi = item.partition("-")
                 if not lo.isdigit() or (hi and not hi.isdigit()):
-                    raise ValueError(f"bad PCR selection {text!r}")
+                    raise InputError(f"bad PCR selection {text!r}")
                 start, stop = int(lo), int(hi or lo)
                 if start > stop or stop > 23:
-                    raise ValueError(f"bad PCR range {item!r} in {text!r} (PCRs are 0–23)")
+                    raise InputError(f"bad PCR range {item!r} in {text!r} (PCRs are 0–23)")
                 pcrs.update(range(start, stop + 1))
             banks.append(PCRBank(tpmwire.HASH_ALGS[m.group(1)], tuple(sorted(pcrs))))
         return cls(tuple(banks))
@@ -106,15 +107,32 @@ class PCRSelection:
 def pcr_digest(selection: PCRSelection, values: Mapping[str, Mapping[str, str]], hash_name: str) -> bytes:
     """The quote's pcrDigest: H(concatenation of the selected PCR values, banks
     in selection order, indices ascending), H being the signing scheme's hash.
-    Raises KeyError/ValueError when a value is missing or not hex."""
+
+    ``values`` must hold exactly the selected banks and PCRs, each the hex of
+    one digest of its bank: the hash covers only the concatenation, so a
+    value split differently (PCR 0 holding 64 bytes, PCR 1 none) or a PCR or
+    bank nobody quoted would otherwise pass as quoted. Raises ValueError
+    (KeyError for a missing one) when they do not."""
     import hashlib
 
+    if not isinstance(values, Mapping) or set(values) != {b.hash_name for b in selection.banks}:
+        raise ValueError("pcr_values must hold exactly the selected banks "
+                         f"({', '.join(b.hash_name for b in selection.banks)})")
     h = hashlib.new(hash_name)
     for bank in selection.banks:
         bank_values = values[bank.hash_name]
+        if not isinstance(bank_values, Mapping) or set(bank_values) != {str(i) for i in bank.pcrs}:
+            raise ValueError(f"pcr_values[{bank.hash_name!r}] must hold exactly PCRs {list(bank.pcrs)}")
+        size = hashlib.new(bank.hash_name).digest_size
         for i in bank.pcrs:
-            h.update(bytes.fromhex(bank_values[str(i)]))
+            value = bank_values[str(i)]
+            if not isinstance(value, str) or len(value) != 2 * size or not _HEX_DIGITS.fullmatch(value):
+                raise ValueError(f"pcr_values[{bank.hash_name!r}][{str(i)!r}] is not {size} bytes in hex")
+            h.update(bytes.fromhex(value))
     return h.digest()
+
+
+_HEX_DIGITS = re.compile(r"[0-9a-fA-F]+")
 
 
 def rfc3339_ms(t: float | None = None) -> str:

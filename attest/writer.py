@@ -41,6 +41,8 @@ def write_batch(ledger: Any, policy: TrustPolicy, ids: Sequence[str], shared: Ma
     caller has it from :func:`capseal.ledger.batch_root`. Raises EvidenceError
     (nothing written) when the quote does not verify. Returns the number of
     records it covers."""
+    if not ids:
+        raise EvidenceError("a batch covers at least one record; nothing written")
     if first_proof is None:
         try:
             computed, first_proof = batch_root(ids)

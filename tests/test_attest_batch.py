@@ -20,7 +20,7 @@ import pytest
 from capseal import Ledger, Producer
 from capseal.attest import BatchEvidence, attach, is_epoch_boundary, verify_evidence
 from capseal.audit import verify_ledger
-from capseal.errors import EvidenceError
+from capseal.errors import EvidenceError, InputError
 from capseal.keys import UnsafeEphemeralSigner
 
 from .conftest import _start_swtpm
@@ -92,6 +92,37 @@ def test_batches_fill_every_slot_and_verify(producer: Producer, tpm_a: AttestTPM
     # the whole ledger, as an auditor runs it
     report = verify_ledger(producer.ledger.path, evidence=True, evidence_trust=[quoter.identity.public_pem.encode()])
     assert report.ok and report.counts()["evidence:verified-software-tpm"] == 301
+
+
+def test_submit_refuses_an_id_that_would_fail_its_batch(producer: Producer, tpm_a: AttestTPM) -> None:
+    """submit() took any string; an id not in the ledger (or upper-case) then
+    failed the whole batch after its quote, leaving every batch-mate null."""
+    quoter = tpm_a.quoter()
+    ids = [producer.seal(spec(i)).capsule_id for i in range(6)]
+    worker = BatchEvidence(producer.ledger, quoter, max_records=64, max_delay=60)
+    try:
+        for cid in ids[:3]:
+            worker.submit(cid)
+        for bad in ("ab" * 32, ids[0].upper(), ids[0][:63], None, 7):
+            with pytest.raises(InputError) as caught:
+                worker.submit(bad)  # type: ignore[arg-type]
+            assert "submit()" in str(caught.value) or "is not in" in str(caught.value)
+        for cid in ids[3:]:
+            worker.submit(cid)
+        assert worker.flush(30)
+    finally:
+        worker.close()
+    assert worker.stats.failed_batches == 0 and worker.stats.records_quoted == 6
+    trust = [quoter.identity.public_pem]
+    assert {verify_evidence(producer.ledger.get(cid), trust=trust).status for cid in ids} == {"verified-software-tpm"}
+
+
+def test_write_batch_refuses_an_empty_batch_typed(producer: Producer, tpm_a: AttestTPM) -> None:
+    from capseal.attest.writer import write_batch
+
+    for first_proof in (None, ()):
+        with pytest.raises(EvidenceError, match="at least one record"):
+            write_batch(producer.ledger, None, [], {}, b"\0" * 32, first_proof)  # type: ignore[arg-type]
 
 
 def test_inclusion_proof_for_another_leaf_is_caught(producer: Producer, tpm_a: AttestTPM) -> None:

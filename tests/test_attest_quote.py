@@ -17,7 +17,7 @@ import capseal.attest as attest
 from capseal import Producer, SealedRecord
 from capseal.attest import PinnedAK, TrustPolicy, tpmwire, verify_evidence
 from capseal.attest.evidence import PCRSelection
-from capseal.errors import EvidenceError, KeyURIError
+from capseal.errors import EvidenceError, InputError, KeyURIError
 
 from .test_attest_support import (  # noqa: F401  (fixtures)
     PLAIN_HANDLE,
@@ -303,8 +303,27 @@ def test_pcr_selection_parsing() -> None:
     assert str(PCRSelection.parse("sha256:0-7")) == "sha256:0,1,2,3,4,5,6,7"
     assert str(PCRSelection.parse("sha256:7,0,3-4+sha1:1")) == "sha256:0,3,4,7+sha1:1"
     for bad in ("", "sha256", "md5:1", "sha256:9-2", "sha256:24", "sha256:1+sha256:2"):
-        with pytest.raises(ValueError):
+        with pytest.raises(InputError):  # typed (and still a ValueError)
             PCRSelection.parse(bad)
+
+
+def test_pcr_values_the_quote_does_not_cover_are_refused(quoted: tuple[SealedRecord, SealedRecord], tpm_a: AttestTPM) -> None:
+    """pcrDigest hashes only the concatenation of the values: a slot whose
+    values split it differently, or that lists a PCR or bank nobody quoted,
+    was reported verified."""
+    r1, _ = quoted
+    ev = r1.hardware_evidence
+    assert ev is not None
+    trust = pin(tpm_a)
+    assert verify_evidence(r1, trust=trust).ok
+    v = ev["pcr_values"]["sha256"]
+    moved = {**ev["pcr_values"], "sha256": {**v, "0": v["0"] + v["1"], "1": ""}}
+    shifted = {**ev["pcr_values"], "sha256": {**v, "0": v["0"][:-2], "1": v["0"][-2:] + v["1"]}}
+    extra_pcr = {**ev["pcr_values"], "sha256": {**v, "16": "ab" * 32}}
+    extra_bank = {**ev["pcr_values"], "sha1": {"0": "cd" * 20}}
+    spaced = {**ev["pcr_values"], "sha256": {**v, "0": v["0"][:-2] + " 1"}}
+    for values in (moved, shifted, extra_pcr, extra_bank, spaced):
+        assert verify_evidence(altered(r1, pcr_values=values), trust=trust).status == "evidence_pcr_mismatch"
 
 
 def test_the_ak_from_tpm_provision_quotes_and_verifies(fresh_swtpm: Any, producer: Producer) -> None:
