@@ -18,6 +18,7 @@ record; pass ``trusted_keys`` to turn an unknown signer into an error.
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -308,8 +309,32 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
             rr = by_seq[e.seq]
         else:
             rr = _verify_other(e, ledger, keys)
+        body_problem = _ambiguous_body(e.body)
+        if body_problem is not None:
+            rr.findings.append(Finding("record_body_not_canonical", body_problem))
         rr.ok = not any(f.severity == "error" for f in rr.findings) and rr.signature in ("authored",)
         report.records.append(rr)
+
+
+def _ambiguous_body(body: bytes) -> str | None:
+    """Why a stored body is not the one form capseal writes (compact,
+    key-sorted JSON, no NaN), or None. Such bytes can read two ways: with a
+    duplicate member, a reader keeping the first sees another capsule than
+    one keeping the last (Python's), and the row hash covers the bytes, not a
+    reading of them."""
+    try:
+        parsed = json.loads(body, parse_constant=_no_constant)
+        again = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (ValueError, RecursionError) as exc:
+        return f"the stored body is not strict JSON ({exc})"
+    if again.encode("utf-8") != body:
+        return ("the stored body is not in capseal's canonical form (a duplicate member, reordered keys or extra "
+                "whitespace): readers could disagree on what it says")
+    return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _verify_other(entry: StoredEntry, ledger: Ledger, keys: KeyDirectory) -> RecordReport:

@@ -1,7 +1,7 @@
-"""Signature checks of a verified record (``audit.check_signatures``, the
-plain COSE_Sign1 verifier and ``capseal verify``), each case found by a
-review and failing on the code before, checked beside the reference verifier
-where it has a verdict."""
+"""What the verifiers check on each record: signatures (``audit.check_signatures``,
+the plain COSE_Sign1 verifier, ``capseal verify``) and the stored body's form.
+Each case was found by a review and fails on the code before; the reference
+verifier is asked beside capseal's where it has a verdict."""
 
 from __future__ import annotations
 
@@ -153,3 +153,50 @@ def test_a_bad_trusted_key_is_named_not_blamed_on_the_ledger(tmp_path: Path) -> 
     assert "ledger_unreadable" not in proc.stdout + proc.stderr
     proc = _cli("verify", str(path), "--trust", str(tmp_path / "missing.pem"))
     assert proc.returncode == 2 and "cannot read the trusted key" in proc.stderr and "internal error" not in proc.stderr
+
+
+def _rewrite_body(path: Path, record_id: str, body: bytes) -> None:
+    """What someone holding the file can do without any key: replace a body
+    and recompute the (unkeyed) row hashes."""
+    import sqlite3
+
+    from capseal.ledger import _GENESIS, _links, _row_hash
+
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("DROP TRIGGER records_no_update")
+    db.execute("UPDATE records SET body=? WHERE record_id=?", (body, record_id))
+    prev = _GENESIS.hex()
+    rows = db.execute("SELECT seq, record_id, record_type, epistemic_type, links, nonce, body FROM records ORDER BY seq")
+    for seq, rid, rtype, etype, links, nonce, stored in rows.fetchall():
+        header = {"seq": seq, "record_id": rid, "record_type": rtype, "epistemic_type": etype,
+                  "links": [dict(x) for x in _links(links)], "nonce": nonce}
+        row_hash = _row_hash(prev, header, bytes(stored))
+        db.execute("UPDATE records SET prev_hash=?, row_hash=? WHERE seq=?", (prev, row_hash, seq))
+        prev = row_hash
+    db.close()
+
+
+@pytest.mark.parametrize("shape", ["duplicate", "nan", "spaced"])
+def test_a_body_that_reads_two_ways_fails_its_record(tmp_path: Path, shape: str) -> None:
+    """verify_ledger parsed bodies with plain json.loads: a body holding two
+    "capsule" members (Python keeps the last, other readers the first) or a
+    NaN verified as ok."""
+    path = tmp_path / "l.db"
+    record, _ = _sealed(path)
+    with Ledger(path, readonly=True) as ledger:
+        entry = ledger.entry(record.capsule_id)
+    assert entry is not None
+    stored = json.loads(entry.body)
+    canon = dumps_canonical(stored)
+    evil = dict(stored["capsule"], effect=dict(stored["capsule"]["effect"], type="send_payment"))
+    body = {
+        "duplicate": b'{"capsule":' + dumps_canonical(evil) + b"," + canon[1:],
+        "nan": canon[:-1] + b',"x":NaN}',
+        "spaced": canon.replace(b'","', b'", "', 1),
+    }[shape]
+    _rewrite_body(path, record.capsule_id, body)
+    report = verify_ledger(path)
+    assert report.findings == []  # the chain is intact: only this record fails
+    bad = [r for r in report.records if not r.ok]
+    assert [r.record_id for r in bad] == [record.capsule_id]
+    assert "record_body_not_canonical" in {f.code for f in bad[0].findings}
