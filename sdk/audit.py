@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives import serialization
 
 from .canonical import capsule_id, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
+from .errors import LedgerCorruptError
 from .findings import Finding
 from .ledger import Ledger, StoredEntry
 from .record import epistemic_type_for_capsule
@@ -367,5 +368,11 @@ def evidence_of(record: Any, trust: Any) -> tuple[str, list[Finding]]:
 def _check_evidence(ledger: Ledger, entries: list[StoredEntry], by_seq: dict[int, RecordReport], trust: Any) -> None:
     for e in entries:
         rr = by_seq[e.seq]
-        rr.evidence, findings = evidence_of(ledger.get(e.record_id), trust)
+        try:
+            record = ledger.get(e.record_id)
+        except (LedgerCorruptError, ValueError, RecursionError) as exc:  # an edited row: this record fails, the others are read
+            rr.evidence = "unreadable"
+            rr.findings.append(Finding("evidence_unreadable", str(exc)))
+            continue
+        rr.evidence, findings = evidence_of(record, trust)
         rr.findings.extend(findings)

@@ -200,8 +200,7 @@ class EvidenceEntry:
         """A slot row's state (None: the slot was emptied again)."""
         if self.record_id is None:
             raise ValueError(f"evidence {self.eid} is a batch; its slots are in slots()")
-        value = json.loads(self.body)
-        return value if value else None
+        return _slot_state(self.body)
 
     def slots(self) -> list[tuple[str, dict[str, Any] | None]]:
         """``(record_id, slot)`` for every record this row gives a state."""
@@ -209,6 +208,18 @@ class EvidenceEntry:
             return [(self.record_id, self.evidence())]
         batch = _Batch.parse(self.body)
         return [(rid, batch.slot(i)) for i, rid in enumerate(batch.leaves)]
+
+
+def _slot_state(body: bytes) -> dict[str, Any] | None:
+    """A slot row's state: a filled object, or None (emptied again);
+    LedgerCorruptError if the stored bytes are neither."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise LedgerCorruptError(f"an evidence row is damaged (not JSON: {exc})") from None
+    if value and not isinstance(value, dict):
+        raise LedgerCorruptError("an evidence row is damaged (its slot is not an object)")
+    return value or None
 
 
 def batch_slot(
@@ -267,10 +278,21 @@ class _Batch:
 
     @classmethod
     def parse(cls, body: bytes) -> _Batch:
-        data = json.loads(body)
-        return cls(list(data["leaves"]), bytes.fromhex(data["merkle_root"]), data["shared"])
+        """A stored batch body; LedgerCorruptError if it is not one (the file
+        was edited: the writer checks every batch it stores)."""
+        try:
+            data = json.loads(body)
+            leaves, shared = data["leaves"], data["shared"]
+            if not isinstance(leaves, list) or not isinstance(shared, dict):
+                raise ValueError("leaves must be an array and shared an object")
+            _Batch.raw_leaves(leaves)
+            return cls(leaves, bytes.fromhex(data["merkle_root"]), shared)
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise LedgerCorruptError(f"an evidence batch row is damaged ({type(exc).__name__}: {exc})") from None
 
     def slot(self, leaf_index: int) -> dict[str, Any]:
+        if not 0 <= leaf_index < len(self.leaves):
+            raise LedgerCorruptError(f"an evidence index row names leaf {leaf_index} of a batch of {len(self.leaves)}")
         if self._proofs is None:  # every proof at once: O(n log n), once per batch
             self._proofs = merkle.build([bytes.fromhex(rid) for rid in self.leaves]).proofs
         return batch_slot(self.shared, self.root, leaf_index, len(self.leaves), self._proofs[leaf_index])
@@ -1190,7 +1212,7 @@ class Ledger:
 
     def _state(self, eid: int, leaf_index: int, body: bytes | None) -> dict[str, Any] | None:
         if body is not None:  # a slot row
-            return json.loads(body) or None
+            return _slot_state(body)
         batch = self._batches.get(eid)
         if batch is None:
             batch = _Batch.parse(bytes(self._query("SELECT body FROM evidence WHERE eid=?", (eid,))[0][0]))
@@ -1273,7 +1295,7 @@ class Ledger:
             try:
                 batch = _Batch.parse(ev.body)
                 _Batch.check(batch.leaves, batch.root, batch.shared)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (LedgerCorruptError, ValueError, KeyError, TypeError) as exc:
                 problems.append(f"evidence {ev.eid}: not a valid batch ({exc})")
                 continue
             unknown = [rid for rid in batch.leaves if rid not in seq_of]

@@ -20,7 +20,7 @@ import pytest
 from capseal import Ledger, Producer
 from capseal.attest import BatchEvidence, attach, is_epoch_boundary, verify_evidence
 from capseal.audit import verify_ledger
-from capseal.errors import EvidenceError, InputError
+from capseal.errors import EvidenceError, InputError, LedgerCorruptError
 from capseal.keys import UnsafeEphemeralSigner
 
 from .conftest import _start_swtpm
@@ -123,6 +123,44 @@ def test_write_batch_refuses_an_empty_batch_typed(producer: Producer, tpm_a: Att
     for first_proof in (None, ()):
         with pytest.raises(EvidenceError, match="at least one record"):
             write_batch(producer.ledger, None, [], {}, b"\0" * 32, first_proof)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("edit", ["index_row", "batch_row"])
+def test_an_edited_evidence_row_fails_only_what_it_touches(producer: Producer, tpm_a: AttestTPM, tmp_path: Path,
+                                                            edit: str) -> None:
+    """One edited evidence row made Ledger.get() raise IndexError or KeyError,
+    and verify_ledger report the whole file unreadable with no record."""
+    import shutil
+    import sqlite3
+
+    quoter = tpm_a.quoter()
+    worker = attach(producer, quoter, max_records=64, max_delay=0.05)
+    ids = [producer.submit(spec(i)).capsule_id for i in range(12)]
+    producer.flush()
+    assert worker.flush(30)
+    worker.close()
+    copy_path = tmp_path / "edited.db"
+    producer.ledger.close()
+    shutil.copy(producer.ledger.path, copy_path)
+    db = sqlite3.connect(copy_path, isolation_level=None)
+    for trigger in ("evidence_no_update", "evidence_members_no_update"):
+        db.execute(f"DROP TRIGGER {trigger}")
+    if edit == "index_row":
+        db.execute("UPDATE evidence_members SET leaf_index=9999 WHERE leaf_index>=0 AND record_seq="
+                   "(SELECT seq FROM records WHERE record_id=?)", (ids[3],))
+    else:
+        db.execute("UPDATE evidence SET body=CAST('{}' AS BLOB) WHERE eid=(SELECT max(eid) FROM evidence)")
+    db.close()
+    with Ledger(copy_path, readonly=True) as ledger:
+        with pytest.raises(LedgerCorruptError):
+            ledger.get(ids[3])
+    trust = [quoter.identity.public_pem.encode()]
+    report = verify_ledger(copy_path, evidence=True, evidence_trust=trust)
+    assert len(report.records) == 13 and "ledger_unreadable" not in {f.code for f in report.findings}
+    unreadable = {r.record_id for r in report.records if r.evidence == "unreadable"}
+    assert ids[3] in unreadable and all(not r.ok for r in report.records if r.record_id in unreadable)
+    if edit == "index_row":
+        assert unreadable == {ids[3]} and report.counts()["evidence:verified-software-tpm"] == 12
 
 
 def test_inclusion_proof_for_another_leaf_is_caught(producer: Producer, tpm_a: AttestTPM) -> None:
