@@ -47,8 +47,10 @@ class TPMQuoter:
     ``attempts`` times) rather than written with values it does not cover.
     """
 
-    def __init__(self, ak: AttestationKey | str, *, pcrs: str | PCRSelection = DEFAULT_PCRS, attempts: int = 3) -> None:
-        self.ak = ak if isinstance(ak, AttestationKey) else AttestationKey(ak)
+    def __init__(self, ak: AttestationKey | str, *, pcrs: str | PCRSelection = DEFAULT_PCRS, attempts: int = 3,
+                 timeout: float | None = 60.0) -> None:
+        # timeout: seconds a TPM command may take (a hung TPM: EvidenceError), for an AK given by URI
+        self.ak = ak if isinstance(ak, AttestationKey) else AttestationKey(ak, timeout=timeout)
         self.selection = PCRSelection.parse(pcrs)
         self.attempts = max(1, attempts)
         self.identity = self.ak.identity

@@ -73,9 +73,13 @@ class AttestationKey:
     the public key (PEM), the TPM name and the qualified name, plus the device
     as the TPM reports it (``software: True`` for swtpm)."""
 
-    def __init__(self, uri: str | AKRef, *, device: Any = None) -> None:
+    def __init__(self, uri: str | AKRef, *, device: Any = None, timeout: float | None = 60.0) -> None:
+        """``timeout``: seconds one TPM command may take before the TPM is
+        taken to hang (EvidenceError naming it; the job is abandoned), as
+        for a TPM signer; None waits for ever."""
         self.ref = uri if isinstance(uri, AKRef) else parse_ak_uri(uri)
         self.device = device if device is not None else _device(self.ref.tcti)
+        self.timeout = timeout
         self.identity = self._read_identity()
 
     def __repr__(self) -> str:
@@ -109,7 +113,7 @@ class AttestationKey:
             return bytes(pub.publicArea.marshal()), bytes(name), bytes(qname)
 
         try:
-            tpmt, name, qname = self.device.call(read, what=f"reading AK 0x{self.ref.handle:08x}")
+            tpmt, name, qname = self.device.call(read, what=f"reading AK 0x{self.ref.handle:08x}", timeout=self.timeout)
             info = self.device.info()
         except CapsealError as exc:
             raise EvidenceError(f"cannot read attestation key {self.ref.uri()}: {exc}") from None
@@ -164,7 +168,7 @@ class AttestationKey:
             return bytes(attest), bytes(sig.marshal()), values
 
         try:
-            attest, signature, values = self.device.call(take, what="TPM2_Quote")
+            attest, signature, values = self.device.call(take, what="TPM2_Quote", timeout=self.timeout)
         except CapsealError as exc:
             if isinstance(exc, EvidenceError):
                 raise

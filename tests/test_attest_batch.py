@@ -348,3 +348,41 @@ def test_a_tpm_that_goes_away_and_comes_back(tmp_path: Path) -> None:
         get_device(tpm.tcti).close()
         tpm.stop()
 
+
+
+def test_a_hung_tpm_fails_its_batches_typed_then_quotes_again(tmp_path: Path) -> None:
+    """A TPM that stops answering (swtpm held with SIGSTOP) blocked TPM2_Quote
+    for ever: no error, and the worker's close() never returned. Now a quote
+    waits ``timeout`` seconds, its batch is counted failed with an error
+    naming the TPM, and quotes resume once the TPM answers again."""
+    import os
+    import signal
+
+    from capseal.attest import TPMQuoter
+    from capseal.keys._tpm_device import get_device
+
+    tpm = _start_swtpm(tmp_path / "swtpm")
+    try:
+        persist_key(tpm.tcti, AK_HANDLE)
+        quoter = TPMQuoter(f"tpm2:handle=0x{AK_HANDLE:08x}?tcti={tpm.tcti}", timeout=2)
+        with Producer("acme.example", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
+            worker = attach(producer, quoter, max_records=100, max_delay=0.01)
+            assert worker.flush(30)
+            os.kill(tpm.pid, signal.SIGSTOP)
+            try:
+                during = [producer.seal(spec(100 + i)).capsule_id for i in range(3)]
+                assert worker.flush(60)  # returns: the hung quote was given up
+                assert worker.stats.failed_batches >= 1
+                assert tpm.tcti in (worker.stats.last_error or ""), worker.stats.last_error
+            finally:
+                os.kill(tpm.pid, signal.SIGCONT)
+            after = [producer.seal(spec(200 + i)).capsule_id for i in range(3)]
+            assert worker.flush(60)
+            worker.close()
+            trust = [quoter.identity.public_pem]
+            got = {c: verify_evidence(producer.ledger.get(c), trust=trust).status for c in during + after}
+            assert all(got[c] == "no-evidence" for c in during), got
+            assert all(got[c] == "verified-software-tpm" for c in after), got
+    finally:
+        get_device(tpm.tcti).close()
+        tpm.stop()
