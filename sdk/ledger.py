@@ -210,6 +210,23 @@ class EvidenceEntry:
         return [(rid, batch.slot(i)) for i, rid in enumerate(batch.leaves)]
 
 
+def _readonly_uri(path: str) -> str:
+    """The SQLite URI that opens ``path`` read-only. Quoted: a '#', '?' or '%'
+    in a path is no URI syntax.
+
+    Why ``immutable=1`` sometimes: reading a WAL-mode file needs its ``-shm``
+    beside it, which SQLite creates if missing; in a directory this user
+    cannot write (an auditor verifying another user's ledger) that fails,
+    though the file itself is readable. A missing ``-shm`` (and ``-wal``)
+    means no connection has the ledger open and everything is in the main
+    file, so it is then read as an immutable file (no locks, no ``-shm``)."""
+    uri = f"file:{urllib.parse.quote(path)}?mode=ro"
+    directory = os.path.dirname(path) or "."
+    if not os.access(directory, os.W_OK) and not any(os.path.lexists(path + s) for s in ("-wal", "-shm")):
+        uri += "&immutable=1"
+    return uri
+
+
 def _slot_state(body: bytes) -> dict[str, Any] | None:
     """A slot row's state: a filled object, or None (emptied again);
     LedgerCorruptError if the stored bytes are neither."""
@@ -605,8 +622,8 @@ class Ledger:
         if self.readonly:
             if not self.path.exists():
                 raise LedgerError(f"no ledger at {self.path}")
-            uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro"  # quoted: a '#', '?' or '%' in a path is no URI syntax
-            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=self._lock_timeout)
+            db = sqlite3.connect(_readonly_uri(str(self.path)), uri=True, isolation_level=None, check_same_thread=False,
+                                 timeout=self._lock_timeout)
         else:
             db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
                                  timeout=self._lock_timeout)
@@ -1122,7 +1139,7 @@ class Ledger:
         with self._read_lock:
             if self._closed:
                 raise LedgerClosedError(f"{self} is closed")
-            db = sqlite3.connect(f"file:{urllib.parse.quote(self._real_path)}?mode=ro", uri=True, isolation_level=None,
+            db = sqlite3.connect(_readonly_uri(self._real_path), uri=True, isolation_level=None,
                                  check_same_thread=False, timeout=self._lock_timeout)
             self._snaps.add(db)
         try:

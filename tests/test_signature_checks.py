@@ -200,3 +200,51 @@ def test_a_body_that_reads_two_ways_fails_its_record(tmp_path: Path, shape: str)
     bad = [r for r in report.records if not r.ok]
     assert [r.record_id for r in bad] == [record.capsule_id]
     assert "record_body_not_canonical" in {f.code for f in bad[0].findings}
+
+
+def test_a_ledger_in_a_directory_the_verifier_cannot_write_verifies(tmp_path: Path) -> None:
+    """An auditor verifying another user's ledger got "not a capseal ledger
+    (attempt to write a readonly database)": reading a WAL file needs a -shm
+    beside it, which SQLite could not create there. Run as root (who may
+    write anywhere), the check runs in a forked process that became user
+    nobody; everything it needs was imported before the fork."""
+    import shutil
+    import tempfile
+
+    source = tmp_path / "l.db"
+    _sealed(source)
+    assert verify_ledger(source).ok  # imports what verifying needs, while they can still be read
+    outer = Path(tempfile.mkdtemp(prefix="capseal-ro-", dir="/tmp"))  # traversable by another user
+    try:
+        os.chmod(outer, 0o755)
+        shut = outer / "ro"
+        shut.mkdir()
+        shutil.copy(source, shut / "l.db")
+        os.chmod(shut / "l.db", 0o444)
+        os.chmod(shut, 0o555)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child reports through the pipe)
+            code = 1
+            try:
+                if os.geteuid() == 0:
+                    os.setgroups([])
+                    os.setgid(65534)
+                    os.setuid(65534)
+                report = verify_ledger(shut / "l.db")
+                os.write(write, json.dumps([report.ok, len(report.records), [str(f) for f in report.findings]]).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        with os.fdopen(read, "rb") as fh:
+            answer = fh.read()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert json.loads(answer) == [True, 2, []]
+        assert sorted(p.name for p in shut.iterdir()) == ["l.db"]  # nothing created beside it
+    finally:
+        for p in (outer / "ro", outer):
+            if p.exists():
+                os.chmod(p, 0o755)
+        shutil.rmtree(outer)
