@@ -308,6 +308,12 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
         if attest.extra_data != root:
             fail("evidence_nonce_mismatch",
                  f"the quote's qualifyingData {attest.extra_data.hex()[:16]}… is not the batch root {root.hex()[:16]}…")
+        # What this proves: the capsule id is a leaf of the quoted root. The
+        # quote covers the root only (design §4: qualifyingData = the root),
+        # so leaf_index and tree_size are the writer's claim, not the TPM's:
+        # other (index, size) pairs with the same proof can verify too. A
+        # ledger's own batch row (hash-chained, checked by check_chain) holds
+        # the real leaves; a lone slot's position and batch size are unproven.
         if not merkle.verify_inclusion(cid_raw, index, size, proof, root):  # type: ignore[arg-type]
             fail("evidence_inclusion_invalid",
                  f"the inclusion proof does not lead from this capsule's leaf (index {index} of {size}) to the quoted root")
