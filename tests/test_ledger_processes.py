@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -116,21 +117,29 @@ def test_an_import_never_deletes_a_ledger_another_process_made(tmp_path: Path, e
     assert lost == []
 
 
+def _half_import(target: Path, export: Path) -> tuple[subprocess.Popen[bytes], list[bytes]]:
+    """An import into ``target`` in another process, fed the first half of
+    ``export`` and then waiting for the rest inside its transaction, once its
+    temp file exists. Returns the process and the export's lines."""
+    script = "import sys; from capseal import Ledger; Ledger.import_jsonl(sys.stdin.buffer, sys.argv[1]).close()"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(target)], stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    lines = export.read_bytes().splitlines(keepends=True)
+    proc.stdin.write(b"".join(lines[: len(lines) // 2]))
+    proc.stdin.flush()
+    deadline = time.monotonic() + 30
+    while not list(target.parent.glob(".capseal-import-*")):
+        assert time.monotonic() < deadline, "the import never started"
+        time.sleep(0.01)
+    return proc, lines
+
+
 def test_a_killed_import_leaves_no_ledger(tmp_path: Path, export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An import killed half-way used to leave an empty, valid ledger at the
     path, so a retry was refused ("already exists"); its hidden temp files
     stayed for good. The next import in the directory deletes them."""
     target = tmp_path / "imported.db"
-    script = "import sys; from capseal import Ledger; Ledger.import_jsonl(sys.stdin.buffer, sys.argv[1])"
-    proc = subprocess.Popen([sys.executable, "-c", script, str(target)], stdin=subprocess.PIPE)
-    assert proc.stdin is not None
-    lines = export.read_bytes().splitlines(keepends=True)
-    proc.stdin.write(b"".join(lines[: len(lines) // 2]))
-    proc.stdin.flush()  # the import now waits for the rest, inside its transaction
-    deadline = time.monotonic() + 30
-    while not (target.exists() or list(tmp_path.glob(".capseal-import-*"))):
-        assert time.monotonic() < deadline, "the import never started"
-        time.sleep(0.01)
+    proc, _ = _half_import(target, export)
     time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -152,16 +161,8 @@ def test_an_import_under_way_is_never_swept(tmp_path: Path, export: Path, monkey
     alone (it holds a lock on it), however old the file is."""
     monkeypatch.setattr(capseal.ledger, "_IMPORT_GRACE", 0.0)
     first = tmp_path / "first.db"
-    script = "import sys; from capseal import Ledger; Ledger.import_jsonl(sys.stdin.buffer, sys.argv[1]).close()"
-    proc = subprocess.Popen([sys.executable, "-c", script, str(first)], stdin=subprocess.PIPE)
+    proc, lines = _half_import(first, export)
     assert proc.stdin is not None
-    lines = export.read_bytes().splitlines(keepends=True)
-    proc.stdin.write(b"".join(lines[: len(lines) // 2]))
-    proc.stdin.flush()
-    deadline = time.monotonic() + 30
-    while not list(tmp_path.glob(".capseal-import-*")):
-        assert time.monotonic() < deadline, "the import never started"
-        time.sleep(0.01)
     pending = sorted(tmp_path.glob(".capseal-import-*"))
     with export.open("rb") as fh, Ledger.import_jsonl(fh, tmp_path / "second.db") as second:
         assert second.count() == 151
@@ -275,58 +276,74 @@ def _fill(path: Path, n: int) -> None:
         p.flush()
 
 
-def test_a_fork_during_a_snapshot_keeps_the_forked_process_records(tmp_path: Path) -> None:
-    """A fork taken while another thread's check_chain() held its snapshot
-    connection: that connection was not handed to the fork machinery, so the
-    forked process's own new ledger took no file locks, the parent's close()
-    deleted the -wal, and the child's later records were lost."""
-    import threading
-
-    path = tmp_path / "l.db"
-    _fill(path, 10)
-    ledger = Ledger(path)
-    inside, forked = threading.Event(), threading.Event()
+def _pause_checker(ledger: Ledger, inside: threading.Event, resume: threading.Event) -> None:
+    """The first query of the thread named "checker" reads for real, then
+    waits for ``resume``: a snapshot held open at a chosen moment."""
     real_query = ledger._query
 
     def pausing_query(sql: str, args: tuple[object, ...] = ()) -> list[object]:
-        rows = real_query(sql, args)  # the real read; the pause only places the fork between two of them
+        rows = real_query(sql, args)  # the real read; the pause only places what the test does between two
         if threading.current_thread().name == "checker" and not inside.is_set():
             inside.set()
-            forked.wait(30)
+            resume.wait(30)
         return rows
 
     ledger._query = pausing_query  # type: ignore[method-assign]
-    problems: list[str] = []
-    checker = threading.Thread(target=lambda: problems.extend(ledger.check_chain()), name="checker")
-    checker.start()
-    assert inside.wait(30)
+
+
+def _fork_a_producer(path: Path) -> tuple[int, int, int]:
+    """Fork a process that seals c1-0..4 into ``path`` with a Producer of its
+    own (as the README allows), says so, waits for the go-ahead, then seals
+    c2-0..4. Returns (pid, the fd to wait on, the fd to go ahead with)."""
     first_half, go_on = os.pipe(), os.pipe()
     pid = os.fork()
-    if pid == 0:  # the forked process: a Producer of its own on the same file, as the README allows
+    if pid == 0:
         code = 1
         try:
             with Producer("acme", "child", UnsafeEphemeralSigner(), path) as child:
                 for i in range(5):
                     child.seal({"action_id": f"c1-{i}", "action_type": "fyi"})
                 os.write(first_half[1], b"x")
-                os.read(go_on[0], 1)  # the parent closes its ledger meanwhile
+                os.read(go_on[0], 1)
                 for i in range(5):
                     child.seal({"action_id": f"c2-{i}", "action_type": "fyi"})
             code = 0
         finally:
             os._exit(code)
-    forked.set()
-    checker.join(30)
-    os.read(first_half[0], 1)
-    ledger.close()
-    os.write(go_on[1], b"x")
+    return pid, first_half[0], go_on[1]
+
+
+def _assert_the_forked_records_kept(path: Path, pid: int) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert problems == []
     with Ledger(path, readonly=True) as after:
         ids = {e.action_id for e in after.entries()}
         assert {f"c1-{i}" for i in range(5)} | {f"c2-{i}" for i in range(5)} <= ids
         assert after.check_chain() == []
+
+
+def test_a_fork_during_a_snapshot_keeps_the_forked_process_records(tmp_path: Path) -> None:
+    """A fork taken while another thread's check_chain() held its snapshot
+    connection: that connection was not handed to the fork machinery, so the
+    forked process's own new ledger took no file locks, the parent's close()
+    deleted the -wal, and the child's later records were lost."""
+    path = tmp_path / "l.db"
+    _fill(path, 10)
+    ledger = Ledger(path)
+    inside, forked = threading.Event(), threading.Event()
+    _pause_checker(ledger, inside, forked)
+    problems: list[str] = []
+    checker = threading.Thread(target=lambda: problems.extend(ledger.check_chain()), name="checker")
+    checker.start()
+    assert inside.wait(30)
+    pid, first_half, go_on = _fork_a_producer(path)
+    forked.set()
+    checker.join(30)
+    os.read(first_half, 1)
+    ledger.close()  # while the forked process has the file open
+    os.write(go_on, b"x")
+    _assert_the_forked_records_kept(path, pid)
+    assert problems == []
 
 
 def test_whole_ledger_reads_of_a_closed_ledger_are_refused(tmp_path: Path) -> None:
@@ -389,22 +406,11 @@ def test_a_fork_after_close_during_a_snapshot_keeps_the_forked_process_records(t
     the snapshot ended inherited its connection unhandled, the forked
     process's ledger on the file took no file locks, and a later open and
     close in the parent deleted the -wal it was appending to."""
-    import threading
-
     path = tmp_path / "l.db"
     _fill(path, 10)
     ledger = Ledger(path)
     inside, resume = threading.Event(), threading.Event()
-    real_query = ledger._query
-
-    def pausing_query(sql: str, args: tuple[object, ...] = ()) -> list[object]:
-        rows = real_query(sql, args)
-        if threading.current_thread().name == "checker" and not inside.is_set():
-            inside.set()
-            resume.wait(30)
-        return rows
-
-    ledger._query = pausing_query  # type: ignore[method-assign]
+    _pause_checker(ledger, inside, resume)
     ended: list[BaseException] = []
 
     def check() -> None:
@@ -417,33 +423,14 @@ def test_a_fork_after_close_during_a_snapshot_keeps_the_forked_process_records(t
     checker.start()
     assert inside.wait(30)
     ledger.close()  # the snapshot's connection stays open on the checker thread
-    first_half, go_on = os.pipe(), os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            with Producer("acme", "child", UnsafeEphemeralSigner(), path) as child:
-                for i in range(5):
-                    child.seal({"action_id": f"c1-{i}", "action_type": "fyi"})
-                os.write(first_half[1], b"x")
-                os.read(go_on[0], 1)  # the parent opens and closes the file meanwhile
-                for i in range(5):
-                    child.seal({"action_id": f"c2-{i}", "action_type": "fyi"})
-            code = 0
-        finally:
-            os._exit(code)
+    pid, first_half, go_on = _fork_a_producer(path)
     resume.set()
     checker.join(30)
     assert [type(e).__name__ for e in ended] == ["LedgerClosedError"]
-    os.read(first_half[0], 1)
-    Ledger(path).close()
-    os.write(go_on[1], b"x")
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    with Ledger(path, readonly=True) as after:
-        ids = {e.action_id for e in after.entries()}
-        assert {f"c1-{i}" for i in range(5)} | {f"c2-{i}" for i in range(5)} <= ids
-        assert after.check_chain() == []
+    os.read(first_half, 1)
+    Ledger(path).close()  # the parent opens and closes the file meanwhile
+    os.write(go_on, b"x")
+    _assert_the_forked_records_kept(path, pid)
 
 
 def test_reads_inside_a_snapshot_see_one_state_of_the_file(tmp_path: Path) -> None:
