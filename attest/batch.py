@@ -238,10 +238,13 @@ class BatchEvidence:
         self._put(marker, wake=True)
         return marker.event.wait(timeout)
 
-    def close(self, *, drain: bool = True, timeout: float | None = None) -> None:
+    def close(self, *, drain: bool = True, timeout: float | None = None) -> bool:
         """Stop. ``drain``: quote what is queued first; otherwise those slots
         stay null. A batch already being quoted is finished (whole or not at
-        all). Call before closing the ledger.
+        all). Call before closing the ledger. Returns True once the worker
+        has ended; False if ``timeout`` passed first (a quote still under way:
+        its batch may yet be written, so keep the ledger open until a later
+        ``close()`` returns True).
 
         In a process forked from the one that started it, only marks this copy
         closed: no wait for the parent's thread (not there), no lock or event
@@ -250,13 +253,14 @@ class BatchEvidence:
         ``with`` exits and ``finally`` blocks, where an error would hide the
         real one."""
         if self._forked:  # _inherited already stopped it accepting
-            return
+            return True
         self._accepting = False
         if not drain:
             self._discard = True
         self._put(_STOP, wake=True)
         if self._thread.is_alive():
             self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _fork_error(self, what: str) -> EvidenceForkedError:
         """The refusal of ``what`` on a worker inherited through fork(); names

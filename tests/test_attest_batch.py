@@ -240,6 +240,19 @@ def test_close_without_drain_leaves_the_queue_null_never_half_written(producer: 
     assert producer.ledger.get(late.capsule_id).hardware_evidence is None  # type: ignore[union-attr]
 
 
+def test_close_says_whether_the_worker_ended(producer: Producer, tpm_a: AttestTPM) -> None:
+    """close(timeout=...) returned None whether or not a quote was still under
+    way, so a caller could close the ledger under a batch about to be written."""
+    gate = GateQuoter(tpm_a.quoter())
+    worker = attach(producer, gate, max_records=1000, max_delay=0.0, cite_epoch=False)
+    producer.seal(spec(1))
+    assert gate.entered.wait(30)  # a quote is in flight and held
+    assert worker.close(timeout=0.2) is False
+    gate.release.set()
+    assert worker.close(timeout=30) is True
+    assert worker.close() is True  # once ended, every later close() says so
+
+
 def test_close_with_drain_quotes_everything_queued(producer: Producer, tpm_a: AttestTPM) -> None:
     gate = GateQuoter(tpm_a.quoter())
     worker = attach(producer, gate, max_records=16, max_delay=60)
