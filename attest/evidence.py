@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from capseal.canonical import hex_bytes
 from capseal.errors import InputError
 from capseal.ledger import batch_slot
 
@@ -125,14 +126,11 @@ def pcr_digest(selection: PCRSelection, values: Mapping[str, Mapping[str, str]],
             raise ValueError(f"pcr_values[{bank.hash_name!r}] must hold exactly PCRs {list(bank.pcrs)}")
         size = hashlib.new(bank.hash_name).digest_size
         for i in bank.pcrs:
-            value = bank_values[str(i)]
-            if not isinstance(value, str) or len(value) != 2 * size or not _HEX_DIGITS.fullmatch(value):
+            value = hex_bytes(bank_values[str(i)])
+            if value is None or len(value) != size:
                 raise ValueError(f"pcr_values[{bank.hash_name!r}][{str(i)!r}] is not {size} bytes in hex")
-            h.update(bytes.fromhex(value))
+            h.update(value)
     return h.digest()
-
-
-_HEX_DIGITS = re.compile(r"[0-9a-fA-F]+")
 
 
 def rfc3339_ms(t: float | None = None) -> str:

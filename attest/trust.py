@@ -13,7 +13,6 @@ public keys, :class:`PinnedAK` entries, or a :class:`TrustPolicy`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,9 +20,10 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from capseal.canonical import hex_bytes
+
 __all__ = ["PinnedAK", "TrustPolicy"]
 
-_HEX = re.compile(r"^[0-9a-fA-F]+$")
 
 
 def _spki(key: Any) -> bytes:
@@ -97,7 +97,7 @@ def _pin(item: Any) -> PinnedAK:
         return PinnedAK.from_pem(item.public_pem, name=item.name, qualified_name=getattr(item, "qualified_name", None))
     if isinstance(item, bytes) and b"-----BEGIN" in item or isinstance(item, str) and "-----BEGIN" in item:
         return PinnedAK.from_pem(item)
-    if isinstance(item, str) and _HEX.match(item) and len(item) in (68, 100, 132):
+    if hex_bytes(item) is not None and len(item) in (68, 100, 132):
         return PinnedAK(name=item.lower())
     if hasattr(item, "public_bytes"):
         return PinnedAK.from_key(item)

@@ -61,6 +61,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from capseal import merkle
+from capseal.canonical import hex_bytes
 from capseal.findings import Finding, HasFindings
 
 from . import tpmwire
@@ -187,12 +188,9 @@ def _b64(ev: Mapping[str, Any], key: str) -> bytes:
 
 
 def _hex(value: Any, key: str, size: int | None = None) -> bytes:
-    if not isinstance(value, str):
+    raw = hex_bytes(value)
+    if raw is None:
         raise ValueError(f"{key} is not a hex string")
-    try:
-        raw = bytes.fromhex(value)
-    except ValueError:
-        raise ValueError(f"{key} is not hex") from None
     if size is not None and len(raw) != size:
         raise ValueError(f"{key} is not {size} bytes")
     return raw

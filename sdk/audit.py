@@ -18,8 +18,6 @@ record; pass ``trusted_keys`` to turn an unknown signer into an error.
 from __future__ import annotations
 
 import importlib
-import json
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +25,12 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 
-from .canonical import capsule_id, is_hex64
+from .canonical import capsule_id, hex_bytes, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
-from .errors import LedgerCorruptError
+from .errors import LedgerCorruptError, MalformedJSONError
 from .findings import Finding
 from .ledger import Ledger, StoredEntry
-from .record import epistemic_type_for_capsule
+from .record import dumps_canonical, epistemic_type_for_capsule, strict_json
 from .verify import verify_store
 
 __all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS"]
@@ -137,15 +135,6 @@ def _custody_of(capsule: Mapping[str, Any]) -> Any:
     return ca.get("x-capseal-key-custody") if isinstance(ca, Mapping) else None
 
 
-_HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
-
-
-def _hex(value: Any) -> bytes | None:
-    """Hex digits only, as the reference reads ``signature``, ``key_id`` and
-    kids (``bytes.fromhex`` alone would also take whitespace); None if not."""
-    return bytes.fromhex(value) if isinstance(value, str) and _HEX.fullmatch(value) else None
-
-
 def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: KeyDirectory) -> tuple[str, str | None, list[Finding]]:
     """Verify a capsule record's inline profile envelope and its envelopes[].
     Returns (verdict, signer kid, findings). Never raises.
@@ -164,13 +153,13 @@ def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: Key
     invalid, unverifiable = False, False
     signers: list[str] = []  # every kid whose signature verified, in order
     has_sig, has_kid = "signature" in capsule, "key_id" in capsule
-    inline = _hex(capsule.get("signature"))
+    inline = hex_bytes(capsule.get("signature"))
     if has_sig != has_kid:
         findings.append(Finding("envelope_malformed", "signature and key_id appear together or not at all"))
         invalid = True
     elif has_sig:
         result = verify_profile_envelope(cid, inline)
-        key_id = _hex(capsule.get("key_id"))
+        key_id = hex_bytes(capsule.get("key_id"))
         if not result.ok:
             findings.extend(result.findings)
             invalid = True
@@ -184,12 +173,12 @@ def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: Key
             findings.append(Finding("envelope_malformed", f"envelopes[{i}] is not an object"))
             invalid = True
             continue
-        cose = _hex(env.get("cose"))
+        cose = hex_bytes(env.get("cose"))
         if cose is None:
             findings.append(Finding("envelope_malformed", f"envelopes[{i}].cose is not hex"))
             invalid = True
             continue
-        profile, env_kid = env.get("profile"), _hex(env.get("kid"))
+        profile, env_kid = env.get("profile"), hex_bytes(env.get("kid"))
         if profile == PROFILE:
             result = verify_profile_envelope(cid, cose)
             if not result.ok or result.public_key is None or result.public_key != env_kid:
@@ -319,23 +308,18 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
 
 def _ambiguous_body(body: bytes) -> str | None:
     """Why a stored body is not the one form capseal writes (compact,
-    key-sorted JSON, no NaN), or None. Such bytes can read two ways: with a
-    duplicate member, a reader keeping the first sees another capsule than
-    one keeping the last (Python's), and the row hash covers the bytes, not a
-    reading of them."""
+    key-sorted JSON, no NaN, no duplicate member), or None. Such bytes can
+    read two ways: with a duplicate member, a reader keeping the first sees
+    another capsule than one keeping the last (Python's), and the row hash
+    covers the bytes, not a reading of them."""
     try:
-        parsed = json.loads(body, parse_constant=_no_constant)
-        again = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (ValueError, RecursionError) as exc:
-        return f"the stored body is not strict JSON ({exc})"
-    if again.encode("utf-8") != body:
-        return ("the stored body is not in capseal's canonical form (a duplicate member, reordered keys or extra "
-                "whitespace): readers could disagree on what it says")
+        parsed = strict_json(body, "the stored body")
+    except MalformedJSONError as exc:
+        return str(exc)
+    if dumps_canonical(parsed) != body:
+        return ("the stored body is not in capseal's canonical form (reordered keys or other spacing): readers "
+                "could disagree on what it says")
     return None
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _verify_other(entry: StoredEntry, ledger: Ledger, keys: KeyDirectory) -> RecordReport:

@@ -53,6 +53,16 @@ LOCAL_ONLY_FIELDS = frozenset({"capsule_id", "signature", "key_id"})
 _HEX64 = re.compile(r"[0-9a-f]{64}").fullmatch
 
 
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})+").fullmatch
+
+
+def hex_bytes(value: Any) -> bytes | None:
+    """The bytes of a hex string of digits only (either case), else None.
+    Why not ``bytes.fromhex`` alone: it also takes whitespace, so "ab cd"
+    would read as the same bytes as "abcd" (the reference reads digits only)."""
+    return bytes.fromhex(value) if type(value) is str and _HEX(value) is not None else None
+
+
 def is_hex64(value: Any) -> bool:
     """True for a 64-character lowercase hex string (a SHA-256 digest in -05 form)."""
     return type(value) is str and _HEX64(value) is not None

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import CapsealError, MalformedJSONError
 from .keys._pin import usable_pin
+from .record import strict_json
 
 __all__ = ["main"]
 
@@ -66,30 +67,7 @@ def _load_json_file(path: str) -> Any:
         raw = Path(path).read_bytes() if path != "-" else sys.stdin.buffer.read()
     except OSError as exc:
         raise _CLIError(f"cannot read {path}: {exc.strerror}") from None
-    return _parse_json(raw, path)
-
-
-def _parse_json(raw: bytes, where: str) -> Any:
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in pairs:
-            if k in out:
-                raise MalformedJSONError(f"{where}: duplicate member {k!r}")
-            out[k] = v
-        return out
-
-    try:
-        return json.loads(raw, object_pairs_hook=no_duplicates, parse_constant=_no_constant)
-    except MalformedJSONError:
-        raise
-    except RecursionError:
-        raise MalformedJSONError(f"{where} nests too deeply to be read") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedJSONError(f"{where} is not valid JSON: {exc}") from None
-
-
-def _no_constant(name: str) -> Any:
-    raise MalformedJSONError(f"{name} is not JSON")
+    return strict_json(raw, path)
 
 
 def _emit(data: Any) -> None:

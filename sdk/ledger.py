@@ -1361,11 +1361,14 @@ class Ledger:
         # are ever deleted
         _sweep_abandoned_imports(target.parent)
         tmp = target.with_name(f"{_IMPORT_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")  # short: any target name fits
-        # held until the temp files are gone: the sign that this import is alive
-        alive = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-        fcntl.flock(alive, fcntl.LOCK_EX)
+        try:  # held until the temp files are gone: the sign that this import is alive
+            alive = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise LedgerError(f"cannot import into {target}: {exc.strerror} (building it aside in {target.parent}); "
+                              "nothing was imported") from None
         ledger: Ledger | None = None
         try:
+            fcntl.flock(alive, fcntl.LOCK_EX)
             ledger = cls(tmp)
             with ledger._write_lock:  # every SQLite call under one of the ledger's locks (a fork waits on them)
                 ledger._import(src)

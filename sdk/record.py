@@ -28,6 +28,33 @@ def dumps_canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def strict_json(raw: bytes | str, where: str) -> Any:
+    """JSON read one way only: a duplicate member (which parsers resolve
+    differently: Python keeps the last, others the first), NaN or Infinity,
+    or nesting too deep to read is MalformedJSONError naming ``where``."""
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise MalformedJSONError(f"{where}: duplicate member {k!r}")
+            out[k] = v
+        return out
+
+    try:
+        return json.loads(raw, object_pairs_hook=no_duplicates, parse_constant=_no_constant)
+    except MalformedJSONError:
+        raise
+    except RecursionError:
+        raise MalformedJSONError(f"{where} nests too deeply to be read") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedJSONError(f"{where} is not valid JSON: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise MalformedJSONError(f"{name} is not JSON")
+
+
 @dataclass(frozen=True)
 class SealedRecord:
     """A sealed capsule as stored and returned. Treat ``capsule`` as read-only:

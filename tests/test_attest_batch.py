@@ -163,6 +163,29 @@ def test_an_edited_evidence_row_fails_only_what_it_touches(producer: Producer, t
         assert unreadable == {ids[3]} and report.counts()["evidence:verified-software-tpm"] == 12
 
 
+def test_binding_hex_is_digits_only(producer: Producer, tpm_a: AttestTPM) -> None:
+    """bytes.fromhex skips whitespace: a root or proof hash with a space
+    inside read as the same bytes and the slot verified."""
+    quoter = tpm_a.quoter()
+    worker = attach(producer, quoter, max_records=64, max_delay=0.05)
+    ids = [producer.submit(spec(i)).capsule_id for i in range(4)]
+    producer.flush()
+    assert worker.flush(30)
+    worker.close()
+    trust = [quoter.identity.public_pem]
+    record = producer.ledger.get(ids[1])
+    assert record is not None and record.hardware_evidence is not None
+    assert verify_evidence(record, trust=trust).ok
+    for member in ("merkle_root", "inclusion_proof"):
+        ev = copy.deepcopy(record.hardware_evidence)
+        binding = ev["binding"]
+        if member == "merkle_root":
+            binding["merkle_root"] = binding["merkle_root"][:2] + " " + binding["merkle_root"][2:]
+        else:
+            binding["inclusion_proof"][0] = binding["inclusion_proof"][0][:2] + " " + binding["inclusion_proof"][0][2:]
+        assert verify_evidence(record.with_evidence(ev), trust=trust).status == "evidence_malformed", member
+
+
 def test_inclusion_proof_for_another_leaf_is_caught(producer: Producer, tpm_a: AttestTPM) -> None:
     quoter = tpm_a.quoter()
     worker = BatchEvidence(producer.ledger, quoter, max_records=1000, max_delay=60)

@@ -173,7 +173,9 @@ def test_cli_refuses_bad_json_and_leaves_ledger_unchanged(tmp_path: Path, payloa
 
 
 def test_malformed_json_error_is_typed() -> None:
-    from capseal.cli import _parse_json
+    from capseal.record import strict_json
 
     with pytest.raises(MalformedJSONError, match="duplicate member 'a'"):
-        _parse_json(b'{"a": 1, "a": 2}', "spec.json")
+        strict_json(b'{"a": 1, "a": 2}', "spec.json")
+    with pytest.raises(MalformedJSONError, match="NaN is not JSON"):
+        strict_json(b'{"a": NaN}', "spec.json")

@@ -90,3 +90,11 @@ def test_json_digest_matches_manual() -> None:
 
     value = {"b": [1, "x"], "a": True}
     assert json_digest(value) == hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def test_hex_bytes_reads_digits_only() -> None:
+    from capseal.canonical import hex_bytes
+
+    assert hex_bytes("00aBff") == b"\x00\xab\xff"
+    for bad in ("", "abc", "ab cd", "ab\n", " ab", "0x00", "zz", b"00", None, 12):
+        assert hex_bytes(bad) is None, bad

@@ -386,6 +386,8 @@ def test_imports_to_long_names_and_dangling_links(tmp_path: Path, export: Path) 
         Ledger.import_jsonl(fh, dangling)
     assert not (tmp_path / "nowhere.db").exists()
     assert not list(tmp_path.glob(".capseal-import-*"))
+    with export.open("rb") as fh, pytest.raises(LedgerError, match="cannot import into .*No such file or directory"):
+        Ledger.import_jsonl(fh, tmp_path / "no-such-dir" / "l.db")  # an OSError naming the temp file before
 
 
 def test_reopening_a_ledger_restores_a_dropped_append_only_trigger(tmp_path: Path) -> None:
