@@ -137,16 +137,18 @@ def _trusted_key(path: str) -> Any:
     one is the caller's mistake, never reported as the ledger's."""
     from cryptography.hazmat.primitives import serialization
 
-    try:
-        pem = Path(path).read_bytes()
-    except OSError as exc:
-        raise _CLIError(f"cannot read the trusted key {path}: {exc.strerror}") from None
+    pem = _read_trust_file(path)
     try:
         return serialization.load_pem_public_key(pem)
-    except (ValueError, TypeError) as exc:
-        raise _CLIError(f"--trust {path} is not a PEM public key ({exc})") from None
-    except Exception as exc:  # cryptography's UnsupportedAlgorithm and kin
-        raise _CLIError(f"--trust {path}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # ValueError, and cryptography's UnsupportedAlgorithm
+        raise _CLIError(f"--trust {path} is not a PEM public key capseal can use ({type(exc).__name__}: {exc})") from None
+
+
+def _read_trust_file(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise _CLIError(f"cannot read {path}: {exc.strerror}") from None
 
 
 def _evidence_trust(args: argparse.Namespace) -> Any:
@@ -159,16 +161,10 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
 
     from capseal.attest import PinnedAK, TrustPolicy
 
-    def read(path: str) -> bytes:
-        try:
-            return Path(path).read_bytes()
-        except OSError as exc:
-            raise _CLIError(f"cannot read {path}: {exc.strerror}") from None
-
     try:
-        pins = [PinnedAK.from_pem(read(p), software=None) for p in aks]
-        pins += [PinnedAK.from_pem(read(p), software=False) for p in hw]
-        certs = [x509.load_pem_x509_certificate(read(p)) for p in roots]
+        pins = [PinnedAK.from_pem(_read_trust_file(p), software=None) for p in aks]
+        pins += [PinnedAK.from_pem(_read_trust_file(p), software=False) for p in hw]
+        certs = [x509.load_pem_x509_certificate(_read_trust_file(p)) for p in roots]
     except ValueError as exc:
         raise _CLIError(f"cannot load a trust anchor: {exc}") from None
     return TrustPolicy(aks=tuple(pins), ek_roots=tuple(certs))
