@@ -107,8 +107,33 @@ _RFC3339 = re.compile(
 # ECMA-262's WhiteSpace and LineTerminator: what "\s" matches there. Python's
 # "\s" also takes U+001C–U+001F and U+0085 and leaves out U+FEFF.
 _ECMA_SPACE = "\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-# what an escape means in ECMA-262 (u flag), inside a class and outside one
+
+
+def _complement(members: str) -> str:
+    """Class members (``\\U`` escapes) for every code point not in ``members``
+    (single characters and ``a-b`` ranges). Why: a class cannot hold a
+    negated class, so ``[a\\S]`` needs ECMA's non-space spelled out."""
+    points: set[int] = set()
+    i = 0
+    while i < len(members):
+        if i + 2 < len(members) and members[i + 1] == "-":
+            points.update(range(ord(members[i]), ord(members[i + 2]) + 1))
+            i += 3
+        else:
+            points.add(ord(members[i]))
+            i += 1
+    out, start = [], 0
+    for cp in sorted(points) + [0x110000]:
+        if cp > start:
+            out.append(f"\\U{start:08x}-\\U{cp - 1:08x}")
+        start = cp + 1
+    return "".join(out)
+
+
+# what an escape means in ECMA-262 (u flag), inside a class and outside one;
+# \D and \W inside a class are right already under re.ASCII
 _ECMA_CLASS = {"s": _ECMA_SPACE, "d": "0-9", "w": "A-Za-z0-9_"}
+_ECMA_IN_CLASS = {**_ECMA_CLASS, "S": _complement(_ECMA_SPACE)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -120,17 +145,18 @@ def _ecma_pattern(pattern: str) -> re.Pattern[str]:
     characters than in ECMA-262. So each unescaped ``$`` outside a class
     becomes ``\Z``, ``\s``/``\d``/``\w`` (and, outside a class, their
     negations) become ECMA's sets, and the pattern compiles with ``re.ASCII``
-    so that ``\D``, ``\W`` and ``\b`` inside a class are ECMA's too. One
-    difference is left: ``\S`` inside a class also takes the non-ASCII
-    spaces (no vendored schema writes one)."""
+    so that ``\D``, ``\W`` and ``\b`` inside a class are ECMA's too;
+    ``\S`` inside a class becomes the code points outside ECMA's spaces."""
     out: list[str] = []
     escaped, in_class = False, False
     for ch in pattern:
         if escaped:
             escaped = False
-            if ch.lower() in _ECMA_CLASS and (in_class and ch.islower() or not in_class):
-                members = _ECMA_CLASS[ch.lower()]
-                out[-1] = members if in_class else f"[{'^' if ch.isupper() else ''}{members}]"
+            if in_class and ch in _ECMA_IN_CLASS:
+                out[-1] = _ECMA_IN_CLASS[ch]
+                continue
+            if not in_class and ch.lower() in _ECMA_CLASS:
+                out[-1] = f"[{'^' if ch.isupper() else ''}{_ECMA_CLASS[ch.lower()]}]"
                 continue
         elif ch == "\\":
             escaped = True

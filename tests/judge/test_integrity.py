@@ -275,3 +275,22 @@ def test_ecma_negated_classes_inside_a_set() -> None:
     assert _ecma_pattern(r"^[\D]+$").search("ab") and not _ecma_pattern(r"^[\D]+$").search("a1")
     assert _ecma_pattern(r"^[\D]+$").search("\u0661")  # not an ECMA digit
     assert _ecma_pattern(r"^[\W]+$").search("\u00e9") and not _ecma_pattern(r"^[\W]+$").search("a")
+
+
+@pytest.mark.parametrize(("pattern", "text", "ok"), [
+    (r"^[\S]+$", "ab", True),
+    (r"^[\S]+$", "a\u00a0b", False),  # ECMA-262 whitespace: not in \S
+    (r"^[\S]+$", "a\ufeffb", False),
+    (r"^[\S]+$", "a\x1cb\x85", True),  # not ECMA-262 whitespace: in \S
+    (r"^[\S]+$", "\U0001f600", True),
+    (r"^[a\S]+$", "a\u3000", False),
+    (r"^[^\S]+$", "\u2028\ufeff \t", True),  # a negated class of \S: only whitespace
+    (r"^[^\S]+$", "\x1c", False),
+    (r"^[^\S\n]+$", "\n", False),
+])
+def test_ecma_non_space_inside_a_set(pattern: str, text: str, ok: bool) -> None:
+    """\\S inside a class means ECMA-262's non-whitespace (Python's, even with
+    re.ASCII, takes U+00A0 and U+FEFF and leaves out U+001C-U+001F)."""
+    from capseal.judge.schema import _ecma_pattern
+
+    assert (_ecma_pattern(pattern).search(text) is not None) is ok
