@@ -336,10 +336,12 @@ def create_key(
                 rw.close()
 
         run(ts, make, where)
+        # opened while the session is held, with the PIN the token took: ``secret``
+        # is None when it came from ``secrets_handler``, which is not asked twice
+        signer = PKCS11Signer(parsed.with_id(key_id), pin=ts.pin_for_child(), module_allowlist=module_allowlist)
     finally:
         release_token(ts)
-    target = parsed.with_id(key_id)
-    return PKCS11Signer(target, pin=secret, module_allowlist=module_allowlist)
+    return signer
 
 
 def check_new_key(rw: Any, label: str, key_id: bytes, where: str) -> None:

@@ -462,8 +462,8 @@ class TokenSession:
 
     def pin_for_child(self) -> str | None:
         """The PIN this process logged in with, for a signing process of this
-        signer's (``_pkcs11_helper``), which sends it down the child's stdin.
-        Read under the lock: ``open_token`` swaps in a caller's PIN while it
+        signer's (``_pkcs11_helper``), which sends it down the child's stdin,
+        and for ``create_key``, which opens the new key with it. Read under the lock: ``open_token`` swaps in a caller's PIN while it
         tries it, and only a PIN the token took is sent."""
         with P11_LOCK:
             return None if self._pin is None else self._pin.reveal()

@@ -161,3 +161,20 @@ def test_a_new_key_that_fails_its_self_test_is_named_for_removal(softhsm: Any, m
     monkeypatch.undo()
     with open_signer(softhsm.uri(label), pin=softhsm.pin) as signer:  # it is there, as the error says
         assert signer.alg == "ES256"
+
+
+def test_create_key_with_a_secrets_handler_asks_once_and_opens_the_key(softhsm: Any) -> None:
+    """``create_key(…, secrets_handler=…)``: the PIN the handler gave (asked
+    once) also opens the new key. It used to be forgotten after generation:
+    the key was made, then opening it raised PinIncorrectError ("needs a PIN"),
+    and a second try was refused because the label was taken."""
+    label = f"handler-{os.urandom(3).hex()}"
+    prompts: list[str] = []
+
+    def handler(prompt: str) -> str:
+        prompts.append(prompt)
+        return softhsm.pin
+
+    with create_key(softhsm.uri(label), "ed25519", secrets_handler=handler) as signer:
+        assert signer.alg == "EdDSA" and len(signer.sign(b"m").signature) == 64
+    assert len(prompts) == 1 and softhsm.label in prompts[0]
