@@ -370,6 +370,8 @@ def parse_pkcs11_uri(uri: str) -> PKCS11URI:
     module_path = values.get("module_path")
     if isinstance(module_path, str) and not os.path.isabs(module_path):
         raise KeyURIError("pkcs11 URI: module-path must be an absolute path")
+    if isinstance(module_path, str) and "\x00" in module_path:  # os calls would raise a bare ValueError
+        raise KeyURIError("pkcs11 URI: module-path holds a NUL byte (%00), which no file name can")
     module_name = values.get("module_name")
     if isinstance(module_name, str) and ("/" in module_name or module_name in ("", ".", "..")):
         raise KeyURIError("pkcs11 URI: module-name is a file name without '/', e.g. softhsm2")
@@ -470,11 +472,18 @@ def read_pin_source(source: str) -> str:
         parts = urlsplit(source)
         if parts.netloc not in ("", "localhost"):
             raise KeyURIError("pkcs11 URI: pin-source file: URIs must name a local file")
-        path = unquote_to_bytes(parts.path).decode("utf-8", "strict")
+        try:
+            path = unquote_to_bytes(parts.path).decode("utf-8", "strict")
+        except UnicodeDecodeError:
+            path = None
+        if path is None:  # raised outside the handler: no chained error quoting the bytes
+            raise KeyURIError("pkcs11 URI: pin-source file: URI's path is not UTF-8 after pct-decoding")
     else:
         path = source
     if not path:
         raise KeyURIError("pkcs11 URI: pin-source names no file")
+    if "\x00" in path:  # reading it would raise a bare ValueError
+        raise KeyURIError("pkcs11 URI: pin-source holds a NUL byte (%00), which no file name can")
     return read_pin_file(path, f"pkcs11 URI: pin-source {path}")
 
 

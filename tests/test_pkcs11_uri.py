@@ -265,3 +265,22 @@ def test_type_is_case_insensitive_and_allow_list_takes_a_path() -> None:
     assert check_module_allowed(SOFTHSM, Path(SOFTHSM)) == os.path.realpath(SOFTHSM)
     with pytest.raises(SignerUnavailableError, match="allow-list"):
         check_module_allowed(SOFTHSM, Path("/usr/lib/x86_64-linux-gnu/opensc-pkcs11.so"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"pkcs11:token=a;object=k?module-path={SOFTHSM}%00x",  # a NUL in the module's file name
+        f"pkcs11:token=a;object=k?module-path={SOFTHSM}&pin-source=/tmp/a%00b",  # in a pin-source path
+        f"pkcs11:token=a;object=k?module-path={SOFTHSM}&pin-source=file:/tmp/a%2500b",  # in a file: URI's path
+        f"pkcs11:token=a;object=k?module-path={SOFTHSM}&pin-source=file:/tmp/%25FF",  # not UTF-8 once decoded
+    ],
+)
+def test_file_names_no_file_can_have_are_key_uri_errors(text: str) -> None:
+    """A NUL byte, or bytes that are not UTF-8, in a module or PIN file name:
+    KeyURIError naming the attribute. They escaped as a bare ValueError
+    ("embedded null byte") or UnicodeDecodeError."""
+    with pytest.raises(KeyURIError) as err:
+        open_signer(text, pin=None)
+    assert "module-path" in str(err.value) or "pin-source" in str(err.value)
+    assert err.value.__cause__ is None and (err.value.__context__ is None or err.value.__suppress_context__)
