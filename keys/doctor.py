@@ -16,7 +16,6 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 __all__ = ["Check", "run_doctor"]
 
@@ -39,10 +38,18 @@ def _python_package(module: str, extra: str, apt: str) -> Check:
 
 
 def _module_path(uri: str) -> str | None:
-    if "module-path=" not in uri:
+    """The URI's module-path as the signer reads it (RFC 7512 parser, no
+    python-pkcs11 needed): "module-path=" may also occur inside an object label
+    or a pin-value, and splitting the text there would check a file the URI
+    does not name, or print part of the PIN. None when the URI does not parse:
+    the backend's "pkcs11 URI" check says why."""
+    from capseal.errors import CapsealError
+    from capseal.keys._pkcs11_uri import parse_pkcs11_uri
+
+    try:
+        return parse_pkcs11_uri(uri).module_path
+    except CapsealError:
         return None
-    value = uri.split("module-path=", 1)[1].split("&", 1)[0]
-    return unquote(value)
 
 
 def _pkcs11_system(uri: str | None) -> list[Check]:

@@ -152,3 +152,22 @@ def test_token_init_checks_everything_before_writing(tmp_path: Path) -> None:
         proc = capseal("token", "init", "--dir", str(target), *args, env=env)
         assert proc.returncode == 2 and needle in proc.stderr and "internal error" not in proc.stderr, proc.stderr
         assert not target.exists(), (args, sorted(p.name for p in target.rglob("*")))
+
+
+def test_doctor_reads_the_module_path_as_the_uri_parser_does(softhsm: Any) -> None:
+    """The doctor's system check took the text after the first "module-path="
+    anywhere in the URI: inside an object label it checked a file that the URI
+    does not name, and inside a pin-value it printed that part of the PIN."""
+    from capseal.keys.doctor import run_doctor
+
+    def module_check(uri: str) -> Any:
+        (check,) = [c for c in run_doctor(uri) if c.name == "PKCS#11 module"]
+        return check
+
+    in_label = f"pkcs11:token=no-such-token-dr;object=module-path=x?module-path={softhsm.module}"
+    check = module_check(in_label)
+    assert check.ok and check.detail == f"{softhsm.module} is readable", check
+    in_pin = f"pkcs11:token=no-such-token-dr?pin-value=module-path=Zq7SECRET&module-path={softhsm.module}"
+    checks = run_doctor(in_pin)
+    assert module_check(in_pin).ok
+    assert not any("Zq7SECRET" in c.detail + c.fix for c in checks), checks
