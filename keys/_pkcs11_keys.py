@@ -161,7 +161,10 @@ def public_key_of(obj: Any, where: str) -> Any:
         n, e = _attr(obj, Attribute.MODULUS), _attr(obj, Attribute.PUBLIC_EXPONENT)
         if not n or not e:
             raise DeviceError(f"{where}: RSA key without CKA_MODULUS/CKA_PUBLIC_EXPONENT")
-        return rsa.RSAPublicNumbers(int.from_bytes(e, "big"), int.from_bytes(n, "big")).public_key()
+        modulus = int.from_bytes(n, "big")
+        if modulus.bit_length() < 2048:  # here, where the token and key are known (alg_for_public_key names neither)
+            raise UnsupportedAlgorithmError(f"{where}: RSA key of {modulus.bit_length()} bits; PS256 needs at least 2048")
+        return rsa.RSAPublicNumbers(int.from_bytes(e, "big"), modulus).public_key()
     raise UnsupportedAlgorithmError(f"{where}: key type {key_type!r} is not Ed25519, P-256/P-384 or RSA")
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pkcs11 import Attribute, KeyType, Mechanism, MechanismFlag
 
-from capseal.errors import DeviceError, KeyNotFoundError, SignatureFailedError
+from capseal.errors import DeviceError, KeyNotFoundError, SignatureFailedError, UnsupportedAlgorithmError
 from capseal.keys import open_signer
 from capseal.keys._pkcs11 import PKCS11Signer
 from capseal.keys._pkcs11_calls import run
@@ -178,3 +178,28 @@ def test_create_key_with_a_secrets_handler_asks_once_and_opens_the_key(softhsm: 
     with create_key(softhsm.uri(label), "ed25519", secrets_handler=handler) as signer:
         assert signer.alg == "EdDSA" and len(signer.sign(b"m").signature) == 64
     assert len(prompts) == 1 and softhsm.label in prompts[0]
+
+
+def test_a_key_capseal_cannot_sign_with_is_named_with_its_token(softhsm: Any) -> None:
+    """An RSA key under 2048 bits (PS256 needs at least that): the typed error
+    names the token and the key, and says why. It said only "keys of type
+    RSAPublicKey are not supported", naming neither (and RSA is supported)."""
+    label = f"rsa1024-{os.urandom(3).hex()}"
+    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
+    try:
+        def make(session: Any) -> None:
+            rw = ts.token.open(rw=True)
+            try:
+                rw.generate_keypair(KeyType.RSA, 1024, store=True, label=label, id=os.urandom(4),
+                                    mechanism=Mechanism.RSA_PKCS_KEY_PAIR_GEN,
+                                    private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False})
+            finally:
+                rw.close()
+
+        run(ts, make, "test")
+    finally:
+        release_token(ts)
+    with pytest.raises(UnsupportedAlgorithmError) as err:
+        open_signer(softhsm.uri(label), pin=softhsm.pin)
+    message = str(err.value)
+    assert softhsm.label in message and repr(label) in message and "1024" in message and "2048" in message, message
