@@ -134,12 +134,19 @@ def init_softhsm_token(
     base = Path(dir).resolve()
     module = _check_init_request(base, label, pin, so_pin)
     tokens = base / "tokens"
-    tokens.mkdir(parents=True, exist_ok=True, mode=0o700)
     conf = base / "softhsm2.conf"
-    if not conf.exists():
-        conf.write_text(
-            f"directories.tokendir = {tokens}\nobjectstore.backend = file\nlog.level = ERROR\nslots.removable = false\n"
-        )
+    failure: str | None = None
+    try:
+        tokens.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not conf.exists():
+            conf.write_text(
+                f"directories.tokendir = {tokens}\nobjectstore.backend = file\nlog.level = ERROR\nslots.removable = false\n"
+            )
+    except OSError as exc:  # --dir is a file, or under one, or not writable: the caller's to fix
+        failure = exc.strerror or type(exc).__name__
+    if failure is not None:  # raised outside the handler: a typed error, no chained OSError
+        raise InputError(f"cannot make the token directory {base}: {failure}",
+                         hint="give --dir a directory this user can create or write")
     result: dict[str, Any] = {"softhsm2_conf": str(conf), "module_path": module, "label": label}
     generated: list[Path] = []
     if pin is None:

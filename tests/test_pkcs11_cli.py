@@ -171,3 +171,21 @@ def test_doctor_reads_the_module_path_as_the_uri_parser_does(softhsm: Any) -> No
     checks = run_doctor(in_pin)
     assert module_check(in_pin).ok
     assert not any("Zq7SECRET" in c.detail + c.fix for c in checks), checks
+
+
+def test_token_init_into_a_file_is_a_typed_error(tmp_path: Path) -> None:
+    """--dir naming a file (or a path under one): a one-line error naming the
+    directory, exit 2. It was "internal error: NotADirectoryError" from the
+    CLI, and a bare OSError from init_softhsm_token."""
+    from capseal.errors import InputError
+    from capseal.keys._pkcs11 import init_softhsm_token  # type: ignore[attr-defined]
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory\n")
+    for target in (afile, afile / "sub"):
+        proc = capseal("token", "init", "--dir", str(target), "--label", "x")
+        assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
+        assert str(target) in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        with pytest.raises(InputError, match="directory"):
+            init_softhsm_token(target, "x")
+    assert afile.read_text() == "not a directory\n"
