@@ -250,6 +250,10 @@ def _split_attr(attr: str, where: str) -> tuple[str, str]:
         sep = ";" if where == "path" else "&"
         raise KeyURIError(f"pkcs11 URI: empty attribute in the {where} (a stray {sep!r})")
     name, eq, value = attr.partition("=")
+    if (not eq or not _ATTR_NAME.fullmatch(name)) and name[:3].lower() == "pin":
+        # a pin-value with its '=' mistyped (pin-value:1234, pin-value%3D1234): the "name" holds the PIN
+        raise KeyURIError(f"pkcs11 URI: a {where} attribute starting with 'pin' is malformed (not quoted: it may "
+                          "hold the PIN); write pin-value=… with a plain '='")
     if not eq:
         raise KeyURIError(f"pkcs11 URI: {where} attribute {name[:40]!r} has no '=value'")
     if not _ATTR_NAME.fullmatch(name):

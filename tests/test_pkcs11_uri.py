@@ -284,3 +284,22 @@ def test_file_names_no_file_can_have_are_key_uri_errors(text: str) -> None:
         open_signer(text, pin=None)
     assert "module-path" in str(err.value) or "pin-source" in str(err.value)
     assert err.value.__cause__ is None and (err.value.__context__ is None or err.value.__suppress_context__)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"pkcs11:token=a?module-path={SOFTHSM}&pin-value:Zq7SECRET",  # ':' for '='
+        "pkcs11:token=a?pin-value%3DZq7SECRET",  # '=' pct-encoded
+        "pkcs11:token=a?PIN-VALUEZq7SECRET&module-path=/x.so",  # '=' left out
+        "pkcs11:token=a;pin-value:Zq7SECRET",  # and in the path
+        "pkcs11:token=a?pin-value@Zq7SECRET=1",  # a name that is not one
+    ],
+)
+def test_a_pin_value_with_its_equals_sign_mistyped_is_not_quoted(text: str) -> None:
+    """A pin-value whose '=' is mistyped is one malformed attribute, name and
+    PIN together: the error quoted it whole ("query attribute
+    'pin-value:Zq7SECRET' has no '=value'")."""
+    with pytest.raises(KeyURIError) as err:
+        parse_pkcs11_uri(text)
+    assert "Zq7SECRET" not in str(err.value) and "pin-value" in str(err.value), str(err.value)
