@@ -38,6 +38,7 @@ import collections
 import json
 import logging
 import os
+import re
 import select
 import subprocess
 import sys
@@ -45,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 from capseal._fork_copies import ForkCopies
 from capseal.errors import DeviceError, PinIncorrectError, PinLockedError, SignerError
@@ -80,7 +82,19 @@ def _child_environment(pin: str | None) -> dict[str, str]:
     if not pin:
         return dict(os.environ)
     in_uri = f"pin-value={pin}"
-    return {name: value for name, value in os.environ.items() if value != pin and in_uri not in value}
+    return {name: value for name, value in os.environ.items()
+            if value != pin and in_uri not in value and not _pin_value_in(value, pin)}
+
+
+#: a pin-value attribute in a URI (RFC 7512 attribute names are matched case-insensitively)
+_PIN_VALUE = re.compile(r"(?i)pin-value=([^&;#?\s]*)")
+
+
+def _pin_value_in(value: str, pin: str) -> bool:
+    """Whether ``value`` holds a URI whose pin-value, pct-decoded, is ``pin``:
+    RFC 7512 writes a PIN with '&', a space or '%' pct-encoded, in either case
+    of hex digit, so the plain ``pin-value=<PIN>`` is not the only spelling."""
+    return any(unquote(m.group(1)) == pin for m in _PIN_VALUE.finditer(value))
 
 
 class Credentials(Protocol):

@@ -611,3 +611,22 @@ def test_a_child_whose_reader_cannot_start_is_discarded_and_replaced(softhsm: An
         _wait_for(lambda: len(started) >= 2 and process.pid == started[1])
         assert not _alive(started[0])  # the child without a reader was stopped
         assert signer.sign(b"after").alg == "EdDSA"
+
+
+def test_a_pct_encoded_pin_value_is_left_out_of_the_childs_environment(monkeypatch: Any) -> None:
+    """A URI carrying the PIN as RFC 7512 writes it, pct-encoded (a PIN with
+    '&', a space or '%' must be), in any case of hex digit or attribute name:
+    left out like the plain spelling. Only ``pin-value=<the PIN as typed>``
+    was recognised, so these went to the child."""
+    from capseal.keys._pkcs11_helper import _child_environment
+    from capseal.keys._pkcs11_uri import pct_encode
+
+    pin = "Zq7 & 50%;"
+    encoded = pct_encode(pin, query=True)
+    assert encoded == "Zq7%20%26%2050%25%3B"
+    monkeypatch.setenv("CAPSEAL_TEST_URI_UPPER", f"pkcs11:token=x?pin-value={encoded}&module-path=/m.so")
+    monkeypatch.setenv("CAPSEAL_TEST_URI_LOWER", f"pkcs11:token=x?PIN-VALUE={encoded.replace('%3B', '%3b')}")
+    monkeypatch.setenv("CAPSEAL_TEST_OTHER_PIN", "pkcs11:token=x?pin-value=Zq7%20%26%2051%25")
+    env = _child_environment(pin)
+    assert "CAPSEAL_TEST_URI_UPPER" not in env and "CAPSEAL_TEST_URI_LOWER" not in env
+    assert env["CAPSEAL_TEST_OTHER_PIN"] == "pkcs11:token=x?pin-value=Zq7%20%26%2051%25"  # another PIN: kept
