@@ -78,6 +78,7 @@ from capseal.errors import (  # noqa: E402
     SignerUnavailableError,
     TPMObjectMemoryError,
 )
+from capseal.keys._tpm_uri import check_tcti  # noqa: E402
 
 try:  # noqa: E402
     from tpm2_pytss import ESAPI, TSS2_Exception
@@ -671,6 +672,7 @@ class TPMDevice:
     def _connect(self) -> Any:
         if self._ectx is not None:
             return self._ectx
+        check_tcti(self.tcti)  # a TCTI name is a library the TSS loads (cmd: runs a command): never an unknown one
         try:
             ectx = ESAPI(self.tcti)
         except TSS2_Exception as exc:

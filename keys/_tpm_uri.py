@@ -9,7 +9,9 @@ the query, values percent-encoded where they contain those characters)::
 
 The TCTI defaults to ``device:/dev/tpmrm0`` (the kernel resource manager)
 when ``tcti`` is absent; an empty ``tcti=`` is refused (it is a mistake, and
-must not silently select a TPM). Handles are ``0x`` and 1–8 hex digits, or
+must not silently select a TPM), and only the ``device``, ``swtpm``, ``mssim``
+and ``tabrmd`` TCTIs are opened (the TSS loads any other name as a library, and
+``cmd:`` runs a command; see :func:`check_tcti`). Handles are ``0x`` and 1–8 hex digits, or
 decimal digits, nothing else. ``ak-handle`` must differ from ``handle``.
 Auth values never go in a URI: ``pin-value`` is refused.
 
@@ -43,6 +45,7 @@ from capseal.errors import KeyURIError
 
 __all__ = [
     "DEFAULT_TCTI",
+    "TCTI_NAMES",
     "TPM_RH_OWNER",
     "TPMKeyURI",
     "TPMKeyFile",
@@ -65,6 +68,10 @@ _PATH_KEYS = frozenset({"handle", "keyfile"})
 _HEX_HANDLE = re.compile(r"0[xX][0-9a-fA-F]{1,8}", re.ASCII)
 _DEC_HANDLE = re.compile(r"0|[1-9][0-9]{0,9}", re.ASCII)
 _HEX_DIGITS = re.compile(r"[0-9a-fA-F]+", re.ASCII)  # no leading zero: C tools read 0123 as octal
+_PORT = re.compile(r"[1-9][0-9]{0,4}", re.ASCII)
+
+#: The TCTIs capseal opens (the kernel device, the simulators, tpm2-abrmd).
+TCTI_NAMES = ("device", "swtpm", "mssim", "tabrmd")
 
 
 def parse_handle(text: str, what: str = "handle") -> int:
@@ -107,17 +114,53 @@ def hex_hint(text: str, value: int | None = None) -> str:
 
 
 def check_tcti(tcti: str, where: str = "tcti") -> str:
-    """``tcti`` with surrounding spaces removed; refuses an empty one.
+    """``tcti`` with surrounding spaces removed; refuses an empty one, a TCTI
+    other than :data:`TCTI_NAMES`, and simulator options the TSS would refuse.
 
     Why: an empty ``tcti=`` (or ``--tcti ""``) used to fall back to
-    ``device:/dev/tpmrm0``, silently selecting a TPM nobody named."""
+    ``device:/dev/tpmrm0``, silently selecting a TPM nobody named. The part
+    before ``:`` is a library the TSS loads: a path there is ``dlopen()``ed as
+    it stands, and ``cmd:`` runs its configuration as a shell command, so a
+    key URI could run any code; only the TCTIs capseal documents are opened.
+    A bad ``swtpm:``/``mssim:`` option used to come back from the TSS as "not
+    reachable … A parameter has a bad value", naming nothing."""
+    if not isinstance(tcti, str):
+        raise KeyURIError(f"{where} is a {type(tcti).__name__}, not a TCTI string")
     text = tcti.strip()
     if not text:
         raise KeyURIError(f"{where} is empty; name the TPM, e.g. device:/dev/tpmrm0 or swtpm:host=127.0.0.1,port=2321 "
                           "(leave it out for the default device:/dev/tpmrm0)")
-    if ":" not in text and text not in ("device", "swtpm", "mssim", "tabrmd"):
-        raise KeyURIError(f"TCTI {text!r} does not look like device:/dev/tpmrm0 or swtpm:host=…,port=…")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise KeyURIError(f"TCTI {text!r} holds a control character (the TSS reads it as a C string)")
+    name, _, conf = text.partition(":")
+    if name not in TCTI_NAMES:
+        raise KeyURIError(f"TCTI {text!r}: {name!r} is not a TCTI capseal opens; use device:/dev/tpmrm0, "
+                          "swtpm:host=127.0.0.1,port=2321, mssim:host=…,port=… or tabrmd:… (the TSS loads the name "
+                          "as a library, and cmd: runs a command)")
+    if name in ("swtpm", "mssim") and conf:
+        _check_socket_conf(text, conf)
     return text
+
+
+def _check_socket_conf(text: str, conf: str) -> None:
+    """The ``host=…,port=…`` options of the swtpm and mssim TCTIs, as the TSS
+    reads them: those two keys, each once, a decimal port 1–65535."""
+    seen: set[str] = set()
+    for part in conf.split(","):
+        key, eq, value = part.partition("=")
+        if not part:
+            raise KeyURIError(f"TCTI {text!r} has an empty option (two commas); write host=…,port=…")
+        if key not in ("host", "port") or not eq:
+            raise KeyURIError(f"TCTI {text!r}: unknown option {part!r}; the simulator TCTIs take host=… and port=…")
+        if key in seen:
+            raise KeyURIError(f"TCTI {text!r}: {key}= given twice")
+        seen.add(key)
+        if key == "port" and not (_PORT.fullmatch(value) and int(value) <= 0xFFFF):
+            raise KeyURIError(f"TCTI {text!r}: port {value!r} is not a TCP port (decimal 1-65535)")
+        if key == "host" and not value:
+            raise KeyURIError(f"TCTI {text!r}: host= is empty")
+        if key == "host" and value.startswith("["):
+            raise KeyURIError(f"TCTI {text!r}: write an IPv6 host without brackets (host=::1)")
 
 
 def format_handle(handle: int) -> str:

@@ -4,6 +4,9 @@ decimal), and the attestation key cannot be the signing key's handle."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from urllib.parse import quote
+
 import pytest
 
 from capseal.errors import KeyURIError
@@ -73,3 +76,52 @@ def test_the_ak_handle_must_differ_from_the_key_handle() -> None:
 def test_a_keyfile_path_with_a_nul_byte_is_refused() -> None:
     with pytest.raises(KeyURIError, match="NUL byte"):
         parse_tpm_uri("tpm2:keyfile=%00k.tss")
+
+
+@pytest.mark.parametrize("tcti", ["cmd:touch /tmp/x", "/tmp/evil.so:conf", "libtss2-tcti-swtpm.so.0:host=127.0.0.1,port=2321",
+                                  "pcap:swtpm:host=127.0.0.1", "SWTPM:host=127.0.0.1,port=2321", "libtpms", "bogus:x"])
+def test_only_the_tctis_capseal_knows_are_accepted(tcti: str) -> None:
+    """The TCTI name is a library the TSS loads (a path is dlopen()ed as it
+    stands) and cmd: runs a shell command: a URI must not choose either."""
+    with pytest.raises(KeyURIError, match="is not a TCTI capseal opens"):
+        parse_tpm_uri(f"tpm2:handle=0x81000101?tcti={quote(tcti)}")
+    with pytest.raises(KeyURIError, match="is not a TCTI capseal opens"):
+        parse_tpm_uri("tpm2:handle=0x81000101", tcti=tcti)
+
+
+def test_a_cmd_tcti_runs_nothing(tmp_path: Path) -> None:
+    """Before: tpm2:…?tcti=cmd:touch%20FILE ran the command (the TSS's cmd TCTI)."""
+    from capseal.keys import open_signer
+    from capseal.keys._tpm_device import TPMDevice
+
+    marker = tmp_path / "ran"
+    with pytest.raises(KeyURIError):
+        open_signer(f"tpm2:handle=0x81000101?tcti=cmd:touch%20{marker}")
+    device = TPMDevice(f"cmd:touch {marker}")  # the device refuses it too, whoever builds one
+    try:
+        with pytest.raises(KeyURIError, match="is not a TCTI capseal opens"):
+            device.info()
+    finally:
+        device.close()
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(("tcti", "problem"), [
+    ("swtpm:host=127.0.0.1,port=99999", "port"), ("swtpm:host=127.0.0.1,port=abc", "port"),
+    ("swtpm:host=127.0.0.1,port=0", "port"), ("mssim:host=127.0.0.1,port=-1", "port"),
+    ("swtpm:host=127.0.0.1,port=02321", "port"), ("swtpm:host=127.0.0.1,port=2321,foo=bar", "foo"),
+    ("swtpm:host=127.0.0.1,port=2321,port=2322", "twice"), ("swtpm:host=[::1],port=2321", "brackets"),
+    ("swtpm:host=,port=2321", "host"), ("swtpm:port", "port"), ("swtpm:host=127.0.0.1,,port=2321", "empty"),
+    ("device:/dev/tpmrm0\x00x", "control character"), ("swtpm:host=127.0.0.1\n,port=2321", "control character"),
+])
+def test_bad_simulator_tcti_options_are_named(tcti: str, problem: str) -> None:
+    """Before: these reached the TSS and came back as SignerUnavailableError
+    "not reachable … A parameter has a bad value", naming nothing."""
+    with pytest.raises(KeyURIError, match=problem):
+        parse_tpm_uri(f"tpm2:handle=0x81000101?tcti={quote(tcti)}")
+
+
+@pytest.mark.parametrize("tcti", ["swtpm:host=::1,port=2321", "swtpm:port=2321", "swtpm:", "swtpm", "mssim:host=localhost",
+                                  "device:/dev/tpmrm0", "device", "tabrmd:bus_type=session", "swtpm:host=127.0.0.1,port=65535"])
+def test_good_tctis_are_accepted(tcti: str) -> None:
+    assert parse_tpm_uri(f"tpm2:handle=0x81000101?tcti={quote(tcti)}").tcti == tcti
