@@ -297,13 +297,13 @@ class TPMSigner(Signer):
 
     def _load_keyfile(self, ectx: Any, kf: TPMKeyFile) -> Any:
         where = self._ref.describe_key()
+        public = keyfile_public(kf, where)
         try:
-            public, used = TPM2B_PUBLIC.unmarshal(kf.public)
             private, used2 = TPM2B_PRIVATE.unmarshal(kf.private)
         except TSS2_Exception:
-            raise KeyURIError(f"{where}: pubkey/privkey are not TPM2B_PUBLIC/TPM2B_PRIVATE") from None
-        if used != len(kf.public) or used2 != len(kf.private):
-            raise KeyURIError(f"{where}: trailing bytes after the TPM2B blobs")
+            raise KeyURIError(f"{where}: privkey is not a TPM2B_PRIVATE") from None
+        if used2 != len(kf.private):
+            raise KeyURIError(f"{where}: trailing bytes after the TPM2B_PRIVATE")
         if kf.parent == TPM_RH_OWNER:
             parent, _, _, _, _ = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
             transient_parent = True
@@ -597,6 +597,24 @@ def _persistent_tr(ectx: Any, handle: int, tcti: str, what: str) -> Any:
         if int(exc.error) in (_RC_HANDLE, _RC_REFERENCE_H0):
             raise KeyNotFoundError(f"no {what} at persistent handle {format_handle(handle)} on TPM {tcti}") from None
         raise
+
+
+def keyfile_public(kf: TPMKeyFile, where: str) -> TPM2B_PUBLIC:
+    """The key file's public area, refused with KeyURIError unless it is one
+    whole TPM2B_PUBLIC whose name can be computed.
+
+    Why the name: tpm2-pytss unmarshals ``00 00`` or a made-up type without
+    complaint, and only hashing it (``get_name``) raises — a ValueError or a
+    raw TSS2_Exception that ``keys list`` let escape as an internal error."""
+    try:
+        public, used = TPM2B_PUBLIC.unmarshal(kf.public)
+        if used == len(kf.public):
+            public.get_name()
+    except (TSS2_Exception, ValueError):
+        raise KeyURIError(f"{where}: pubkey is not a TPM2B_PUBLIC capseal can read") from None
+    if used != len(kf.public):
+        raise KeyURIError(f"{where}: pubkey is not a TPM2B_PUBLIC (trailing bytes after it)")
+    return public
 
 
 def _read_keyfile(path: str) -> TPMKeyFile:

@@ -55,6 +55,7 @@ from ._tpm import (
     create_key_hint,
     eddsa_refusal,
     key_attributes,
+    keyfile_public,
     srk_template,
 )
 from ._tpm_device import TPMDevice, TPMInfo, get_device
@@ -314,7 +315,7 @@ def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandl
     device = get_device(ref.tcti)
     if ref.keyfile is not None:
         kf = _read_keyfile(ref.keyfile)
-        public, _ = TPM2B_PUBLIC.unmarshal(kf.public)
+        public = keyfile_public(kf, ref.describe_key())
         return [{**_key_summary(public), "uri": ref.to_uri(), "parent": format_handle(kf.parent),
                  "empty_auth": kf.empty_auth}]
 

@@ -161,3 +161,22 @@ def test_read_keyfile_refuses_a_nul_path_with_a_typed_error() -> None:
 
     with pytest.raises(KeyURIError, match="not a usable path"):
         _read_keyfile("/tmp/a\x00b.tss")
+
+
+@pytest.mark.parametrize("public", [b"\x00\x04abcd", b"\x00\x00", b"\x00"])
+def test_a_key_file_with_a_garbled_public_area_is_a_typed_error(swtpm: Any, tmp_path: Path, public: bytes) -> None:
+    """Before: `keys list` on such a file ended in "internal error: ValueError:
+    unsupported digest algorithm" (or a raw TSS2_Exception from the API)."""
+    from capseal.errors import KeyURIError
+    from capseal.keys import open_signer
+    from capseal.keys._tpm_uri import TPMKeyFile
+    from capseal.keys.provision import list_keys
+
+    path = tmp_path / "garbled.tss"
+    path.write_bytes(TPMKeyFile(public=public, private=b"\x00\x02ab").to_pem())
+    uri = f"tpm2:keyfile={path}?tcti={swtpm.tcti}"
+    for call in (lambda: list_keys(uri), lambda: open_signer(uri)):
+        with pytest.raises(KeyURIError, match="not a TPM2B_PUBLIC"):
+            call()
+    listed = capseal("keys", "list", uri, check=False)
+    assert listed.returncode == 2 and "not a TPM2B_PUBLIC" in listed.stderr and "internal error" not in listed.stderr
