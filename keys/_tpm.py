@@ -48,6 +48,7 @@ from capseal.errors import (
 )
 
 from ._base import PendingSignature, SignatureResult, Signer
+from ._pin import usable_pin
 from ._registry import SecretsHandler
 from ._tpm_device import TPMDevice, TPMInfo, get_device
 from ._tpm_uri import TPM_RH_OWNER, TPMKeyFile, TPMKeyURI, format_handle, parse_handle, parse_tpm_uri
@@ -59,6 +60,7 @@ __all__ = [
     "SRK_TEMPLATE",
     "srk_template",
     "key_attributes",
+    "auth_value",
     "eddsa_refusal",
     "create_key",
     "list_keys",
@@ -116,6 +118,30 @@ def create_key_hint(tcti: str, handle: int) -> str:
     provisioned that refuses, and its ``--force`` replaces the pinned
     attestation key too. ``keys create`` touches only the one handle."""
     return f"capseal keys create '{TPMKeyURI(tcti=tcti, handle=handle).to_uri()}' --alg p256"
+
+
+#: Longest auth value ESAPI takes (TPM2B_AUTH holds a SHA-512 digest); a key
+#: accepts at most its name algorithm's digest size (32 bytes for SHA-256,
+#: which capseal's templates use), so creating checks against that instead.
+MAX_AUTH_BYTES = 64
+CREATE_AUTH_BYTES = 32
+
+
+def auth_value(pin: object, where: str, limit: int = MAX_AUTH_BYTES) -> bytes | None:
+    """The auth value ``pin`` (a str) as bytes for the TPM; None for no pin or "".
+
+    Why checked here: ``pin.encode()`` was an AttributeError for a non-str, a
+    UnicodeEncodeError whose args hold the whole pin for text that is not
+    UTF-8, and an overlong value an IndexError from tpm2-pytss. Each is now
+    PinIncorrectError naming ``where``, with no part of the value."""
+    if pin is None or pin == "":
+        return None
+    text = usable_pin(pin, f"pin= for {where}")
+    raw = text.encode("utf-8")
+    if len(raw) > limit:
+        raise PinIncorrectError(f"the auth value for {where} is {len(raw)} bytes; a TPM key's auth value is at "
+                                f"most {limit} bytes")
+    return raw
 
 
 def eddsa_refusal(info: TPMInfo) -> UnsupportedAlgorithmError:
@@ -256,7 +282,7 @@ class TPMSigner(Signer):
             kf = _read_keyfile(ref.keyfile)
             if not kf.empty_auth:
                 pin = secrets_handler(f"auth value for {ref.describe_key()}")
-        return cls(ref, auth=pin.encode("utf-8") if pin else None, timeout=timeout)
+        return cls(ref, auth=auth_value(pin, ref.describe_key()), timeout=timeout)
 
     def _open_on_worker(self, ectx: Any) -> tuple[TPM2B_PUBLIC, bytes, TPMInfo]:
         info = self._device.info()

@@ -48,10 +48,12 @@ from capseal.errors import (
 
 from ._registry import SecretsHandler
 from ._tpm import (
+    CREATE_AUTH_BYTES,
     TPM_ALG_EDDSA,
     TPMSigner,
     _read_keyfile,
     _write_keyfile,
+    auth_value,
     create_key_hint,
     eddsa_refusal,
     key_attributes,
@@ -268,7 +270,7 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
     cose_alg = _CLI_ALGS.get(alg.lower(), alg)
     device = get_device(ref.tcti)
     _check_alg_supported(device.info(), cose_alg)
-    auth = pin.encode("utf-8") if pin else None
+    auth = auth_value(pin, ref.describe_key(), CREATE_AUTH_BYTES)  # before anything is created
     template = signing_template(cose_alg, with_auth=auth is not None)
     if ref.keyfile is not None:
         import os
@@ -405,7 +407,7 @@ def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]
     create = (create_key_hint(ref.tcti, ref.handle) if ref.handle is not None
               else f"capseal keys create '{ref.to_uri()}' --alg p256 (a new key file)")
     try:
-        signer = TPMSigner(ref, auth=pin.encode("utf-8") if pin else None, device=device)
+        signer = TPMSigner(ref, auth=auth_value(pin, ref.describe_key()), device=device)
         try:
             checks.append(Check("TPM key", True, f"{ref.describe_key()}: {signer.alg} key, kid {signer.kid[:16]}…, "
                                 f"TPM name {signer.tpm_name.hex()[:20]}…"))

@@ -410,3 +410,21 @@ def _take_over_the_loaded_handle(other: Any) -> Any:
 def _verifies(signer: Any, data: bytes) -> bool:
     result = signer.sign(data)
     return bool(signature_ok(result.alg, signer.public_key, result.signature, data))
+
+
+def test_an_auth_value_that_cannot_be_one_is_refused_without_showing_it(tpm: dict[str, Any], tmp_path: Path) -> None:
+    """Before: pin=1234 or b"…" was an AttributeError, a pin with a lone
+    surrogate a UnicodeEncodeError holding the whole pin in its args, and one
+    longer than a TPM auth value an IndexError wrapped in DeviceError."""
+    secret = "SECRET-auth-Vq3"
+    uri = f"tpm2:handle=0x{P256:08x}?tcti={tpm['tcti']}"
+    for pin, problem in ((1234, "is a int"), (secret.encode(), "is a bytes"), ("\ud800" + secret, "UTF-8"),
+                         ("x" * 60 + secret, "at most 64 bytes")):
+        with pytest.raises(PinIncorrectError, match=problem) as exc_info:
+            open_signer(uri, pin=pin)  # type: ignore[arg-type]
+        assert secret not in repr(exc_info.value.args) and exc_info.value.__context__ is None
+    with pytest.raises(PinIncorrectError, match="at most 32 bytes") as exc_info:
+        create_key(f"tpm2:keyfile={tmp_path / 'long.tss'}?tcti={tpm['tcti']}", "p256", pin="y" * 20 + secret)
+    assert secret not in str(exc_info.value) and not (tmp_path / "long.tss").exists()
+    with open_signer(uri, pin="") as signer:  # empty: no auth value, as before
+        assert signer.sign(b"x").alg == "ES256"
