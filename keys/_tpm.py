@@ -503,7 +503,17 @@ class TPMSigner(Signer):
             tpm_key["empty_auth"] = self._keyfile.empty_auth
         extra: dict[str, Any] = {"tpm_key": tpm_key, "software_device_reason": info.software_reason}
         ak_handle = ref.ak_handle
-        if ak_handle is not None:
+        attrs = public.publicArea.objectAttributes
+        fixed = TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT
+        if ak_handle is not None and (attrs & fixed) != fixed:
+            # A certify vouches that a key cannot leave this TPM (verify_certify requires
+            # fixedTPM|fixedParent); for a duplicable key it would not, so none is claimed,
+            # and key_attributes say what the TPM reported. It used to be taken and then
+            # refused as a TPM2_Certify "that does not verify", blaming the TPM.
+            extra["tpm_certify_omitted"] = (
+                f"the key is not fixedTPM|fixedParent ({attrs}): a TPM2_Certify by the AK at "
+                f"{format_handle(ak_handle)} would not show that it cannot leave this TPM")
+        elif ak_handle is not None:
             ak_tr = self._device.memo((self._token, "ak"),
                                       lambda e: _persistent_tr(e, ak_handle, ref.tcti, "attestation key"))
             extra["tpm_certify"] = take_certify(ectx, tr, public, ak_tr, ak_handle, self.public_key, ref.tcti)

@@ -416,7 +416,7 @@ def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]
                 custody = signer.describe()
                 ok = "tpm_certify" in custody
                 checks.append(Check("TPM attestation key", ok, f"AK {format_handle(ref.ak_handle)} certified the key "
-                                    "(TPM2_Certify verified)" if ok else "no certify"))
+                                    "(TPM2_Certify verified)" if ok else custody.get("tpm_certify_omitted", "no certify")))
         finally:
             signer.close()
     except KeyNotFoundError as exc:

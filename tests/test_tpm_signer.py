@@ -428,3 +428,40 @@ def test_an_auth_value_that_cannot_be_one_is_refused_without_showing_it(tpm: dic
     assert secret not in str(exc_info.value) and not (tmp_path / "long.tss").exists()
     with open_signer(uri, pin="") as signer:  # empty: no auth value, as before
         assert signer.sign(b"x").alg == "ES256"
+
+
+def test_a_duplicable_key_file_is_described_as_such_with_an_ak(tpm: dict[str, Any], tmp_path: Path) -> None:
+    """A key file whose key is not fixedTPM|fixedParent (made in this TPM, but
+    duplicable): custody says so from the TPM's public area, and no
+    TPM2_Certify is claimed for it. Before: describe() raised
+    SignatureFailedError "returned a TPM2_Certify that does not verify",
+    blaming the TPM for the key's attributes (and no epoch could be sealed)."""
+    from tpm2_pytss.constants import ESYS_TR, TPMA_OBJECT
+    from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
+
+    from capseal.keys._tpm import srk_template
+
+    device = get_device(tpm["tcti"])
+    attrs = TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH | TPMA_OBJECT.NODA
+
+    def make(ectx: Any) -> tuple[bytes, bytes]:
+        device.make_room()
+        srk, *_ = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
+        try:
+            template = TPM2B_PUBLIC.parse("ecc256:ecdsa-sha256:null", objectAttributes=attrs)
+            private, public, *_ = ectx.create(srk, TPM2B_SENSITIVE_CREATE(), template)
+            return bytes(private.marshal()), bytes(public.marshal())
+        finally:
+            ectx.flush_context(srk)
+
+    private, public = device.call(make)
+    path = tmp_path / "duplicable.tss"
+    path.write_bytes(TPMKeyFile(public=public, private=private).to_pem())
+    with open_signer(f"tpm2:keyfile={path}?tcti={tpm['tcti']}&ak-handle=0x{AK:08x}") as signer:
+        custody = signer.describe()
+        with Producer("acme", "buyer-agent@1.4", signer, tmp_path / "l.db"):
+            pass
+    assert custody["key_attributes"]["fixedTPM"] is False and custody["key_attributes"]["fixedParent"] is False
+    assert custody["software_device"] is True
+    assert "tpm_certify" not in custody and "not fixedTPM|fixedParent" in custody["tpm_certify_omitted"]
+    assert verify_ledger(tmp_path / "l.db").ok
