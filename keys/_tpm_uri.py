@@ -415,11 +415,13 @@ class TPMKeyFile:
                     raise ValueError(f"unexpected DER tag 0x{tag:02x}")
             if parent is None or public is None or private is None:
                 raise ValueError("parent, pubkey or privkey missing")
+            if not 0 <= parent <= 0xFFFFFFFF:  # never masked: 0x140000001 must not read as the SRK
+                raise ValueError(f"parent {parent:#x} is not a 32-bit TPM handle")
         except KeyURIError:
             raise
         except ValueError as exc:
             raise KeyURIError(f"{where} is not a valid TSS2 PRIVATE KEY: {exc}") from None
-        return cls(public=public, private=private, parent=parent & 0xFFFFFFFF, empty_auth=empty_auth,
+        return cls(public=public, private=private, parent=parent, empty_auth=empty_auth,
                    description=description)
 
     @classmethod

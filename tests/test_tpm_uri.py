@@ -125,3 +125,18 @@ def test_bad_simulator_tcti_options_are_named(tcti: str, problem: str) -> None:
                                   "device:/dev/tpmrm0", "device", "tabrmd:bus_type=session", "swtpm:host=127.0.0.1,port=65535"])
 def test_good_tctis_are_accepted(tcti: str) -> None:
     assert parse_tpm_uri(f"tpm2:handle=0x81000101?tcti={quote(tcti)}").tcti == tcti
+
+
+@pytest.mark.parametrize("parent", [0x140000001, -0xBFFFFFFF, -1])
+def test_a_key_file_parent_that_is_not_a_32_bit_handle_is_refused(parent: int) -> None:
+    """Before: the parent was masked to 32 bits, so 0x140000001 and
+    -0xbfffffff both read as 0x40000001 (the SRK) and loaded under it."""
+    from capseal.keys._tpm_uri import TPMKeyFile, _der_int, _der_oid, _tlv
+
+    # _der_int writes non-negative values only: spell a negative one's two's complement here
+    der_parent = _der_int(parent) if parent >= 0 else _tlv(0x02, parent.to_bytes(5, "big", signed=True))
+    body = _der_oid("2.23.133.10.1.3") + der_parent + _tlv(0x04, b"\x00\x00") + _tlv(0x04, b"\x00\x00")
+    with pytest.raises(KeyURIError, match="parent"):
+        TPMKeyFile.from_der(_tlv(0x30, body))
+    good = TPMKeyFile(public=b"\x00\x00", private=b"\x00\x00", parent=0x81000001)
+    assert TPMKeyFile.from_der(good.to_der()).parent == 0x81000001
