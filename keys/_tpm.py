@@ -236,6 +236,7 @@ class TPMSigner(Signer):
         self._device = device or get_device(ref.tcti)
         self._token = object()  # this signer's entries in the device's per-connection memo
         self._closed = False
+        self._released = False  # set on the worker by close()'s release job; read there only
         self._close_lock = threading.Lock()
         self._keyfile: TPMKeyFile | None = None
         if ref.keyfile is not None:
@@ -293,6 +294,14 @@ class TPMSigner(Signer):
     # ------------------------------------------------------------------ the key handle, per connection
 
     def _key_tr(self, ectx: Any) -> Any:
+        """The key's ESYS_TR on this connection, loaded (a key file) on first use.
+
+        Refused once close()'s release job has run: a describe() after close,
+        or a signature that slipped into the queue behind the release, would
+        otherwise load the key file again into a memo entry nobody releases,
+        holding one of the TPM's few object slots until the process ends."""
+        if self._released:
+            raise SignerUnavailableError(f"{self.describe_short()} was closed")
         return self._device.memo((self._token, "key"), self._resolve, flush=self._keyfile is not None)
 
     def _resolve(self, ectx: Any) -> Any:
@@ -479,6 +488,8 @@ class TPMSigner(Signer):
         """Custody statement from what the TPM reports now: device properties,
         the key's public area (attributes, name) and, with an AK, a verified
         TPM2_Certify of the key by the AK."""
+        if self._closed:
+            raise SignerUnavailableError(f"{self.describe_short()} was closed")
         return self._device.call(self._describe_on_worker, what=f"describing {self._ref.describe_key()}",
                                  timeout=self._timeout)
 
@@ -542,6 +553,7 @@ class TPMSigner(Signer):
         token = self._token
 
         def release(_ectx: Any) -> None:
+            self._released = True
             self._device.forget((token, "key"))
             self._device.forget((token, "ak"))
 

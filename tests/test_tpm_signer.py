@@ -465,3 +465,24 @@ def test_a_duplicable_key_file_is_described_as_such_with_an_ak(tpm: dict[str, An
     assert custody["software_device"] is True
     assert "tpm_certify" not in custody and "not fixedTPM|fixedParent" in custody["tpm_certify_omitted"]
     assert verify_ledger(tmp_path / "l.db").ok
+
+
+def test_a_closed_key_file_signer_loads_nothing_again(tpm: dict[str, Any]) -> None:
+    """Before: describe() after close() loaded the key file again and the
+    object stayed loaded for the life of the process (swtpm has three slots);
+    a signature queued just after close() did the same."""
+    from capseal.errors import SignerUnavailableError
+    from capseal.keys._tpm_device import transient_handles
+
+    device = get_device(tpm["tcti"])
+    loaded = lambda: set(device.call(transient_handles))  # noqa: E731
+    before = loaded()
+    signer = open_signer(tpm["keyfile"])
+    digest = b"\x00" * 32
+    signer.close()
+    with pytest.raises(SignerUnavailableError, match="closed"):
+        signer.describe()
+    late = device.submit(lambda ectx: signer._sign_on_worker(ectx, digest), what="a signature queued as close() ran")
+    with pytest.raises(SignerUnavailableError, match="closed"):
+        device.wait(late)
+    assert loaded() == before
