@@ -312,7 +312,8 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
 def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None,
               **opts: Any) -> list[dict[str, Any]]:
     """``capseal keys list tpm2:?tcti=…``: every persistent object on the TPM
-    (role, type, kid, name, attributes); for a keyfile URI, that key."""
+    (role, type, kid, name, attributes); for a handle or keyfile URI, that key
+    (none when no object is at the handle, as a PKCS#11 URI's filter lists none)."""
     ref = parse_tpm_uri(uri, tcti=opts.pop("tcti", None))
     device = get_device(ref.tcti)
     if ref.keyfile is not None:
@@ -327,7 +328,7 @@ def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandl
         while more:
             more, data = ectx.get_capability(TPM2_CAP.HANDLES, start, 64)
             batch = [int(h) for h in data.data.handles]
-            handles += [h for h in batch if is_persistent_handle(h)]
+            handles += [h for h in batch if is_persistent_handle(h) and ref.handle in (None, h)]
             if not batch:
                 break
             start = batch[-1] + 1

@@ -213,9 +213,9 @@ def _split_uri(uri: str) -> tuple[dict[str, str], dict[str, str]]:
     if not isinstance(uri, str) or not uri.lower().startswith("tpm2:"):
         raise KeyURIError("a TPM key URI starts with tpm2:")
     body = uri[5:]
+    if "#" in body:  # a fragment starts wherever '#' stands (RFC 3986 §3.5), in the path too
+        raise KeyURIError("tpm2: URIs have no fragment; write a '#' in a key file's path as %23")
     path, _, query = body.partition("?")
-    if "#" in query:
-        raise KeyURIError("tpm2: URIs have no fragment")
     attrs: dict[str, str] = {}
     for part in filter(None, path.split(";")):
         key, eq, value = part.partition("=")

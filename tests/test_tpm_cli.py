@@ -76,6 +76,10 @@ def test_keys_show_and_list(provisioned: dict[str, Any], swtpm: Any) -> None:
 
     listed = {e["handle"]: e for e in json.loads(capseal("keys", "list", f"tpm2:?tcti={swtpm.tcti}").stdout)}
     assert listed[KEY]["kid"] == shown["kid"] and listed[AK]["role"] == "attestation-key"
+    # a URI naming a handle lists that key only (the handle was ignored: every key was listed)
+    one = json.loads(capseal("keys", "list", f"tpm2:handle={KEY}?tcti={swtpm.tcti}").stdout)
+    assert [e["handle"] for e in one] == [KEY] and one[0]["kid"] == shown["kid"]
+    assert json.loads(capseal("keys", "list", f"tpm2:handle=0x81000b7f?tcti={swtpm.tcti}").stdout) == []
 
     missing = capseal("keys", "show", f"tpm2:handle=0x81000b7f?tcti={swtpm.tcti}", check=False)
     assert missing.returncode == 2 and "no key at persistent handle 0x81000b7f" in missing.stderr

@@ -78,6 +78,17 @@ def test_a_keyfile_path_with_a_nul_byte_is_refused() -> None:
         parse_tpm_uri("tpm2:keyfile=%00k.tss")
 
 
+@pytest.mark.parametrize("uri", ["tpm2:keyfile=/etc/k#1.tss", "tpm2:handle=0x81000101#x",
+                                 "tpm2:keyfile=/k?tcti=device:/dev/tpmrm0#f"])
+def test_a_fragment_anywhere_is_refused(uri: str) -> None:
+    """A '#' starts a URI's fragment wherever it stands (RFC 3986 §3.5): it
+    was refused after '?' but read as part of a key file's path before it."""
+    with pytest.raises(KeyURIError, match="fragment"):
+        parse_tpm_uri(uri)
+    assert parse_tpm_uri("tpm2:keyfile=/etc/k%231.tss").keyfile == "/etc/k#1.tss"
+    assert parse_tpm_uri(parse_tpm_uri("tpm2:keyfile=/etc/k%231.tss").to_uri()).keyfile == "/etc/k#1.tss"
+
+
 @pytest.mark.parametrize("tcti", ["cmd:touch /tmp/x", "/tmp/evil.so:conf", "libtss2-tcti-swtpm.so.0:host=127.0.0.1,port=2321",
                                   "pcap:swtpm:host=127.0.0.1", "SWTPM:host=127.0.0.1,port=2321", "libtpms", "bogus:x"])
 def test_only_the_tctis_capseal_knows_are_accepted(tcti: str) -> None:
