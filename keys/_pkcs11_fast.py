@@ -1,6 +1,8 @@
 """``C_SignInit`` + ``C_Sign`` straight through the module's function table,
 for the signing hot path (and ``C_Initialize``, which a forked process must
-call first and python-pkcs11 will not make: see :func:`c_initialize`).
+call first and python-pkcs11 will not make: see :func:`c_initialize`; and
+``C_Login`` / ``C_Logout`` on a session python-pkcs11 opened, whose session
+python-pkcs11's own login leaks when the login fails: see :func:`c_login`).
 
 Why: python-pkcs11's ``key.sign`` makes three calls into the module per
 signature (``C_SignInit``, ``C_Sign`` asking for the length, ``C_Sign``), each
@@ -52,7 +54,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["FastSign", "c_initialize"]
+__all__ = ["FastSign", "c_initialize", "c_login", "c_logout"]
 
 log = logging.getLogger("capseal.keys.pkcs11")
 
@@ -61,7 +63,7 @@ _CKR_BUFFER_TOO_SMALL = 0x150
 _CKR_OPERATION_ACTIVE = 0x90
 _BUFFER = 1024  # far above any signature made here (at most 96 bytes)
 _SPARE = 1 << 17  # ends a leftover operation whatever its mechanism (SLH-DSA signs up to ~50 KB)
-_INITIALIZE, _GET_FUNCTION_LIST, _SIGN_INIT, _SIGN, _SIGN_FINAL = 0, 3, 42, 43, 45  # 0-based slots after CK_VERSION (PKCS#11 2.40 §5.13)
+_INITIALIZE, _GET_FUNCTION_LIST, _LOGIN, _LOGOUT, _SIGN_INIT, _SIGN, _SIGN_FINAL = 0, 3, 18, 19, 42, 43, 45  # 0-based slots after CK_VERSION (PKCS#11 2.40 §5.13)
 
 
 class _Mechanism(ctypes.Structure):
@@ -77,6 +79,9 @@ _SIGN_INIT_ARGS = (_CK_ULONG, _CK_ULONG, ctypes.POINTER(_Mechanism), _CK_ULONG)
 _SIGN_ARGS = (_CK_ULONG, _CK_ULONG, ctypes.c_char_p, _CK_ULONG, ctypes.c_void_p, ctypes.POINTER(_CK_ULONG))
 _SignFinal = ctypes.CFUNCTYPE(_CK_ULONG, _CK_ULONG, ctypes.c_void_p, ctypes.POINTER(_CK_ULONG))
 _Initialize = ctypes.CFUNCTYPE(_CK_ULONG, ctypes.c_void_p)
+# released GIL: a PIN pad's C_Login waits for a person
+_Login = ctypes.CFUNCTYPE(_CK_ULONG, _CK_ULONG, _CK_ULONG, ctypes.c_char_p, _CK_ULONG)
+_Logout = ctypes.CFUNCTYPE(_CK_ULONG, _CK_ULONG)
 
 # s: a call this quick costs less with the GIL kept than with a handoff (waking
 # a thread and taking the GIL back costs tens to hundreds of µs under load).
@@ -156,6 +161,8 @@ class _Table(NamedTuple):
 
     lib: Any  # held: the module is never unloaded under us
     initialize: int
+    login: int
+    logout: int
     sign_init: int
     sign: int
     sign_final: int
@@ -181,7 +188,7 @@ def _table(path: str) -> _Table | None:
                 functions = table.contents
                 exported = ctypes.cast(lib.C_GetFunctionList, ctypes.c_void_p).value
                 if getattr(functions, f"f{_GET_FUNCTION_LIST}") == exported:
-                    entry = _Table(lib, *(getattr(functions, f"f{i}") for i in (_INITIALIZE, _SIGN_INIT, _SIGN, _SIGN_FINAL)))
+                    entry = _Table(lib, *(getattr(functions, f"f{i}") for i in (_INITIALIZE, _LOGIN, _LOGOUT, _SIGN_INIT, _SIGN, _SIGN_FINAL)))
         except (OSError, AttributeError, ValueError, TypeError) as exc:
             log.debug("no direct function table for %s: %s", path, type(exc).__name__)
         _TABLES[path] = entry
@@ -196,6 +203,28 @@ def c_initialize(path: str) -> int | None:
     (``_pkcs11_session``, after a fork)."""
     table = _table(path)
     return None if table is None else int(_Initialize(table.initialize)(None))
+
+
+def c_login(path: str, session_handle: int, user_type: int, pin: bytes | None) -> int | None:
+    """``C_Login`` on a session python-pkcs11 opened without a PIN, straight
+    through the module's table: the return value, or None without a trusted
+    table. ``pin`` None logs in through the token's protected authentication
+    path (a PIN pad). Why not ``Token.open(user_pin=...)``: python-pkcs11
+    0.10.1 opens a session there and, when ``C_Login`` fails, raises without
+    closing it; every refused PIN left a session open until a real HSM had
+    none left to give. Here the caller holds the session and closes it.
+    ``P11_LOCK`` held."""
+    table = _table(path)
+    if table is None:
+        return None
+    return int(_Login(table.login)(session_handle, user_type, pin, 0 if pin is None else len(pin)))
+
+
+def c_logout(path: str, session_handle: int) -> int | None:
+    """``C_Logout`` for a login made with :func:`c_login` (python-pkcs11 only
+    logs out sessions it logged in itself). ``P11_LOCK`` held."""
+    table = _table(path)
+    return None if table is None else int(_Logout(table.logout)(session_handle))
 
 
 def _after_fork_in_child() -> None:

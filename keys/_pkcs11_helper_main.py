@@ -84,7 +84,7 @@ def _open(config: dict[str, Any]) -> tuple[Any, Any, Any]:
     if not tokens:
         raise TokenNotFoundError(f"{name} is not present")
     pin = config.pop("pin")
-    session = _open_logged_in(tokens[0], None if pin is None else _Secret(pin), name)
+    session, _ = _open_logged_in(tokens[0], None if pin is None else _Secret(pin), name, module.real)
     del pin
     key_id = bytes.fromhex(config["key_id"]) if config["key_id"] else None
     pair = load_keypair(session, PKCS11URI(object=config["key_label"] or None, id=key_id), name)

@@ -362,6 +362,7 @@ class TokenSession:
         self._pin = pin
         self._match = PKCS11URI(token=token.label, serial=self.serial)
         self.session: Any = None
+        self._logged_in = False  # self.session made the login: closing it logs out
         self.generation = -1
         self.epoch = 0
         self.users = 0
@@ -418,7 +419,7 @@ class TokenSession:
             raise TokenNotFoundError(f"{self.name} is not present")
         token = found[0]
         self.token = token
-        self.session = _open_logged_in(token, self._pin, self.name)
+        self.session, self._logged_in = _open_logged_in(token, self._pin, self.name, self.module.real)
         self.pin_refused = False  # the token takes the PIN (again)
         self.generation = self.module.generation
         self.epoch += 1
@@ -437,11 +438,9 @@ class TokenSession:
 
     def _drop(self) -> None:
         session, self.session = self.session, None
+        logged_in, self._logged_in = self._logged_in, False
         if session is not None and self.generation == self.module.generation:
-            try:
-                session.close()
-            except p11x.PKCS11Error:
-                pass
+            _close_session(session, self.module.real, logged_in)
 
     def pin_matches(self, pin: _Secret | None) -> bool:
         if self._pin is None or pin is None:
@@ -489,30 +488,97 @@ class TokenSession:
         self._drop()
 
 
-def _open_logged_in(token: Any, pin: _Secret | None, name: str) -> Any:
+_CKU_USER = 1
+_CKR_USER_ALREADY_LOGGED_IN = 0x100
+#: what ``C_Login`` answers (PKCS#11 v2.40 §5.6), as the python-pkcs11
+#: exception ``device_error`` turns into capseal's typed error
+_LOGIN_ERRORS: dict[int, type[p11x.PKCS11Error]] = {
+    0x02: p11x.HostMemory, 0x05: p11x.GeneralError, 0x06: p11x.FunctionFailed, 0x07: p11x.ArgumentsBad,
+    0x30: p11x.DeviceError, 0x31: p11x.DeviceMemory, 0x32: p11x.DeviceRemoved, 0x50: p11x.FunctionCancelled,
+    0xA0: p11x.PinIncorrect, 0xA1: p11x.PinInvalid, 0xA2: p11x.PinLenRange, 0xA3: p11x.PinExpired,
+    0xA4: p11x.PinLocked, 0xB0: p11x.SessionClosed, 0xB3: p11x.SessionHandleInvalid,
+    0xB7: p11x.SessionReadOnlyExists, 0xE0: p11x.TokenNotPresent, 0x102: p11x.UserPinNotInitialized,
+    0x104: p11x.AnotherUserAlreadyLoggedIn, 0x105: p11x.UserTooManyTypes,
+}
+
+
+def _close_session(session: Any, module_path: str, logged_in: bool) -> None:
+    """Log out (if ``logged_in``: the login was ours, made by :func:`c_login`)
+    and close ``session``. The session is closed whatever the logout answers:
+    python-pkcs11's own ``close`` skips ``C_CloseSession`` when its
+    ``C_Logout`` fails. Lock held."""
+    from ._pkcs11_fast import c_logout
+
+    if logged_in:
+        c_logout(module_path, session.handle)
+    try:
+        session.close()
+    except p11x.PKCS11Error:
+        pass
+
+
+def _open_logged_in(token: Any, pin: _Secret | None, name: str, module_path: str) -> tuple[Any, bool]:
+    """A session on ``token``, logged in if the token needs it, and whether
+    this call made the login (its closer then logs out: :func:`_close_session`).
+
+    The session is opened without a PIN and logged in with ``C_Login`` on its
+    handle (:func:`c_login`), so a refused login closes it: python-pkcs11's
+    ``Token.open(user_pin=...)`` leaves the session it opened behind when
+    ``C_Login`` fails, and every refused PIN used up one of the token's
+    sessions. Lock held."""
+    from ._pkcs11_fast import c_login
+
     flags = token.flags
     if flags & TokenFlag.USER_PIN_LOCKED:
         raise PinLockedError(f"{name}: the user PIN is locked (too many wrong attempts)",
                              hint="unlock it with the SO PIN (pkcs11-tool --init-pin --login-type so)")
+    pad = pin is None and bool(flags & TokenFlag.PROTECTED_AUTHENTICATION_PATH)
+    if pin is None and not pad and flags & TokenFlag.LOGIN_REQUIRED:
+        raise PinIncorrectError(
+            f"{name} needs a PIN: pass pin=, add pin-source= to the URI, or set CAPSEAL_PIN for the CLI"
+        )
     failure: SignerError | None = None
+    session: Any = None
+    kept = False  # until the session is handed to the caller; closed otherwise, whatever stops this
     try:
-        if pin is not None:
-            return token.open(user_pin=pin.reveal())
-        if flags & TokenFlag.PROTECTED_AUTHENTICATION_PATH:
-            return token.open(user_pin=pkcs11.PROTECTED_AUTH)
-        if not flags & TokenFlag.LOGIN_REQUIRED:
-            return token.open()
+        session = token.open()
+        if pin is None and not pad:
+            kept = True
+            return session, False
+        rv = c_login(module_path, session.handle, _CKU_USER, None if pin is None else pin.reveal().encode("utf-8"))
+        if rv is None:  # no trusted function table (Windows, an unexpected layout): python-pkcs11 logs in
+            _close_session(session, module_path, False)
+            session = None
+            return _login_by_python_pkcs11(token, pin), False
+        if rv == 0:
+            kept = True
+            return session, True
+        if rv == _CKR_USER_ALREADY_LOGGED_IN:
+            # someone else in this process logged in to this token: the login
+            # state is shared, so this session can sign
+            kept = True
+            return session, False
+        error = _LOGIN_ERRORS.get(rv)
+        failure = (device_error(error(), name) if error is not None
+                   else DeviceError(f"{name}: the token answered C_Login with 0x{rv:x}"))
+    except p11x.PKCS11Error as exc:
+        failure = device_error(exc, name)
+    finally:
+        if session is not None and not kept:
+            _close_session(session, module_path, False)
+    raise failure  # outside the handler: nothing of the login is chained to it
+
+
+def _login_by_python_pkcs11(token: Any, pin: _Secret | None) -> Any:
+    """python-pkcs11's own login, for a module whose function table is not
+    called directly. A refused login leaves its session open (python-pkcs11
+    0.10.1 does not close it). Its sessions log out when closed."""
+    try:
+        return token.open(user_pin=pkcs11.PROTECTED_AUTH if pin is None else pin.reveal())
     except p11x.UserAlreadyLoggedIn:
         # someone else in this process logged in to this token: the login
         # state is shared, so a PIN-less session can sign
         return token.open()
-    except p11x.PKCS11Error as exc:
-        failure = device_error(exc, name)
-    if failure is not None:  # raised outside the handler: nothing of the login is chained to it
-        raise failure
-    raise PinIncorrectError(
-        f"{name} needs a PIN: pass pin=, add pin-source= to the URI, or set CAPSEAL_PIN for the CLI"
-    )
 
 
 _TOKENS: dict[tuple[str, str], TokenSession] = {}

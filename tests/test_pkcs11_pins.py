@@ -9,6 +9,7 @@ CKF_USER_PIN_COUNT_LOW after a refused login)."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import pty
 import select
@@ -23,8 +24,8 @@ from pkcs11.constants import TokenFlag
 
 from capseal.errors import PinIncorrectError
 from capseal.keys import open_signer
-from capseal.keys._pkcs11_session import P11_LOCK, _find_tokens, load_module
-from capseal.keys._pkcs11_uri import PKCS11URI, read_pin_source
+from capseal.keys._pkcs11_session import P11_LOCK, _find_tokens, load_module, open_token, release_token
+from capseal.keys._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
 
 CAPSEAL = str(Path(sys.executable).with_name("capseal"))
 PIN = "pins-8302-ok"
@@ -182,3 +183,49 @@ def test_an_empty_default_pin_variable_is_as_if_unset(monkeypatch: Any) -> None:
     assert _read_pin(argparse.Namespace()) is None
     with pytest.raises(_CLIError, match="--pin-prompt needs a terminal"):
         _read_pin(argparse.Namespace(pin_prompt=True))
+
+
+# ---------------------------------------------------------------------- sessions a refused login leaves
+
+
+class _SessionInfo(ctypes.Structure):
+    _fields_ = [("slotID", ctypes.c_ulong), ("state", ctypes.c_ulong), ("flags", ctypes.c_ulong),
+                ("ulDeviceError", ctypes.c_ulong)]
+
+
+def _open_sessions(token: dict[str, str]) -> int:
+    """How many sessions this process has open on the token. SoftHSM2 reports
+    no session count (``ulSessionCount`` is CK_UNAVAILABLE_INFORMATION), but
+    answers ``C_GetSessionInfo`` for every open handle and numbers handles
+    from 1, reusing freed numbers: every handle up to a bound is asked."""
+    module = load_module(token["module"])
+    dll = ctypes.CDLL(module.real)  # the module python-pkcs11 loaded: the same library state
+    dll.C_GetSessionInfo.argtypes = [ctypes.c_ulong, ctypes.POINTER(_SessionInfo)]
+    dll.C_GetSessionInfo.restype = ctypes.c_ulong
+    with P11_LOCK:
+        (found,) = _find_tokens(module, PKCS11URI(token=token["label"]))
+        slot, info, count = found.slot.slot_id, _SessionInfo(), 0
+        for handle in range(1, 4096):
+            if dll.C_GetSessionInfo(handle, ctypes.byref(info)) == 0 and info.slotID == slot:
+                count += 1
+    return count
+
+
+def test_a_refused_pin_leaves_no_session_open(token: dict[str, str]) -> None:
+    """Each wrong PIN used to leave the session python-pkcs11 opened for the
+    login behind: on a real HSM, retries used up its sessions until not even
+    the right PIN could open one."""
+    before = _open_sessions(token)
+    for _ in range(3):
+        with pytest.raises(PinIncorrectError) as err:
+            open_signer(token["uri"], pin=f"wrong-{SECRET}")
+        assert repr(token["label"]) in str(err.value) and SECRET not in str(err.value)
+        assert err.value.__cause__ is None and err.value.__context__ is None
+    assert _open_sessions(token) == before
+    ts = open_token(parse_pkcs11_uri(token["uri"]), pin=PIN)  # the right PIN still logs in
+    try:
+        assert _open_sessions(token) == before + 1
+    finally:
+        release_token(ts)
+    assert _open_sessions(token) == before
+
