@@ -411,15 +411,19 @@ class TokenSession:
             self.connect()
         return self.session
 
-    def connect(self) -> None:
-        """Find the token again (by label and serial), open a session, log in."""
+    def connect(self, *, pin_checked: bool = True) -> None:
+        """Find the token again (by label and serial), open a session, log in.
+        ``pin_checked``: the token took this session's PIN before (a
+        reconnect); False for a PIN tried for the first time (see
+        :func:`_open_logged_in`)."""
         self._drop()
         found = _find_tokens(self.module, self._match)
         if not found:
             raise TokenNotFoundError(f"{self.name} is not present")
         token = found[0]
         self.token = token
-        self.session, self._logged_in = _open_logged_in(token, self._pin, self.name, self.module.real)
+        self.session, self._logged_in = _open_logged_in(token, self._pin, self.name, self.module.real,
+                                                        pin_checked=pin_checked)
         self.pin_refused = False  # the token takes the PIN (again)
         self.generation = self.module.generation
         self.epoch += 1
@@ -517,9 +521,18 @@ def _close_session(session: Any, module_path: str, logged_in: bool) -> None:
         pass
 
 
-def _open_logged_in(token: Any, pin: _Secret | None, name: str, module_path: str) -> tuple[Any, bool]:
+def _open_logged_in(token: Any, pin: _Secret | None, name: str, module_path: str, *,
+                    pin_checked: bool = False) -> tuple[Any, bool]:
     """A session on ``token``, logged in if the token needs it, and whether
     this call made the login (its closer then logs out: :func:`_close_session`).
+
+    When other code in this process already holds a login on the token, it
+    answers ``UserAlreadyLoggedIn`` to any PIN: ``pin`` is then taken only if
+    ``pin_checked`` (the token took it before in this process: a
+    :class:`TokenSession` reconnecting). A PIN it has not taken is refused,
+    not kept as the PIN the token took — for reconnects, and for a signing
+    process, whose own login with a wrong one the token would count as a
+    failed attempt.
 
     The session is opened without a PIN and logged in with ``C_Login`` on its
     handle (:func:`c_login`), so a refused login closes it: python-pkcs11's
@@ -549,18 +562,21 @@ def _open_logged_in(token: Any, pin: _Secret | None, name: str, module_path: str
         if rv is None:  # no trusted function table (Windows, an unexpected layout): python-pkcs11 logs in
             _close_session(session, module_path, False)
             session = None
-            return _login_by_python_pkcs11(token, pin), False
+            return _login_by_python_pkcs11(token, pin, name, pin_checked), False
         if rv == 0:
             kept = True
             return session, True
         if rv == _CKR_USER_ALREADY_LOGGED_IN:
             # someone else in this process logged in to this token: the login
-            # state is shared, so this session can sign
-            kept = True
-            return session, False
-        error = _LOGIN_ERRORS.get(rv)
-        failure = (device_error(error(), name) if error is not None
-                   else DeviceError(f"{name}: the token answered C_Login with 0x{rv:x}"))
+            # state is shared, so this session can sign — but the PIN is unchecked
+            failure = _unchecked_pin(pin, pin_checked, name)
+            if failure is None:
+                kept = True
+                return session, False
+        else:
+            error = _LOGIN_ERRORS.get(rv)
+            failure = (device_error(error(), name) if error is not None
+                       else DeviceError(f"{name}: the token answered C_Login with 0x{rv:x}"))
     except p11x.PKCS11Error as exc:
         failure = device_error(exc, name)
     finally:
@@ -569,16 +585,32 @@ def _open_logged_in(token: Any, pin: _Secret | None, name: str, module_path: str
     raise failure  # outside the handler: nothing of the login is chained to it
 
 
-def _login_by_python_pkcs11(token: Any, pin: _Secret | None) -> Any:
+def _unchecked_pin(pin: _Secret | None, pin_checked: bool, name: str) -> SignerError | None:
+    """The error for a login other code in this process holds, when ``pin``
+    cannot be checked (see :func:`_open_logged_in`); None when the session can
+    be used: no PIN was given (a PIN pad), or the token took ``pin`` before."""
+    if pin is None or pin_checked:
+        return None
+    return PinIncorrectError(
+        f"{name} is already logged in by other code in this process, so the token cannot check the PIN given; "
+        "capseal does not use a login for a PIN the token has not taken",
+        hint="open the signer before that code logs in, or have it log out first")
+
+
+def _login_by_python_pkcs11(token: Any, pin: _Secret | None, name: str, pin_checked: bool) -> Any:
     """python-pkcs11's own login, for a module whose function table is not
     called directly. A refused login leaves its session open (python-pkcs11
     0.10.1 does not close it). Its sessions log out when closed."""
+    failure = None
     try:
         return token.open(user_pin=pkcs11.PROTECTED_AUTH if pin is None else pin.reveal())
     except p11x.UserAlreadyLoggedIn:
-        # someone else in this process logged in to this token: the login
-        # state is shared, so a PIN-less session can sign
-        return token.open()
+        failure = _unchecked_pin(pin, pin_checked, name)
+    if failure is not None:
+        raise failure
+    # someone else in this process logged in to this token: the login
+    # state is shared, so a PIN-less session can sign
+    return token.open()
 
 
 _TOKENS: dict[tuple[str, str], TokenSession] = {}
@@ -627,14 +659,14 @@ def open_token(uri: PKCS11URI, *, pin: str | None, module_allowlist: object = No
             else:  # its session is gone and this caller has another PIN: ask the token
                 old, existing._pin = existing._pin, secret
                 try:
-                    existing.connect()
+                    existing.connect(pin_checked=False)
                 except BaseException:
                     existing._pin = old
                     raise
             existing.users += 1
             return existing
         ts = TokenSession(module, token, uri, secret)
-        ts.connect()
+        ts.connect(pin_checked=False)
         ts.users += 1
         _TOKENS[key] = ts
         return ts

@@ -229,3 +229,26 @@ def test_a_refused_pin_leaves_no_session_open(token: dict[str, str]) -> None:
         release_token(ts)
     assert _open_sessions(token) == before
 
+
+def test_a_login_held_by_other_code_does_not_vouch_for_a_pin(token: dict[str, str]) -> None:
+    """Other code in this process (here python-pkcs11 itself) holds a login on
+    the token, so the token answers ``UserAlreadyLoggedIn`` to any PIN: a
+    wrong one was taken as the PIN this process logged in with — kept for
+    reconnects and sent to a signing process, whose login the token then
+    counts as a failed one. Now a PIN the token cannot check is refused, and
+    the session opened to try it is closed."""
+    module = load_module(token["module"])
+    with P11_LOCK:
+        (found,) = _find_tokens(module, PKCS11URI(token=token["label"]))
+        other = found.open(user_pin=PIN)
+    try:
+        before = _open_sessions(token)
+        with pytest.raises(PinIncorrectError) as err:
+            open_token(parse_pkcs11_uri(token["uri"]), pin=f"wrong-{SECRET}")
+        assert repr(token["label"]) in str(err.value) and "already logged in" in str(err.value)
+        assert SECRET not in str(err.value) and err.value.__context__ is None
+        assert _open_sessions(token) == before
+        assert not _login_failed(token)  # the wrong PIN never reached the token
+    finally:
+        with P11_LOCK:
+            other.close()
