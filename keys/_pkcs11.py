@@ -41,6 +41,7 @@ from ._pkcs11_keys import (
     key_attributes,
     load_keypair,
     mechanism_for,
+    new_key_shortfalls,
     objects_with,
     public_key_of,
 )
@@ -347,19 +348,21 @@ def create_key(
 def check_new_key(rw: Any, label: str, key_id: bytes, where: str) -> None:
     """Read a just-generated key pair's attributes back; the token may have
     ignored the template. Destroys the pair and raises DeviceError unless the
-    private key is sensitive and never extractable and neither half can do
-    more than sign / verify (no CKA_DECRYPT, CKA_UNWRAP, CKA_DERIVE,
-    CKA_ENCRYPT, CKA_WRAP). Lock held."""
+    private key reports what the template asked (a private token object,
+    sensitive, not and never extractable, signing: ``NEW_KEY_REQUIRED``; an
+    attribute it does not report fails, named as not reported) and neither
+    half can do more than sign / verify (no CKA_DECRYPT, CKA_UNWRAP,
+    CKA_DERIVE, CKA_ENCRYPT, CKA_WRAP). Lock held."""
     new = find_private_keys(rw, PKCS11URI(object=label, id=key_id))
     private = new[0] if len(new) == 1 else None
     problem = None
     if private is None:
         problem = f"{len(new)} private keys with that label and id after generation"
     else:
-        attrs = key_attributes(private)
+        short = new_key_shortfalls(private)
         extra = enabled_extra_usages(private, find_public_key(rw, private))
-        if not (attrs.get("CKA_SENSITIVE") and attrs.get("CKA_NEVER_EXTRACTABLE") and attrs.get("CKA_EXTRACTABLE") is False):
-            problem = "the token did not make the key sensitive and non-extractable"
+        if short:
+            problem = f"the token did not make the private key as asked ({', '.join(short)})"
         elif extra:
             problem = f"the token made a signing key that can also use {', '.join(extra)}"
     if problem is not None:
@@ -369,7 +372,8 @@ def check_new_key(rw: Any, label: str, key_id: bytes, where: str) -> None:
                 destroyed.add(obj.handle)
                 obj.destroy()
         raise DeviceError(f"{where}: {problem}; destroyed it",
-                          hint="the token ignored capseal's sign-only template; check its key-generation policy")
+                          hint="the token ignored (or does not report) capseal's sign-only template; "
+                               "check its key-generation policy")
 
 
 def list_keys(

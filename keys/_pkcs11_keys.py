@@ -27,6 +27,7 @@ from ._pkcs11_uri import PKCS11URI
 __all__ = [
     "KeyPair", "find_private_keys", "find_public_key", "public_key_of", "key_attributes",
     "mechanism_for", "generate_keypair", "enabled_extra_usages", "ED25519_PARAMS", "CURVE_PARAMS",
+    "attribute_shortfalls", "new_key_shortfalls",
 ]
 
 # DER of CKA_EC_PARAMS values (RFC 8410 / SEC 2 OIDs, and the PKCS#11 3.0
@@ -61,6 +62,18 @@ CUSTODY_ATTRIBUTES = (
     *PRIVATE_USAGES_OFF,
 )
 _UNAVAILABLE = (1 << 64) - 1  # CK_UNAVAILABLE_INFORMATION
+
+#: What a new private key must report (``check_new_key``, hardware/README.md):
+#: the template's private token object, sensitive, not extractable, signing
+#: (its other usages: :func:`enabled_extra_usages`), and so never extractable.
+NEW_KEY_REQUIRED = (
+    ("CKA_TOKEN", Attribute.TOKEN, True),
+    ("CKA_PRIVATE", Attribute.PRIVATE, True),
+    ("CKA_SENSITIVE", Attribute.SENSITIVE, True),
+    ("CKA_EXTRACTABLE", Attribute.EXTRACTABLE, False),
+    ("CKA_NEVER_EXTRACTABLE", Attribute.NEVER_EXTRACTABLE, True),
+    ("CKA_SIGN", Attribute.SIGN, True),
+)
 
 
 @dataclass(frozen=True)
@@ -180,7 +193,11 @@ def load_keypair(session: Any, uri: PKCS11URI, where: str) -> KeyPair:
     if len(found) > 1:
         raise KeyURIError(f"{where}: {len(found)} private keys match {uri.describe_key()}; add id= (or object=) to the URI")
     private = found[0]
-    if not _attr(private, Attribute.SIGN):
+    sign = _attr(private, Attribute.SIGN)
+    if sign is None:  # unreadable is not false: said as it is
+        raise UnsupportedAlgorithmError(f"{where}: the token does not report CKA_SIGN for key {uri.describe_key()}; "
+                                        "capseal signs only with a key the token says can sign")
+    if not sign:
         raise UnsupportedAlgorithmError(f"{where}: key {uri.describe_key()} has CKA_SIGN false")
     if _attr(private, Attribute.ALWAYS_AUTHENTICATE):
         raise UnsupportedAlgorithmError(
@@ -222,6 +239,34 @@ def key_attributes(private: Any) -> dict[str, Any]:
     if key_id is not None:
         out["CKA_ID"] = key_id.hex()
     return out
+
+
+def attribute_shortfalls(reported: dict[str, Any], wanted: tuple[tuple[str, bool], ...]) -> list[str]:
+    """Each ``(name, value)`` of ``wanted`` that ``reported`` (as
+    :func:`key_attributes` gives it: an attribute the token did not report is
+    absent) does not hold, as what the token said: ``"CKA_SENSITIVE false"``,
+    or ``"CKA_TOKEN not reported by the token"`` — an attribute the token did
+    not report is never described as a value."""
+    out = []
+    for name, want in wanted:
+        have = reported.get(name)
+        if have is None:
+            out.append(f"{name} not reported by the token")
+        elif bool(have) != want:
+            out.append(f"{name} {'true' if have else 'false'}")
+    return out
+
+
+def new_key_shortfalls(private: Any) -> list[str]:
+    """What a just-generated private key does not report as capseal's
+    template asked (:data:`NEW_KEY_REQUIRED`), worded by
+    :func:`attribute_shortfalls`."""
+    reported = {}
+    for name, attribute, _ in NEW_KEY_REQUIRED:
+        value = _attr(private, attribute)
+        if value is not None:
+            reported[name] = bool(value)
+    return attribute_shortfalls(reported, tuple((name, want) for name, _, want in NEW_KEY_REQUIRED))
 
 
 @dataclass(frozen=True)

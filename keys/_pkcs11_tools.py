@@ -22,6 +22,7 @@ from typing import Any
 from capseal.errors import CapsealError, InputError, SignerError, SignerUnavailableError
 
 from ._base import SignerSelfTest
+from ._pkcs11_keys import attribute_shortfalls
 from ._pkcs11_session import P11_LOCK, _find_tokens, _list_tokens, load_module, open_token, release_token, usable_pin
 from ._pkcs11_uri import KNOWN_MODULES, PKCS11URI, check_module_allowed, parse_pkcs11_uri, pct_encode, resolve_module
 from .custody import SOFTWARE_TOKEN_MANUFACTURERS
@@ -279,10 +280,14 @@ def doctor_checks(uri: str | None, pin: str | None = None, **_: Any) -> list[Che
     attrs = custody.get("key_attributes", {})
     facts = [name for name, flag in (("sensitive", "CKA_SENSITIVE"), ("never extractable", "CKA_NEVER_EXTRACTABLE"),
                                      ("generated on the token", "CKA_LOCAL")) if attrs.get(flag)]
-    protected = attrs.get("CKA_SENSITIVE") and attrs.get("CKA_NEVER_EXTRACTABLE")
-    checks.append(Check("key found", True, f"{custody['alg']} key {custody['kid'][:16]}… signs and its public key verifies; {', '.join(facts) or 'no protection attributes reported'}"))
-    checks.append(Check("key protected", bool(protected),
-                        "CKA_SENSITIVE and CKA_NEVER_EXTRACTABLE are true" if protected else
-                        "the private key is extractable or not sensitive",
-                        "" if protected else "create a new key with `capseal keys create` (sensitive, never extractable) and retire this one"))
+    # an attribute the token did not report is said to be so, never taken as false
+    short = attribute_shortfalls(attrs, (("CKA_SENSITIVE", True), ("CKA_NEVER_EXTRACTABLE", True)))
+    checks.append(Check("key found", True, f"{custody['alg']} key {custody['kid'][:16]}… signs and its public key verifies; {', '.join(facts) or 'no protection attribute reported true'}"))
+    reported_false = any(not s.endswith("not reported by the token") for s in short)
+    checks.append(Check("key protected", not short,
+                        f"the token does not show the private key as protected: {', '.join(short)}" if short else
+                        "CKA_SENSITIVE and CKA_NEVER_EXTRACTABLE are true",
+                        "" if not short else
+                        "create a new key with `capseal keys create` (sensitive, never extractable) and retire this one"
+                        if reported_false else "check the key's protection with the token vendor's own tools"))
     return checks

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pkcs11 import Attribute, KeyType, Mechanism, MechanismFlag
+from pkcs11 import Attribute, KeyType, Mechanism, MechanismFlag, ObjectClass
+from pkcs11.exceptions import AttributeTypeInvalid
 
 from capseal.errors import DeviceError, KeyNotFoundError, SignatureFailedError, UnsupportedAlgorithmError
 from capseal.keys import open_signer
@@ -203,3 +204,123 @@ def test_a_key_capseal_cannot_sign_with_is_named_with_its_token(softhsm: Any) ->
         open_signer(softhsm.uri(label), pin=softhsm.pin)
     message = str(err.value)
     assert softhsm.label in message and repr(label) in message and "1024" in message and "2048" in message, message
+
+
+# ---------------------------------------------------------------------- attributes the token did not report
+
+
+@pytest.mark.parametrize(("template", "store", "named"), [
+    ({Attribute.PRIVATE: False}, True, "CKA_PRIVATE false"),
+    ({}, False, "CKA_TOKEN false"),
+])
+def test_a_new_key_that_is_not_a_private_token_object_is_destroyed(
+        template: dict[Attribute, Any], store: bool, named: str, softhsm: Any) -> None:
+    """hardware/README.md says the new private key is a token object with
+    CKA_PRIVATE true and that every attribute asked for is read back; the
+    read-back checked neither CKA_PRIVATE nor CKA_TOKEN, and took a key the
+    token made readable without a login, or a session object gone at
+    logout."""
+    from capseal.keys._pkcs11 import check_new_key
+
+    label, key_id = f"public-{os.urandom(3).hex()}", os.urandom(4)
+    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
+    try:
+        def make_and_check(session: Any) -> None:
+            rw = ts.token.open(rw=True)
+            try:
+                dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
+                dp.generate_keypair(store=store, label=label, id=key_id,
+                                    public_template={Attribute.ENCRYPT: False, Attribute.WRAP: False},
+                                    private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False,
+                                                      Attribute.SIGN: True, Attribute.DECRYPT: False,
+                                                      Attribute.UNWRAP: False, Attribute.DERIVE: False, **template})
+                check_new_key(rw, label, key_id, "the test token")
+            finally:
+                rw.close()
+
+        with pytest.raises(DeviceError) as err:
+            run(ts, make_and_check, "test")
+        assert named in str(err.value) and "destroyed" in str(err.value)
+        assert run(ts, lambda s: list(s.get_objects({Attribute.LABEL: label})), "test") == []
+    finally:
+        release_token(ts)
+
+
+class _FakeKey:
+    """A key object whose token shows only ``shown`` (the others raise as
+    python-pkcs11 does for an attribute the token does not have)."""
+
+    def __init__(self, shown: dict[Attribute, Any]) -> None:
+        self.shown = shown
+
+    def __getitem__(self, attribute: Attribute) -> Any:
+        if attribute not in self.shown:
+            raise AttributeTypeInvalid()
+        return self.shown[attribute]
+
+
+class _FakeSession:
+    """Lists one key object (SoftHSM2 always shows CKA_SIGN: only the wording is tested here)."""
+
+    def __init__(self, key: _FakeKey) -> None:
+        self.key = key
+
+    def get_objects(self, attrs: dict[Attribute, Any]) -> Any:
+        class _Found(list[Any]):
+            def close(self) -> None:
+                pass
+
+        return _Found([self.key] if attrs.get(Attribute.CLASS) == ObjectClass.PRIVATE_KEY else [])
+
+
+def test_an_unreported_cka_sign_is_not_called_false() -> None:
+    from capseal.keys._pkcs11_keys import load_keypair
+    from capseal.keys._pkcs11_uri import PKCS11URI
+
+    for shown, said in (({Attribute.SIGN: False}, "CKA_SIGN false"), ({}, "does not report CKA_SIGN")):
+        with pytest.raises(UnsupportedAlgorithmError) as err:
+            load_keypair(_FakeSession(_FakeKey(shown)), PKCS11URI(object="k"), "token 't'")
+        assert said in str(err.value) and "token 't'" in str(err.value), str(err.value)
+        if not shown:
+            assert "false" not in str(err.value)
+
+
+def test_protection_wording_says_not_reported() -> None:
+    """What the doctor's "key protected" check and the new-key read-back say:
+    an attribute the token did not report is "not reported", never a value."""
+    from capseal.keys._pkcs11_keys import attribute_shortfalls
+
+    wanted = (("CKA_SENSITIVE", True), ("CKA_NEVER_EXTRACTABLE", True), ("CKA_EXTRACTABLE", False))
+    assert attribute_shortfalls({"CKA_SENSITIVE": True, "CKA_NEVER_EXTRACTABLE": True, "CKA_EXTRACTABLE": False},
+                                wanted) == []
+    assert attribute_shortfalls({"CKA_SENSITIVE": False, "CKA_EXTRACTABLE": True}, wanted) == [
+        "CKA_SENSITIVE false", "CKA_NEVER_EXTRACTABLE not reported by the token", "CKA_EXTRACTABLE true"]
+    assert attribute_shortfalls({}, wanted[:1]) == ["CKA_SENSITIVE not reported by the token"]
+
+
+def test_doctor_key_protected_names_what_the_token_reported(softhsm: Any) -> None:
+    """A real key that is neither sensitive nor never-extractable: the doctor
+    says which attributes are false (it said "extractable or not
+    sensitive", the same words for attributes the token never reported)."""
+    label = f"loose-doctor-{os.urandom(3).hex()}"
+    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
+    try:
+        def make(session: Any) -> None:
+            rw = ts.token.open(rw=True)
+            try:
+                dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
+                dp.generate_keypair(store=True, label=label, id=os.urandom(4),
+                                    private_template={Attribute.SENSITIVE: False, Attribute.EXTRACTABLE: True})
+            finally:
+                rw.close()
+
+        run(ts, make, "test")
+    finally:
+        release_token(ts)
+    checks = doctor_checks(softhsm.uri(label), pin=softhsm.pin)
+    protected = checks[-1]
+    assert protected.name == "key protected" and not protected.ok
+    assert "CKA_SENSITIVE false" in protected.detail and "CKA_NEVER_EXTRACTABLE false" in protected.detail, protected.detail
+    assert "not reported" not in protected.detail
+    found = [c for c in checks if c.name == "key found"][0]
+    assert "no protection attributes reported" not in found.detail, found.detail
