@@ -591,7 +591,8 @@ def _unchecked_pin(pin: _Secret | None, pin_checked: bool, name: str) -> SignerE
     be used: no PIN was given (a PIN pad), or the token took ``pin`` before."""
     if pin is None or pin_checked:
         return None
-    return PinIncorrectError(
+    # not PinIncorrectError: the PIN may be right, and nothing was asked of the token
+    return SignerUnavailableError(
         f"{name} is already logged in by other code in this process, so the token cannot check the PIN given; "
         "capseal does not use a login for a PIN the token has not taken",
         hint="open the signer before that code logs in, or have it log out first")

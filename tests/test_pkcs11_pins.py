@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from pkcs11.constants import TokenFlag
 
-from capseal.errors import PinIncorrectError
+from capseal.errors import PinIncorrectError, SignerUnavailableError
 from capseal.keys import open_signer
 from capseal.keys._pkcs11_session import P11_LOCK, _find_tokens, load_module, open_token, release_token
 from capseal.keys._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
@@ -243,12 +243,15 @@ def test_a_login_held_by_other_code_does_not_vouch_for_a_pin(token: dict[str, st
         other = found.open(user_pin=PIN)
     try:
         before = _open_sessions(token)
-        with pytest.raises(PinIncorrectError) as err:
+        with pytest.raises(SignerUnavailableError) as err:  # not PinIncorrectError: the right PIN gets it too
             open_token(parse_pkcs11_uri(token["uri"]), pin=f"wrong-{SECRET}")
         assert repr(token["label"]) in str(err.value) and "already logged in" in str(err.value)
         assert SECRET not in str(err.value) and err.value.__context__ is None
         assert _open_sessions(token) == before
         assert not _login_failed(token)  # the wrong PIN never reached the token
+        with pytest.raises(SignerUnavailableError, match="already logged in"):
+            open_token(parse_pkcs11_uri(token["uri"]), pin=PIN)
+        assert _open_sessions(token) == before
     finally:
         with P11_LOCK:
             other.close()
