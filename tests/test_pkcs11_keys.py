@@ -9,8 +9,9 @@ import os
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from pkcs11 import Attribute, KeyType, Mechanism, MechanismFlag, ObjectClass
@@ -57,31 +58,44 @@ def test_created_keys_only_sign(alg: str, softhsm: Any) -> None:
     assert (attrs["CKA_DECRYPT"], attrs["CKA_UNWRAP"], attrs["CKA_DERIVE"]) == (False, False, False)
 
 
+_T = TypeVar("_T")
+
+
+def on_token(softhsm: Any, work: Callable[[Any], _T]) -> _T:
+    """``work(rw)`` in a read-write session on the test token, under the
+    process-wide lock (objects made the way a careless tool would)."""
+    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
+    try:
+        def job(session: Any) -> _T:
+            rw = ts.token.open(rw=True)
+            try:
+                return work(rw)
+            finally:
+                rw.close()
+
+        return run(ts, job, "test")
+    finally:
+        release_token(ts)
+
+
 def test_a_new_key_that_can_decrypt_is_destroyed(softhsm: Any) -> None:
     """The read-back: a pair generated with the token's defaults (decrypt,
     unwrap, derive on) is destroyed and refused with a typed error."""
     from capseal.keys._pkcs11 import check_new_key  # the read-back create_key runs
 
     label, key_id = f"loose-{os.urandom(3).hex()}", os.urandom(4)
-    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
-    try:
-        def make_and_check(session: Any) -> None:
-            rw = ts.token.open(rw=True)
-            try:
-                rw.generate_keypair(KeyType.RSA, 2048, store=True, label=label, id=key_id,
-                                    mechanism=Mechanism.RSA_PKCS_KEY_PAIR_GEN,
-                                    capabilities=MechanismFlag.SIGN | MechanismFlag.VERIFY | MechanismFlag.DECRYPT,
-                                    private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False})
-                check_new_key(rw, label, key_id, "the test token")
-            finally:
-                rw.close()
 
-        with pytest.raises(DeviceError) as err:
-            run(ts, make_and_check, "test")
-        assert "CKA_DECRYPT" in str(err.value) and "destroyed" in str(err.value)
-        assert run(ts, lambda s: list(s.get_objects({Attribute.LABEL: label})), "test") == []
-    finally:
-        release_token(ts)
+    def make_and_check(rw: Any) -> None:
+        rw.generate_keypair(KeyType.RSA, 2048, store=True, label=label, id=key_id,
+                            mechanism=Mechanism.RSA_PKCS_KEY_PAIR_GEN,
+                            capabilities=MechanismFlag.SIGN | MechanismFlag.VERIFY | MechanismFlag.DECRYPT,
+                            private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False})
+        check_new_key(rw, label, key_id, "the test token")
+
+    with pytest.raises(DeviceError) as err:
+        on_token(softhsm, make_and_check)
+    assert "CKA_DECRYPT" in str(err.value) and "destroyed" in str(err.value)
+    assert on_token(softhsm, lambda rw: list(rw.get_objects({Attribute.LABEL: label}))) == []
 
 
 def test_half_built_signer_has_a_repr(softhsm: Any) -> None:
@@ -98,24 +112,17 @@ def _mismatched_pair(softhsm: Any) -> str:
     """A private key whose public-key object (same CKA_ID and label) is another
     key's, as /tmp/review-keys/mismatch.py made it; returns its URI."""
     label, key_id = f"mm-{os.urandom(3).hex()}", os.urandom(4)
-    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
-    try:
-        def make(session: Any) -> None:
-            rw = ts.token.open(rw=True)
-            try:
-                dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
-                pub_a, _ = dp.generate_keypair(store=True, label=label, id=key_id,
-                                               private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False})
-                pub_b, priv_b = dp.generate_keypair(store=True, label=label + "-b", id=key_id + b"b")
-                pub_a.destroy()
-                priv_b.destroy()
-                pub_b[Attribute.ID], pub_b[Attribute.LABEL] = key_id, label
-            finally:
-                rw.close()
 
-        run(ts, make, "test")
-    finally:
-        release_token(ts)
+    def make(rw: Any) -> None:
+        dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
+        pub_a, _ = dp.generate_keypair(store=True, label=label, id=key_id,
+                                       private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False})
+        pub_b, priv_b = dp.generate_keypair(store=True, label=label + "-b", id=key_id + b"b")
+        pub_a.destroy()
+        priv_b.destroy()
+        pub_b[Attribute.ID], pub_b[Attribute.LABEL] = key_id, label
+
+    on_token(softhsm, make)
     return softhsm.uri(label)
 
 
@@ -186,20 +193,9 @@ def test_a_key_capseal_cannot_sign_with_is_named_with_its_token(softhsm: Any) ->
     names the token and the key, and says why. It said only "keys of type
     RSAPublicKey are not supported", naming neither (and RSA is supported)."""
     label = f"rsa1024-{os.urandom(3).hex()}"
-    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
-    try:
-        def make(session: Any) -> None:
-            rw = ts.token.open(rw=True)
-            try:
-                rw.generate_keypair(KeyType.RSA, 1024, store=True, label=label, id=os.urandom(4),
-                                    mechanism=Mechanism.RSA_PKCS_KEY_PAIR_GEN,
-                                    private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False})
-            finally:
-                rw.close()
-
-        run(ts, make, "test")
-    finally:
-        release_token(ts)
+    on_token(softhsm, lambda rw: rw.generate_keypair(
+        KeyType.RSA, 1024, store=True, label=label, id=os.urandom(4), mechanism=Mechanism.RSA_PKCS_KEY_PAIR_GEN,
+        private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False}))
     with pytest.raises(UnsupportedAlgorithmError) as err:
         open_signer(softhsm.uri(label), pin=softhsm.pin)
     message = str(err.value)
@@ -223,27 +219,20 @@ def test_a_new_key_that_is_not_a_private_token_object_is_destroyed(
     from capseal.keys._pkcs11 import check_new_key
 
     label, key_id = f"public-{os.urandom(3).hex()}", os.urandom(4)
-    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
-    try:
-        def make_and_check(session: Any) -> None:
-            rw = ts.token.open(rw=True)
-            try:
-                dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
-                dp.generate_keypair(store=store, label=label, id=key_id,
-                                    public_template={Attribute.ENCRYPT: False, Attribute.WRAP: False},
-                                    private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False,
-                                                      Attribute.SIGN: True, Attribute.DECRYPT: False,
-                                                      Attribute.UNWRAP: False, Attribute.DERIVE: False, **template})
-                check_new_key(rw, label, key_id, "the test token")
-            finally:
-                rw.close()
 
-        with pytest.raises(DeviceError) as err:
-            run(ts, make_and_check, "test")
-        assert named in str(err.value) and "destroyed" in str(err.value)
-        assert run(ts, lambda s: list(s.get_objects({Attribute.LABEL: label})), "test") == []
-    finally:
-        release_token(ts)
+    def make_and_check(rw: Any) -> None:
+        dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
+        dp.generate_keypair(store=store, label=label, id=key_id,
+                            public_template={Attribute.ENCRYPT: False, Attribute.WRAP: False},
+                            private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False,
+                                              Attribute.SIGN: True, Attribute.DECRYPT: False,
+                                              Attribute.UNWRAP: False, Attribute.DERIVE: False, **template})
+        check_new_key(rw, label, key_id, "the test token")
+
+    with pytest.raises(DeviceError) as err:
+        on_token(softhsm, make_and_check)
+    assert named in str(err.value) and "destroyed" in str(err.value)
+    assert on_token(softhsm, lambda rw: list(rw.get_objects({Attribute.LABEL: label}))) == []
 
 
 class _FakeKey:
@@ -303,20 +292,13 @@ def test_doctor_key_protected_names_what_the_token_reported(softhsm: Any) -> Non
     says which attributes are false (it said "extractable or not
     sensitive", the same words for attributes the token never reported)."""
     label = f"loose-doctor-{os.urandom(3).hex()}"
-    ts = open_token(parse_pkcs11_uri(softhsm.uri()), pin=softhsm.pin)
-    try:
-        def make(session: Any) -> None:
-            rw = ts.token.open(rw=True)
-            try:
-                dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
-                dp.generate_keypair(store=True, label=label, id=os.urandom(4),
-                                    private_template={Attribute.SENSITIVE: False, Attribute.EXTRACTABLE: True})
-            finally:
-                rw.close()
 
-        run(ts, make, "test")
-    finally:
-        release_token(ts)
+    def make(rw: Any) -> None:
+        dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
+        dp.generate_keypair(store=True, label=label, id=os.urandom(4),
+                            private_template={Attribute.SENSITIVE: False, Attribute.EXTRACTABLE: True})
+
+    on_token(softhsm, make)
     checks = doctor_checks(softhsm.uri(label), pin=softhsm.pin)
     protected = checks[-1]
     assert protected.name == "key protected" and not protected.ok
