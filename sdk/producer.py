@@ -695,7 +695,7 @@ class Producer:
         if external_ref is not None:
             effect["external_ref"] = external_ref
         request_digest = json_digest(request) if request is not None else None
-        record = self._seal(self._common({"action_id": action_id, "action_type": action_type, "effect": effect}, extra))
+        record = self._seal_flow(self._common({"action_id": action_id, "action_type": action_type, "effect": effect}, extra))
         self._remember(record, _Flow(action_id, effect_type, request_digest, irreversibility_class, external_ref))
         return record
 
@@ -712,7 +712,7 @@ class Producer:
         flow = self._flow(parent)
         effect = self._effect(flow, "dispatched", effect_attestation, request=request)
         spec = self._common({"action_id": action_id or f"{flow.base_action_id}/dispatched", "action_type": "decide", "effect": effect}, extra)
-        record = self._seal(self._chain(spec, parent, "follows"))
+        record = self._seal_flow(self._chain(spec, parent, "follows"))
         self._remember(record, flow)
         return record
 
@@ -737,7 +737,7 @@ class Producer:
         if verdict_class is not None:
             spec.setdefault("disposition", {"decision": "accept", "approver": "policy", "human_disposed": False})
             spec["disposition"] = {**spec["disposition"], "verdict_class": verdict_class}
-        record = self._seal(self._chain(spec, parent, "confirms"))
+        record = self._seal_flow(self._chain(spec, parent, "confirms"))
         self._forget(parent)
         return record
 
@@ -758,7 +758,7 @@ class Producer:
         effect = self._effect(flow, "failed", effect_attestation, request=request, response=response)
         spec = self._common({"action_id": action_id or f"{flow.base_action_id}/failed", "action_type": "decide", "effect": effect}, extra)
         spec["disposition"] = {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": verdict_class, **spec.get("disposition", {})}
-        record = self._seal(self._chain(spec, parent, "follows"))
+        record = self._seal_flow(self._chain(spec, parent, "follows"))
         self._forget(parent)
         return record
 
@@ -791,7 +791,7 @@ class Producer:
         else:
             base = action_id
         spec = self._common({"action_id": base, "action_type": "decide", "disposition": disposition}, extra)
-        record = self._seal(self._chain(spec, parent, "follows") if parent is not None else spec)
+        record = self._seal_flow(self._chain(spec, parent, "follows") if parent is not None else spec)
         if parent is not None:
             self._forget(parent)
         return record
@@ -821,7 +821,7 @@ class Producer:
             disposition["reason_digest"] = json_digest(reason)
         base = self._flow(open_record).base_action_id
         spec = self._common({"action_id": action_id or f"{base}/{verdict_class}", "action_type": "decide", "disposition": disposition}, extra)
-        return self._seal(self._chain(spec, open_record, "supersedes"))
+        return self._seal_flow(self._chain(spec, open_record, "supersedes"))
 
     # ------------------------------------------------------------------ flow bookkeeping
 
@@ -830,6 +830,13 @@ class Producer:
             raise InputError("the chain is set by the lifecycle call; seal() takes an explicit chain")
         spec["chain"] = {"parent_capsule_id": _id_of(parent), "relation": relation}
         return spec
+
+    def _seal_flow(self, spec: dict[str, Any]) -> SealedRecord:
+        """Seal a lifecycle capsule, its chain parent checked as seal() checks
+        it. Why: a SealedRecord parent was taken on trust, so a record of
+        another ledger (or producer) gave a capsule chained to a parent this
+        ledger does not hold, which -05 §6 check 6 fails."""
+        return self._seal(spec, self._parent_known(spec))
 
     def _remember(self, record: SealedRecord, flow: _Flow) -> None:
         with self._flows_lock:

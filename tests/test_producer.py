@@ -626,3 +626,29 @@ def test_a_record_of_an_epoch_rotated_away_before_its_boundary_is_refused(tmp_pa
         assert len(outcome) == 1 and isinstance(outcome[0], LedgerError) and "'E1' was rotated" in str(outcome[0])
         assert [e.action_id for e in p.ledger.entries()] == ["E2/opens", "b1"]
     assert capseal.verify_ledger(path).ok
+
+
+def test_a_lifecycle_parent_from_another_ledger_is_refused(tmp_path: Path) -> None:
+    """-05 §6 check 6: a chain parent must be in the same ledger. The
+    lifecycle calls took a SealedRecord parent on trust and sealed a record
+    chained to a capsule this ledger does not hold."""
+    with Producer("acme", "a@1", UnsafeEphemeralSigner(), tmp_path / "a.db") as mine, \
+            Producer("acme", "b@1", UnsafeEphemeralSigner(), tmp_path / "b.db") as theirs:
+        foreign = theirs.planned("f-1", effect_type="write_order")
+        dispatched = theirs.dispatched(foreign)
+        mine.seal({"action_id": "first", "action_type": "fyi"})
+        before = mine.ledger.count()
+        calls: list[Any] = [
+            lambda: mine.dispatched(foreign),
+            lambda: mine.confirmed(dispatched, response={"ok": True}),
+            lambda: mine.failed(dispatched),
+            lambda: mine.refused(foreign, verdict_class="denied"),
+            lambda: mine.resolved(foreign, decision="accept", approver="policy"),
+        ]
+        calls.append(lambda: mine.planned("p-1", chain={"parent_capsule_id": foreign.capsule_id, "relation": "follows"}))
+        for call in calls:
+            with pytest.raises(InputError, match="not in a.db"):
+                call()
+        assert mine.ledger.count() == before
+    assert capseal.verify_ledger(tmp_path / "a.db").ok
+
