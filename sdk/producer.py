@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -713,7 +713,8 @@ class Producer:
         effect = self._effect(flow, "dispatched", effect_attestation, request=request)
         spec = self._common({"action_id": action_id or f"{flow.base_action_id}/dispatched", "action_type": "decide", "effect": effect}, extra)
         record = self._seal_flow(self._chain(spec, parent, "follows"))
-        self._remember(record, flow)
+        # the next capsule digests the request actually sent (-05 §5.3), not the planned one
+        self._remember(record, replace(flow, request_digest=record.capsule["effect"].get("request_digest")))
         return record
 
     def confirmed(

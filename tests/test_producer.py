@@ -652,3 +652,17 @@ def test_a_lifecycle_parent_from_another_ledger_is_refused(tmp_path: Path) -> No
         assert mine.ledger.count() == before
     assert capseal.verify_ledger(tmp_path / "a.db").ok
 
+
+def test_confirmed_carries_the_request_actually_dispatched(producer: Producer) -> None:
+    """-05 §5.3: the digests describe what was sent and received. A request
+    given to dispatched() is the one sent; confirmed() after it repeated the
+    planned request's digest (or none) instead."""
+    planned = producer.planned("rq-1", effect_type="write_order", request={"qty": 1})
+    dispatched = producer.dispatched(planned, request={"qty": 2})
+    assert dispatched.capsule["effect"]["request_digest"] == capseal.json_digest({"qty": 2})
+    confirmed = producer.confirmed(dispatched, response={"id": "O-1"})
+    assert confirmed.capsule["effect"]["request_digest"] == capseal.json_digest({"qty": 2})
+    planned = producer.planned("rq-2", effect_type="write_order")  # no request known when planned
+    failed = producer.failed(producer.dispatched(planned, request={"qty": 3}))
+    assert failed.capsule["effect"]["request_digest"] == capseal.json_digest({"qty": 3})
+
