@@ -669,9 +669,20 @@ class Producer:
     # ------------------------------------------------------------------ lifecycle helpers
 
     def _common(self, spec: dict[str, Any], extras: Mapping[str, Any]) -> dict[str, Any]:
+        """Add the caller's extra members to the spec a lifecycle call built.
+
+        An extra block the call builds itself (planned()'s ``effect``,
+        refused()'s ``disposition``) is merged member by member, and a member
+        that contradicts the call is refused. Why: replacing the block
+        wholesale let planned() seal a confirmed effect and made refused()
+        lose its verdict_class and reason_digest (-05 §5.5.3)."""
         for key, value in extras.items():
-            if value is not None:
-                spec[key] = value
+            if value is None:
+                continue
+            built = spec.get(key)
+            if isinstance(built, dict):
+                value = {**built, **_merge_members(key, built, value)}
+            spec[key] = value
         return spec
 
     def planned(
@@ -736,8 +747,9 @@ class Producer:
         effect = self._effect(flow, "confirmed", effect_attestation, request=request, response=response)
         spec = self._common({"action_id": action_id or f"{flow.base_action_id}/confirmed", "action_type": "decide", "effect": effect}, extra)
         if verdict_class is not None:
-            spec.setdefault("disposition", {"decision": "accept", "approver": "policy", "human_disposed": False})
-            spec["disposition"] = {**spec["disposition"], "verdict_class": verdict_class}
+            given = _merge_members("disposition", {"verdict_class": verdict_class}, spec.get("disposition", {}))
+            spec["disposition"] = {"decision": "accept", "approver": "policy", "human_disposed": False, **given,
+                                   "verdict_class": verdict_class}
         record = self._seal_flow(self._chain(spec, parent, "confirms"))
         self._forget(parent)
         return record
@@ -758,7 +770,8 @@ class Producer:
         flow = self._flow(parent)
         effect = self._effect(flow, "failed", effect_attestation, request=request, response=response)
         spec = self._common({"action_id": action_id or f"{flow.base_action_id}/failed", "action_type": "decide", "effect": effect}, extra)
-        spec["disposition"] = {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": verdict_class, **spec.get("disposition", {})}
+        spec["disposition"] = {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": verdict_class,
+                               **_mapping("disposition", spec.get("disposition", {}))}
         record = self._seal_flow(self._chain(spec, parent, "follows"))
         self._forget(parent)
         return record
@@ -888,6 +901,23 @@ class Producer:
             effect["irreversibility_class"] = flow.irreversibility_class
         effect["effect_attestation"] = attestation
         return effect
+
+
+def _mapping(key: str, value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a JSON object, else InputError (not the TypeError of ``**value``)."""
+    if not isinstance(value, Mapping):
+        raise InputError(f"{key} is a JSON object of extra members; got {type(value).__name__}")
+    return value
+
+
+def _merge_members(key: str, built: Mapping[str, Any], value: Any) -> Mapping[str, Any]:
+    """The caller's members of block ``key``, refused where one contradicts what the call built."""
+    given = _mapping(key, value)
+    for member, item in given.items():
+        if member in built and item != built[member]:
+            raise InputError(f"{key}.{member}={item!r} contradicts what this call records ({built[member]!r}); "
+                             "use the call's own parameters")
+    return given
 
 
 def _id_of(parent: SealedRecord | str) -> str:

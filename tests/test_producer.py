@@ -666,3 +666,38 @@ def test_confirmed_carries_the_request_actually_dispatched(producer: Producer) -
     failed = producer.failed(producer.dispatched(planned, request={"qty": 3}))
     assert failed.capsule["effect"]["request_digest"] == capseal.json_digest({"qty": 3})
 
+
+def test_a_malformed_disposition_extra_is_a_typed_error(producer: Producer) -> None:
+    """A disposition given to failed()/confirmed() that is not an object
+    raised a bare TypeError ('str' object is not a mapping)."""
+    dispatched = producer.dispatched(producer.planned("md-1", effect_type="write_order"))
+    before = producer.ledger.count()
+    with pytest.raises(InputError, match="disposition"):
+        producer.failed(dispatched, disposition="oops")
+    with pytest.raises(InputError, match="disposition"):
+        producer.confirmed(dispatched, response={"ok": 1}, verdict_class="executed", disposition=["oops"])
+    assert producer.ledger.count() == before
+
+
+def test_extra_blocks_are_merged_never_replace_what_the_call_records(producer: Producer) -> None:
+    """A helper's own block (planned()'s effect, refused()'s disposition) was
+    replaced wholesale by an extra of the same name: planned() sealed a
+    confirmed effect, refused() lost its verdict_class and reason_digest.
+    Extra members are now added to the block; a member that contradicts the
+    call is refused."""
+    before = producer.ledger.count()
+    with pytest.raises(InputError, match="effect.status"):
+        producer.planned("ex-1", effect={"status": "confirmed", "response_digest": "a" * 64, "effect_attestation": "gate_executed"})
+    with pytest.raises(InputError, match="disposition.verdict_class"):
+        producer.refused(action_id="ex-2", verdict_class="denied", disposition={"verdict_class": "blocked"})
+    with pytest.raises(InputError, match="effect"):
+        producer.planned("ex-3", effect="planned")
+    assert producer.ledger.count() == before
+    deferred = producer.refused(action_id="ex-4", verdict_class="deferred", decision="deferred", reason={"why": "await"},
+                                disposition={"expiry_policy": {"ttl_seconds": 3600, "on_expiry": "escalated"}})
+    disposition = deferred.capsule["disposition"]
+    assert disposition["verdict_class"] == "deferred" and disposition["reason_digest"] == capseal.json_digest({"why": "await"})
+    assert disposition["expiry_policy"] == {"ttl_seconds": 3600, "on_expiry": "escalated"}
+    planned = producer.planned("ex-5", effect_type="write_order", effect={"external_ref": "INV-5"})
+    assert planned.capsule["effect"] == {"status": "planned", "type": "write_order", "external_ref": "INV-5"}
+    assert ref.verify(deferred.capsule).ok and ref.verify(planned.capsule).ok
