@@ -364,8 +364,11 @@ class Capsule(_Block):
         dispatched = self.effect is not None and self.effect.status != "planned"
         if verdict in PRODUCER_NEVER_DISPATCH and dispatched:
             raise ValueError(f"verdict_class {verdict!r} never dispatches; the effect must be absent or planned (§5.5.2)")
-        if verdict == "errored" and not dispatched:
-            raise ValueError("verdict_class 'errored' pairs with a dispatched effect (dispatched_unconfirmed, §5.5.2)")
+        # errored pairs with dispatched_unconfirmed (§5.5.2): a dispatched effect, and
+        # not a confirmed one with its response digest (that derives effect_mode confirmed)
+        if verdict == "errored" and (not dispatched or (self.effect.status == "confirmed" and self.effect.response_digest)):
+            raise ValueError("verdict_class 'errored' pairs with a dispatched, unconfirmed effect (effect_mode "
+                             "dispatched_unconfirmed, §5.5.2)")
         if verdict == "epoch_boundary" and self.action_type != "fyi":
             raise ValueError("an epoch-boundary capsule is action_type 'fyi' (§5.2)")
         parent = self.chain.parent_capsule_id if self.chain else None

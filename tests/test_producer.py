@@ -11,7 +11,7 @@ import pytest
 
 import capseal
 from capseal import Ledger, Producer
-from capseal.errors import AssuranceMismatchError, DuplicateRecordError, InputError, LedgerError
+from capseal.errors import AssuranceMismatchError, CapsuleValidationError, DuplicateRecordError, InputError, LedgerError
 from capseal.keys import UnsafeEphemeralSigner
 
 
@@ -701,3 +701,22 @@ def test_extra_blocks_are_merged_never_replace_what_the_call_records(producer: P
     planned = producer.planned("ex-5", effect_type="write_order", effect={"external_ref": "INV-5"})
     assert planned.capsule["effect"] == {"status": "planned", "type": "write_order", "external_ref": "INV-5"}
     assert ref.verify(deferred.capsule).ok and ref.verify(planned.capsule).ok
+
+
+def test_errored_is_never_sealed_with_a_confirmed_effect(producer: Producer) -> None:
+    """-05 §5.5.2: ``errored`` pairs with dispatched_unconfirmed. A confirmed
+    effect with its response digest derives ``confirmed``, and was sealed
+    beside verdict_class 'errored' (the reference's check 4 does not look)."""
+    errored = {"decision": "accept", "approver": "policy", "human_disposed": False, "verdict_class": "errored"}
+    dispatched = producer.dispatched(producer.planned("err-2", effect_type="write_order"))
+    before = producer.ledger.count()
+    with pytest.raises(CapsuleValidationError, match="errored"):
+        producer.seal({"action_id": "err-1", "action_type": "decide", "disposition": errored,
+                       "effect": {"status": "confirmed", "response_digest": "a" * 64, "effect_attestation": "gate_executed"}})
+    with pytest.raises(CapsuleValidationError, match="errored"):
+        producer.confirmed(dispatched, response={"ok": 1}, verdict_class="errored")
+    assert producer.ledger.count() == before
+    for status in ("dispatched", "failed", "reverted"):  # dispatched_unconfirmed: sealed
+        record = producer.seal({"action_id": f"err-{status}", "action_type": "decide", "disposition": errored,
+                                "effect": {"status": status, "effect_attestation": "runtime_claimed"}})
+        assert record.capsule["assurance"]["effect_mode"] == "dispatched_unconfirmed"
