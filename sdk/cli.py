@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import CapsealError, MalformedJSONError
+from .errors import CapsealError, DuplicateRecordError, MalformedJSONError
 from .keys._pin import usable_pin
 from .record import strict_json
 
@@ -94,12 +94,33 @@ def cmd_seal(args: argparse.Namespace) -> int:
         raise MalformedJSONError(f"{args.spec}: a spec is a JSON object (or an array of them)")
     signer = open_signer(args.key, pin=_read_pin(args))
     with signer, Producer(args.operator, args.developer, signer, args.ledger) as producer:
+        _check_batch(producer, items, args.spec)
         sealed = []
         for spec in items:
             record = producer.seal(spec)
             sealed.append(record.to_json() if args.record else record.capsule)
     _emit(sealed if isinstance(specs, list) else sealed[0])
     return EXIT_OK
+
+
+def _check_batch(producer: Any, items: list[dict[str, Any]], source: str) -> None:
+    """Run every input refusal of ``Producer.seal`` on each spec of a batch
+    (and refuse an action_id the batch repeats or the ledger holds) before
+    any is sealed. Why: sealing them one by one wrote the specs before a bad
+    one, and the error said neither that nor which spec was bad; refused
+    input writes nothing (design §3.5). Nothing is signed here."""
+    seen: set[str] = set()
+    for i, spec in enumerate(items):
+        try:
+            body = producer._body(spec, None, "follows")
+            producer._parent_known(body)
+            capsule, _ = producer._prepare(producer._assemble(body))
+            action_id = capsule["action_id"]
+            if action_id in seen or producer.ledger.has_action_id(action_id):
+                raise DuplicateRecordError(f"action_id {action_id!r} is already in the batch or {producer.ledger.path.name}")
+            seen.add(action_id)
+        except CapsealError as exc:
+            raise _CLIError(f"{source}[{i}]: {exc}; nothing was sealed", hint=exc.hint or None) from None
 
 
 # ---------------------------------------------------------------------------- verify

@@ -163,3 +163,27 @@ def test_verify_an_empty_array_or_a_deep_file_is_exit_2(tmp_path: Path) -> None:
     deep.write_text("[" * 100000 + "]" * 100000)
     proc = run("verify", str(deep))
     assert proc.returncode == 2 and "nests too deeply" in proc.stderr
+
+
+@pytest.mark.parametrize("bad", [
+    {"action_id": "b-2", "action_type": "decide", "x-amount": 12},  # sealable: the duplicate below is the fault
+    {"action_id": "b-2", "action_type": "decide", "disposition": {"decision": "accept", "approver": "robot", "human_disposed": False}},
+    {"action_id": "b-1", "action_type": "fyi"},
+], ids=["duplicate-in-batch", "bad-approver", "duplicate-of-first"])
+def test_seal_refuses_a_batch_with_a_bad_spec_and_writes_none_of_it(tmp_path: Path, bad: dict[str, object]) -> None:
+    """A batch with a bad spec at [2] wrote [0] and [1] before failing, and the
+    error did not say they were written nor which spec was bad. Every spec is
+    now checked before any is sealed, and the error names the bad one."""
+    key = tmp_path / "k.pem"
+    assert run("keys", "create", f"file:{key}", "--alg", "ed25519").returncode == 0
+    specs = [{"action_id": "b-1", "action_type": "fyi"}, {"action_id": "b-2", "action_type": "fyi"}, bad]
+    if bad["action_id"] == "b-2" and "x-amount" in bad:
+        specs = [specs[0], bad, {"action_id": "b-2", "action_type": "fyi"}]
+    spec = tmp_path / "batch.json"
+    spec.write_text(json.dumps(specs))
+    ledger = tmp_path / "l.db"
+    proc = run("seal", str(spec), "--key", f"file:{key}", "--ledger", str(ledger), "--operator", "acme", "--developer", "a@1")
+    assert proc.returncode == 2 and proc.stderr.startswith("capseal: error:")
+    assert f"{spec}[2]" in proc.stderr and "nothing was sealed" in proc.stderr, proc.stderr
+    with sqlite3.connect(ledger) as db:
+        assert db.execute("SELECT count(*) FROM records").fetchone()[0] == 0
