@@ -69,8 +69,11 @@ _TS = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9
 def _timestamp(value: str) -> str:
     if not _TS.fullmatch(value):  # not match: "$" also matches before a final newline
         raise ValueError("must be an RFC 3339 UTC timestamp ending in 'Z', e.g. 2026-10-01T12:00:00Z")
+    leap = value[17:19] == "60"  # RFC 3339 §5.7: a leap second, the last second of a UTC day
+    if leap and value[11:16] != "23:59":
+        raise ValueError("has second 60 away from 23:59 (a leap second ends a UTC day)")
     try:
-        datetime.fromisoformat(value[:19])
+        datetime.fromisoformat(value[:17] + "59" if leap else value[:19])  # datetime knows no second 60
     except ValueError:
         raise ValueError("is not a valid calendar date/time") from None
     return value

@@ -720,3 +720,25 @@ def test_errored_is_never_sealed_with_a_confirmed_effect(producer: Producer) -> 
         record = producer.seal({"action_id": f"err-{status}", "action_type": "decide", "disposition": errored,
                                 "effect": {"status": status, "effect_attestation": "runtime_claimed"}})
         assert record.capsule["assurance"]["effect_mode"] == "dispatched_unconfirmed"
+
+
+@pytest.mark.parametrize(("stamp", "ok"), [
+    ("2016-12-31T23:59:60Z", True),  # a leap second (RFC 3339 §5.6/§5.7: time-second is 00-60)
+    ("2016-12-31T23:59:60.5Z", True),
+    ("2016-12-31T12:00:60Z", False),  # a leap second is the last second of a UTC day
+    ("2016-12-31T23:59:61Z", False),
+    ("2016-02-30T23:59:60Z", False),
+])
+def test_leap_second_timestamps(tmp_path: Path, stamp: str, ok: bool) -> None:
+    """RFC 3339 allows second 60 (a leap second) and the reference verifier
+    accepts it; capseal refused every one as "not a valid calendar date/time"."""
+    now = ["2016-12-31T00:00:00Z"]  # the epoch boundary, made with the producer, has an ordinary time
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", clock=lambda: now[0]) as p:
+        now[0] = stamp
+        if ok:
+            record = p.seal({"action_id": "leap", "action_type": "fyi"})
+            assert record.capsule["timestamp"] == stamp and ref.verify(record.capsule).ok
+        else:
+            with pytest.raises(CapsuleValidationError, match="timestamp"):
+                p.seal({"action_id": "leap", "action_type": "fyi"})
+            assert p.ledger.count() == 0
