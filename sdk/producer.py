@@ -174,7 +174,9 @@ class Producer:
         if not isinstance(operator, str) or not operator or not isinstance(developer, str) or not developer:
             raise InputError("operator and developer are non-empty strings")
         if verify_signatures not in ("device", "always"):
-            raise ValueError("verify_signatures is 'device' (tokens and TPMs) or 'always'")
+            raise InputError("verify_signatures is 'device' (tokens and TPMs) or 'always'")
+        if not callable(clock):
+            raise InputError("clock is a function returning an RFC 3339 UTC timestamp")
         if isinstance(ledger, Ledger) and ledger._forked:  # before the signer's self-test
             raise ledger._fork_error("Producer()")
         self.operator = operator
@@ -295,8 +297,16 @@ class Producer:
             if e.stream == stream and e.record_type == "capsule":
                 self._dispatch_ids(e.record_id, e.seq, e.tag == "epoch_boundary")
 
+    def _now(self) -> str:
+        """The clock's time; a non-string is refused here (its format is checked
+        with the capsule), not left to fail as an AttributeError further on."""
+        stamp = self._clock()
+        if not isinstance(stamp, str):
+            raise InputError(f"clock() returned a {type(stamp).__name__}, not an RFC 3339 UTC timestamp string")
+        return stamp
+
     def _new_epoch_id(self) -> str:
-        stamp = self._clock().replace("-", "").replace(":", "")
+        stamp = self._now().replace("-", "").replace(":", "")
         return f"epoch-{stamp}-{os.urandom(4).hex()}"
 
     def _prepare_epoch(self, epoch_id: str) -> SealedRecord:
@@ -600,7 +610,7 @@ class Producer:
             "canonicalization_id": CANONICALIZATION_ID,
             "operator": self.operator,
             "developer": self.developer,
-            "timestamp": self._clock(),
+            "timestamp": self._now(),
             "epoch_id": epoch,
         }
         for key, value in spec.items():

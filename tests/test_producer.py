@@ -742,3 +742,13 @@ def test_leap_second_timestamps(tmp_path: Path, stamp: str, ok: bool) -> None:
             with pytest.raises(CapsuleValidationError, match="timestamp"):
                 p.seal({"action_id": "leap", "action_type": "fyi"})
             assert p.ledger.count() == 0
+
+
+@pytest.mark.parametrize("options", [
+    {"clock": lambda: 1764547200},  # a number where a timestamp string belongs (AttributeError before)
+    {"clock": "2026-10-01T12:00:00Z"},  # not a function
+    {"verify_signatures": "never"},  # a plain ValueError before
+])
+def test_bad_producer_options_are_typed_errors(tmp_path: Path, options: dict[str, Any]) -> None:
+    with pytest.raises(InputError):
+        Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", **options)
