@@ -17,6 +17,17 @@ Templates (why each attribute):
   the owner hierarchy (deterministic, so it need not be persisted).
 
 Nothing is overwritten unless the operator says ``--force``.
+
+``provision`` is as close to atomic as a TPM allows (it has no transactions):
+everything that can be checked is checked before the first change — the
+handles are free or readable (a listed object that cannot be read, e.g. of a
+disabled hierarchy, would make persisting fail), there is NV room for the new
+persistent objects, and both new keys are created *and loaded* (SRK + two
+keys: three transient slots, swtpm's whole supply). Only then are the old
+objects evicted and the new ones persisted, which cannot be undone: a failure
+from there on (the TPM going away, say) is a ProvisionIncompleteError that
+reads back and names what each handle holds now, with the command that
+finishes the job.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
 
 from capseal.errors import (
     CapsealError,
+    DeviceError,
     KeyNotFoundError,
     KeyURIError,
     SignerError,
@@ -72,7 +84,7 @@ from ._tpm_uri import (
     parse_tpm_uri,
 )
 
-__all__ = ["HandleInUseError", "create_key", "list_keys", "provision", "doctor_checks", "signing_template",
+__all__ = ["HandleInUseError", "ProvisionIncompleteError", "create_key", "list_keys", "provision", "doctor_checks", "signing_template",
            "AK_TEMPLATE"]
 
 AK_TEMPLATE = "ecc256:ecdsa-sha256:null"
@@ -87,7 +99,14 @@ SRK_TEMPLATE_TEXT = "TCG ECC P-256 SRK (ecc256:aes128cfb, restricted|decrypt|noD
 
 
 class HandleInUseError(SignerError):
-    """A persistent handle (or key file) already holds a key and --force was not given."""
+    """A persistent handle (or key file) already holds a key and --force was not given,
+    or holds an object capseal can neither read nor evict."""
+
+
+class ProvisionIncompleteError(DeviceError):
+    """``provision`` failed after it had begun to evict or persist: the TPM was
+    changed. The message names what each handle holds now (as read back) and
+    the TCTI; the hint is the command that finishes the job."""
 
 
 def signing_template(alg: str, *, with_auth: bool) -> TPM2B_PUBLIC:
@@ -125,6 +144,50 @@ def _read_persistent(ectx: Any, handle: int) -> TPM2B_PUBLIC | None:
         return public
     finally:
         ectx.tr_close(tr)
+
+
+def _is_listed(ectx: Any, handle: int) -> bool:
+    """Whether TPM_CAP_HANDLES lists ``handle``: it lists persistent objects
+    that ReadPublic answers with TPM_RC_HANDLE (those of a disabled
+    hierarchy), at which TPM2_EvictControl refuses to persist."""
+    _more, data = ectx.get_capability(TPM2_CAP.HANDLES, handle, 1)
+    return handle in [int(h) for h in data.data.handles]
+
+
+def _occupant(ectx: Any, handle: int, tcti: str) -> TPM2B_PUBLIC | None:
+    """:func:`_read_persistent`, refusing a handle that is taken by an object
+    that cannot be read. Why: it used to read as empty, so provisioning
+    persisted the signing key and then failed at the AK's handle
+    (TPM_RC_NV_DEFINED), leaving half a job done."""
+    public = _read_persistent(ectx, handle)
+    if public is None and _is_listed(ectx, handle):
+        raise HandleInUseError(
+            f"TPM {tcti} lists an object at {format_handle(handle)} that cannot be read (TPM_RC_HANDLE; its "
+            "hierarchy, endorsement or platform, is probably disabled): the TPM will not persist a key there and "
+            "capseal cannot evict it; nothing was changed",
+            hint="use another handle, or enable that hierarchy and evict the object "
+                 f"(tpm2_evictcontrol -C o -c {format_handle(handle)})")
+    return public
+
+
+def _persistent_room(ectx: Any) -> int | None:
+    """TPM_PT_HR_PERSISTENT_AVAIL: how many more objects the TPM can persist
+    (None when it does not say)."""
+    _more, data = ectx.get_capability(TPM2_CAP.TPM_PROPERTIES, int(TPM2_PT_HR.PERSISTENT_AVAIL), 1)
+    for prop in data.data.tpmProperties:
+        if int(prop.property) == int(TPM2_PT_HR.PERSISTENT_AVAIL):
+            return int(prop.value)
+    return None
+
+
+def _flush_all(ectx: Any, objects: list[Any]) -> None:
+    """Flush transient objects on every path; a flush that fails (the
+    connection broke) must not hide the error that got us here."""
+    for tr in objects:
+        try:
+            ectx.flush_context(tr)
+        except TSS2_Exception:
+            pass
 
 
 def _create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: bytes | None = None) -> tuple[Any, Any]:
@@ -205,29 +268,64 @@ def provision(tcti: str | None, *, signing_handle: int = 0x81000101, ak_handle: 
     info = device.info()
     _check_alg_supported(info, cose_alg)
 
+    handles = (signing_handle, ak_handle)
+    #: names before (old) and after (new), and whether a change was begun: for the
+    #: report of a failure part-way (filled in by the job as it goes)
+    old_names: dict[int, str] = {}
+    new_names: dict[int, str] = {}
+    changing: list[str] = []
+
     def job(ectx: Any) -> dict[str, Any]:
         device.make_room()
-        existing = {h: _read_persistent(ectx, h) for h in (signing_handle, ak_handle)}
+        existing = {h: _occupant(ectx, h, tcti) for h in handles}
         occupied = {h: p for h, p in existing.items() if p is not None}
+        old_names.update({h: bytes(p.get_name()).hex() for h, p in occupied.items()})
         if occupied and not force:
             desc = ", ".join(f"{format_handle(h)} (name {bytes(p.get_name()).hex()[:16]}…)" for h, p in occupied.items())
             raise HandleInUseError(f"TPM {tcti} already has keys at {desc}; pass --force to replace them",
                                    hint="capseal keys list 'tpm2:?tcti=…' shows what is there")
-        srk, srk_public, _, _, _ = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
+        room = _persistent_room(ectx)
+        need = len(handles) - len(occupied)  # evicting an old key frees its room
+        if room is not None and room < need:
+            raise DeviceError(f"TPM {tcti} has room for {room} more persistent object(s) "
+                              f"(TPM_PT_HR_PERSISTENT_AVAIL) and provisioning needs {need}; nothing was changed",
+                              hint="capseal keys list 'tpm2:?tcti=…' shows the persistent objects; evict one you "
+                                   "no longer need (tpm2_evictcontrol -C o -c 0x81…)")
+        loaded: list[Any] = []
         try:
+            srk, srk_public, _, _, _ = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
+            loaded.append(srk)
             key_priv, key_pub = _create_under_srk(ectx, srk, signing_template(cose_alg, with_auth=False))
             ak_priv, ak_pub = _create_under_srk(ectx, srk, TPM2B_PUBLIC.parse(AK_TEMPLATE, objectAttributes=_AK_ATTRS))
-            for h in occupied:  # only now that both new keys exist
-                _evict(ectx, h)
-            _persist(ectx, srk, key_priv, key_pub, signing_handle)
-            _persist(ectx, srk, ak_priv, ak_pub, ak_handle)
-        finally:
+            # both loaded before anything changes: a key the TPM will not load fails here, not after the evictions
+            key = ectx.load(srk, key_priv, key_pub)
+            loaded.append(key)
+            ak = ectx.load(srk, ak_priv, ak_pub)
+            loaded.append(ak)
+            new_names.update({signing_handle: bytes(key_pub.get_name()).hex(), ak_handle: bytes(ak_pub.get_name()).hex()})
+            # the SRK is done with; its slot is needed: the TPM loads a persistent object to evict it
             ectx.flush_context(srk)
+            loaded.remove(srk)
+            for h in occupied:
+                changing.append(f"evicting {format_handle(h)}")
+                _evict(ectx, h)
+            for tr, h in ((key, signing_handle), (ak, ak_handle)):
+                changing.append(f"persisting at {format_handle(h)}")
+                ectx.evict_control(ESYS_TR.OWNER, tr, h)
+        finally:
+            _flush_all(ectx, loaded)
         return {"srk": {"template": SRK_TEMPLATE_TEXT, "name": bytes(srk_public.get_name()).hex(),
                         "persistent": False},
                 "replaced": [format_handle(h) for h in occupied]}
 
-    made = device.call(job, what="provisioning keys", retry=False, timeout=None)
+    try:
+        made = device.call(job, what="provisioning keys", retry=False, timeout=None)
+    except CapsealError as exc:
+        if not changing:
+            if "nothing was changed" in str(exc) or isinstance(exc, HandleInUseError):
+                raise
+            raise type(exc)(f"{exc}; nothing on the TPM was changed", hint=exc.hint) from None
+        raise _incomplete(device, tcti, alg, handles, old_names, new_names, changing[-1], exc) from None
     sign_ref = TPMKeyURI(tcti=tcti, handle=signing_handle, ak_handle=ak_handle)
     signer = TPMSigner(sign_ref, device=device)
     try:
@@ -249,6 +347,40 @@ def provision(tcti: str | None, *, signing_handle: int = 0x81000101, ak_handle: 
         "replaced": made["replaced"],
         "custody": custody,
     }
+
+
+def _incomplete(device: TPMDevice, tcti: str, alg: str, handles: tuple[int, int], old: dict[int, str],
+                new: dict[int, str], step: str, exc: CapsealError) -> ProvisionIncompleteError:
+    """The error for a provisioning that failed after its first change: what
+    each handle holds now, read back on a fresh connection if need be."""
+    what = {handles[0]: "signing key", handles[1]: "attestation key"}
+    try:
+        now = device.call(lambda e: {h: _read_persistent(e, h) for h in handles},
+                          what="reading back the provisioned handles", timeout=30)
+        states = []
+        for h in handles:
+            public = now[h]
+            name = None if public is None else bytes(public.get_name()).hex()
+            if name is None:
+                state = "holds nothing" + (f" (its old key, name {old[h][:16]}…, was evicted)" if h in old else "")
+            elif name == new.get(h):
+                state = f"holds the new {what[h]} (name {name[:16]}…)"
+            elif name == old.get(h):
+                state = f"still holds its old key (name {name[:16]}…)"
+            else:
+                state = f"holds an object this run did not make (name {name[:16]}…)"
+            states.append(f"{format_handle(h)} {state}")
+        occupied = any(now[h] is not None for h in handles)
+        report = "; ".join(states)
+    except CapsealError as again:
+        occupied = True
+        report = f"what the handles hold now could not be read back ({again})"
+    cli_alg = next((k for k, v in _CLI_ALGS.items() if v == alg or k == alg.lower()), alg)
+    rerun = (f"capseal tpm provision --tcti '{tcti}' --handle {format_handle(handles[0])} "
+             f"--ak-handle {format_handle(handles[1])} --alg {cli_alg}" + (" --force" if occupied else ""))
+    return ProvisionIncompleteError(
+        f"provisioning on TPM {tcti} failed while {step}, after it had changed the TPM: {exc}. Now {report}",
+        hint=f"when the TPM works again, finish the job with: {rerun}")
 
 
 # ---------------------------------------------------------------------------- capseal keys create / list
@@ -284,7 +416,7 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
     def job(ectx: Any) -> Any:
         device.make_room()
         if ref.handle is not None:
-            current = _read_persistent(ectx, ref.handle)
+            current = _occupant(ectx, ref.handle, ref.tcti)
             if current is not None:
                 raise HandleInUseError(f"TPM {ref.tcti} already has a key at {format_handle(ref.handle)} "
                                        f"(name {bytes(current.get_name()).hex()[:16]}…)")
