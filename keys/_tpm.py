@@ -20,6 +20,7 @@ registries look for them.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import threading
 from concurrent.futures import Future
@@ -39,6 +40,7 @@ from tpm2_pytss.types import (
 )
 
 from capseal.errors import (
+    InputError,
     KeyNotFoundError,
     KeyURIError,
     PinIncorrectError,
@@ -51,7 +53,15 @@ from ._base import PendingSignature, SignatureResult, Signer
 from ._pin import usable_pin
 from ._registry import SecretsHandler
 from ._tpm_device import TPMDevice, TPMInfo, get_device
-from ._tpm_uri import TPM_RH_OWNER, TPMKeyFile, TPMKeyURI, format_handle, parse_handle, parse_tpm_uri
+from ._tpm_uri import (
+    TPM_RH_OWNER,
+    TPMKeyFile,
+    TPMKeyURI,
+    format_handle,
+    handle_argument,
+    parse_handle,
+    parse_tpm_uri,
+)
 from .custody import custody_statement
 
 __all__ = [
@@ -230,6 +240,10 @@ class TPMSigner(Signer):
     ) -> None:
         if not ref.names_key:
             raise KeyURIError("a tpm2: signing key URI names handle=0x81…… or keyfile=/path")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not math.isfinite(timeout) or timeout <= 0):
+            # a str was taken here and failed as a TypeError at the first signature; 0 timed out every one
+            raise InputError(f"timeout is {timeout!r}; give seconds as a positive number, or None for no limit")
         self._ref = ref
         self._auth = auth or None
         self._timeout = timeout
@@ -277,7 +291,10 @@ class TPMSigner(Signer):
         files that declare a non-empty auth."""
         if options:
             raise KeyURIError(f"unknown options for a tpm2: key: {sorted(options)}")
-        ak = parse_handle(ak_handle, "ak_handle") if isinstance(ak_handle, str) else ak_handle
+        if secrets_handler is not None and not callable(secrets_handler):
+            raise InputError(f"secrets_handler is a {type(secrets_handler).__name__}, not a callable")
+        ak = (parse_handle(ak_handle, "ak_handle") if isinstance(ak_handle, str)
+              else None if ak_handle is None else handle_argument(ak_handle, "ak_handle"))
         ref = parse_tpm_uri(uri, tcti=tcti, ak_handle=ak)
         if pin is None and secrets_handler is not None and ref.keyfile is not None:
             kf = _read_keyfile(ref.keyfile)

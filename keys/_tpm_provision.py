@@ -52,6 +52,7 @@ from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
 from capseal.errors import (
     CapsealError,
     DeviceError,
+    InputError,
     KeyNotFoundError,
     KeyURIError,
     SignerError,
@@ -80,6 +81,7 @@ from ._tpm_uri import (
     TPMKeyURI,
     check_tcti,
     format_handle,
+    handle_argument,
     is_persistent_handle,
     parse_tpm_uri,
 )
@@ -116,6 +118,14 @@ def signing_template(alg: str, *, with_auth: bool) -> TPM2B_PUBLIC:
         raise UnsupportedAlgorithmError(f"capseal cannot create a TPM key for {alg!r}; use p256, p384 or rsa-pss")
     attrs = _BASE_SIGN if with_auth else _BASE_SIGN | TPMA_OBJECT.NODA
     return TPM2B_PUBLIC.parse(template, objectAttributes=attrs)
+
+
+def _cose_alg(alg: object) -> str:
+    """The COSE name for a CLI (``p256``) or COSE (``ES256``) algorithm name.
+    Why checked: a non-str was an AttributeError from ``.lower()``."""
+    if not isinstance(alg, str):
+        raise KeyURIError(f"alg is a {type(alg).__name__}, not an algorithm name; use p256, p384 or rsa-pss")
+    return _CLI_ALGS.get(alg.lower(), alg)
 
 
 def _check_alg_supported(info: TPMInfo, alg: str) -> None:
@@ -258,7 +268,11 @@ def provision(tcti: str | None, *, signing_handle: int = 0x81000101, ak_handle: 
     names, plus the signing key's custody statement with a verified
     TPM2_Certify by the AK. Refuses occupied handles unless ``force``."""
     tcti = DEFAULT_TCTI if tcti is None else check_tcti(tcti, "--tcti")
-    cose_alg = _CLI_ALGS.get(alg.lower(), alg)
+    cose_alg = _cose_alg(alg)
+    handle_argument(signing_handle, "signing_handle")
+    handle_argument(ak_handle, "ak_handle")
+    if not isinstance(force, bool):  # force="no" is truthy: it replaced the keys
+        raise InputError(f"force is a {type(force).__name__}, not True or False")
     for h, what in ((signing_handle, "signing key"), (ak_handle, "attestation key")):
         if not is_persistent_handle(h):
             raise KeyURIError(f"{what} handle {format_handle(h)} is not a persistent handle (0x81000000–0x817fffff)")
@@ -399,7 +413,7 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
         raise KeyURIError(f"unknown options for a tpm2: key: {sorted(opts)}")
     if not ref.names_key:
         raise KeyURIError("keys create needs tpm2:handle=0x81…?tcti=… or tpm2:keyfile=/path?tcti=…")
-    cose_alg = _CLI_ALGS.get(alg.lower(), alg)
+    cose_alg = _cose_alg(alg)
     device = get_device(ref.tcti)
     _check_alg_supported(device.info(), cose_alg)
     auth = auth_value(pin, ref.describe_key(), CREATE_AUTH_BYTES)  # before anything is created

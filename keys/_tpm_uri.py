@@ -54,6 +54,7 @@ __all__ = [
     "check_tcti",
     "explicit_tcti",
     "format_handle",
+    "handle_argument",
     "is_persistent_handle",
 ]
 
@@ -90,6 +91,17 @@ def parse_handle(text: str, what: str = "handle") -> int:
     value = int(text, 16) if text[:2] in ("0x", "0X") else int(text, 10)
     if value > 0xFFFFFFFF:
         raise KeyURIError(f"{what} {text!r} is not a 32-bit TPM handle")
+    return value
+
+
+def handle_argument(value: object, what: str) -> int:
+    """A handle given to the Python API, which takes an int (``0x81000101``).
+
+    Why checked: a str there was a raw TypeError from the range check (``'<='
+    not supported``), a float a ValueError from formatting it, and True read
+    as handle 1. Text is parsed with :func:`parse_handle`, never guessed at."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KeyURIError(f"{what} is a {type(value).__name__}, not an int TPM handle (e.g. 0x81000101)")
     return value
 
 

@@ -35,6 +35,8 @@ _LISTERS = {
 
 
 def normalize_alg(alg: str) -> str:
+    if not isinstance(alg, str):  # was an AttributeError from .lower()
+        raise KeyURIError(f"alg is a {type(alg).__name__}, not an algorithm name; use ed25519, p256, p384 or rsa-pss")
     name = ALG_ALIASES.get(alg.lower(), alg)
     if name not in ("EdDSA", "ES256", "ES384", "PS256"):
         raise KeyURIError(f"unknown algorithm {alg!r}; use ed25519, p256, p384 or rsa-pss")
@@ -42,6 +44,8 @@ def normalize_alg(alg: str) -> str:
 
 
 def _backend(table: dict[str, str], uri: str) -> Any:
+    if not isinstance(uri, str):  # bytes was a TypeError from split()
+        raise KeyURIError(f"uri is a {type(uri).__name__}, not a key URI string")
     scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
     target = table.get(scheme)
     if target is None:

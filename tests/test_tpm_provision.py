@@ -264,3 +264,51 @@ def test_no_room_for_both_keys_is_refused_before_anything_changes(tcti: str) -> 
     finally:
         ectx.close()
     assert provision(tcti, signing_handle=KEY, ak_handle=AK, alg="p256")["replaced"] == []
+
+
+# ---------------------------------------------------------------------------- wrongly typed arguments
+
+
+def _bad_calls(tcti: str) -> list[Any]:
+    from capseal.keys import open_signer
+    from capseal.keys._tpm import create_key
+    from capseal.keys.provision import create_key as create_any_key
+
+    uri = f"tpm2:handle=0x81000e01?tcti={tcti}"
+    return [
+        ("alg", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=0x81000e02, alg=1)),
+        ("signing_handle", lambda: provision(tcti, signing_handle="0x81000e01", ak_handle=0x81000e02)),
+        ("ak_handle", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=1.5)),
+        ("ak_handle", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=True)),
+        ("tcti", lambda: provision(b"swtpm:", signing_handle=0x81000e01, ak_handle=0x81000e02)),
+        ("force", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=0x81000e02, force="no")),
+        ("alg", lambda: create_key(uri, 1)),
+        ("alg", lambda: create_any_key(uri, 1)),
+        ("uri", lambda: create_any_key(b"tpm2:handle=0x81000e01", "p256")),
+        ("tcti", lambda: create_key("tpm2:handle=0x81000e01", "p256", tcti=b"swtpm:")),
+        ("tcti", lambda: open_signer("tpm2:handle=0x81000e01", tcti=b"swtpm:")),
+        ("ak_handle", lambda: open_signer(uri, ak_handle=1.5)),
+        ("ak_handle", lambda: open_signer(uri, ak_handle=b"0x81000e02")),
+        ("timeout", lambda: open_signer(uri, timeout="5")),
+        ("timeout", lambda: open_signer(uri, timeout=0)),
+        ("secrets_handler", lambda: open_signer(uri, secrets_handler=5)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(16))
+def test_a_wrongly_typed_argument_is_a_typed_error_naming_it(swtpm: Any, case: int) -> None:
+    """Before: AttributeError ('int' object has no attribute 'lower'),
+    TypeError ('<=' not supported …), ValueError (Unknown format code 'x'), or
+    nothing at all: force="no" replaced the keys, timeout="5" was taken and
+    failed at the first signature. Now each is an InputError (KeyURIError for
+    what names a key or TPM) naming the argument, before the TPM is touched."""
+    from capseal.errors import InputError, KeyURIError
+
+    calls = _bad_calls(swtpm.tcti)
+    assert len(calls) == 16
+    argument, call = calls[case]
+    with pytest.raises((InputError, KeyURIError)) as info:
+        call()
+    assert argument.lower() in str(info.value).lower()
+    assert "0x81000e01" not in _names(swtpm.tcti)
+
