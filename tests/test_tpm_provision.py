@@ -21,6 +21,8 @@ from capseal.keys._tpm import provision, srk_template
 from capseal.keys._tpm_device import get_device, transient_handles
 from capseal.keys._tpm_provision import HandleInUseError, ProvisionIncompleteError, list_keys
 
+from .tpm_keys import key_file_under_srk
+
 KEY, AK = 0x81000101, 0x81000102
 
 
@@ -322,30 +324,15 @@ def test_a_key_that_signs_and_decrypts_is_described_as_such(tcti: str, tmp_path:
     statement says plainly that it also decrypts (key_attributes.decrypt,
     as the TPM's ReadPublic reports it), next to the verified certify."""
     from tpm2_pytss.constants import TPMA_OBJECT
-    from tpm2_pytss.types import TPM2B_PUBLIC
 
     from capseal.keys import open_signer
     from capseal.keys._tpm_certify import verify_certify
-    from capseal.keys._tpm_uri import TPMKeyFile
 
     provision(tcti, signing_handle=KEY, ak_handle=AK, alg="p256")
-    device = get_device(tcti)
     attrs = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.DECRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT
              | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH | TPMA_OBJECT.NODA)
-
-    def make(ectx: Any) -> tuple[bytes, bytes]:
-        device.make_room()
-        srk = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)[0]
-        try:  # sign|decrypt needs no fixed scheme (TPM_ALG_NULL)
-            template = TPM2B_PUBLIC.parse("ecc256:null:null", objectAttributes=attrs)
-            private, public, *_ = ectx.create(srk, TPM2B_SENSITIVE_CREATE(), template)
-            return bytes(private.marshal()), bytes(public.marshal())
-        finally:
-            ectx.flush_context(srk)
-
-    private, public = device.call(make)
-    path = tmp_path / "sign-and-decrypt.tss"
-    path.write_bytes(TPMKeyFile(public=public, private=private).to_pem())
+    # sign|decrypt needs no fixed scheme (TPM_ALG_NULL)
+    path = key_file_under_srk(tcti, "ecc256:null:null", attrs, tmp_path / "sign-and-decrypt.tss")
     with open_signer(f"tpm2:keyfile={path}?tcti={tcti}&ak-handle=0x{AK:08x}") as signer:
         assert signer.alg == "ES256" and signer.sign(b"x").alg == "ES256"
         custody = signer.describe()

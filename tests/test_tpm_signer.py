@@ -26,6 +26,7 @@ from capseal.keys._tpm_uri import TPMKeyFile, parse_tpm_uri
 
 from .cose_checks import assert_envelope_verifies_independently
 from .stress import seal_from_threads
+from .tpm_keys import key_file_under_srk
 
 P256, AK, RSA = 0x81000A01, 0x81000A02, 0x81000A03  # a range of our own on the shared session swtpm
 
@@ -436,27 +437,10 @@ def test_a_duplicable_key_file_is_described_as_such_with_an_ak(tpm: dict[str, An
     TPM2_Certify is claimed for it. Before: describe() raised
     SignatureFailedError "returned a TPM2_Certify that does not verify",
     blaming the TPM for the key's attributes (and no epoch could be sealed)."""
-    from tpm2_pytss.constants import ESYS_TR, TPMA_OBJECT
-    from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
+    from tpm2_pytss.constants import TPMA_OBJECT
 
-    from capseal.keys._tpm import srk_template
-
-    device = get_device(tpm["tcti"])
     attrs = TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH | TPMA_OBJECT.NODA
-
-    def make(ectx: Any) -> tuple[bytes, bytes]:
-        device.make_room()
-        srk, *_ = ectx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)
-        try:
-            template = TPM2B_PUBLIC.parse("ecc256:ecdsa-sha256:null", objectAttributes=attrs)
-            private, public, *_ = ectx.create(srk, TPM2B_SENSITIVE_CREATE(), template)
-            return bytes(private.marshal()), bytes(public.marshal())
-        finally:
-            ectx.flush_context(srk)
-
-    private, public = device.call(make)
-    path = tmp_path / "duplicable.tss"
-    path.write_bytes(TPMKeyFile(public=public, private=private).to_pem())
+    path = key_file_under_srk(tpm["tcti"], "ecc256:ecdsa-sha256:null", attrs, tmp_path / "duplicable.tss")
     with open_signer(f"tpm2:keyfile={path}?tcti={tpm['tcti']}&ak-handle=0x{AK:08x}") as signer:
         custody = signer.describe()
         with Producer("acme", "buyer-agent@1.4", signer, tmp_path / "l.db"):
