@@ -202,6 +202,27 @@ def test_a_key_capseal_cannot_sign_with_is_named_with_its_token(softhsm: Any) ->
     assert softhsm.label in message and repr(label) in message and "1024" in message and "2048" in message, message
 
 
+def test_a_key_that_wants_a_pin_per_signature_is_refused(softhsm: Any) -> None:
+    """hardware/README.md: keys with CKA_ALWAYS_AUTHENTICATE (a PIN for every
+    signature, as on PIV slot 9c) are refused, since capseal signs unattended.
+    The refusal is typed and names the token and the key; nothing is signed."""
+    label = f"always-auth-{os.urandom(3).hex()}"
+
+    def make(rw: Any) -> None:
+        dp = rw.create_domain_parameters(KeyType.EC, {Attribute.EC_PARAMS: CURVE_PARAMS["ES256"][0]}, local=True)
+        dp.generate_keypair(store=True, label=label, id=os.urandom(4),
+                            private_template={Attribute.SENSITIVE: True, Attribute.EXTRACTABLE: False,
+                                              Attribute.SIGN: True, Attribute.ALWAYS_AUTHENTICATE: True})
+
+    on_token(softhsm, make)
+    assert on_token(softhsm, lambda rw: bool(rw.get_key(label=label, object_class=ObjectClass.PRIVATE_KEY)
+                                             [Attribute.ALWAYS_AUTHENTICATE]))
+    with pytest.raises(UnsupportedAlgorithmError) as err:
+        open_signer(softhsm.uri(label), pin=softhsm.pin)
+    message = str(err.value)
+    assert "CKA_ALWAYS_AUTHENTICATE" in message and softhsm.label in message and repr(label) in message, message
+
+
 # ---------------------------------------------------------------------- attributes the token did not report
 
 
