@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,3 +63,76 @@ def test_example_runs_and_prints(name: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     for pattern in EXPECTED[name]:
         assert re.search(pattern, proc.stdout, re.M), f"{name}: {pattern!r} not in output:\n{proc.stdout}"
+
+
+# ---------------------------------------------------------------------- snippets in the READMEs, run as shown
+
+ROOT = EXAMPLES.parent
+CLI = str(Path(sys.executable).parent / "capseal")
+
+
+def _python_block(doc: Path, after: str) -> str:
+    """The first ```python block in ``doc`` after the line ``after``."""
+    text = doc.read_text()
+    start = text.index(after)
+    match = re.search(r"```python\n(.*?)^ *```", text[start:], re.S | re.M)
+    assert match is not None, f"no python block after {after!r} in {doc}"
+    return textwrap.dedent(match.group(1))
+
+
+def _substitute(snippet: str, replacements: dict[str, str]) -> str:
+    """``snippet`` with each placeholder replaced; each must be in it (a doc
+    change that drops one should fail here, not run something else)."""
+    for old, new in replacements.items():
+        assert old in snippet, f"{old!r} is no longer in the snippet:\n{snippet}"
+        snippet = snippet.replace(old, new)
+    return snippet
+
+
+def test_readme_use_snippet_runs_as_shown(tmp_path: Path) -> None:
+    """README.md "Use", with only the key path changed to a key made by
+    `capseal keys create file:…`: it seals into capsules.db in the working
+    directory, prints the capsule id and the derived assurance, and the
+    ledger verifies."""
+    key = tmp_path / "seal-key.pem"
+    made = subprocess.run([CLI, "keys", "create", f"file:{key}", "--alg", "ed25519"], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    snippet = _substitute(_python_block(ROOT / "README.md", "## Use"), {"/etc/capseal/seal-key.pem": str(key)})
+    proc = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"[0-9a-f]{64} \{'attestation_mode': 'self_attested', 'effect_mode': 'confirmed', "
+                        r"'ledger_mode': 'chained'\}\n", proc.stdout), proc.stdout
+    verified = subprocess.run([CLI, "verify", "capsules.db"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert verified.returncode == 0 and "3 records, 3 ok" in verified.stdout, verified.stdout + verified.stderr
+
+
+def test_hardware_readme_token_steps_run_as_shown(softhsm: Any, tmp_path: Path) -> None:
+    """hardware/README.md, "Provisioning a key on a token": step 2's
+    `capseal keys create` (PIN from a file), step 4's Python with the PIN from
+    pin-source=, and `capseal verify … --trust` with the printed public key,
+    on a SoftHSM2 token of their own ("agents" in the doc)."""
+    label = f"agents-{os.urandom(3).hex()}"
+    softhsm.add_token(label)
+    pin_file = tmp_path / "token.pin"
+    pin_file.write_text(softhsm.pin + "\n")
+    pin_file.chmod(0o600)
+    subs = {"token=agents": f"token={label}", "module-path=…": f"module-path={softhsm.module}",
+            "/etc/capseal/token.pin": str(pin_file)}
+    doc = (ROOT / "hardware" / "README.md").read_text()
+    create = re.search(r"^ *(capseal keys create 'pkcs11:[^\n]*)$", doc, re.M)
+    assert create is not None
+    made = subprocess.run(shlex.split(_substitute(create.group(1), subs)), capture_output=True, text=True, timeout=120,
+                          executable=CLI)
+    assert made.returncode == 0, made.stderr
+    info = json.loads(made.stdout)
+    assert info["alg"] == "EdDSA" and ";object=seal-key;id=" in info["uri"] and softhsm.pin not in made.stdout
+    (tmp_path / "seal-key.pem").write_text(info["public_key_pem"])
+
+    snippet = _substitute(_python_block(ROOT / "hardware" / "README.md", "4. **Seal with it:**"), subs)
+    snippet = "from capseal import Producer\nfrom capseal.keys import open_signer\n" + snippet.replace(
+        "producer: ...", "producer:\n    producer.seal({'action_id': 'hw-1', 'action_type': 'fyi'})")
+    proc = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    verified = subprocess.run([CLI, "verify", "capsules.db", "--trust", "seal-key.pem"], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+    assert verified.returncode == 0 and "2 records, 2 ok" in verified.stdout, verified.stdout + verified.stderr
