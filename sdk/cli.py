@@ -243,7 +243,8 @@ def _verify_json_file(args: argparse.Namespace, trusted: list[Any], evidence_tru
                   f"derived={json.dumps(entry['derived'], sort_keys=True)}  signature={entry.get('signature', 'unclaimed')}{ev}")
             for f in entry["findings"]:
                 if args.verbose or f["severity"] != "info":
-                    print(f"    [{f['severity']}] check {f['check']} {f['code']}: {f['detail']}")
+                    check = f"check {f['check']} " if f["check"] is not None else ""  # not every finding has a §6 check
+                    print(f"    [{f['severity']}] {check}{f['code']}: {f['detail']}")
     return EXIT_OK if all_ok else EXIT_NOT_OK
 
 
@@ -483,6 +484,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"capseal: hint: {exc.hint}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
+        return EXIT_ERROR
+    except BrokenPipeError:
+        # the reader went away (``capseal … | head``): its choice, not a failure to
+        # report. Later writes, and the flush at exit, go nowhere instead of raising again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
     except Exception as exc:  # never a bare traceback
         print(f"capseal: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -187,3 +187,23 @@ def test_seal_refuses_a_batch_with_a_bad_spec_and_writes_none_of_it(tmp_path: Pa
     assert f"{spec}[2]" in proc.stderr and "nothing was sealed" in proc.stderr, proc.stderr
     with sqlite3.connect(ledger) as db:
         assert db.execute("SELECT count(*) FROM records").fetchone()[0] == 0
+
+
+def test_a_closed_pipe_is_not_an_internal_error(sealed: tuple[Path, Path, Path]) -> None:
+    """``capseal ledger export … | head -1``: the reader goes away early. It
+    ended in "capseal: internal error: BrokenPipeError"; a closed pipe is the
+    reader's choice, not a failure to report."""
+    _, ledger, _ = sealed
+    proc = subprocess.run(f"'{CLI}' ledger export '{ledger}' | head -c 1", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout == "{" and "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_finding_without_a_check_number_prints_none(sealed: tuple[Path, Path, Path]) -> None:
+    """A finding that belongs to no -05 §6 check printed as "check None …"."""
+    _, _, record = sealed
+    data = json.loads(record.read_text())
+    data["capsule"]["signature"] = data["capsule"]["signature"][:-2] + "00"  # the signature no longer verifies
+    record.write_text(json.dumps(data))
+    proc = run("verify", str(record), "--verbose")
+    assert proc.returncode == 1 and "check None" not in proc.stdout, proc.stdout
