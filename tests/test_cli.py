@@ -193,7 +193,13 @@ def test_a_closed_pipe_is_not_an_internal_error(sealed: tuple[Path, Path, Path])
     """``capseal ledger export … | head -1``: the reader goes away early. It
     ended in "capseal: internal error: BrokenPipeError"; a closed pipe is the
     reader's choice, not a failure to report."""
+    from capseal import Producer
+    from capseal.keys import UnsafeEphemeralSigner
+
     _, ledger, _ = sealed
+    with Producer("acme", "a@1", UnsafeEphemeralSigner(), ledger) as producer:  # far more than a pipe holds (64 KiB)
+        for i in range(200):
+            producer.submit({"action_id": f"bulk-{i}", "action_type": "fyi"})
     proc = subprocess.run(f"'{CLI}' ledger export '{ledger}' | head -c 1", shell=True, capture_output=True,
                           text=True, timeout=120)
     assert proc.stdout == "{" and "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
