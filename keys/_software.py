@@ -41,6 +41,22 @@ def generate_private_key(alg: str) -> Any:
     raise UnsupportedAlgorithmError(f"unknown algorithm {alg!r}; use one of {_ALGS}")
 
 
+def _passphrase(pin: object, source: str) -> bytes | None:
+    """``pin`` as the UTF-8 bytes of a PEM passphrase; None for no passphrase.
+    Anything but a str that encodes as UTF-8 is PinIncorrectError naming
+    ``source`` and chaining nothing: ``bytes`` has no ``encode`` and a
+    UnicodeEncodeError's args hold the whole passphrase."""
+    if pin is None or pin == "":
+        return None
+    if not isinstance(pin, str):
+        raise PinIncorrectError(f"the passphrase from {source} is a {type(pin).__name__}, not a str")
+    try:
+        return pin.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    raise PinIncorrectError(f"the passphrase from {source} is not valid UTF-8 text (it holds undecodable bytes)")
+
+
 def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | None = None) -> Path:
     """Write ``key`` as PKCS#8 PEM with mode 0600 (created exclusively)."""
     enc: serialization.KeySerializationEncryption = (
@@ -116,7 +132,8 @@ class FileSigner(SoftwareSigner):
     """``file:/path/key.pem``: a PKCS#8 PEM private key (Ed25519, P-256, P-384,
     RSA ≥ 2048 for PS256). An encrypted PEM takes its passphrase as ``pin``."""
 
-    def __init__(self, path: str | os.PathLike[str], *, pin: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, pin: str | None = None, pin_source: str = "pin=") -> None:
+        password = _passphrase(pin, pin_source)  # before the file is read: a bad one is refused whatever the file
         p = Path(path)
         try:
             data = p.read_bytes()
@@ -125,7 +142,6 @@ class FileSigner(SoftwareSigner):
             raise KeyNotFoundError(f"no key file at {p}") from None
         except OSError as exc:
             raise KeyNotFoundError(f"cannot read key file {p}: {exc.strerror}") from None
-        password = pin.encode("utf-8") if pin else None
         try:
             key = serialization.load_pem_private_key(data, password=password)
         except TypeError:
@@ -149,7 +165,7 @@ class FileSigner(SoftwareSigner):
     def from_uri(cls, uri: str, *, pin: str | None = None, secrets_handler: Any = None, **_: Any) -> FileSigner:
         path = cls.path_of(uri)
         if pin is None and secrets_handler is not None and _is_encrypted(path):
-            pin = secrets_handler(f"passphrase for {path}")
+            return cls(path, pin=secrets_handler(f"passphrase for {path}"), pin_source="secrets_handler")
         return cls(path, pin=pin)
 
     @staticmethod
@@ -189,7 +205,7 @@ def create_file_key(uri: str, alg: str, *, pin: str | None = None, **_: Any) -> 
     """``capseal keys create file:/path --alg …``: a new PKCS#8 PEM (mode 0600,
     never overwriting), encrypted with ``pin`` when one is given."""
     path = FileSigner.path_of(uri)
-    write_pkcs8(generate_private_key(alg), path, passphrase=pin.encode("utf-8") if pin else None)
+    write_pkcs8(generate_private_key(alg), path, passphrase=_passphrase(pin, "pin="))
     return FileSigner(path, pin=pin)
 
 

@@ -21,6 +21,7 @@ from capseal.keys import (
     redact_uri,
     write_pkcs8,
 )
+from capseal.keys.provision import create_key
 
 from .cose_checks import assert_envelope_verifies_independently
 
@@ -95,3 +96,22 @@ def test_cli_keys_file_roundtrip(tmp_path: Path) -> None:
     listed = json.loads(subprocess.run([str(cli), "keys", "list", f"file:{tmp_path}"], check=True, capture_output=True, text=True).stdout)
     assert created["kid"] == shown["kid"] == listed[0]["kid"] and shown["alg"] == "ES256"
     assert shown["custody"]["software_device"] is True
+
+
+def test_file_key_passphrase_that_is_not_text_is_a_typed_error_that_never_holds_it(tmp_path: Path) -> None:
+    """A passphrase that is bytes, not a str or not UTF-8 (a lone surrogate
+    from os.fsdecode) was an AttributeError or a UnicodeEncodeError whose args
+    hold the whole passphrase; create_key then left nothing, and must still."""
+    path = tmp_path / "k.pem"
+    write_pkcs8(generate_private_key("ES256"), path, passphrase=b"s3cret")
+    tries = [({"pin": b"s3cret"}, "pin="), ({"pin": "s3cret\udcff"}, "pin="),
+             ({"secrets_handler": lambda prompt: 1234}, "secrets_handler"),
+             ({"secrets_handler": lambda prompt: "s3cret\udcff"}, "secrets_handler")]
+    for kwargs, source in tries:
+        with pytest.raises(PinIncorrectError, match=source) as err:
+            open_signer(f"file:{path}", **kwargs)  # type: ignore[arg-type]
+        assert err.value.__cause__ is None and err.value.__context__ is None
+        assert "s3cret" not in repr(err.value.args) and "s3cret" not in str(err.value)
+    with pytest.raises(PinIncorrectError) as err:
+        create_key(f"file:{tmp_path}/new.pem", "p256", pin="x\udcffs3cret")
+    assert "s3cret" not in repr(err.value.args) and not (tmp_path / "new.pem").exists()
