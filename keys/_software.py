@@ -178,6 +178,8 @@ class FileSigner(SoftwareSigner):
         path = unquote(parts.path)
         if not path:
             raise KeyURIError("file: key URI has no path")
+        if "\x00" in path:  # the OS call would raise a bare ValueError ('embedded null byte')
+            raise KeyURIError("file: key URI path holds a NUL byte (%00), which no file path can")
         return path
 
 

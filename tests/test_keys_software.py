@@ -115,3 +115,14 @@ def test_file_key_passphrase_that_is_not_text_is_a_typed_error_that_never_holds_
     with pytest.raises(PinIncorrectError) as err:
         create_key(f"file:{tmp_path}/new.pem", "p256", pin="x\udcffs3cret")
     assert "s3cret" not in repr(err.value.args) and not (tmp_path / "new.pem").exists()
+
+
+def test_file_uri_with_a_nul_byte_is_a_key_uri_error(tmp_path: Path) -> None:
+    """``%00`` decodes to a NUL, which no path holds: open and create raised
+    a bare ValueError ('embedded null byte') from the OS call."""
+    for uri in (f"file:{tmp_path}/a%00b.pem", f"file:{tmp_path}/a\x00b.pem"):
+        with pytest.raises(KeyURIError, match="NUL"):
+            open_signer(uri)
+        with pytest.raises(KeyURIError, match="NUL"):
+            create_key(uri, "ed25519")
+    assert list(tmp_path.iterdir()) == []
