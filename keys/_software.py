@@ -12,7 +12,7 @@ import stat
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
@@ -156,7 +156,7 @@ class FileSigner(SoftwareSigner):
             raise UnsupportedAlgorithmError(f"{p}: {type(exc).__name__}") from None
         super().__init__(
             key,
-            uri=f"file:{p}",
+            uri=file_uri(p),
             key_store="file",
             extra={"file_mode": f"{mode:04o}", "encrypted": password is not None},
         )
@@ -181,6 +181,13 @@ class FileSigner(SoftwareSigner):
         if "\x00" in path:  # the OS call would raise a bare ValueError ('embedded null byte')
             raise KeyURIError("file: key URI path holds a NUL byte (%00), which no file path can")
         return path
+
+
+def file_uri(path: str | os.PathLike[str]) -> str:
+    """The ``file:`` URI that :meth:`FileSigner.path_of` reads back as ``path``:
+    '%', '?', '#' and the like are percent-encoded, or the URI capseal prints
+    would name another file or be refused as having a query."""
+    return "file:" + quote(os.fspath(path), safe="/", errors="surrogateescape")
 
 
 def _is_encrypted(path: str) -> bool:
@@ -220,7 +227,7 @@ def list_file_keys(uri: str, *, pin: str | None = None, **_: Any) -> list[dict[s
         try:
             signer = FileSigner(f, pin=pin)
         except Exception as exc:  # list what can be listed; say why the rest cannot
-            out.append({"uri": f"file:{f}", "error": type(exc).__name__})
+            out.append({"uri": file_uri(f), "error": type(exc).__name__})
             continue
         out.append({"uri": signer.uri, "alg": signer.alg, "kid": signer.kid})
     return out

@@ -126,3 +126,23 @@ def test_file_uri_with_a_nul_byte_is_a_key_uri_error(tmp_path: Path) -> None:
         with pytest.raises(KeyURIError, match="NUL"):
             create_key(uri, "ed25519")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_file_signer_uri_opens_the_same_key_again(tmp_path: Path) -> None:
+    """A signer's uri (printed by keys create/show/list, sealed nowhere else)
+    was ``file:`` + the raw path: a '?' in the name made it a refused query,
+    a '%41' in the name opened another file, 'pA.pem'."""
+    import json
+    import subprocess
+    import sys
+
+    for name, encoded in (("a?b.pem", "a%3Fb.pem"), ("p%41.pem", "p%2541.pem"), ("c d#e.pem", "c%20d%23e.pem")):
+        write_pkcs8(generate_private_key("EdDSA"), tmp_path / name)
+        signer = open_signer(f"file:{tmp_path}/{encoded}")
+        assert open_signer(signer.uri).kid == signer.kid
+    (tmp_path / "p%41.pem").rename(tmp_path / "p%41.x")  # leave one .pem, whose listed uri must open it
+    (tmp_path / "a?b.pem").unlink()
+    cli = Path(sys.executable).parent / "capseal"
+    listed = json.loads(subprocess.run([str(cli), "keys", "list", f"file:{tmp_path}"], check=True,
+                                       capture_output=True, text=True).stdout)
+    assert [open_signer(k["uri"]).kid for k in listed] == [k["kid"] for k in listed] != []
