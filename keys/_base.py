@@ -68,8 +68,12 @@ def alg_for_public_key(public_key: Any) -> str:
             return "ES256"
         if public_key.curve.name == "secp384r1":
             return "ES384"
-    if isinstance(public_key, rsa.RSAPublicKey) and public_key.key_size >= 2048:
-        return "PS256"
+        # named, or the refusal reads as if EC keys were not supported at all
+        raise UnsupportedAlgorithmError(f"EC keys on curve {public_key.curve.name} are not supported; use P-256 or P-384")
+    if isinstance(public_key, rsa.RSAPublicKey):
+        if public_key.key_size >= 2048:
+            return "PS256"
+        raise UnsupportedAlgorithmError(f"RSA keys of {public_key.key_size} bits are not supported; PS256 needs at least 2048")
     raise UnsupportedAlgorithmError(f"keys of type {type(public_key).__name__} are not supported")
 
 

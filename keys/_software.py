@@ -154,6 +154,10 @@ class FileSigner(SoftwareSigner):
             raise KeyNotFoundError(f"{p} is not a PEM private key") from None
         except Exception as exc:  # unsupported key types raise various errors
             raise UnsupportedAlgorithmError(f"{p}: {type(exc).__name__}") from None
+        try:
+            alg_for_public_key(key.public_key())
+        except UnsupportedAlgorithmError as exc:  # name the file, as the errors above do
+            raise UnsupportedAlgorithmError(f"key file {p}: {exc}") from None
         super().__init__(
             key,
             uri=file_uri(p),

@@ -146,3 +146,19 @@ def test_file_signer_uri_opens_the_same_key_again(tmp_path: Path) -> None:
     listed = json.loads(subprocess.run([str(cli), "keys", "list", f"file:{tmp_path}"], check=True,
                                        capture_output=True, text=True).stdout)
     assert [open_signer(k["uri"]).kid for k in listed] == [k["kid"] for k in listed] != []
+
+
+def test_unsupported_file_key_says_what_is_wrong_with_it(tmp_path: Path) -> None:
+    """RSA under 2048 bits and curves other than P-256/P-384 were refused as
+    'keys of type RSAPublicKey/ECPublicKey are not supported', which reads as
+    if RSA or EC keys were not supported at all."""
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    from capseal.errors import UnsupportedAlgorithmError
+
+    write_pkcs8(rsa.generate_private_key(public_exponent=65537, key_size=1024), tmp_path / "rsa.pem")
+    write_pkcs8(ec.generate_private_key(ec.SECP256K1()), tmp_path / "k1.pem")
+    with pytest.raises(UnsupportedAlgorithmError, match="1024.*2048"):
+        open_signer(f"file:{tmp_path}/rsa.pem")
+    with pytest.raises(UnsupportedAlgorithmError, match="secp256k1.*P-256"):
+        open_signer(f"file:{tmp_path}/k1.pem")
