@@ -195,11 +195,21 @@ def file_uri(path: str | os.PathLike[str]) -> str:
 
 
 def _is_encrypted(path: str) -> bool:
+    """Whether the PEM at ``path`` needs a passphrase, so that a
+    secrets_handler is asked only then. Looks past the first line: openssl
+    puts text (Bag Attributes) before the PEM, and an encrypted traditional
+    PEM (``openssl ec -aes256``) says so in a Proc-Type header."""
     try:
         with open(path, "rb") as fh:
-            return b"ENCRYPTED PRIVATE KEY" in fh.read(64)
+            head = fh.read(_PEM_HEAD)
     except OSError:
         return False
+    return b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in head or b"Proc-Type: 4,ENCRYPTED" in head
+
+
+#: How much of a key file :func:`_is_encrypted` reads: more than any text
+#: openssl writes before a PEM block, far less than a large file.
+_PEM_HEAD = 64 * 1024
 
 
 class UnsafeEphemeralSigner(SoftwareSigner):

@@ -162,3 +162,29 @@ def test_unsupported_file_key_says_what_is_wrong_with_it(tmp_path: Path) -> None
         open_signer(f"file:{tmp_path}/rsa.pem")
     with pytest.raises(UnsupportedAlgorithmError, match="secp256k1.*P-256"):
         open_signer(f"file:{tmp_path}/k1.pem")
+
+
+def test_secrets_handler_is_asked_for_any_encrypted_pem(tmp_path: Path) -> None:
+    """The handler was asked only when 'ENCRYPTED PRIVATE KEY' was in the
+    first 64 bytes: an encrypted traditional PEM (Proc-Type: 4,ENCRYPTED, as
+    openssl ec/rsa -aes256 writes) or a PKCS#8 PEM after text (Bag
+    Attributes from openssl pkcs12) was refused as 'pass its passphrase'."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = generate_private_key("ES256")
+    enc = serialization.BestAvailableEncryption(b"pw")
+    (tmp_path / "trad.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, enc))
+    (tmp_path / "bag.pem").write_bytes(b"Bag Attributes\n    localKeyID: 01 02 03 04 05 06 07 08 09 0A\n"
+                                       b"Key Attributes: <No Attributes>\n"
+                                       + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
+    prompts: list[str] = []
+
+    def handler(prompt: str) -> str:
+        prompts.append(prompt)
+        return "pw"
+
+    for name in ("trad.pem", "bag.pem"):
+        signer = open_signer(f"file:{tmp_path}/{name}", secrets_handler=handler)
+        assert signer.kid == kid_for(key.public_key())
+    assert len(prompts) == 2
