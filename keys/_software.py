@@ -228,7 +228,13 @@ def create_file_key(uri: str, alg: str, *, pin: str | None = None, **_: Any) -> 
     """``capseal keys create file:/path --alg …``: a new PKCS#8 PEM (mode 0600,
     never overwriting), encrypted with ``pin`` when one is given."""
     path = FileSigner.path_of(uri)
-    write_pkcs8(generate_private_key(alg), path, passphrase=_passphrase(pin, "pin="))
+    passphrase = _passphrase(pin, "pin=")
+    try:  # typed, as the other backends' refusals are: the CLI printed these as 'internal error'
+        write_pkcs8(generate_private_key(alg), path, passphrase=passphrase)
+    except FileExistsError:  # O_EXCL: a file, or a symlink planted at the path, even a dangling one
+        raise KeyURIError(f"{path} already exists; capseal never overwrites a key file") from None
+    except OSError as exc:
+        raise KeyURIError(f"cannot write key file {path}: {exc.strerror}") from None
     return FileSigner(path, pin=pin)
 
 

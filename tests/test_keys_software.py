@@ -188,3 +188,27 @@ def test_secrets_handler_is_asked_for_any_encrypted_pem(tmp_path: Path) -> None:
         signer = open_signer(f"file:{tmp_path}/{name}", secrets_handler=handler)
         assert signer.kid == kid_for(key.public_key())
     assert len(prompts) == 2
+
+
+def test_keys_create_file_refusals_are_typed_and_change_nothing(tmp_path: Path) -> None:
+    """An existing file, a symlink planted at the path (even a dangling one)
+    and a missing directory: create_key raised bare FileExistsError /
+    FileNotFoundError, which the CLI printed as 'internal error'."""
+    import subprocess
+    import sys
+
+    write_pkcs8(generate_private_key("EdDSA"), tmp_path / "old.pem")
+    before = (tmp_path / "old.pem").read_bytes()
+    (tmp_path / "link.pem").symlink_to(tmp_path / "target.pem")
+    with pytest.raises(KeyURIError, match="already exists.*never overwrites"):
+        create_key(f"file:{tmp_path}/old.pem", "ed25519")
+    with pytest.raises(KeyURIError, match="already exists"):
+        create_key(f"file:{tmp_path}/link.pem", "ed25519")
+    with pytest.raises(KeyURIError, match="cannot write key file"):
+        create_key(f"file:{tmp_path}/no-dir/k.pem", "ed25519")
+    assert (tmp_path / "old.pem").read_bytes() == before and not (tmp_path / "target.pem").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.pem", "old.pem"]
+    cli = Path(sys.executable).parent / "capseal"
+    run = subprocess.run([str(cli), "keys", "create", f"file:{tmp_path}/old.pem", "--alg", "p256"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "internal error" not in run.stderr and "already exists" in run.stderr
