@@ -65,8 +65,14 @@ def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | None
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
     target = Path(path)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pem)
+    except BaseException:
+        # created above (O_EXCL), so ours: a truncated PEM left there would
+        # block creating the key again and load as 'not a PEM private key'
+        target.unlink(missing_ok=True)
+        raise
     return target
 
 

@@ -212,3 +212,26 @@ def test_keys_create_file_refusals_are_typed_and_change_nothing(tmp_path: Path) 
     run = subprocess.run([str(cli), "keys", "create", f"file:{tmp_path}/old.pem", "--alg", "p256"],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "internal error" not in run.stderr and "already exists" in run.stderr
+
+
+def test_a_key_file_that_cannot_be_written_in_full_is_not_left_behind(tmp_path: Path) -> None:
+    """A write that fails part-way (disk full; here a file-size limit in a
+    child process) left a truncated PEM at the path: it loads as 'not a PEM
+    private key' and blocks creating the key again ('already exists')."""
+    import subprocess
+    import sys
+
+    child = (
+        "import resource, signal, sys\n"
+        "from capseal.errors import KeyURIError\n"
+        "from capseal.keys.provision import create_key\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+        "try:\n"
+        "    create_key(sys.argv[1], 'rsa-pss')\n"
+        "except KeyURIError as exc:\n"
+        "    print(exc)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", child, f"file:{tmp_path}/k.pem"], capture_output=True, text=True)
+    assert run.returncode == 0 and "cannot write key file" in run.stdout, run.stderr
+    assert list(tmp_path.iterdir()) == []
