@@ -35,6 +35,8 @@ from urllib.parse import unquote_to_bytes, urlsplit
 
 from capseal.errors import KeyURIError, SignerUnavailableError
 
+from ._files import MAX_PIN_FILE, FileTooLargeError, read_capped
+
 __all__ = [
     "PKCS11URI",
     "parse_pkcs11_uri",
@@ -497,9 +499,11 @@ def read_pin_file(path: str, what: str) -> str:
     a URI's ``pin-source`` and the CLI's ``--pin-file``, so both read a file
     alike; KeyURIError names ``what``, never the file's content."""
     try:
-        data = Path(path).read_bytes()
+        data, _ = read_capped(path, MAX_PIN_FILE)
     except OSError as exc:
         raise KeyURIError(f"{what}: cannot be read: {exc.strerror}") from None
+    except FileTooLargeError as exc:  # /dev/urandom read until memory ran out
+        raise KeyURIError(f"{what} holds {exc}, more than any PIN or passphrase") from None
     try:
         pin = data.decode("utf-8")
     except UnicodeDecodeError:

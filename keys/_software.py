@@ -8,7 +8,6 @@ the process: records it signs can be verified, but nobody can sign as it again.
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError, UnsupportedAlgorithmError
 
 from ._base import SignatureResult, Signer, alg_for_public_key
+from ._files import MAX_KEY_FILE, FileTooLargeError, read_capped
 from .custody import custody_statement
 
 __all__ = ["SoftwareSigner", "FileSigner", "UnsafeEphemeralSigner", "generate_private_key", "write_pkcs8"]
@@ -142,12 +142,13 @@ class FileSigner(SoftwareSigner):
         password = _passphrase(pin, pin_source)  # before the file is read: a bad one is refused whatever the file
         p = Path(path)
         try:
-            data = p.read_bytes()
-            mode = stat.S_IMODE(p.stat().st_mode)
+            data, mode = read_capped(p, MAX_KEY_FILE)
         except FileNotFoundError:
             raise KeyNotFoundError(f"no key file at {p}") from None
         except OSError as exc:
             raise KeyNotFoundError(f"cannot read key file {p}: {exc.strerror}") from None
+        except FileTooLargeError as exc:  # /dev/zero read until memory ran out
+            raise KeyNotFoundError(f"key file {p} holds {exc}: no PEM private key is that large") from None
         try:
             key = serialization.load_pem_private_key(data, password=password)
         except TypeError:

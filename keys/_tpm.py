@@ -50,6 +50,7 @@ from capseal.errors import (
 )
 
 from ._base import PendingSignature, SignatureResult, Signer
+from ._files import MAX_KEY_FILE, FileTooLargeError, read_capped
 from ._pin import usable_pin
 from ._registry import SecretsHandler
 from ._tpm_device import TPMDevice, TPMInfo, get_device
@@ -685,11 +686,13 @@ def keyfile_public(kf: TPMKeyFile, where: str) -> TPM2B_PUBLIC:
 def _read_keyfile(path: str) -> TPMKeyFile:
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data, _ = read_capped(p, MAX_KEY_FILE)
     except FileNotFoundError:
         raise KeyNotFoundError(f"no TPM key file at {p}") from None
     except OSError as exc:
         raise KeyNotFoundError(f"cannot read TPM key file {p}: {exc.strerror}") from None
+    except FileTooLargeError as exc:
+        raise KeyNotFoundError(f"TPM key file {p} holds {exc}: no TSS2 PRIVATE KEY is that large") from None
     except ValueError as exc:  # a path no file can have (an embedded NUL byte)
         raise KeyURIError(f"TPM key file path {path!r} is not a usable path: {exc}") from None
     return TPMKeyFile.from_pem(data, where=str(p))

@@ -235,3 +235,39 @@ def test_a_key_file_that_cannot_be_written_in_full_is_not_left_behind(tmp_path: 
     run = subprocess.run([sys.executable, "-c", child, f"file:{tmp_path}/k.pem"], capture_output=True, text=True)
     assert run.returncode == 0 and "cannot write key file" in run.stdout, run.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+_READ_IN_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # the old code read /dev/zero until memory ran out
+from capseal.errors import CapsealError
+from capseal.keys import open_signer
+from capseal.keys._pkcs11_uri import read_pin_file
+from capseal.keys._tpm import _read_keyfile
+try:
+    eval(sys.argv[1])
+except CapsealError as exc:
+    print(type(exc).__name__ + ": " + str(exc))
+"""
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    ("open_signer('file:/dev/zero')", "KeyNotFoundError: key file /dev/zero holds more than"),
+    ("open_signer('file:{huge}')", "KeyNotFoundError: key file {huge} holds more than"),
+    ("_read_keyfile('/dev/zero')", "KeyNotFoundError: TPM key file /dev/zero holds more than"),
+    ("read_pin_file('/dev/zero', 'pin-source /dev/zero')", "KeyURIError: pin-source /dev/zero holds more than"),
+])
+def test_a_key_or_pin_file_is_read_up_to_a_bound(tmp_path: Path, call: str, error: str) -> None:
+    """A key or PIN "file" that never ends (/dev/zero) was read until memory
+    ran out (here: MemoryError under a 1 GiB limit); a huge file was read
+    whole. Each is now refused after a bounded read, with a typed error
+    naming the file. (Pipes still work: only the size is bounded.)"""
+    import subprocess
+    import sys
+
+    huge = tmp_path / "key.pem"
+    with open(huge, "wb") as fh:
+        fh.truncate(64 << 20)
+    proc = subprocess.run([sys.executable, "-c", _READ_IN_CHILD, call.format(huge=huge)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout.startswith(error.format(huge=huge)), (proc.stdout, proc.stderr[-300:])
