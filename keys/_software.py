@@ -182,11 +182,16 @@ class FileSigner(SoftwareSigner):
     @staticmethod
     def path_of(uri: str) -> str:
         parts = urlsplit(uri)
-        if parts.scheme != "file" or parts.query or parts.fragment:
+        if parts.scheme != "file":
             raise KeyURIError(f"not a file: key URI: {parts.scheme}:…")
+        if parts.query or parts.fragment:  # never echoed: a stray ?pin=… would be quoted
+            raise KeyURIError(f"file: key URIs take no {'query' if parts.query else 'fragment'}; write a '?' or "
+                              "'#' in the file's name as %3F or %23")
         if parts.netloc not in ("", "localhost"):
             raise KeyURIError("file: key URIs must name a local path")
-        path = unquote(parts.path)
+        # bytes that are not UTF-8 come back as the file name's own bytes (as file_uri
+        # wrote them), not as U+FFFD, which would name another file
+        path = unquote(parts.path, errors="surrogateescape")
         if not path:
             raise KeyURIError("file: key URI has no path")
         if "\x00" in path:  # the OS call would raise a bare ValueError ('embedded null byte')

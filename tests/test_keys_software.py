@@ -4,6 +4,7 @@ checked with pycose and scitt-cose as independent verifiers."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -271,3 +272,20 @@ def test_a_key_or_pin_file_is_read_up_to_a_bound(tmp_path: Path, call: str, erro
     proc = subprocess.run([sys.executable, "-c", _READ_IN_CHILD, call.format(huge=huge)], capture_output=True,
                           text=True, timeout=60)
     assert proc.stdout.startswith(error.format(huge=huge)), (proc.stdout, proc.stderr[-300:])
+
+
+def test_file_uris_say_what_is_wrong_and_round_trip_any_file_name(tmp_path: Path) -> None:
+    """A query or fragment was refused as "not a file: key URI: file:…",
+    naming nothing wrong; and a file name that is not UTF-8 (percent-encoded
+    by the URI capseal prints) was read back as U+FFFD: another file."""
+    from capseal.keys._software import FileSigner, file_uri
+
+    with pytest.raises(KeyURIError, match="query"):
+        FileSigner.path_of("file:/etc/k.pem?pin=1")
+    with pytest.raises(KeyURIError, match="fragment"):
+        FileSigner.path_of("file:/etc/k.pem#x")
+    odd = os.fsdecode(bytes(tmp_path) + b"/k\xff.pem")  # a name that is not UTF-8
+    assert FileSigner.path_of(file_uri(odd)) == odd
+    created = create_key(file_uri(odd), "ed25519")
+    assert os.path.exists(odd) and created.uri == file_uri(odd)
+    assert open_signer(created.uri).kid == created.kid
