@@ -60,13 +60,21 @@ class GateQuoter:
         return self.real.take(nonce)
 
 
-def test_batches_fill_every_slot_and_verify(producer: Producer, tpm_a: AttestTPM) -> None:
-    quoter = tpm_a.quoter()
-    worker = attach(producer, quoter, max_records=64, max_delay=0.05)
-    pendings = [producer.submit(spec(i)) for i in range(300)]
+def quote_all(producer: Producer, quoter: Any, n: int, *, max_records: int = 64,
+              max_delay: float = 0.05) -> tuple[BatchEvidence, list[str]]:
+    """Submit n records with a batch worker attached, wait until every quote
+    is written (or has failed), close the worker; the worker and the ids."""
+    worker = attach(producer, quoter, max_records=max_records, max_delay=max_delay)
+    ids = [producer.submit(spec(i)).capsule_id for i in range(n)]
     producer.flush()
     assert worker.flush(30)
     worker.close()
+    return worker, ids
+
+
+def test_batches_fill_every_slot_and_verify(producer: Producer, tpm_a: AttestTPM) -> None:
+    quoter = tpm_a.quoter()
+    worker, ids = quote_all(producer, quoter, 300)
     trust = [quoter.identity.public_pem]
     assert statuses(producer, trust) == {"verified-software-tpm": 301}  # 300 + the epoch boundary
     assert worker.stats.records_quoted == 300 and worker.stats.solo_quoted == 1
@@ -79,15 +87,15 @@ def test_batches_fill_every_slot_and_verify(producer: Producer, tpm_a: AttestTPM
     cite = {"type": "agent-action-capsule", "digest_alg": "SHA-256", "digest": boundary.capsule_id,
             "citation_purpose": "ran_under"}
     sizes = set()
-    for p in pendings:
-        record = producer.ledger.get(p.capsule_id)
+    for cid in ids:
+        record = producer.ledger.get(cid)
         assert record is not None and record.hardware_evidence is not None
         binding = record.hardware_evidence["binding"]
         assert set(binding) == {"merkle_root", "leaf_index", "tree_size", "inclusion_proof"}
         sizes.add(binding["tree_size"])
         assert cite in record.capsule["references"]  # ran under the epoch's platform record
-        assert producer.ledger.evidence_history(p.capsule_id)[0] is None  # sealed null, kept in history
-        assert ref.verify(record.capsule).ok and ref.compute_capsule_id(record.capsule) == p.capsule_id
+        assert producer.ledger.evidence_history(cid)[0] is None  # sealed null, kept in history
+        assert ref.verify(record.capsule).ok and ref.compute_capsule_id(record.capsule) == cid
     assert max(sizes) <= 64
     # the whole ledger, as an auditor runs it
     report = verify_ledger(producer.ledger.path, evidence=True, evidence_trust=[quoter.identity.public_pem.encode()])
@@ -134,11 +142,7 @@ def test_an_edited_evidence_row_fails_only_what_it_touches(producer: Producer, t
     import sqlite3
 
     quoter = tpm_a.quoter()
-    worker = attach(producer, quoter, max_records=64, max_delay=0.05)
-    ids = [producer.submit(spec(i)).capsule_id for i in range(12)]
-    producer.flush()
-    assert worker.flush(30)
-    worker.close()
+    _, ids = quote_all(producer, quoter, 12)
     copy_path = tmp_path / "edited.db"
     producer.ledger.close()
     shutil.copy(producer.ledger.path, copy_path)
@@ -167,11 +171,7 @@ def test_binding_hex_is_digits_only(producer: Producer, tpm_a: AttestTPM) -> Non
     """bytes.fromhex skips whitespace: a root or proof hash with a space
     inside read as the same bytes and the slot verified."""
     quoter = tpm_a.quoter()
-    worker = attach(producer, quoter, max_records=64, max_delay=0.05)
-    ids = [producer.submit(spec(i)).capsule_id for i in range(4)]
-    producer.flush()
-    assert worker.flush(30)
-    worker.close()
+    _, ids = quote_all(producer, quoter, 4)
     trust = [quoter.identity.public_pem]
     record = producer.ledger.get(ids[1])
     assert record is not None and record.hardware_evidence is not None
@@ -222,11 +222,7 @@ def test_inclusion_proof_for_another_leaf_is_caught(producer: Producer, tpm_a: A
 
 def test_failed_quotes_leave_slots_null_and_claim_nothing(producer: Producer, tpm_a: AttestTPM) -> None:
     quoter = FailingQuoter(tpm_a.quoter())
-    worker = attach(producer, quoter, max_records=8, max_delay=0.01)
-    ids = [producer.submit(spec(i)).capsule_id for i in range(20)]
-    producer.flush()
-    assert worker.flush(30)
-    worker.close()
+    worker, ids = quote_all(producer, quoter, 20, max_records=8, max_delay=0.01)
     assert quoter.calls >= 3 and worker.stats.records_quoted == 0
     assert worker.stats.records_left_null == 21 and "simulated" in (worker.stats.last_error or "")
     for cid in [producer.epoch_record.capsule_id, *ids]:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -276,9 +276,13 @@ def _fill(path: Path, n: int) -> None:
         p.flush()
 
 
-def _pause_checker(ledger: Ledger, inside: threading.Event, resume: threading.Event) -> None:
-    """The first query of the thread named "checker" reads for real, then
-    waits for ``resume``: a snapshot held open at a chosen moment."""
+def _paused_check(path: Path, check: Callable[[Ledger], object]) -> tuple[Ledger, threading.Thread, threading.Event]:
+    """A ledger of 10 records at ``path`` and a thread running ``check(ledger)``,
+    returned once that thread's first query has read for real and waits for
+    the event returned: a snapshot held open at a chosen moment."""
+    _fill(path, 10)
+    ledger = Ledger(path)
+    inside, resume = threading.Event(), threading.Event()
     real_query = ledger._query
 
     def pausing_query(sql: str, args: tuple[object, ...] = ()) -> list[object]:
@@ -289,6 +293,10 @@ def _pause_checker(ledger: Ledger, inside: threading.Event, resume: threading.Ev
         return rows
 
     ledger._query = pausing_query  # type: ignore[method-assign]
+    checker = threading.Thread(target=check, args=(ledger,), name="checker")
+    checker.start()
+    assert inside.wait(30)
+    return ledger, checker, resume
 
 
 def _fork_a_producer(path: Path) -> tuple[int, int, int]:
@@ -328,14 +336,8 @@ def test_a_fork_during_a_snapshot_keeps_the_forked_process_records(tmp_path: Pat
     forked process's own new ledger took no file locks, the parent's close()
     deleted the -wal, and the child's later records were lost."""
     path = tmp_path / "l.db"
-    _fill(path, 10)
-    ledger = Ledger(path)
-    inside, forked = threading.Event(), threading.Event()
-    _pause_checker(ledger, inside, forked)
     problems: list[str] = []
-    checker = threading.Thread(target=lambda: problems.extend(ledger.check_chain()), name="checker")
-    checker.start()
-    assert inside.wait(30)
+    ledger, checker, forked = _paused_check(path, lambda ledger: problems.extend(ledger.check_chain()))
     pid, first_half, go_on = _fork_a_producer(path)
     forked.set()
     checker.join(30)
@@ -409,21 +411,15 @@ def test_a_fork_after_close_during_a_snapshot_keeps_the_forked_process_records(t
     process's ledger on the file took no file locks, and a later open and
     close in the parent deleted the -wal it was appending to."""
     path = tmp_path / "l.db"
-    _fill(path, 10)
-    ledger = Ledger(path)
-    inside, resume = threading.Event(), threading.Event()
-    _pause_checker(ledger, inside, resume)
     ended: list[BaseException] = []
 
-    def check() -> None:
+    def check(ledger: Ledger) -> None:
         try:
             ledger.check_chain()
         except LedgerError as exc:  # closed under it: refused, typed
             ended.append(exc)
 
-    checker = threading.Thread(target=check, name="checker")
-    checker.start()
-    assert inside.wait(30)
+    ledger, checker, resume = _paused_check(path, check)
     ledger.close()  # the snapshot's connection stays open on the checker thread
     pid, first_half, go_on = _fork_a_producer(path)
     resume.set()
