@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import _ledger_fork, merkle
+from .canonical import hex_bytes
 from .errors import (
     DuplicateRecordError,
     LedgerBusyError,
@@ -303,7 +304,10 @@ class _Batch:
             if not isinstance(leaves, list) or not isinstance(shared, dict):
                 raise ValueError("leaves must be an array and shared an object")
             _Batch.raw_leaves(leaves)
-            return cls(leaves, bytes.fromhex(data["merkle_root"]), shared)
+            root = hex_bytes(data["merkle_root"])  # digits only, as every hex capseal reads
+            if root is None or len(root) != 32:
+                raise ValueError("merkle_root is not 32 bytes in hex")
+            return cls(leaves, root, shared)
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise LedgerCorruptError(f"an evidence batch row is damaged ({type(exc).__name__}: {exc})") from None
 
