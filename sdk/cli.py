@@ -104,20 +104,16 @@ def cmd_seal(args: argparse.Namespace) -> int:
 
 
 def _check_batch(producer: Any, items: list[dict[str, Any]], source: str) -> None:
-    """Run every input refusal of ``Producer.seal`` on each spec of a batch
-    (and refuse an action_id the batch repeats or the ledger holds) before
-    any is sealed. Why: sealing them one by one wrote the specs before a bad
-    one, and the error said neither that nor which spec was bad; refused
-    input writes nothing (design §3.5). Nothing is signed here."""
+    """Every spec of a batch through ``Producer.check`` (and an action_id the
+    batch repeats refused) before any is sealed. Why: sealing them one by one
+    wrote the specs before a bad one, and the error said neither that nor
+    which spec was bad; refused input writes nothing (design §3.5)."""
     seen: set[str] = set()
     for i, spec in enumerate(items):
         try:
-            body = producer._body(spec, None, "follows")
-            producer._parent_known(body)
-            capsule, _ = producer._prepare(producer._assemble(body))
-            action_id = capsule["action_id"]
-            if action_id in seen or producer.ledger.has_action_id(action_id):
-                raise DuplicateRecordError(f"action_id {action_id!r} is already in the batch or {producer.ledger.path.name}")
+            action_id = producer.check(spec)["action_id"]
+            if action_id in seen:
+                raise DuplicateRecordError(f"action_id {action_id!r} appears twice in the batch")
             seen.add(action_id)
         except CapsealError as exc:
             raise _CLIError(f"{source}[{i}]: {exc}; nothing was sealed", hint=exc.hint or None) from None

@@ -362,6 +362,23 @@ class Producer:
         body = self._body(spec, parent, relation)
         return self._seal(body, self._parent_known(body))
 
+    def check(self, spec: Mapping[str, Any], *, parent: SealedRecord | str | None = None,
+              relation: str = "follows") -> dict[str, Any]:
+        """Every refusal :meth:`seal` would make of ``spec`` (malformed input,
+        an overclaim, a float, a chain parent this ledger lacks, an action id
+        it holds), raised the same way, with nothing signed or written.
+        Returns the capsule as it would be sealed now, without its signature.
+
+        Why: a caller holding several specs (``capseal seal`` on an array) can
+        refuse them all before sealing any, without knowing the steps sealing
+        takes."""
+        body = self._body(spec, parent, relation)
+        self._parent_known(body)
+        capsule, _ = self._prepare(self._assemble(body))
+        if self.ledger.has_action_id(capsule["action_id"]):
+            raise DuplicateRecordError(f"action_id {capsule['action_id']!r} is already in {self.ledger.path.name}")
+        return capsule
+
     def submit(self, spec: Mapping[str, Any], *, parent: SealedRecord | str | None = None, relation: str = "follows") -> PendingRecord:
         """Like :meth:`seal`, but return once the record is queued. Every
         refusal of the input (malformed spec, overclaim, float …) is raised

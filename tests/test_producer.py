@@ -752,3 +752,18 @@ def test_leap_second_timestamps(tmp_path: Path, stamp: str, ok: bool) -> None:
 def test_bad_producer_options_are_typed_errors(tmp_path: Path, options: dict[str, Any]) -> None:
     with pytest.raises(InputError):
         Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", **options)
+
+
+def test_check_refuses_what_seal_would_and_writes_nothing(producer: Producer) -> None:
+    """Producer.check runs seal()'s refusals without signing or writing (the
+    CLI checks a whole batch with it before sealing any)."""
+    capsule = producer.check({"action_id": "later", "action_type": "fyi"})
+    assert capsule["action_id"] == "later" and "signature" not in capsule and producer.ledger.count() == 0
+    with pytest.raises(InputError):
+        producer.check({"action_id": "f", "action_type": "fyi", "x-amount": 1.5})
+    with pytest.raises(InputError):
+        producer.check({"action_id": "c", "action_type": "fyi"}, parent="ab" * 32)  # a parent this ledger lacks
+    producer.seal({"action_id": "once", "action_type": "fyi"})
+    with pytest.raises(DuplicateRecordError):
+        producer.check({"action_id": "once", "action_type": "fyi"})
+    assert producer.ledger.count() == 2  # the epoch boundary and "once"
