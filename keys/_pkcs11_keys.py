@@ -174,10 +174,7 @@ def public_key_of(obj: Any, where: str) -> Any:
         n, e = _attr(obj, Attribute.MODULUS), _attr(obj, Attribute.PUBLIC_EXPONENT)
         if not n or not e:
             raise DeviceError(f"{where}: RSA key without CKA_MODULUS/CKA_PUBLIC_EXPONENT")
-        modulus = int.from_bytes(n, "big")
-        if modulus.bit_length() < 2048:  # here, where the token and key are known (alg_for_public_key names neither)
-            raise UnsupportedAlgorithmError(f"{where}: RSA key of {modulus.bit_length()} bits; PS256 needs at least 2048")
-        return rsa.RSAPublicNumbers(int.from_bytes(e, "big"), modulus).public_key()
+        return rsa.RSAPublicNumbers(int.from_bytes(e, "big"), int.from_bytes(n, "big")).public_key()
     raise UnsupportedAlgorithmError(f"{where}: key type {key_type!r} is not Ed25519, P-256/P-384 or RSA")
 
 
@@ -214,8 +211,12 @@ def load_keypair(session: Any, uri: PKCS11URI, where: str) -> KeyPair:
             f"{where}: no public-key object pairs with private key {uri.describe_key()} "
             "(same CKA_ID or CKA_LABEL); capseal reads the public key from the token"
         )
-    public_key = public_key_of(public_obj, f"{where}, key {uri.describe_key()}")
-    alg = alg_for_public_key(public_key)
+    named = f"{where}, key {uri.describe_key()}"
+    public_key = public_key_of(public_obj, named)
+    try:
+        alg = alg_for_public_key(public_key)
+    except UnsupportedAlgorithmError as exc:  # its rule (RSA ≥ 2048 …) is shared; the token and key are named here
+        raise UnsupportedAlgorithmError(f"{named}: {exc}") from None
     return KeyPair(private=private, public_key=public_key, alg=alg, label=label, key_id=key_id)
 
 
