@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from capseal.errors import PinIncorrectError
 
-__all__ = ["usable_pin"]
+__all__ = ["text_problem", "usable_pin"]
 
 
 def usable_pin(pin: object, source: str) -> str:
@@ -29,16 +29,23 @@ def usable_pin(pin: object, source: str) -> str:
                             hint="check where the PIN comes from: a token locks its PIN after a few wrong tries")
 
 
-def _pin_problem(pin: object) -> str | None:
-    """What makes ``pin`` unusable (never quoting it), or None."""
-    if not isinstance(pin, str):
-        return f"is a {type(pin).__name__}, not a str"
-    if pin == "":
-        return "is empty"
+def text_problem(value: object) -> str | None:
+    """What keeps ``value`` from being secret text for a device or a PEM (not
+    a str, or not encodable as UTF-8), never quoting it; None if it is."""
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not a str"
     try:
-        pin.encode("utf-8")
+        value.encode("utf-8")
     except UnicodeEncodeError:
         return "is not valid UTF-8 text (it holds undecodable bytes)"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in pin):
-        return "holds a control character (a line break or tab left in a file?)"
     return None
+
+
+def _pin_problem(pin: object) -> str | None:
+    """What makes ``pin`` unusable (never quoting it), or None."""
+    if pin == "":
+        return "is empty"
+    problem = text_problem(pin)
+    if problem is None and isinstance(pin, str) and any(ord(c) < 0x20 or ord(c) == 0x7F for c in pin):
+        return "holds a control character (a line break or tab left in a file?)"
+    return problem

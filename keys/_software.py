@@ -21,6 +21,7 @@ from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError, Uns
 
 from ._base import SignatureResult, Signer, alg_for_public_key
 from ._files import MAX_KEY_FILE, FileTooLargeError, read_capped
+from ._pin import text_problem
 from .custody import custody_statement
 
 __all__ = ["SoftwareSigner", "FileSigner", "UnsafeEphemeralSigner", "generate_private_key", "write_pkcs8"]
@@ -48,13 +49,10 @@ def _passphrase(pin: object, source: str) -> bytes | None:
     UnicodeEncodeError's args hold the whole passphrase."""
     if pin is None or pin == "":
         return None
-    if not isinstance(pin, str):
-        raise PinIncorrectError(f"the passphrase from {source} is a {type(pin).__name__}, not a str")
-    try:
-        return pin.encode("utf-8")
-    except UnicodeEncodeError:
-        pass
-    raise PinIncorrectError(f"the passphrase from {source} is not valid UTF-8 text (it holds undecodable bytes)")
+    problem = text_problem(pin)  # a PIN's text rule; control characters stay allowed in a PEM passphrase
+    if problem is not None or not isinstance(pin, str):
+        raise PinIncorrectError(f"the passphrase from {source} {problem}")
+    return pin.encode("utf-8")
 
 
 def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | None = None) -> Path:
