@@ -338,7 +338,9 @@ def provision(tcti: str | None, *, signing_handle: int = 0x81000101, ak_handle: 
         if not changing:
             if "nothing was changed" in str(exc) or isinstance(exc, HandleInUseError):
                 raise
-            raise type(exc)(f"{exc}; nothing on the TPM was changed", hint=exc.hint) from None
+            # the same error, its message extended (not rebuilt: subclasses take other arguments)
+            exc.args = (f"{exc}; nothing on the TPM was changed",)
+            raise
         raise _incomplete(device, tcti, alg, handles, old_names, new_names, changing[-1], exc) from None
     sign_ref = TPMKeyURI(tcti=tcti, handle=signing_handle, ak_handle=ak_handle)
     signer = TPMSigner(sign_ref, device=device)
