@@ -369,8 +369,9 @@ class Capsule(_Block):
         if verdict in PRODUCER_NEVER_DISPATCH and dispatched:
             raise ValueError(f"verdict_class {verdict!r} never dispatches; the effect must be absent or planned (§5.5.2)")
         # errored pairs with dispatched_unconfirmed (§5.5.2): the mode assurance derives, not a second copy of its rule
-        effect = None if self.effect is None else {"status": self.effect.status, "response_digest": self.effect.response_digest}
-        if verdict == "errored" and derive_effect_mode(effect) != "dispatched_unconfirmed":
+        if verdict == "errored" and derive_effect_mode(
+                None if self.effect is None else {"status": self.effect.status, "response_digest": self.effect.response_digest}
+        ) != "dispatched_unconfirmed":
             raise ValueError("verdict_class 'errored' pairs with a dispatched, unconfirmed effect (effect_mode "
                              "dispatched_unconfirmed, §5.5.2)")
         if verdict == "epoch_boundary" and self.action_type != "fyi":
