@@ -8,6 +8,7 @@ the process: records it signs can be verified, but nobody can sign as it again.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError, UnsupportedAlgorithmError
+from capseal.errors import (KeyFileExposedError, KeyNotFoundError, KeyURIError, PinIncorrectError,
+                            UnsupportedAlgorithmError)
 
 from ._base import SignatureResult, Signer, alg_for_public_key
-from ._files import MAX_KEY_FILE, FileTooLargeError, read_capped
+from ._files import MAX_KEY_FILE, FileTooLargeError, exposure, read_capped
 from ._pin import text_problem
 from .custody import custody_statement
 
@@ -140,7 +142,7 @@ class FileSigner(SoftwareSigner):
         password = _passphrase(pin, pin_source)  # before the file is read: a bad one is refused whatever the file
         p = Path(path)
         try:
-            data, mode = read_capped(p, MAX_KEY_FILE)
+            data, status = read_capped(p, MAX_KEY_FILE)
         except FileNotFoundError:
             raise KeyNotFoundError(f"no key file at {p}") from None
         except OSError as exc:
@@ -159,15 +161,20 @@ class FileSigner(SoftwareSigner):
             raise KeyNotFoundError(f"{p} is not a PEM private key") from None
         except Exception as exc:  # unsupported key types raise various errors
             raise UnsupportedAlgorithmError(f"{p}: {type(exc).__name__}") from None
+        exposed = exposure(status)
+        if exposed is not None:  # checked once the file is known to hold a private key; the key is dropped
+            del key
+            raise KeyFileExposedError(f"key file {p} {exposed}: whoever can read it can sign as this key; "
+                                      f"refused, as OpenSSH refuses such a key. Fix: chmod 600 {p}")
         try:
             alg_for_public_key(key.public_key())
         except UnsupportedAlgorithmError as exc:  # name the file, as the errors above do
             raise UnsupportedAlgorithmError(f"key file {p}: {exc}") from None
         super().__init__(
             key,
-            uri=file_uri(p),
+            uri=file_uri(p.absolute()),  # reopens this file from any working directory
             key_store="file",
-            extra={"file_mode": f"{mode:04o}", "encrypted": password is not None},
+            extra={"file_mode": f"{stat.S_IMODE(status.st_mode):04o}", "encrypted": password is not None},
         )
 
     @classmethod
@@ -192,6 +199,11 @@ class FileSigner(SoftwareSigner):
         path = unquote(parts.path, errors="surrogateescape")
         if not path:
             raise KeyURIError("file: key URI has no path")
+        if not path.startswith("/"):
+            # RFC 8089 §2: a file URI's path is absolute. A relative one named
+            # whatever file the working directory held when the key was opened
+            raise KeyURIError("file: key URIs name an absolute path (RFC 8089); write file:/full/path/to/key.pem, "
+                              "not a path relative to the working directory")
         if "\x00" in path:  # the OS call would raise a bare ValueError ('embedded null byte')
             raise KeyURIError("file: key URI path holds a NUL byte (%00), which no file path can")
         return path

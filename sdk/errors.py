@@ -36,6 +36,7 @@ __all__ = [
     "SignerUnavailableError",
     "TokenNotFoundError",
     "KeyNotFoundError",
+    "KeyFileExposedError",
     "PinIncorrectError",
     "PinLockedError",
     "DeviceError",
@@ -185,6 +186,11 @@ class TokenNotFoundError(SignerError):
 
 class KeyNotFoundError(SignerError):
     """The token or TPM has no key matching the URI."""
+
+
+class KeyFileExposedError(SignerError):
+    """A private key file that other users of the host can read or change
+    (as OpenSSH refuses one); the key in it was not loaded."""
 
 
 class PinIncorrectError(SignerError):

@@ -27,6 +27,12 @@ from capseal.keys.provision import create_key
 from .cose_checks import assert_envelope_verifies_independently
 
 
+def _write_private(path: Path, data: bytes) -> None:
+    """A private key file as an operator keeps one: mode 0600."""
+    path.write_bytes(data)
+    path.chmod(0o600)
+
+
 @pytest.mark.parametrize("alg", ["EdDSA", "ES256", "PS256"])
 def test_envelopes_verify_with_independent_libraries(tmp_path: Path, alg: str) -> None:
     signer = UnsafeEphemeralSigner(alg)
@@ -174,11 +180,11 @@ def test_secrets_handler_is_asked_for_any_encrypted_pem(tmp_path: Path) -> None:
 
     key = generate_private_key("ES256")
     enc = serialization.BestAvailableEncryption(b"pw")
-    (tmp_path / "trad.pem").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, enc))
-    (tmp_path / "bag.pem").write_bytes(b"Bag Attributes\n    localKeyID: 01 02 03 04 05 06 07 08 09 0A\n"
-                                       b"Key Attributes: <No Attributes>\n"
-                                       + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
+    _write_private(tmp_path / "trad.pem",
+                   key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, enc))
+    _write_private(tmp_path / "bag.pem", b"Bag Attributes\n    localKeyID: 01 02 03 04 05 06 07 08 09 0A\n"
+                   b"Key Attributes: <No Attributes>\n"
+                   + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
     prompts: list[str] = []
 
     def handler(prompt: str) -> str:
@@ -289,3 +295,71 @@ def test_file_uris_say_what_is_wrong_and_round_trip_any_file_name(tmp_path: Path
     created = create_key(file_uri(odd), "ed25519")
     assert os.path.exists(odd) and created.uri == file_uri(odd)
     assert open_signer(created.uri).kid == created.kid
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    (0o644, "can be read by every user of this host (mode 0644)"),
+    (0o604, "can be read by every user of this host (mode 0604)"),
+    (0o602, "can be changed by every user of this host (mode 0602)"),
+    (0o666, "can be read and changed by every user of this host (mode 0666)"),
+    (0o620, "can be changed by its group (mode 0620)"),
+    (0o640, "is owned by this user and readable by its group (mode 0640)"),
+])
+def test_a_key_file_other_users_can_use_is_refused(tmp_path: Path, mode: int, said: str) -> None:
+    """A private key file every user of the host could read (the default
+    umask's 0644) was loaded and signed with; its mode only showed in the
+    custody statement. It is now refused as OpenSSH refuses one, with the
+    fix, and nothing is sealed; the same key at 0600 or 0400 opens."""
+    from capseal.errors import KeyFileExposedError
+
+    path = tmp_path / "k.pem"
+    write_pkcs8(generate_private_key("EdDSA"), path)
+    key_pem = path.read_text()
+    path.chmod(mode)
+    with pytest.raises(KeyFileExposedError) as caught:
+        open_signer(f"file:{path}")
+    message = str(caught.value)
+    assert message == (f"key file {path} {said}: whoever can read it can sign as this key; refused, as OpenSSH "
+                       f"refuses such a key. Fix: chmod 600 {path}")
+    assert key_pem.splitlines()[1] not in message + repr(caught.value)
+    for ok in (0o600, 0o400):
+        path.chmod(ok)
+        assert open_signer(f"file:{path}").describe()["file_mode"] == f"{ok:04o}"
+
+
+def test_the_exposure_rule_spares_a_service_group_and_pipes() -> None:
+    """Group read is refused only on the user's own file (OpenSSH's rule):
+    ``root:capseal 0640`` is how a key is kept for a service's group. A
+    pipe (``file:/dev/stdin``) is private to its two ends and not checked."""
+    import stat
+
+    from capseal.keys._files import exposure
+
+    def status(kind: int, mode: int, uid: int) -> os.stat_result:
+        return os.stat_result((kind | mode, 1, 1, 1, uid, 0, 100, 0, 0, 0))
+
+    me, other = os.getuid(), os.getuid() + 1
+    assert exposure(status(stat.S_IFREG, 0o640, other)) is None
+    assert exposure(status(stat.S_IFREG, 0o640, me)) is not None
+    assert exposure(status(stat.S_IFREG, 0o660, other)) == "can be changed by its group (mode 0660)"
+    assert exposure(status(stat.S_IFREG, 0o644, other)) == "can be read by every user of this host (mode 0644)"
+    assert exposure(status(stat.S_IFIFO, 0o666, me)) is None
+    assert exposure(status(stat.S_IFREG, 0o600, me)) is None
+
+
+def test_a_relative_file_uri_is_refused_and_printed_uris_are_absolute(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``file:k.pem`` opened whichever k.pem the working directory held (RFC
+    8089 paths are absolute), and a key opened by a relative path printed a
+    relative URI that named another file from another directory."""
+    write_pkcs8(generate_private_key("EdDSA"), tmp_path / "k.pem")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(KeyURIError, match=r"absolute path \(RFC 8089\)"):
+        open_signer("file:k.pem")
+    with pytest.raises(KeyURIError, match="absolute path"):
+        create_key("file:new.pem", "ed25519")
+    assert not (tmp_path / "new.pem").exists()
+    signer = FileSigner("k.pem")
+    assert signer.uri == f"file:{tmp_path}/k.pem"
+    monkeypatch.chdir("/")
+    assert open_signer(signer.uri).kid == signer.kid
