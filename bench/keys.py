@@ -28,6 +28,9 @@ The producer verifies every signature a device returns (design §3 principle 3;
 Ed25519 about 0.15 ms, P-256 about 0.1 ms). For SoftHSM2 Ed25519 one more arm
 seals with that check switched off — in this benchmark only, through a private
 attribute — so its cost is visible; capseal has no public way to skip it.
+And when the system has libsodium, one arm makes that check with libsodium
+instead of cryptography (``bench/_sodium.py``; bench only, capseal does not
+use it): what a faster verify would buy, for whoever decides on adding it.
 
 The SoftHSM2 token is created by ``hardware/softhsm-token.sh`` in a temp dir;
 swtpm is started by ``hardware/swtpm.sh`` on a free loopback port.
@@ -54,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import CpuPerRecord, SealedArm, print_row, rotating_rounds, summarize, typical_spec  # noqa: E402
+from _sodium import SODIUM_VERIFY, swapped_verify  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PIN, SO_PIN, LABEL = "bench-pin-Qx~7", "bench-so-Jw~3", "capseal-bench"
@@ -159,9 +163,15 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
             opened.append(SealedArm(process, tmp, count))
             arms["sealed 1 thr, signing process"] = lambda: opened[2].rate(1)
             arms["sealed 2 thr, signing process"] = lambda: opened[2].rate(2)
+            measured = ["raw via signing process (pipelined)", "sealed 1 thr, signing process",
+                        "sealed 2 thr, signing process"]
+            if SODIUM_VERIFY is not None:
+                opened.append(SealedArm(process, tmp, count))
+                arms[SODIUM_ARM] = lambda: _with_sodium(opened[3])
+                measured.append(SODIUM_ARM)
+                other["with signing_process=True, libsodium verify (bench only)"] = [SODIUM_ARM]
             cpu = CpuPerRecord(process._process._child.proc.pid)
-            for label in ("raw via signing process (pipelined)", "sealed 1 thr, signing process",
-                          "sealed 2 thr, signing process"):
+            for label in measured:
                 arms[label] = cpu.wrap(label, arms[label], count)
             other["with signing_process=True"] = ["sealed 1 thr, signing process", "sealed 2 thr, signing process"]
         try:
@@ -177,6 +187,15 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
         if signer._fast is not None:
             row["keeps_gil"] = signer._fast.keeps_gil
     return row
+
+
+SODIUM_ARM = "sealed 1 thr, signing process, libsodium verify (bench only)"
+
+
+def _with_sodium(arm: SealedArm) -> float:
+    """One sealed run with the device check made by libsodium (``bench/_sodium.py``)."""
+    with swapped_verify():
+        return arm.rate(1)
 
 
 def software_row(n: int, tmp: str) -> dict[str, Any]:
@@ -214,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
           "every device signature verified")
     print(f"  software Ed25519 (best of runs): sign() {software['sign()']:.0f}/s, sealed "
           f"{software['sealed 1 thr']:.0f}/s from 1 thread, {software['sealed 2 thr']:.0f}/s from 2")
+    if SODIUM_VERIFY is None:
+        print("  (libsodium not found: the bench-only arm checking Ed25519 signatures with it was left out)")
     for row in rows:
         print_row(row)
     return 0

@@ -18,8 +18,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from capseal.errors import (KeyFileExposedError, KeyNotFoundError, KeyURIError, PinIncorrectError,
-                            UnsupportedAlgorithmError)
+from capseal.errors import (
+    KeyFileExposedError,
+    KeyNotFoundError,
+    KeyURIError,
+    PinIncorrectError,
+    UnsupportedAlgorithmError,
+)
 
 from ._base import SignatureResult, Signer, alg_for_public_key
 from ._files import MAX_KEY_FILE, FileTooLargeError, exposure, read_capped
