@@ -5,7 +5,7 @@ never ends (``file:/dev/zero``, ``pin-source=/dev/urandom``) took memory until
 the process died. Pipes and process substitutions (``--pin-file <(pass …)``)
 still work: only the size is bounded, not the kind of file.
 
-A private key file is also checked for who else can use it
+A private key file or a PIN file is also checked for who else can use it
 (:func:`exposure`), from the same open file that was read."""
 
 from __future__ import annotations
@@ -39,16 +39,18 @@ def read_capped(path: str | os.PathLike[str], limit: int) -> tuple[bytes, os.sta
 
 
 def exposure(status: os.stat_result) -> str | None:
-    """Why a private key file is open to other users (completing "key file X
-    …"), or None when it is not.
+    """Why a file holding a secret (a private key, a PIN) is open to other
+    users (completing "key file X …"), or None when it is not.
 
     The rule is OpenSSH's for private keys, one step stricter: a file that
     every user of the host may read or write is refused whoever owns it, one
     its group may change is refused, and one its group may read is refused
-    when it is this user's own (``root:capseal 0640``, a key kept readable
+    when it is this user's own (``root:capseal 0640``, a secret kept readable
     for a service's group by another owner, stays usable). Why refuse and not
     warn: whoever can read the key can sign records as this producer, and no
-    custody statement can say which records they were. Only regular files are
+    custody statement can say which records they were; whoever can read a
+    token's PIN can do the same wherever they reach the token (a network HSM,
+    a connector on localhost). Only regular files are
     checked: a pipe (``file:/dev/stdin``, a process substitution) is private
     to the two processes at its ends."""
     if not stat.S_ISREG(status.st_mode):

@@ -251,7 +251,7 @@ def doctor_checks(uri: str | None, pin: str | None = None, **_: Any) -> list[Che
     try:
         secret = pin_for(parsed, pin)
     except CapsealError as exc:
-        return checks + [Check("PIN works", False, str(exc), "fix pin-source= (a file holding the PIN)")]
+        return checks + [Check("PIN works", False, str(exc), exc.hint or "fix pin-source= (a file holding the PIN)")]
     if secret is None:
         return checks + [Check("PIN works", False, "no PIN given",
                                "set CAPSEAL_PIN (or --pin-file FILE), or add pin-source=file:/path to the URI")]

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from capseal.errors import KeyURIError, SignerUnavailableError
+from capseal.errors import KeyURIError, SecretFileExposedError, SignerUnavailableError
 
-from ._files import MAX_PIN_FILE, FileTooLargeError, read_capped
+from ._files import MAX_PIN_FILE, FileTooLargeError, exposure, read_capped
 
 __all__ = [
     "PKCS11URI",
@@ -497,13 +497,18 @@ def read_pin_file(path: str, what: str) -> str:
     """The PIN a file holds: its UTF-8 text without one trailing newline
     (``\\n`` or ``\\r\\n``; a PIN may itself end in other whitespace). Shared by
     a URI's ``pin-source`` and the CLI's ``--pin-file``, so both read a file
-    alike; KeyURIError names ``what``, never the file's content."""
+    alike; KeyURIError names ``what``, never the file's content. A file other
+    users can read or change is SecretFileExposedError (``_files.exposure``)."""
     try:
-        data, _ = read_capped(path, MAX_PIN_FILE)
+        data, status = read_capped(path, MAX_PIN_FILE)
     except OSError as exc:
         raise KeyURIError(f"{what}: cannot be read: {exc.strerror}") from None
     except FileTooLargeError as exc:  # /dev/urandom read until memory ran out
         raise KeyURIError(f"{what} holds {exc}, more than any PIN or passphrase") from None
+    exposed = exposure(status)
+    if exposed is not None:
+        raise SecretFileExposedError(f"{what} {exposed}: whoever can read it can log in to the token as this "
+                                     "user; refused", hint=f"chmod 600 {path}")
     try:
         pin = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from capseal.errors import (
-    KeyFileExposedError,
     KeyNotFoundError,
     KeyURIError,
     PinIncorrectError,
+    SecretFileExposedError,
     UnsupportedAlgorithmError,
 )
 
@@ -169,8 +169,8 @@ class FileSigner(SoftwareSigner):
         exposed = exposure(status)
         if exposed is not None:  # checked once the file is known to hold a private key; the key is dropped
             del key
-            raise KeyFileExposedError(f"key file {p} {exposed}: whoever can read it can sign as this key; "
-                                      f"refused, as OpenSSH refuses such a key. Fix: chmod 600 {p}")
+            raise SecretFileExposedError(f"key file {p} {exposed}: whoever can read it can sign as this key; "
+                                         "refused, as OpenSSH refuses such a key", hint=f"chmod 600 {p}")
         try:
             alg_for_public_key(key.public_key())
         except UnsupportedAlgorithmError as exc:  # name the file, as the errors above do

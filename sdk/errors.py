@@ -36,7 +36,7 @@ __all__ = [
     "SignerUnavailableError",
     "TokenNotFoundError",
     "KeyNotFoundError",
-    "KeyFileExposedError",
+    "SecretFileExposedError",
     "PinIncorrectError",
     "PinLockedError",
     "DeviceError",
@@ -188,9 +188,9 @@ class KeyNotFoundError(SignerError):
     """The token or TPM has no key matching the URI."""
 
 
-class KeyFileExposedError(SignerError):
-    """A private key file that other users of the host can read or change
-    (as OpenSSH refuses one); the key in it was not loaded."""
+class SecretFileExposedError(SignerError):
+    """A file holding a private key or a PIN that other users of the host can
+    read or change (OpenSSH refuses such a key file); nothing in it was used."""
 
 
 class PinIncorrectError(SignerError):

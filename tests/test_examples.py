@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from .secret_files import write_secret
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 #: example file -> regular expressions its output must match (each must appear)
@@ -113,9 +115,7 @@ def test_hardware_readme_token_steps_run_as_shown(softhsm: Any, tmp_path: Path) 
     on a SoftHSM2 token of their own ("agents" in the doc)."""
     label = f"agents-{os.urandom(3).hex()}"
     softhsm.add_token(label)
-    pin_file = tmp_path / "token.pin"
-    pin_file.write_text(softhsm.pin + "\n")
-    pin_file.chmod(0o600)
+    pin_file = write_secret(tmp_path / "token.pin", softhsm.pin + "\n")
     subs = {"token=agents": f"token={label}", "module-path=…": f"module-path={softhsm.module}",
             "/etc/capseal/token.pin": str(pin_file)}
     doc = (ROOT / "hardware" / "README.md").read_text()

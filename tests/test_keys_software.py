@@ -25,12 +25,7 @@ from capseal.keys import (
 from capseal.keys.provision import create_key
 
 from .cose_checks import assert_envelope_verifies_independently
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """A private key file as an operator keeps one: mode 0600."""
-    path.write_bytes(data)
-    path.chmod(0o600)
+from .secret_files import write_secret
 
 
 @pytest.mark.parametrize("alg", ["EdDSA", "ES256", "PS256"])
@@ -180,9 +175,9 @@ def test_secrets_handler_is_asked_for_any_encrypted_pem(tmp_path: Path) -> None:
 
     key = generate_private_key("ES256")
     enc = serialization.BestAvailableEncryption(b"pw")
-    _write_private(tmp_path / "trad.pem",
+    write_secret(tmp_path / "trad.pem",
                    key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, enc))
-    _write_private(tmp_path / "bag.pem", b"Bag Attributes\n    localKeyID: 01 02 03 04 05 06 07 08 09 0A\n"
+    write_secret(tmp_path / "bag.pem", b"Bag Attributes\n    localKeyID: 01 02 03 04 05 06 07 08 09 0A\n"
                    b"Key Attributes: <No Attributes>\n"
                    + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
     prompts: list[str] = []
@@ -310,17 +305,17 @@ def test_a_key_file_other_users_can_use_is_refused(tmp_path: Path, mode: int, sa
     umask's 0644) was loaded and signed with; its mode only showed in the
     custody statement. It is now refused as OpenSSH refuses one, with the
     fix, and nothing is sealed; the same key at 0600 or 0400 opens."""
-    from capseal.errors import KeyFileExposedError
+    from capseal.errors import SecretFileExposedError
 
     path = tmp_path / "k.pem"
     write_pkcs8(generate_private_key("EdDSA"), path)
     key_pem = path.read_text()
     path.chmod(mode)
-    with pytest.raises(KeyFileExposedError) as caught:
+    with pytest.raises(SecretFileExposedError) as caught:
         open_signer(f"file:{path}")
     message = str(caught.value)
-    assert message == (f"key file {path} {said}: whoever can read it can sign as this key; refused, as OpenSSH "
-                       f"refuses such a key. Fix: chmod 600 {path}")
+    assert message == f"key file {path} {said}: whoever can read it can sign as this key; refused, as OpenSSH refuses such a key"
+    assert caught.value.hint == f"chmod 600 {path}"
     assert key_pem.splitlines()[1] not in message + repr(caught.value)
     for ok in (0o600, 0o400):
         path.chmod(ok)

@@ -27,6 +27,8 @@ from capseal.keys import open_signer
 from capseal.keys._pkcs11_session import P11_LOCK, _find_tokens, load_module, open_token, release_token
 from capseal.keys._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
 
+from .secret_files import write_secret
+
 CAPSEAL = str(Path(sys.executable).with_name("capseal"))
 PIN = "pins-8302-ok"
 SECRET = "Zq7SECRETtail"  # the part of a bad PIN that must never show
@@ -69,7 +71,7 @@ def test_api_refuses_unusable_pins_before_the_token(pin: Any, secret: str | None
 
 def test_every_pin_source_is_checked_and_named(token: dict[str, str], tmp_path: Path) -> None:
     empty = tmp_path / "empty.pin"
-    empty.write_text("\n")  # one newline is dropped: nothing left
+    write_secret(empty, "\n")  # one newline is dropped: nothing left
     with pytest.raises(PinIncorrectError) as err:
         open_signer(token["uri"] + "&pin-value=")
     _assert_refused_locally(err, "pin-value")
@@ -100,8 +102,8 @@ def _assert_cli_refused(proc: subprocess.CompletedProcess[str], source: str, *se
 
 def test_cli_refuses_empty_and_non_utf8_pins(token: dict[str, str], tmp_path: Path) -> None:
     empty, latin1 = tmp_path / "empty.pin", tmp_path / "latin1.pin"
-    empty.write_bytes(b"")
-    latin1.write_bytes(b"caf\xe9" + SECRET.encode() + b"\n")
+    write_secret(empty, b"")
+    write_secret(latin1, b"caf\xe9" + SECRET.encode() + b"\n")
     # named with --pin-env, an empty variable is refused; the default CAPSEAL_PIN set but empty
     # (an unset secret in compose or systemd) means no PIN, as for a key that needs none
     _assert_cli_refused(capseal("keys", "show", token["uri"], "--pin-env", "CAPSEAL_PIN", env={b"CAPSEAL_PIN": b""}),
@@ -124,10 +126,10 @@ def test_cli_pin_file_drops_one_newline_like_pin_source(tmp_path: Path) -> None:
 
     f = tmp_path / "pin"
     for tail in ("\n", "\r\n", " \n"):
-        f.write_bytes((PIN + tail).encode())
+        write_secret(f, PIN + tail)
         assert _read_pin(argparse.Namespace(pin_file=str(f))) == read_pin_source(str(f)) == PIN + tail[:-2 if tail.endswith("\r\n") else -1]
     for tail in ("\n\n", "\r\n\r\n", "\t\n"):
-        f.write_bytes((PIN + tail).encode())
+        write_secret(f, PIN + tail)
         with pytest.raises(PinIncorrectError, match="control character") as exc_info:
             _read_pin(argparse.Namespace(pin_file=str(f)))
         assert PIN not in str(exc_info.value) and exc_info.value.__cause__ is None

@@ -21,6 +21,7 @@ from capseal.keys._pkcs11 import PKCS11Signer
 from capseal.keys.provision import create_key
 
 from .cose_checks import assert_envelope_verifies_independently
+from .secret_files import write_secret
 from .stress import seal_from_threads
 
 ALGS = {"EdDSA": "ed25519", "ES256": "p256", "PS256": "rsa-pss"}
@@ -139,8 +140,7 @@ def test_signers_share_one_logged_in_session(keys: dict[str, str], softhsm: Any)
 
 
 def test_pin_sources_and_uri_without_pin(keys: dict[str, str], softhsm: Any, tmp_path: Path) -> None:
-    pin_file = tmp_path / "pin"
-    pin_file.write_text(softhsm.pin + "\n")
+    pin_file = write_secret(tmp_path / "pin", softhsm.pin + "\n")
     base, query = keys["ES256"].split("?", 1)
     prompts: list[str] = []
 

@@ -25,6 +25,8 @@ from capseal.keys._pkcs11_uri import (
     resolve_module,
 )
 
+from .secret_files import write_secret
+
 SOFTHSM = "/usr/lib/softhsm/libsofthsm2.so"
 
 
@@ -163,8 +165,7 @@ def test_pin_value_never_printed() -> None:
 
 
 def test_pin_source_file_and_file_uri(tmp_path: Path) -> None:
-    f = tmp_path / "pin"
-    f.write_text(PIN + "\n")
+    f = write_secret(tmp_path / "pin", PIN + "\n")
     assert read_pin_source(str(f)) == PIN
     assert read_pin_source(f"file:{f}") == PIN
     assert read_pin_source(f"file://{f}") == PIN
@@ -303,3 +304,31 @@ def test_a_pin_value_with_its_equals_sign_mistyped_is_not_quoted(text: str) -> N
     with pytest.raises(KeyURIError) as err:
         parse_pkcs11_uri(text)
     assert "Zq7SECRET" not in str(err.value) and "pin-value" in str(err.value), str(err.value)
+
+
+def test_a_pin_file_other_users_can_read_is_refused(tmp_path: Path) -> None:
+    """A PIN file every user of the host could read (the default umask's
+    0644) was used: whoever read it could log in wherever they reach the
+    token. It is refused, by pin-source and by the CLI's --pin-file alike,
+    naming the file, never the PIN; at 0600 it is read."""
+    import argparse
+
+    from capseal.cli import _read_pin
+    from capseal.errors import SecretFileExposedError
+
+    f = tmp_path / "pin"
+    f.write_text(PIN + "\n")
+    f.chmod(0o644)
+    with pytest.raises(SecretFileExposedError) as caught:
+        read_pin_source(f"file:{f}")
+    assert str(caught.value) == (f"pkcs11 URI: pin-source {f} can be read by every user of this host (mode 0644): "
+                                 "whoever can read it can log in to the token as this user; refused")
+    assert caught.value.hint == f"chmod 600 {f}"
+    assert PIN not in repr(caught.value)
+    with pytest.raises(SecretFileExposedError, match=f"^PIN file {f} can be read by every user"):
+        _read_pin(argparse.Namespace(pin_file=str(f)))
+    f.chmod(0o620)
+    with pytest.raises(SecretFileExposedError, match="can be changed by its group"):
+        read_pin_source(str(f))
+    f.chmod(0o600)
+    assert read_pin_source(str(f)) == PIN == _read_pin(argparse.Namespace(pin_file=str(f)))
