@@ -46,6 +46,7 @@ import hmac
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -326,10 +327,25 @@ def _list_tokens(module: Module) -> list[Any]:
     return tokens
 
 
+#: seconds to wait before each re-initialise-and-look-again when a token is
+#: not found (see _find_tokens): the whole wait comes only to a token that is
+#: really absent (or a module that cannot list), under the lock
+_RESCAN_PAUSES = (0.0, 0.05, 0.2)
+
+
 def _find_tokens(module: Module, uri: PKCS11URI) -> list[Any]:
     """Matching initialised tokens. SoftHSM2 only sees tokens that existed at
     ``C_Initialize``, and a module whose storage vanished answers
-    ``GeneralError``: in both cases re-initialise once and look again."""
+    ``GeneralError``: in both cases re-initialise and look again.
+
+    Why more than once, after a pause: SoftHSM2 rewrites a token's
+    ``token.object`` at every ``C_Login`` (the PIN-count flags), truncating it
+    first, and a ``C_Initialize`` in another process that reads it meanwhile
+    leaves that token out until the next ``C_Initialize`` (measured: about 3
+    in 1,000 initialisations, while another process logs in over and over;
+    a second look without re-initialising found it 3 times in 29). Several
+    workers of one pool, each logging in, did that to each other: a token
+    reported absent that was there."""
     module.ensure_initialized()
     try:
         found = [t for t in _list_tokens(module) if _token_matches(t, uri)]
@@ -337,12 +353,21 @@ def _find_tokens(module: Module, uri: PKCS11URI) -> list[Any]:
         found = []
     if found:
         return found
-    module.reinitialize()
     failure = None
-    try:
-        return [t for t in _list_tokens(module) if _token_matches(t, uri)]
-    except p11x.PKCS11Error as exc:
-        failure = type(exc).__name__
+    for pause in _RESCAN_PAUSES:
+        if pause:
+            time.sleep(pause)
+        module.reinitialize()
+        try:
+            found = [t for t in _list_tokens(module) if _token_matches(t, uri)]
+        except p11x.PKCS11Error as exc:
+            failure = type(exc).__name__
+            continue
+        failure = None
+        if found:
+            return found
+    if failure is None:
+        return []
     raise SignerUnavailableError(f"PKCS#11 module {module.path} cannot list its tokens ({failure})",
                                  hint=_module_hint(module.path))
 

@@ -6,7 +6,8 @@ gone — in the same process.
 Faults induced for real: a wrong PIN (at open, and a PIN changed on the token
 mid-run), a missing or non-PKCS#11 module, an unknown token or key label,
 every session closed underneath the signer (``C_CloseAllSessions`` through a
-second handle on the module) and the token's storage vanishing and returning.
+second handle on the module), the token's storage vanishing and returning,
+and its file caught mid-rewrite (as another process's login leaves it).
 """
 
 from __future__ import annotations
@@ -279,6 +280,44 @@ def test_token_storage_vanishes_and_returns(fault_token: dict[str, Any], tmp_pat
         assert producer.ledger.count() == count + 2
     assert verify_ledger(path).ok
     assert PIN not in logs.text
+
+
+def test_a_token_whose_file_another_process_is_rewriting_is_found(softhsm: Any) -> None:
+    """SoftHSM2 rewrites a token's ``token.object`` at every ``C_Login``,
+    truncating it first, and a ``C_Initialize`` that reads it meanwhile
+    leaves the token out until the next ``C_Initialize``. Fork-pool workers
+    logging in did this to each other: "token … is not present" for a token
+    that was there (test_fork_pool_workers_open_their_own_signers failed so,
+    once). Here the file is held truncated for 120 ms, as such a writer holds
+    it, while a key is created on the token (a token added since the module's
+    last C_Initialize, so capseal must initialise it again to see it): the
+    token is found once the write is done, and the key is made."""
+    import threading
+    import time
+
+    tokens = Path(softhsm.dir) / "tokens"
+    before = set(os.listdir(tokens))
+    label = f"p11f-{os.urandom(3).hex()}"
+    softhsm.add_token(label, pin=PIN)
+    (token_dir,) = set(os.listdir(tokens)) - before
+    token_object = tokens / token_dir / "token.object"
+    content = token_object.read_bytes()
+    truncated = threading.Event()
+
+    def rewrite() -> None:  # as SoftHSM2 writes it: open truncating, then write
+        with open(token_object, "wb") as fh:
+            truncated.set()
+            time.sleep(0.12)
+            fh.write(content)
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        truncated.wait(5)
+        with create_key(softhsm.uri("made-meanwhile", label=label), "ed25519", pin=PIN) as signer:
+            assert signer.sign(b"found").alg == "EdDSA"
+    finally:
+        writer.join()
 
 
 def test_pin_changed_on_the_token_mid_run(fault_token: dict[str, Any], tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
