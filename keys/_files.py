@@ -50,9 +50,9 @@ def exposure(status: os.stat_result) -> str | None:
     warn: whoever can read the key can sign records as this producer, and no
     custody statement can say which records they were; whoever can read a
     token's PIN can do the same wherever they reach the token (a network HSM,
-    a connector on localhost). Only regular files are
-    checked: a pipe (``file:/dev/stdin``, a process substitution) is private
-    to the two processes at its ends."""
+    a connector on localhost). Only regular files are checked: a pipe
+    (``file:/dev/stdin``, a process substitution) is private to the two
+    processes at its ends."""
     if not stat.S_ISREG(status.st_mode):
         return None
     mode = stat.S_IMODE(status.st_mode)

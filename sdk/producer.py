@@ -64,7 +64,7 @@ _NEVER_IN_SPEC = ("capsule_id", "signature", "key_id", "timestamp")
 
 def _refuse_reserved(spec: Mapping[str, Any]) -> None:
     """Refuse what only the producer writes about itself: the epoch-boundary
-    verdict and the ``x-capseal-*`` members of ``compute_attestation`` (the
+    verdict, the ``epoch_opens`` chain relation and the ``x-capseal-*`` members of ``compute_attestation`` (the
     custody statement). Why: custody is observed, never asserted (design §3.4);
     a caller's spec claiming a token's custody, or opening an epoch, would
     read exactly like the producer's own."""
@@ -72,6 +72,12 @@ def _refuse_reserved(spec: Mapping[str, Any]) -> None:
     if isinstance(disposition, Mapping) and disposition.get("verdict_class") == "epoch_boundary":
         raise InputError("verdict_class 'epoch_boundary' is written by the producer when it opens an epoch "
                          "(Producer() or rotate_epoch()), never from a spec")
+    chain = spec.get("chain")
+    if isinstance(chain, Mapping) and chain.get("relation") == "epoch_opens":
+        # the epoch this capsule is sealed in was opened by the producer's boundary
+        # capsule; a second capsule saying it opens an epoch contradicts it
+        raise InputError("chain.relation 'epoch_opens' is written by the producer on the capsule that opens an "
+                         "epoch (rotate_epoch()), never from a spec or a seal(relation=...)")
     attestation = spec.get("model_attestation")
     compute = attestation.get("compute_attestation") if isinstance(attestation, Mapping) else None
     if isinstance(compute, Mapping):

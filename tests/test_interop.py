@@ -42,6 +42,8 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[capseal
             if spec.get("disposition", {}).get("verdict_class") == "epoch_boundary":
                 records.append(producer.rotate_epoch())  # only the producer writes a boundary (chained epoch_opens)
                 continue
+            if relation == "epoch_opens":  # refused from a caller: the boundaries above carry it
+                relation = "follows"
             parent: capseal.SealedRecord | None = None
             if relation is not None and records:
                 parent = previous_contemporaneous if hint == "backfilled-original" and previous_contemporaneous else records[-1]

@@ -346,6 +346,29 @@ def test_what_only_the_producer_writes_is_refused_in_a_spec(producer: Producer) 
     assert producer.ledger.count() == before
 
 
+def test_a_capsule_that_says_it_opens_an_epoch_is_refused_from_a_caller(producer: Producer) -> None:
+    """``chain.relation: epoch_opens`` was sealed from a caller's spec (and from
+    ``seal(relation="epoch_opens")``) on a capsule of an epoch the producer's
+    boundary had already opened: two capsules each saying they open it. Only
+    ``rotate_epoch()`` writes the relation now; every way in is refused before
+    anything is signed or written."""
+    first = producer.seal({"action_id": "before", "action_type": "fyi"})
+    before = producer.ledger.count()
+    chained = {"action_id": "opens", "action_type": "fyi",
+               "chain": {"parent_capsule_id": first.capsule_id, "relation": "epoch_opens"}}
+    calls = [lambda: producer.seal(chained), lambda: producer.check(chained),
+             lambda: producer.seal({"action_id": "opens-2", "action_type": "fyi"}, parent=first, relation="epoch_opens"),
+             lambda: producer.submit({"action_id": "opens-3", "action_type": "fyi"}, parent=first, relation="epoch_opens")]
+    for call in calls:
+        with pytest.raises(InputError, match="chain.relation 'epoch_opens' is written by the producer"):
+            call()
+    producer.flush()
+    assert producer.ledger.count() == before
+    boundary = producer.epoch_record
+    opened = producer.rotate_epoch()  # the producer's own boundary still carries it
+    assert opened.capsule["chain"] == {"parent_capsule_id": boundary.capsule_id, "relation": "epoch_opens"}
+
+
 def test_an_epoch_id_is_never_reused(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path, epoch_id="e1") as first:
