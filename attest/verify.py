@@ -386,6 +386,11 @@ def _check_ek(ev: Mapping[str, Any], policy: TrustPolicy, fail: Any) -> bool:
             fail("evidence_ek_chain_invalid", "the trust policy requires an EK certificate chain; the evidence has none")
         return False
     if not policy.ek_roots:
+        # Without roots nothing can check the chain; a required chain that
+        # cannot be checked is not a valid one (it could be anything).
+        if policy.require_ek_chain:
+            fail("evidence_ek_chain_invalid",
+                 "the trust policy requires an EK certificate chain but names no EK roots to check it against")
         return False
     try:
         chain = [x509.load_der_x509_certificate(base64.b64decode(c, validate=True)) for c in chain_b64]
