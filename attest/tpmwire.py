@@ -288,7 +288,10 @@ def parse_public(data: bytes) -> PublicArea:
         exponent = r.u32() or 65537
         modulus = r.tpm2b()
         r.end("TPMT_PUBLIC")
-        key = rsa.RSAPublicNumbers(exponent, int.from_bytes(modulus, "big")).public_key()
+        try:  # cryptography refuses n < 3 or a bad e with a bare ValueError: not the structure either
+            key = rsa.RSAPublicNumbers(exponent, int.from_bytes(modulus, "big")).public_key()
+        except ValueError as exc:
+            raise WireError(f"RSA public key is not usable ({exc})") from None
     else:
         raise WireError(f"public key type 0x{typ:04x} is not supported")
     return PublicArea(typ, name_alg, attrs, scheme, scheme_hash, key, data)

@@ -49,3 +49,34 @@ def test_a_required_ek_chain_is_never_passed_unchecked(quoted: SealedRecord) -> 
         assert result.status == "evidence_ek_chain_invalid" and not result.ok, (chain, result.findings)
     # still: no chain at all under the same policy fails as before
     assert verify_evidence(quoted, trust=strict).status == "evidence_ek_chain_invalid"
+
+
+def _rsa_public(exponent: int, modulus: bytes) -> bytes:
+    """A TPMT_PUBLIC for an RSA restricted signing key with these numbers."""
+    import struct
+
+    attrs = 0x00050072  # restricted | sign | fixedTPM | fixedParent | sensitiveDataOrigin | userWithAuth
+    return (struct.pack(">HHIH", 0x0001, 0x000B, attrs, 0) + struct.pack(">HHHI", 0x0010, 0x0010, 2048, exponent)
+            + struct.pack(">H", len(modulus)) + modulus)
+
+
+def test_an_rsa_public_area_with_impossible_numbers_is_a_wire_error(quoted: SealedRecord) -> None:
+    """tpmwire.parse_public let cryptography's bare ValueError out for an RSA
+    modulus < 3 or a bad exponent (its contract: WireError for anything that
+    is not the structure). In verify_evidence that hit the last-resort catch,
+    so the slot was reported 'evidence_malformed: ValueError: n must be >= 3.'
+    and every finding made before it was dropped."""
+    import base64
+
+    from capseal.attest import tpmwire
+
+    for exponent, modulus in ((65537, b"\x00"), (2, b"\xff" * 256), (0, b"")):
+        with pytest.raises(tpmwire.WireError):
+            tpmwire.parse_public(_rsa_public(exponent, modulus))
+    ev = quoted.hardware_evidence
+    assert ev is not None
+    bad = altered(quoted, ak_tpm_public=base64.b64encode(_rsa_public(65537, b"\x00")).decode())
+    result = verify_evidence(bad, trust=[ev["ak_public"]])
+    assert result.status == "evidence_ak_inconsistent", result.findings
+    assert any("not a TPMT_PUBLIC" in f.detail for f in result.findings)
+    assert "evidence_signature_invalid" not in result.codes()  # the later checks still ran: the quote itself is good
