@@ -122,6 +122,8 @@ class BatchEvidence:
     ``on_batch(capsule_ids, written_at)`` runs on the worker after a batch's
     slots are durable (the benchmark measures seal→evidence latency with it).
     ``solo_if(record)`` picks records that get a quote of their own.
+    ``max_records`` (a whole number from 1) and ``max_delay`` (seconds, 0 to
+    ``threading.TIMEOUT_MAX``) outside those ranges are refused (InputError).
 
     A worker inherited through fork() refuses every call but ``close()``
     (EvidenceForkedError); create a new one in the child. One cannot be
@@ -140,8 +142,7 @@ class BatchEvidence:
         on_batch: Callable[[list[str], float], None] | None = None,
         start: bool = True,
     ) -> None:
-        if max_records < 1 or max_delay < 0:
-            raise ValueError("max_records >= 1 and max_delay >= 0")
+        _check_limits(max_records, max_delay)
         if getattr(ledger, "_forked", False):  # as Producer(): a worker that could only fail
             raise ledger._fork_error("BatchEvidence()")
         self.ledger = ledger
@@ -371,6 +372,20 @@ class BatchEvidence:
             self.on_batch(ids, time.monotonic())  # type: ignore[misc]
         except Exception:  # a callback never undoes a write
             pass
+
+
+def _check_limits(max_records: Any, max_delay: Any) -> None:
+    """Refuse (InputError, nothing started) batch limits the worker cannot
+    keep. Why each: the worker waits ``max_delay`` seconds with
+    ``Event.wait``, which raises OverflowError past ``threading.TIMEOUT_MAX``
+    (inf included) and so killed the worker thread at its first batch, after
+    which ``flush()`` answered True with the slots still null; a NaN delay
+    never closes a batch by time and makes every wait return at once (a
+    spinning CPU). ``max_records`` counts records: a whole number from 1."""
+    if type(max_records) is not int or max_records < 1:
+        raise InputError(f"max_records is a whole number of records from 1, not {max_records!r:.40}")
+    if (type(max_delay) not in (int, float) or not 0 <= max_delay <= threading.TIMEOUT_MAX):
+        raise InputError(f"max_delay is a number of seconds from 0 to {threading.TIMEOUT_MAX:g}, not {max_delay!r:.40}")
 
 
 def _ledger_name(ledger: Any) -> str:

@@ -80,3 +80,33 @@ def test_an_rsa_public_area_with_impossible_numbers_is_a_wire_error(quoted: Seal
     assert result.status == "evidence_ak_inconsistent", result.findings
     assert any("not a TPMT_PUBLIC" in f.detail for f in result.findings)
     assert "evidence_signature_invalid" not in result.codes()  # the later checks still ran: the quote itself is good
+
+
+def test_batch_limits_it_cannot_keep_are_refused_typed(producer: Producer, tpm_a: AttestTPM) -> None:
+    """max_delay=inf killed the worker thread at its first wait (OverflowError
+    in Event.wait): flush() then answered True, 'all quoted', with the slot
+    still null and no failure counted. max_delay=nan never closed a batch by
+    time and spun a CPU (wait(nan) returns at once). A negative or
+    non-numeric limit was a bare ValueError or TypeError. All are refused
+    with InputError (still a ValueError), before a thread starts."""
+    from capseal.attest import BatchEvidence
+    from capseal.errors import InputError
+
+    quoter = tpm_a.quoter()
+    bad_delays: tuple[Any, ...] = (float("inf"), float("nan"), -1, 1e300, "0.1", None, True)
+    for delay in bad_delays:
+        with pytest.raises(InputError, match="max_delay"):
+            BatchEvidence(producer.ledger, quoter, max_delay=delay)
+        with pytest.raises(InputError, match="max_delay"):
+            attest.attach(producer, quoter, max_delay=delay)
+    bad_sizes: tuple[Any, ...] = (0, -3, 1.5, "8", None, True)
+    for size in bad_sizes:
+        with pytest.raises(InputError, match="max_records"):
+            BatchEvidence(producer.ledger, quoter, max_records=size)
+    # the limits it can keep still work, a long delay included (closed by flush)
+    worker = BatchEvidence(producer.ledger, quoter, max_records=1, max_delay=10**6)
+    record = producer.seal(spec(2))
+    worker.submit(record.capsule_id)
+    assert worker.flush(30) and worker.close()
+    stored = producer.ledger.get(record.capsule_id)
+    assert stored is not None and verify_evidence(stored, trust=[quoter.identity.public_pem]).ok
