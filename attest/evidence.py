@@ -90,7 +90,7 @@ class PCRSelection:
                 lo, _, hi = item.partition("-")
                 if not lo.isdigit() or (hi and not hi.isdigit()):
                     raise InputError(f"bad PCR selection {text!r}")
-                start, stop = int(lo), int(hi or lo)
+                start, stop = _pcr_index(lo, item, text), _pcr_index(hi or lo, item, text)
                 if start > stop or stop > 23:
                     raise InputError(f"bad PCR range {item!r} in {text!r} (PCRs are 0–23)")
                 pcrs.update(range(start, stop + 1))
@@ -103,6 +103,17 @@ class PCRSelection:
     def same_as(self, banks: tuple[PCRBank, ...]) -> bool:
         """Same banks, same order, same PCRs (the bitmap size may differ)."""
         return [(b.hash_alg, b.pcrs) for b in self.banks] == [(b.hash_alg, b.pcrs) for b in banks]
+
+
+def _pcr_index(digits: str, item: str, text: str) -> int:
+    """One PCR index of a selection (ASCII digits). Why not ``int()`` alone:
+    past 4300 digits it raises a bare ValueError, and PCRSelection.parse
+    promises InputError; an index of more than two significant digits is
+    out of range (PCRs are 0–23) whatever its value."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > 2:
+        raise InputError(f"bad PCR range {item[:40]!r} in {text[:80]!r} (PCRs are 0–23)")
+    return int(significant)
 
 
 def pcr_digest(selection: PCRSelection, values: Mapping[str, Mapping[str, str]], hash_name: str) -> bytes:

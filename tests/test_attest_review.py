@@ -110,3 +110,17 @@ def test_batch_limits_it_cannot_keep_are_refused_typed(producer: Producer, tpm_a
     assert worker.flush(30) and worker.close()
     stored = producer.ledger.get(record.capsule_id)
     assert stored is not None and verify_evidence(stored, trust=[quoter.identity.public_pem]).ok
+
+
+def test_a_pcr_index_with_thousands_of_digits_is_refused_typed() -> None:
+    """PCRSelection.parse promises InputError for a bad selection; an index of
+    more than 4300 digits let int()'s bare ValueError out instead."""
+    from capseal.attest.evidence import PCRSelection
+    from capseal.errors import InputError
+
+    for text in ("sha256:" + "9" * 5000, "sha256:0-" + "1" * 4999 + "7", "sha256:" + "0" * 4999 + "24"):
+        with pytest.raises(InputError, match="PCR"):
+            PCRSelection.parse(text)
+    # leading zeros are still read as before, however many
+    assert str(PCRSelection.parse("sha256:007")) == "sha256:7"
+    assert str(PCRSelection.parse("sha256:" + "0" * 5000 + "-" + "0" * 5000 + "2")) == "sha256:0,1,2"
