@@ -73,14 +73,22 @@ def quote_record(record: Any, quoter: Quoter, *, ledger: Any = None) -> Any:
     """Quote over ``record``'s capsule id (raw 32 bytes), verify, and return the
     record with its slot filled; the capsule and its id are unchanged. With a
     ``ledger``, the slot is appended there first (append-only: the record's
-    earlier null state stays in its evidence history)."""
-    cid = record.capsule_id
+    earlier null state stays in its evidence history).
+
+    Something that is not a sealed record (no string ``capsule_id``: a record
+    dict, None) or not a quoter is refused with EvidenceError before the TPM
+    is asked, not with the AttributeError or TypeError it would meet."""
+    cid = getattr(record, "capsule_id", None)
+    if not isinstance(cid, str):
+        raise EvidenceError(f"quote_record() takes a sealed record with a capsule id, not {type(record).__name__}")
+    if not callable(getattr(quoter, "take", None)) or getattr(quoter, "identity", None) is None:
+        raise EvidenceError(f"quote_record() takes a quoter (identity and take()), not {type(quoter).__name__}")
     try:
         nonce = bytes.fromhex(cid)
     except ValueError:
-        raise EvidenceError(f"capsule id {cid!r} is not hex") from None
+        raise EvidenceError(f"capsule id {cid[:80]!r} is not hex") from None
     if len(nonce) != 32:
-        raise EvidenceError(f"capsule id {cid!r} is not 32 bytes")
+        raise EvidenceError(f"capsule id {cid[:80]!r} is not 32 bytes")
     q = quoter.take(nonce)
     evidence = evidence_for_capsule(q, cid)
     result = verify_evidence(record.with_evidence(evidence), self_policy(quoter.identity))

@@ -112,6 +112,30 @@ def test_batch_limits_it_cannot_keep_are_refused_typed(producer: Producer, tpm_a
     assert stored is not None and verify_evidence(stored, trust=[quoter.identity.public_pem]).ok
 
 
+def test_quote_refuses_what_is_not_a_sealed_record_or_a_quoter_typed(producer: Producer, tpm_a: AttestTPM) -> None:
+    """attest.quote / quote_record let AttributeError (a record dict, None, a
+    quoter that is None) and TypeError (a capsule_id that is not a string)
+    out of a public call. They are EvidenceError, raised before the TPM is
+    asked, and nothing is written."""
+    from capseal.attest.quoter import quote_record
+    from capseal.errors import EvidenceError
+
+    record = producer.seal(spec(3))
+    quoter = tpm_a.quoter()
+
+    class NotSealed:
+        capsule_id = 12345
+
+    not_records: tuple[Any, ...] = (record.to_json(), None, NotSealed())
+    for bad in not_records:
+        with pytest.raises(EvidenceError, match="capsule id"):
+            quote_record(bad, quoter, ledger=producer.ledger)
+    for not_a_quoter in (None, 5, object()):
+        with pytest.raises(EvidenceError, match="quoter"):
+            attest.quote(record, not_a_quoter, ledger=producer.ledger)
+    assert producer.ledger.evidence_history(record.capsule_id) == [None]
+
+
 def test_a_pcr_index_with_thousands_of_digits_is_refused_typed() -> None:
     """PCRSelection.parse promises InputError for a bad selection; an index of
     more than 4300 digits let int()'s bare ValueError out instead."""
