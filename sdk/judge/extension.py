@@ -224,10 +224,32 @@ def _raw(value: Any, source: str, out: list[Violation]) -> bytes | None:
     return None
 
 
-def _check(capsule: Mapping[str, Any], pre: Mapping[str, Any], raw: Mapping[str, str | bytes]) -> list[Violation]:
-    out = _number_violations(capsule) + _schema_violations(capsule, _SCHEMA)
+def _canonical(value: Any, where: str, out: list[Violation]) -> bool:
+    """Can ``value`` (a published preimage) be canonicalized? If not, its number
+    and JSON violations are reported under ``where`` and False is returned, so
+    its digest is not compared. Why: a float (or a non-string key) has no JCS
+    digest; computing one raised inside the checker and every finding was lost
+    behind ``checker_internal_error``."""
+    bad = _number_violations(value)
+    for v in bad:
+        out.append(Violation(v.rule, f"{where}{v.path[1:]}", v.message, pointer="/" + where.replace(".", "/")))
+    return not bad
+
+
+def _check(capsule: Any, pre: Any, raw: Any) -> list[Violation]:
+    if not isinstance(capsule, Mapping):
+        return [Violation("record_not_object", "$", f"a judgment capsule is a JSON object, not {type(capsule).__name__}")]
+    out: list[Violation] = []
+    if not isinstance(pre, Mapping):
+        out.append(Violation("preimages_malformed", "preimages", f"preimages map names to published documents, not {type(pre).__name__}", pointer="/preimages"))
+        pre = {}
+    if not isinstance(raw, Mapping):
+        out.append(Violation("raw_files_malformed", "raw_files", f"raw_files map names to file bytes or text, not {type(raw).__name__}", pointer="/raw_files"))
+        raw = {}
+    number = _number_violations(capsule)
+    out += number + _schema_violations(capsule, _SCHEMA)
     cid = capsule.get("capsule_id")
-    if cid is not None and cid != capsule_id(capsule):
+    if cid is not None and not number and cid != capsule_id(capsule):
         out.append(Violation("capsule_id_mismatch", "$.capsule_id", "capsule_id does not recompute from the capsule", pointer="/capsule_id"))
     member = _at(capsule, MEMBER_PATH)
     compute = _at(capsule, MEMBER_PATH[:2])
@@ -239,20 +261,20 @@ def _check(capsule: Mapping[str, Any], pre: Mapping[str, Any], raw: Mapping[str,
         out.append(Violation("model_hosting_forbidden", "$.model_attestation.compute_attestation['x-judgment-v1'].model_hosting", "a human-expert record carries no model_hosting", pointer=f"{MEMBER_POINTER}/model_hosting"))
     if isinstance(params, Mapping) and not human and "model_hosting" not in member:
         out.append(Violation("model_hosting_absent", "$.model_attestation.compute_attestation['x-judgment-v1']", "no model_hosting on a model-judge record: read as hosted (attributable, not re-derivable)", severity="info", pointer=MEMBER_POINTER))
-    if "rubric" in pre and member.get("rubric_digest") != json_digest(pre["rubric"]):
+    if "rubric" in pre and _canonical(pre["rubric"], "preimages.rubric", out) and member.get("rubric_digest") != json_digest(pre["rubric"]):
         out.append(_mismatch("rubric_digest_mismatch", (*MEMBER_PATH, "rubric_digest"), "rubric_digest"))
     if isinstance(params, Mapping):
         definition = "ExpertProtocolParameters" if human else "JudgeParameters"
-        for v in _number_violations(params) + _schema_violations(params, _SCHEMA, definition):
+        for v in _schema_violations(params, _SCHEMA, definition):
             out.append(Violation(v.rule, f"preimages.judge_parameters{v.path[1:]}", v.message, pointer=f"/preimages/judge_parameters{v.pointer}"))
-        if member.get("judge_parameters_digest") != json_digest(params):
+        if _canonical(params, "preimages.judge_parameters", out) and member.get("judge_parameters_digest") != json_digest(params):
             out.append(_mismatch("judge_parameters_digest_mismatch", (*MEMBER_PATH, "judge_parameters_digest"), "judge_parameters_digest"))
         inner = (
             ("instruction_template_digest", "instruction_template", lambda v: json_digest(v)),
             ("packet_digest", "packet", lambda v: json_digest(v)),
         )
         for name, source, fn in inner:
-            if name in params and source in pre and params[name] != fn(pre[source]):
+            if name in params and source in pre and _canonical(pre[source], f"preimages.{source}", out) and params[name] != fn(pre[source]):
                 out.append(_mismatch(f"{name}_mismatch", ("preimages", "judge_parameters", name), name))
         for name, source in (("prompt_digest", "prompt"), ("axes_digest", "axes")):
             if name in params and source in raw:
@@ -268,6 +290,6 @@ def _check(capsule: Mapping[str, Any], pre: Mapping[str, Any], raw: Mapping[str,
     if answer is not None:
         for v in _schema_violations(answer, _SCHEMA, "JudgeAnswer"):
             out.append(Violation(v.rule, f"preimages.agent_output{v.path[1:]}", v.message, pointer=f"/preimages/agent_output{v.pointer}"))
-        if compute.get("agent_output_digest") != json_digest(answer):
+        if _canonical(answer, "preimages.agent_output", out) and compute.get("agent_output_digest") != json_digest(answer):
             out.append(_mismatch("agent_output_digest_mismatch", (*MEMBER_PATH[:2], "agent_output_digest"), "agent_output_digest"))
     return out
