@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from capseal.canonical import check_json, is_hex64
+from capseal.canonical import MAX_DEPTH, check_json, is_hex64
 from capseal.errors import CanonicalizationError, FloatInDigestError, JudgmentRefusedError, UnsafeIntegerError
 
 from .schema import Path, SchemaError, render_path, render_pointer, validator_for
@@ -235,8 +235,11 @@ def _ordered(violations: list[Violation]) -> list[Violation]:
 
 
 def _number_violations(body: Any) -> list[Violation]:
+    """The -05 number and JSON rules, nesting capped at ``MAX_DEPTH`` (the most
+    the store writes): a non-JSON value, a non-string key or deeper nesting is
+    ``non_json_value`` at its path, so no later check recurses into it."""
     try:
-        check_json(body)
+        check_json(body, max_depth=MAX_DEPTH)
     except FloatInDigestError as exc:
         rule = "sampling_float" if re.search(r"\.sampling(_params)?[.\[]", exc.path + ".") else "float_in_record"
         return [Violation(rule, exc.path, f"{exc} — a float drifts in serialization; use a decimal string or an integer (e.g. micros)")]
@@ -245,6 +248,44 @@ def _number_violations(body: Any) -> list[Violation]:
     except CanonicalizationError as exc:
         return [Violation("non_json_value", exc.path, str(exc))]
     return []
+
+
+def _not_json(body: Any) -> Violation | None:
+    """The first non-string key, non-JSON value or nesting deeper than
+    ``MAX_DEPTH`` in ``body``, found without recursion. Why besides
+    ``_number_violations``: that stops at the first bad value, so a float ahead
+    of a non-string key hid the key, and the schema walk then failed on it."""
+    stack: list[tuple[Any, Path, int]] = [(body, (), 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, (dict, list, tuple)) and depth > MAX_DEPTH:
+            return Violation("non_json_value", render_path(path), f"objects and arrays nest deeper than {MAX_DEPTH} levels", pointer=render_pointer(path))
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if not isinstance(key, str):
+                    return Violation("non_json_value", render_path(path), f"object key {key!r:.40} is not a string", pointer=render_pointer(path))
+                stack.append((value, (*path, key), depth + 1))
+        elif isinstance(node, (list, tuple)):
+            stack.extend((value, (*path, i), depth + 1) for i, value in enumerate(node))
+        elif not (node is None or isinstance(node, (str, int, float))):
+            return Violation("non_json_value", render_path(path), f"a {type(node).__name__} is not a JSON value", pointer=render_pointer(path))
+    return None
+
+
+def _json_violations(body: Any) -> list[Violation]:
+    """The number rules, plus the first thing in ``body`` that is not JSON at all
+    (when the number rules stopped before it). A caller that finds a
+    ``non_json_value`` here runs no schema walk or digest over ``body``."""
+    out = _number_violations(body)
+    if not any(v.rule == "non_json_value" for v in out):
+        structure = _not_json(body)
+        if structure is not None:
+            out.append(structure)
+    return out
+
+
+def _is_json(violations: Sequence[Violation]) -> bool:
+    return not any(v.rule == "non_json_value" for v in violations)
 
 
 # --------------------------------------------------------------------------- body dispatch
@@ -287,7 +328,11 @@ def refuse(body: Any) -> None:
 def _check_body(body: Any) -> list[Violation]:
     if not isinstance(body, Mapping):
         return [Violation("record_not_object", "$", "a judgment record is a JSON object")]
-    out = _number_violations(body)
+    out = _json_violations(body)
+    if not _is_json(out):
+        # not JSON (a non-string key, a non-JSON value, nesting deeper than the
+        # store writes): the schema walk would fail on it, so this is the answer
+        return out
     if "result_version" in body and "record_version" not in body:
         out += _schema_violations(body, RESULT_SCHEMA)
         out += _result_rules(body)

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from capseal.judge import check_judgment_capsule
+from capseal.errors import JudgmentRefusedError
+from capseal.judge import check_body, check_judgment_capsule, refuse
 from capseal.judge.extension import MEMBER
 
-from .conftest import JUDGMENT, load
+from .conftest import JUDGE, JUDGMENT, World, load
 
 V = load(JUDGMENT / "vectors.json")
 AI = next(c for c in V["cases"] if c["id"] == "pos-ai-judge")
@@ -56,3 +57,69 @@ def test_a_judgment_capsule_that_is_no_object_is_named(capsule: Any) -> None:
 def test_preimages_that_are_no_mapping_are_named() -> None:
     found = rules(AI["capsule"], [AI["preimages"]["values"]], RAW)
     assert "checker_internal_error" not in found and "preimages_malformed" in found
+
+
+# --------------------------------------------------------------------------- check_body / refuse on non-JSON bodies
+
+
+def _report() -> dict[str, Any]:
+    return load(JUDGE / "evaluation-report" / "pos-example-org-evaluation-report.json")
+
+
+def _nested(depth: int) -> list[Any]:
+    root: list[Any] = []
+    node = root
+    for _ in range(depth):
+        node.append([])
+        node = node[0]
+    return root
+
+
+@pytest.mark.parametrize(("where", "key"), [(("cases", 0), 1), (("judge_pin", "sampling"), 7), (("cases", 0), ("a", "b"))])
+def test_a_non_string_key_is_named_non_json_value(where: tuple[Any, ...], key: Any) -> None:
+    """A non-string key (Python input; JSON has none) is non_json_value; before,
+    the schema walk raised on it and check_body said checker_internal_error,
+    which ``refuse`` and ``seal`` raised as the rule, naming nothing."""
+    body = _report()
+    node = body
+    for part in where:
+        node = node[part]
+    node[key] = "x"
+    found = check_body(body)
+    assert "checker_internal_error" not in {v.rule for v in found}
+    assert found[0].rule == "non_json_value"
+    with pytest.raises(JudgmentRefusedError) as caught:
+        refuse(body)
+    assert caught.value.rule == "non_json_value" and "not a string" in str(caught.value)
+
+
+def test_nesting_deeper_than_capseal_writes_is_named_non_json_value(world: World) -> None:
+    """A body nested deeper than MAX_DEPTH (the most the store writes) is
+    non_json_value at the path; before, the checker hit RecursionError and said
+    checker_internal_error. Nothing is written."""
+    body = _report()
+    body["cases"][0]["deep"] = _nested(5000)
+    found = check_body(body)
+    assert [v.rule for v in found][:1] == ["non_json_value"] and "nest deeper" in found[0].message
+    count = world.store.ledger.count()
+    with pytest.raises(JudgmentRefusedError) as caught:
+        world.store.seal(body)
+    assert caught.value.rule == "non_json_value"
+    assert world.store.ledger.count() == count
+
+
+def test_a_non_string_key_behind_a_float_is_still_named() -> None:
+    """check_json stops at the first bad value: a float ahead of a non-string key
+    hid the key and the schema walk raised on it (checker_internal_error)."""
+    body = load(JUDGE / "calibration-summary" / "neg-clause-with-rate-field.json")  # holds rate: 0.85
+    body["judge_pin"][1] = "x"
+    found = {v.rule for v in check_body(body)}
+    assert "checker_internal_error" not in found and "non_json_value" in found
+
+
+def test_a_non_string_key_in_judge_parameters_is_named() -> None:
+    pre = copy.deepcopy(AI["preimages"]["values"])
+    pre["judge_parameters"] = {**pre["judge_parameters"], 1: "x"}
+    found = rules(AI["capsule"], pre, RAW)
+    assert "checker_internal_error" not in found
+    assert found.get("non_json_value", "").startswith("preimages.judge_parameters"), found
