@@ -31,7 +31,7 @@ from typing import Any
 from capseal.canonical import MAX_DEPTH, canonical_bytes, capsule_id, check_json, is_hex64, json_digest, raw_digest
 from capseal.errors import DuplicateRecordError, JudgmentRefusedError
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
-from capseal.record import dumps_canonical
+from capseal.record import dumps_canonical, strict_json
 
 from .citation import Target, computed, listed
 from .envelope import JudgmentEnvelope, header_commitment, sign_judgment
@@ -114,8 +114,13 @@ def cited_digests(body: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str
 
 
 def body_of_entry(entry: StoredEntry) -> dict[str, Any]:
-    """The stored JSON of a judge row (``capseal-judgment/1`` or ``capseal-artifact/1``)."""
-    value = entry.record()
+    """The stored JSON of a judge row (``capseal-judgment/1`` or ``capseal-artifact/1``).
+
+    Read one way only (``strict_json``): a member held twice reads as one record
+    to a parser keeping the last (Python's) and as another to one keeping the
+    first, so it is refused, as are NaN/Infinity and nesting too deep to read
+    (a ``MalformedJSONError``, which is a ValueError) — the store writes none."""
+    value = strict_json(entry.body, "the stored judge row")
     if not isinstance(value, dict):
         raise ValueError("stored judge row is not a JSON object")
     return value

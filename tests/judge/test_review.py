@@ -6,15 +6,26 @@ reads two ways but verified."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
 
+from capseal.audit import KeyDirectory
 from capseal.errors import JudgmentRefusedError
-from capseal.judge import check_body, check_judgment_capsule, refuse
+from capseal.judge import (
+    Case,
+    EvaluationReport,
+    JudgePin,
+    check_body,
+    check_judgment_capsule,
+    link,
+    refuse,
+    verify_entry,
+)
 from capseal.judge.extension import MEMBER
 
-from .conftest import JUDGE, JUDGMENT, World, load
+from .conftest import JUDGE, JUDGMENT, NOW, World, load
 
 V = load(JUDGMENT / "vectors.json")
 AI = next(c for c in V["cases"] if c["id"] == "pos-ai-judge")
@@ -123,3 +134,40 @@ def test_a_non_string_key_in_judge_parameters_is_named() -> None:
     found = rules(AI["capsule"], pre, RAW)
     assert "checker_internal_error" not in found
     assert found.get("non_json_value", "").startswith("preimages.judge_parameters"), found
+
+
+# --------------------------------------------------------------------------- the verifier on damaged rows and copies
+
+
+def _sealed(world: World) -> Any:
+    pin = JudgePin.pin(model_id="judge@1", prompt=world.prompt_t, sampling={"temperature_micros": 0})
+    report = EvaluationReport(record_id="er-1", generated_at=NOW, contract_ref="ec:c@1", judge_pin=pin,
+                              cases=[Case.of("c1", "met", acts=[world.act_t], method=world.rubric_t)])
+    return world.store.seal(report, links=[link("cites", world.act_t)])
+
+
+def _codes(world: World, entry: Any) -> tuple[bool, set[str]]:
+    r = verify_entry(entry, ledger=world.store.ledger, keys=KeyDirectory())
+    return r.ok, {f.code for f in r.findings}
+
+
+def test_a_stored_row_with_a_duplicate_member_does_not_verify(world: World) -> None:
+    """A row whose body holds a member twice reads as one record to a parser that
+    keeps the last (Python's) and as another to one that keeps the first; before,
+    the verifier read it Python's way and said ok."""
+    sealed = _sealed(world)
+    entry = world.store.ledger.entry(sealed.digest)
+    assert entry is not None
+    body = entry.body.decode()
+    assert '"verdict":"met"' in body
+    twice = body.replace('"verdict":"met"', '"verdict":"not_met","verdict":"met"').encode()
+    ok, codes = _codes(world, dataclasses.replace(entry, body=twice))
+    assert not ok and "record_malformed" in codes
+
+
+def test_a_stored_row_nested_too_deep_is_record_malformed(world: World) -> None:
+    sealed = _sealed(world)
+    entry = world.store.ledger.entry(sealed.digest)
+    assert entry is not None
+    ok, codes = _codes(world, dataclasses.replace(entry, body=b"[" * 100_000 + b"]" * 100_000))
+    assert not ok and codes == {"record_malformed"}
