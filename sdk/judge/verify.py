@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capseal.canonical import is_hex64, json_digest
+from capseal.errors import CanonicalizationError
 from capseal.findings import Finding, HasFindings
 from capseal.ledger import Ledger, StoredEntry
 
@@ -205,7 +206,14 @@ def _check_signature(entry: StoredEntry, stored: Mapping[str, Any], digest: str,
     if not isinstance(envelopes, list) or not envelopes:
         report.findings.append(Finding("record_unsigned", "every record in a capseal store is signed; this one is not"))
         return
-    commitment = header_commitment(entry.record_type, entry.epistemic_type, [dict(x) for x in entry.links])
+    try:
+        commitment = header_commitment(entry.record_type, entry.epistemic_type, [dict(x) for x in entry.links])
+    except CanonicalizationError as exc:
+        # a damaged header (a float or unsafe integer in its links) has no
+        # commitment to check the signature against: it cannot be what was signed
+        report.findings.append(Finding("header_commitment_mismatch", f"the store header cannot be canonicalized ({exc}), so it is not what was signed at commit"))
+        report.signature = "invalid"
+        return
     verdict, kid = "unclaimed", None
     for env in envelopes:
         authored, env_kid, findings = verify_judgment_envelope(env, bytes.fromhex(digest), commitment)

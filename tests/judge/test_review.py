@@ -171,3 +171,16 @@ def test_a_stored_row_nested_too_deep_is_record_malformed(world: World) -> None:
     assert entry is not None
     ok, codes = _codes(world, dataclasses.replace(entry, body=b"[" * 100_000 + b"]" * 100_000))
     assert not ok and codes == {"record_malformed"}
+
+
+@pytest.mark.parametrize("target", [1.5, 2**80])
+def test_header_links_that_cannot_be_canonicalized_are_named(world: World, target: Any) -> None:
+    """A links column holding a float or an unsafe integer (a damaged row) is
+    link_target_malformed and an unverifiable header, not verifier_internal_error
+    (which dropped every other finding)."""
+    sealed = _sealed(world)
+    entry = world.store.ledger.entry(sealed.digest)
+    assert entry is not None
+    ok, codes = _codes(world, dataclasses.replace(entry, links=({"type": "cites", "target": target},)))
+    assert not ok and "verifier_internal_error" not in codes
+    assert {"link_target_malformed", "header_commitment_mismatch"} <= codes
