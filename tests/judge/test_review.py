@@ -22,6 +22,7 @@ from capseal.judge import (
     link,
     refuse,
     verify_entry,
+    verify_judgment,
 )
 from capseal.judge.extension import MEMBER
 
@@ -184,3 +185,15 @@ def test_header_links_that_cannot_be_canonicalized_are_named(world: World, targe
     ok, codes = _codes(world, dataclasses.replace(entry, links=({"type": "cites", "target": target},)))
     assert not ok and "verifier_internal_error" not in codes
     assert {"link_target_malformed", "header_commitment_mismatch"} <= codes
+
+
+def test_a_copy_changed_to_hold_a_float_is_a_changed_copy(world: World) -> None:
+    """verify_judgment(copy) with a float put in the copy's body: before, digesting
+    the copy raised and the whole report became verifier_internal_error."""
+    sealed = _sealed(world)
+    body = copy.deepcopy(sealed.body)
+    body["cases"][0]["verdict"] = 0.5
+    report = verify_judgment(dataclasses.replace(sealed, body=body), world.store)
+    assert not report.ok
+    assert set(report.codes()) == {"record_copy_differs"}
+    assert report.signature == "authored"  # the stored record itself is intact
