@@ -12,7 +12,8 @@ which never raises). It applies, in order:
    ``schema_*`` name;
 3. the rules the schemas cannot say (judging digest §10.5, issue 5 item 4):
    k ≤ n, unique case / claim ids, buckets that match verdicts, coverage counts
-   traceable to claims, producer defects within their denominator, a
+   traceable to claims, producer defects within their denominator, an
+   adjudication's margin / margin_tau / divergence_index as decimal strings, a
    ``contradicted_party`` that is one of the parties, an opaque ``rater_ref``,
    close refs that appear in ``evidence[]``, links only of the six types and
    ``adjudicates`` only on an ``adjudication`` record.
@@ -407,8 +408,19 @@ def _sample_cases(body: Mapping[str, Any]) -> list[Violation]:
     ]
 
 
+#: An exact decimal as ``pin.decimal_string`` writes it: ASCII digits, an
+#: optional sign and fraction, no exponent, no NaN/Infinity.
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", re.ASCII)
+
+
 def _adjudication(body: Mapping[str, Any]) -> list[Violation]:
     out = []
+    # judging digest §3.2: the quantities are decimal strings (the schema says
+    # only "a non-empty string", so "high" or "1e5" passed it)
+    for name in ("margin", "margin_tau", "divergence_index"):
+        value = body.get(name)
+        if isinstance(value, str) and value and _DECIMAL.fullmatch(value) is None:
+            out.append(Violation("decimal_string_malformed", f"$.{name}", f"{name} is an exact decimal string such as \"0.42\" (no exponent, no words), not {value!r:.40}"))
     digests = [p.get("digest") for p in _list(body.get("parties")) if isinstance(p, Mapping)]
     if len(digests) == 2 and digests[0] == digests[1]:
         out.append(Violation("parties_duplicate", "$.parties", "both parties cite the same record; a ruling over one party cites it once"))

@@ -197,3 +197,24 @@ def test_a_copy_changed_to_hold_a_float_is_a_changed_copy(world: World) -> None:
     assert not report.ok
     assert set(report.codes()) == {"record_copy_differs"}
     assert report.signature == "authored"  # the stored record itself is intact
+
+
+# --------------------------------------------------------------------------- adjudication quantities are decimal strings
+
+
+@pytest.mark.parametrize("member", ["margin", "margin_tau", "divergence_index"])
+@pytest.mark.parametrize("value", ["high", "1e5", "0.4.2", " 0.42", "0x10", "NaN", "Infinity", "０.４", ".5", "5."])
+def test_adjudication_quantities_are_decimal_strings(member: str, value: str) -> None:
+    """Digest §3.2: margin, margin_tau and divergence_index are decimal strings;
+    the schema says only "a non-empty string", so "high" was sealed."""
+    body = load(JUDGE / "adjudication" / "pos-example-org-twin-adjudication.json")
+    body[member] = value
+    found = check_body(body)
+    assert [v.rule for v in found] == ["decimal_string_malformed"] and found[0].path == f"$.{member}"
+
+
+@pytest.mark.parametrize("value", ["0", "0.42", "-0.05", "3", "12.500"])
+def test_adjudication_decimal_strings_pass(value: str) -> None:
+    body = load(JUDGE / "adjudication" / "pos-example-org-twin-adjudication.json")
+    body["margin"] = value
+    assert check_body(body) == []
