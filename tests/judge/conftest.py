@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from capseal import Producer
+from capseal.errors import JudgmentRefusedError
 from capseal.judge import JudgmentStore, Target
 from capseal.keys import UnsafeEphemeralSigner
 
@@ -25,6 +26,16 @@ REQUEST = {"order": "A-1009", "refund": "612.00", "currency": "EUR", "approval_r
 
 def load(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def judgment_vectors() -> tuple[Any, dict[str, Any], dict[str, str]]:
+    """A fresh copy (a module may change it) of the judgment-capsule vectors,
+    with the AI-judge case and the raw files by role (prompt, axes, policy)."""
+    vectors = load(JUDGMENT / "vectors.json")
+    ai = next(c for c in vectors["cases"] if c["id"] == "pos-ai-judge")
+    raw = {role: vectors["raw_files"][name]
+           for role, name in (("prompt", "judge-prompt.md"), ("axes", "axes.json"), ("policy", "policy.md"))}
+    return vectors, ai, raw
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +56,15 @@ class World:
         self.rubric_t = store.put_json({"rubric_id": "r", "criteria": [{"id": "C1"}]}, type="rubric")
         self.prompt = "Grade the act against the criterion.\n"
         self.prompt_t = store.put_text(self.prompt, type="judge-prompt")
+
+    def assert_seal_refused(self, body: Any, rule: str, **seal_args: Any) -> None:
+        """``store.seal(body, **seal_args)`` is refused naming ``rule``, and the
+        ledger holds what it held before."""
+        count = self.producer.ledger.count()
+        with pytest.raises(JudgmentRefusedError) as caught:
+            self.store.seal(body, **seal_args)
+        assert caught.value.rule == rule
+        assert self.producer.ledger.count() == count
 
 
 @pytest.fixture()

@@ -22,12 +22,10 @@ from capseal.judge import (
 from capseal.judge.extension import MEMBER
 from capseal.keys import UnsafeEphemeralSigner
 
-from .conftest import JUDGMENT, load
+from .conftest import judgment_vectors
 
-V = load(JUDGMENT / "vectors.json")
-AI = next(c for c in V["cases"] if c["id"] == "pos-ai-judge")
+V, AI, RAW = judgment_vectors()
 HUMAN = next(c for c in V["cases"] if c["id"] == "pos-human-expert")
-RAW = {"prompt": V["raw_files"]["judge-prompt.md"], "axes": V["raw_files"]["axes.json"], "policy": V["raw_files"]["policy.md"]}
 
 
 def model_params(**kw: Any) -> ModelJudgeParameters:

@@ -117,11 +117,7 @@ def test_an_adjudicates_link_points_at_a_party(world: World) -> None:
     ruling = Adjudication.ruling(record_id="adj-1", adjudicated_at=NOW, verdict="corroborated", basis=_pin(),
                                  parties=[world.act_t])
     bystander = world.request_t
-    count = world.producer.ledger.count()
-    with pytest.raises(JudgmentRefusedError) as caught:
-        world.store.seal(ruling, links=[link("adjudicates", bystander)], external=[ruling.basis.prompt_digest.digest])
-    assert caught.value.rule == "adjudicates_not_a_party"
-    assert world.producer.ledger.count() == count
+    world.assert_seal_refused(ruling, "adjudicates_not_a_party", links=[link("adjudicates", bystander)], external=[ruling.basis.prompt_digest.digest])
     sealed = world.store.seal(ruling, links=[link("adjudicates", world.act_t)], external=[ruling.basis.prompt_digest.digest])
     assert verify_judgment(sealed, world.store, external=[ruling.basis.prompt_digest.digest]).ok
 
@@ -143,11 +139,7 @@ def test_an_adjudicates_link_points_at_a_party(world: World) -> None:
 def test_malformed_links_and_external_are_refused(world: World, links: Any, external: Any, rule: str) -> None:
     ruling = Adjudication.ruling(record_id="adj-1", adjudicated_at=NOW, verdict="corroborated", basis=_pin(),
                                  parties=[world.act_t])
-    count = world.producer.ledger.count()
-    with pytest.raises(JudgmentRefusedError) as caught:
-        world.store.seal(ruling, links=links, external=external)
-    assert caught.value.rule == rule
-    assert world.producer.ledger.count() == count
+    world.assert_seal_refused(ruling, rule, links=links, external=external)
 
 
 def test_supersede_of_nothing_is_refused(world: World) -> None:
@@ -178,11 +170,7 @@ def test_a_self_approving_compile_is_refused_by_the_rules_not_only_the_builder(w
     assert rules_of(body) == set()
     body["human_approval"]["digest"] = body["contract"]["digest"]
     assert "human_approval_self_certifying" in rules_of(body)
-    count = world.producer.ledger.count()
-    with pytest.raises(JudgmentRefusedError) as caught:
-        world.store.seal(body)
-    assert caught.value.rule == "human_approval_self_certifying"
-    assert world.producer.ledger.count() == count
+    world.assert_seal_refused(body, "human_approval_self_certifying")
 
 
 def test_link_rules_never_raise_on_a_malformed_body() -> None:
@@ -237,11 +225,7 @@ def test_the_store_refuses_a_rating_body_whose_case_it_holds_and_is_not_blind(wo
     rating = HumanRating.of(record_id="hr", rated_at=NOW, rater_ref="principal:r1", case=packet, label="met")
     body = rating.body()
     body["case"] = dict(body["case"], digest=world.act_t.digest)  # the act itself, not what a rater was shown
-    count = world.producer.ledger.count()
-    with pytest.raises(JudgmentRefusedError) as caught:
-        world.store.seal(body)
-    assert caught.value.rule == "rated_case_not_blind"
-    assert world.producer.ledger.count() == count
+    world.assert_seal_refused(body, "rated_case_not_blind")
     assert world.store.seal(rating).epistemic_type == "human_report"
 
 

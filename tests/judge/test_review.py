@@ -26,11 +26,9 @@ from capseal.judge import (
 )
 from capseal.judge.extension import MEMBER
 
-from .conftest import JUDGE, JUDGMENT, NOW, World, load
+from .conftest import JUDGE, NOW, World, judgment_vectors, load
 
-V = load(JUDGMENT / "vectors.json")
-AI = next(c for c in V["cases"] if c["id"] == "pos-ai-judge")
-RAW = {"prompt": V["raw_files"]["judge-prompt.md"], "axes": V["raw_files"]["axes.json"], "policy": V["raw_files"]["policy.md"]}
+V, AI, RAW = judgment_vectors()
 
 
 def rules(capsule: Any, preimages: Any = None, raw_files: Any = None) -> dict[str, str]:
@@ -113,11 +111,7 @@ def test_nesting_deeper_than_capseal_writes_is_named_non_json_value(world: World
     body["cases"][0]["deep"] = _nested(5000)
     found = check_body(body)
     assert [v.rule for v in found][:1] == ["non_json_value"] and "nest deeper" in found[0].message
-    count = world.store.ledger.count()
-    with pytest.raises(JudgmentRefusedError) as caught:
-        world.store.seal(body)
-    assert caught.value.rule == "non_json_value"
-    assert world.store.ledger.count() == count
+    world.assert_seal_refused(body, "non_json_value")
 
 
 def test_a_non_string_key_behind_a_float_is_still_named() -> None:

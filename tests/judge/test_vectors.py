@@ -36,7 +36,7 @@ from capseal.judge import (
     refuse_judgment_capsule,
 )
 
-from .conftest import DATA, JUDGE, JUDGMENT, RESULT, load
+from .conftest import DATA, JUDGE, RESULT, judgment_vectors, load
 
 P = load(DATA / "preimages.json")["values"]
 AT = "2026-09-25T00:00:00Z"
@@ -191,8 +191,7 @@ def test_result_negative_is_refused_naming_its_rule(name: str, rule: str) -> Non
 
 # --------------------------------------------------------------------------- x-judgment-v1
 
-V = load(JUDGMENT / "vectors.json")
-RAW = {"prompt": V["raw_files"]["judge-prompt.md"], "axes": V["raw_files"]["axes.json"], "policy": V["raw_files"]["policy.md"]}
+V, _, RAW = judgment_vectors()
 
 
 def test_evidence_capsule_id_recomputes() -> None:
