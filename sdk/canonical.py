@@ -147,15 +147,26 @@ def check_json(value: Any, path: str = "$", *, max_depth: int | None = None) -> 
         raise AssertionError("unreachable: _scan and _locate disagree") from None
 
 
-def _locate(v: Any, p: str, depth: int = 1, *, max_depth: int | None = None) -> None:
-    """Walk with paths and raise the typed error for the first bad value."""
+def check_structure(value: Any, path: str = "$", *, max_depth: int | None = None) -> None:
+    """``check_json``'s type and nesting rules without its number rules:
+    NonJSONValueError for a non-string key, a value that is not JSON, or
+    nesting past ``max_depth``; floats and unsafe integers pass. Why: a caller
+    that reports a float and then must know whether the value can be walked at
+    all (the judge rules) would otherwise stop at the float, as check_json does,
+    and miss a non-string key behind it."""
+    _locate(value, path, max_depth=max_depth, numbers=False)
+
+
+def _locate(v: Any, p: str, depth: int = 1, *, max_depth: int | None = None, numbers: bool = True) -> None:
+    """Walk with paths and raise the typed error for the first bad value
+    (with ``numbers`` False, floats and unsafe integers are not bad)."""
     t = type(v)
     if max_depth is not None and depth > max_depth and (t is dict or t is list or t is tuple):
         raise NonJSONValueError(f"objects and arrays nest deeper than {max_depth} levels", path=p[:200])
     if t is str or v is None or t is bool:
         return
     if t is int:
-        if v > MAX_SAFE_INTEGER or v < -MAX_SAFE_INTEGER:
+        if numbers and (v > MAX_SAFE_INTEGER or v < -MAX_SAFE_INTEGER):
             shown = str(v) if v.bit_length() <= 200 else f"of {v.bit_length()} bits"  # str() refuses > 4300 digits
             raise UnsafeIntegerError(f"integer {shown} is outside ±{MAX_SAFE_INTEGER}", path=p)
         return
@@ -163,13 +174,15 @@ def _locate(v: Any, p: str, depth: int = 1, *, max_depth: int | None = None) -> 
         for k, item in v.items():
             if type(k) is not str:
                 raise NonJSONValueError(f"object key {k!r} is not a string", path=p)
-            _locate(item, _child(p, k), depth + 1, max_depth=max_depth)
+            _locate(item, _child(p, k), depth + 1, max_depth=max_depth, numbers=numbers)
         return
     if t is list or t is tuple:
         for i, item in enumerate(v):
-            _locate(item, f"{p}[{i}]", depth + 1, max_depth=max_depth)
+            _locate(item, f"{p}[{i}]", depth + 1, max_depth=max_depth, numbers=numbers)
         return
     if isinstance(v, float):
+        if not numbers:
+            return
         raise FloatInDigestError(f"floating-point value {v!r}", path=p)
     if isinstance(v, int):
         raise NonJSONValueError(f"integer subclass {t.__name__} is not plain JSON; pass int()", path=p)

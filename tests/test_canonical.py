@@ -98,3 +98,18 @@ def test_hex_bytes_reads_digits_only() -> None:
     assert hex_bytes("00aBff") == b"\x00\xab\xff"
     for bad in ("", "abc", "ab cd", "ab\n", " ab", "0x00", "zz", b"00", None, 12):
         assert hex_bytes(bad) is None, bad
+
+
+def test_check_structure_passes_numbers_and_names_what_is_not_json() -> None:
+    """check_json stops at the first float; check_structure looks past numbers
+    for what cannot be walked at all (the judge rules ask it after a float)."""
+    from capseal.canonical import check_structure
+
+    check_structure({"rate": 0.85, "big": 2**60, "xs": [1.5, {"k": None}]})
+    with pytest.raises(NonJSONValueError, match="not a string") as caught:
+        check_structure({"rate": 0.85, "pin": {1: "x"}})
+    assert caught.value.path == "$.pin"
+    with pytest.raises(NonJSONValueError, match="nest deeper than 3"):
+        check_structure({"a": [[[1.0]]]}, max_depth=3)
+    with pytest.raises(NonJSONValueError, match="bytes"):
+        check_structure([0.5, b"x"])

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from capseal.canonical import MAX_DEPTH, check_json, is_hex64
+from capseal.canonical import MAX_DEPTH, check_json, check_structure, is_hex64
 from capseal.errors import CanonicalizationError, FloatInDigestError, JudgmentRefusedError, UnsafeIntegerError
 
 from .schema import Path, SchemaError, render_path, render_pointer, validator_for
@@ -251,37 +251,18 @@ def _number_violations(body: Any) -> list[Violation]:
     return []
 
 
-def _not_json(body: Any) -> Violation | None:
-    """The first non-string key, non-JSON value or nesting deeper than
-    ``MAX_DEPTH`` in ``body``, found without recursion. Why besides
-    ``_number_violations``: that stops at the first bad value, so a float ahead
-    of a non-string key hid the key, and the schema walk then failed on it."""
-    stack: list[tuple[Any, Path, int]] = [(body, (), 1)]
-    while stack:
-        node, path, depth = stack.pop()
-        if isinstance(node, (dict, list, tuple)) and depth > MAX_DEPTH:
-            return Violation("non_json_value", render_path(path), f"objects and arrays nest deeper than {MAX_DEPTH} levels", pointer=render_pointer(path))
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if not isinstance(key, str):
-                    return Violation("non_json_value", render_path(path), f"object key {key!r:.40} is not a string", pointer=render_pointer(path))
-                stack.append((value, (*path, key), depth + 1))
-        elif isinstance(node, (list, tuple)):
-            stack.extend((value, (*path, i), depth + 1) for i, value in enumerate(node))
-        elif not (node is None or isinstance(node, (str, int, float))):
-            return Violation("non_json_value", render_path(path), f"a {type(node).__name__} is not a JSON value", pointer=render_pointer(path))
-    return None
-
-
 def _json_violations(body: Any) -> list[Violation]:
     """The number rules, plus the first thing in ``body`` that is not JSON at all
-    (when the number rules stopped before it). A caller that finds a
+    when the number rules stopped before it (at a float or an unsafe integer:
+    ``check_json`` stops at the first problem, and a non-string key behind a
+    float would reach the schema walk). A caller that finds a
     ``non_json_value`` here runs no schema walk or digest over ``body``."""
     out = _number_violations(body)
-    if not any(v.rule == "non_json_value" for v in out):
-        structure = _not_json(body)
-        if structure is not None:
-            out.append(structure)
+    if out and _is_json(out):
+        try:
+            check_structure(body, max_depth=MAX_DEPTH)
+        except CanonicalizationError as exc:
+            out.append(Violation("non_json_value", exc.path, str(exc)))
     return out
 
 
