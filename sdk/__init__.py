@@ -2,7 +2,7 @@
 
 >>> from capseal import Producer
 >>> from capseal.keys import UnsafeEphemeralSigner
->>> with Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), ":memory:") as p:  # doctest: +SKIP
+>>> with Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), "capsules.db") as p:  # doctest: +SKIP
 ...     planned = p.planned("po-7", effect_type="write_order", request={"sku": "A1", "qty": 2})
 ...     record = p.confirmed(planned, response={"order": "O-1"})
 

@@ -623,14 +623,24 @@ class Ledger:
     # ------------------------------------------------------------------ opening
 
     def _connect(self, synchronous: str) -> sqlite3.Connection:
-        if self.readonly:
-            if not self.path.exists():
-                raise LedgerError(f"no ledger at {self.path}")
-            db = sqlite3.connect(_readonly_uri(str(self.path)), uri=True, isolation_level=None, check_same_thread=False,
-                                 timeout=self._lock_timeout)
-        else:
-            db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
-                                 timeout=self._lock_timeout)
+        if str(self.path) == ":memory:":
+            # SQLite's name for a database that is gone when closed: nothing
+            # sealed there would be durable (it failed later, as a journal mode)
+            raise LedgerError("a ledger is a file: ':memory:' would keep nothing once closed; give a file path "
+                              "(a temporary directory's, for a throwaway ledger)")
+        if self.readonly and not self.path.exists():
+            raise LedgerError(f"no ledger at {self.path}")
+        try:
+            if self.readonly:
+                db = sqlite3.connect(_readonly_uri(str(self.path)), uri=True, isolation_level=None,
+                                     check_same_thread=False, timeout=self._lock_timeout)
+            else:
+                db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
+                                     timeout=self._lock_timeout)
+        except sqlite3.Error as exc:  # a missing directory, a directory, no permission: the path, not sqlite3
+            raise LedgerError(f"cannot open a ledger at {self.path} ({exc})",
+                              hint="The ledger's directory must exist and be writable, and the path must "
+                                   "name a file, not a directory.") from None
         try:
             if not self.readonly:
                 found = _format_of(db)

@@ -239,6 +239,27 @@ def test_not_a_ledger(tmp_path: Path) -> None:
     assert not report.ok and report.findings[0].code == "ledger_unreadable"
 
 
+def test_a_path_no_ledger_can_be_opened_at_is_a_ledger_error_naming_it(tmp_path: Path) -> None:
+    """A missing directory or a directory given as the ledger is LedgerError
+    naming the path (sqlite3.OperationalError 'unable to open database file'
+    before, which `capseal seal` called an internal error); ':memory:' is
+    refused for what it is (it failed as a WAL journal mode), and nothing is
+    created anywhere."""
+    for bad in (tmp_path / "missing" / "l.db", tmp_path):
+        for readonly in (False, True):
+            with pytest.raises(LedgerError, match=str(bad)) as info:
+                Ledger(bad, readonly=readonly)
+            assert type(info.value) is LedgerError
+        with pytest.raises(LedgerError, match=str(bad)):
+            Producer("acme", "agent@1", UnsafeEphemeralSigner(), bad)
+    with pytest.raises(LedgerError, match="':memory:' would keep nothing"):
+        Ledger(":memory:")
+    with pytest.raises(LedgerError, match="':memory:' would keep nothing"):
+        Producer("acme", "agent@1", UnsafeEphemeralSigner(), ":memory:")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert not Path(":memory:").exists()
+
+
 def test_a_pair_goes_in_whole_or_not_at_all(tmp_path: Path) -> None:
     """``submit_pair`` (an epoch boundary and the epoch's first record): a
     refusal of either, decided in the commit, undoes the other, whatever else
