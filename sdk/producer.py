@@ -183,6 +183,13 @@ class Producer:
             raise InputError("verify_signatures is 'device' (tokens and TPMs) or 'always'")
         if not callable(clock):
             raise InputError("clock is a function returning an RFC 3339 UTC timestamp")
+        # before the ledger is opened (a file would be created for nothing); only the
+        # type is named: a key URI passed here may carry its PIN
+        if not isinstance(signer, Signer):
+            raise InputError(f"signer is a capseal.keys.Signer, not a {type(signer).__name__} "
+                             "(capseal.keys.open_signer(uri) opens one from a key URI)")
+        if not isinstance(ledger, (str, os.PathLike, Ledger)):
+            raise InputError(f"ledger is a file path or a capseal.Ledger, not a {type(ledger).__name__}")
         if isinstance(ledger, Ledger) and ledger._forked:  # before the signer's self-test
             raise ledger._fork_error("Producer()")
         self.operator = operator

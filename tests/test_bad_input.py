@@ -129,6 +129,23 @@ def test_wrong_signature_is_caught_before_writing(tmp_path: Path) -> None:
         assert _state(producer.ledger.path) == before
 
 
+def test_a_producer_given_no_signer_or_no_ledger_path_is_refused_before_any_file(tmp_path: Path) -> None:
+    """The misuse a framework makes first (a key URI where a Signer goes, None
+    for either) is InputError naming the expected type, raised before the
+    ledger file is created; before, AttributeError ('str' object has no
+    attribute 'sign') came from the self-test with the file already made, and
+    a ledger of None was a bare TypeError. A URI is never echoed: it may hold a PIN."""
+    uri = "pkcs11:token=agents;object=seal-key?pin-value=123456"
+    for signer in (uri, None):
+        with pytest.raises(InputError, match="signer is a capseal.keys.Signer") as info:
+            Producer("acme", "agent@1", signer, tmp_path / "l.db")  # type: ignore[arg-type]
+        assert "123456" not in str(info.value) and "123456" not in repr(info.value)
+    for ledger in (None, 3):
+        with pytest.raises(InputError, match="ledger is a file path or a capseal.Ledger"):
+            Producer("acme", "agent@1", UnsafeEphemeralSigner(), ledger)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_failed_first_seal_leaves_a_new_ledger_empty(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as producer:
