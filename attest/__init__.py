@@ -20,7 +20,7 @@ tpm2-pytss nor a TPM: only ``cryptography``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capseal.merkle import leaf_hash, node_hash, verify_inclusion
 
@@ -56,6 +56,12 @@ __all__ = [
     "attach",
     "is_epoch_boundary",
 ]
+
+if TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed callers see their real types
+    from .batch import BatchEvidence
+    from .platform import attach, is_epoch_boundary
+    from .quoter import TPMQuoter, quote_record
+    from .tpm import AttestationKey, parse_ak_uri
 
 _LAZY = {
     "AttestationKey": "tpm",

@@ -12,6 +12,8 @@ Public surface: :class:`Producer`, :func:`verify`, :func:`verify_ledger`,
 :mod:`capseal.attest`, judgment records in :mod:`capseal.judge`.
 """
 
+from typing import TYPE_CHECKING
+
 from . import errors
 from .assurance import derive_assurance
 from .canonical import canonical_bytes, capsule_id, json_digest, raw_digest
@@ -23,6 +25,9 @@ from .producer import Producer
 from .record import SealedRecord
 from .verify import verify, verify_store
 from .vocab import SPEC_VERSION
+
+if TYPE_CHECKING:  # imported on first use at run time (see __getattr__); typed callers see its real signature
+    from .audit import verify_ledger
 
 __version__ = "0.1.0"
 
