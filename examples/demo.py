@@ -4,7 +4,8 @@ Seals an agent's actions into a durable ledger with a software key, shows two
 refusals (an overclaim and a float), then verifies the ledger with capseal and
 each capsule with the published reference verifier. Prints what it did.
 
-Usage: python examples/demo.py [WORKDIR]   (default: a fresh temporary directory)
+Usage: python examples/demo.py [WORKDIR]   (default: a fresh temporary directory;
+a WORKDIR is one without an earlier run's seal-key.pem and capsules.db)
 """
 
 from __future__ import annotations
@@ -76,6 +77,13 @@ def main(workdir: Path) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1:
         target = Path(sys.argv[1])
+        # a key file is never overwritten, and the demo's action ids are fixed: a
+        # second run in one WORKDIR would stop half-way with a traceback
+        earlier = [name for name in ("seal-key.pem", "capsules.db") if (target / name).exists()]
+        if earlier:
+            print(f"demo.py: {target} holds {' and '.join(earlier)} from an earlier run; give a new WORKDIR",
+                  file=sys.stderr)
+            sys.exit(2)
         target.mkdir(parents=True, exist_ok=True)
         sys.exit(main(target))
     with tempfile.TemporaryDirectory(prefix="capseal-demo-") as tmp:

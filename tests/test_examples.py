@@ -67,6 +67,23 @@ def test_example_runs_and_prints(name: str, tmp_path: Path) -> None:
         assert re.search(pattern, proc.stdout, re.M), f"{name}: {pattern!r} not in output:\n{proc.stdout}"
 
 
+def test_demo_in_a_workdir_of_an_earlier_run_says_so_and_changes_nothing(tmp_path: Path) -> None:
+    """`demo.py WORKDIR` a second time in one WORKDIR: exit 2 with a message,
+    the first run's key and ledger untouched. Before, write_pkcs8's
+    FileExistsError stopped it with a traceback (and a kept key would have
+    met the ledger's DuplicateRecordError for po-7)."""
+    first = subprocess.run([sys.executable, str(EXAMPLES / "demo.py"), str(tmp_path / "w")], capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    before = {p.name: p.read_bytes() for p in (tmp_path / "w").iterdir() if p.suffix in (".pem", ".db")}
+    again = subprocess.run([sys.executable, str(EXAMPLES / "demo.py"), str(tmp_path / "w")], capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 2 and again.stdout == "", again.stdout + again.stderr
+    assert "holds seal-key.pem and capsules.db from an earlier run" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert {p.name: p.read_bytes() for p in (tmp_path / "w").iterdir() if p.suffix in (".pem", ".db")} == before
+
+
 # ---------------------------------------------------------------------- snippets in the READMEs, run as shown
 
 ROOT = EXAMPLES.parent
