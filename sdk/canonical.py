@@ -193,13 +193,13 @@ def _fast(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _encode(text: str, value: Any) -> bytes:
+def _encode(text: str, value: Any, path: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         raise NonJSONValueError(
             "string holds a lone UTF-16 surrogate, which has no UTF-8 form",
-            path=_surrogate_path(value, "$"),
+            path=_surrogate_path(value, path),
         ) from None
 
 
@@ -223,33 +223,39 @@ def _surrogate_path(value: Any, path: str) -> str:
     return ""
 
 
-def canonical_bytes(value: Any, *, max_depth: int | None = None) -> bytes:
+def canonical_bytes(value: Any, *, max_depth: int | None = None, path: str = "$") -> bytes:
     """UTF-8 JCS bytes of ``value`` after the -05 number and type checks
-    (and, with ``max_depth``, refusing deeper nesting: the producer's bound)."""
+    (and, with ``max_depth``, refusing deeper nesting: the producer's bound).
+    ``path`` is where an error says ``value`` is (see :func:`json_digest`)."""
     try:
-        if check_json(value, max_depth=max_depth):
-            return canonical_bytes_reference(value)
-        return _encode(_fast(value), value)
+        if check_json(value, path, max_depth=max_depth):
+            return canonical_bytes_reference(value, path=path)
+        return _encode(_fast(value), value, path)
     except RecursionError:
-        raise NonJSONValueError("the value nests too deeply to be canonicalized", path="$") from None
+        raise NonJSONValueError("the value nests too deeply to be canonicalized", path=path) from None
 
 
-def canonical_bytes_reference(value: Any) -> bytes:
+def canonical_bytes_reference(value: Any, *, path: str = "$") -> bytes:
     """JCS via the ``rfc8785`` package (the reference; slower). Checks first."""
-    check_json(value)
+    check_json(value, path)
     try:
         return rfc8785.dumps(value)
     except rfc8785.CanonicalizationError as exc:  # pragma: no cover - guarded above
-        raise NonJSONValueError(str(exc), path="$") from None
+        raise NonJSONValueError(str(exc), path=path) from None
     except UnicodeEncodeError:
         raise NonJSONValueError(
-            "string holds a lone UTF-16 surrogate", path=_surrogate_path(value, "$")
+            "string holds a lone UTF-16 surrogate", path=_surrogate_path(value, path)
         ) from None
 
 
-def json_digest(value: Any) -> str:
-    """-05 JSON-DIGEST: lowercase-hex SHA-256 of UTF8(JCS(value))."""
-    return hashlib.sha256(canonical_bytes(value)).hexdigest()
+def json_digest(value: Any, *, path: str = "$") -> str:
+    """-05 JSON-DIGEST: lowercase-hex SHA-256 of UTF8(JCS(value)).
+
+    ``path`` names ``value`` in an error: the producer passes the argument's
+    name (``request``, ``response``, ``reason``), since a value digested apart
+    from the capsule has no place in it, and ``$.score`` alone did not say
+    which of a call's arguments held the float."""
+    return hashlib.sha256(canonical_bytes(value, path=path)).hexdigest()
 
 
 def raw_digest(data: bytes) -> str:

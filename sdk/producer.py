@@ -745,7 +745,7 @@ class Producer:
             effect["irreversibility_class"] = irreversibility_class
         if external_ref is not None:
             effect["external_ref"] = external_ref
-        request_digest = json_digest(request) if request is not None else None
+        request_digest = json_digest(request, path="request") if request is not None else None
         record = self._seal_flow(self._common({"action_id": action_id, "action_type": action_type, "effect": effect}, extra))
         self._remember(record, _Flow(action_id, effect_type, request_digest, irreversibility_class, external_ref))
         return record
@@ -834,7 +834,7 @@ class Producer:
         ``reason`` (a JSON object) is recorded as ``reason_digest`` only."""
         disposition: dict[str, Any] = {"decision": decision, "approver": approver, "human_disposed": human_disposed, "verdict_class": verdict_class}
         if reason is not None:
-            disposition["reason_digest"] = json_digest(reason)
+            disposition["reason_digest"] = json_digest(reason, path="reason")
         if authority is not None:
             disposition["authority"] = authority
         if parent is not None:
@@ -872,7 +872,7 @@ class Producer:
             human_disposed = approver == "human"
         disposition: dict[str, Any] = {"decision": decision, "approver": approver, "human_disposed": human_disposed, "verdict_class": verdict_class}
         if reason is not None:
-            disposition["reason_digest"] = json_digest(reason)
+            disposition["reason_digest"] = json_digest(reason, path="reason")
         base = self._flow(open_record).base_action_id
         spec = self._common({"action_id": action_id or f"{base}/{verdict_class}", "action_type": "decide", "disposition": disposition}, extra)
         return self._seal_flow(self._chain(spec, open_record, "supersedes"))
@@ -930,11 +930,11 @@ class Producer:
         effect: dict[str, Any] = {"status": status}
         if flow.effect_type is not None:
             effect["type"] = flow.effect_type
-        request_digest = json_digest(request) if request is not None else flow.request_digest
+        request_digest = json_digest(request, path="request") if request is not None else flow.request_digest
         if request_digest is not None:
             effect["request_digest"] = request_digest
         if response is not None:
-            effect["response_digest"] = json_digest(response)
+            effect["response_digest"] = json_digest(response, path="response")
         if flow.external_ref is not None:
             effect["external_ref"] = flow.external_ref
         if flow.irreversibility_class is not None:

@@ -21,6 +21,7 @@ from capseal.errors import (
     FloatInDigestError,
     InputError,
     MalformedJSONError,
+    NonJSONValueError,
     SignatureFailedError,
     UnsafeIntegerError,
 )
@@ -101,6 +102,28 @@ def test_refused_and_ledger_unchanged(producer: Producer, name: str, spec: dict[
         producer.seal(spec)
     assert says in str(info.value)
     assert isinstance(info.value, InputError)
+    assert _state(producer.ledger.path) == before
+
+
+def test_a_bad_value_in_a_digested_argument_names_the_argument(producer: Producer) -> None:
+    """request, response and reason are digested apart from the capsule: an
+    error in one names the argument ("response.scores[1]"), where it said
+    "$.scores[1]" and left the caller to guess which of a call's values held
+    the float. Nothing is written."""
+    planned = producer.planned("po-1", effect_type="write_order", request={"sku": "A"})
+    before = _state(producer.ledger.path)
+    with pytest.raises(FloatInDigestError) as info:
+        producer.confirmed(planned, request={"sku": "A"}, response={"scores": [1, 0.93]})
+    assert info.value.path == "response.scores[1]" and str(info.value).endswith("at response.scores[1]")
+    with pytest.raises(UnsafeIntegerError) as unsafe:
+        producer.planned("po-2", request={"qty": 2**60})
+    assert unsafe.value.path == "request.qty"
+    with pytest.raises(FloatInDigestError) as why:
+        producer.refused(action_id="pay-1", verdict_class="denied", reason={"x-limit": 1.5})
+    assert why.value.path == 'reason["x-limit"]'
+    with pytest.raises(NonJSONValueError) as surrogate:
+        producer.failed(planned, response=["ok", "\ud800"])
+    assert surrogate.value.path == "response[1]"
     assert _state(producer.ledger.path) == before
 
 
