@@ -161,6 +161,16 @@ class Producer:
     :class:`Ledger`. On construction the producer runs a signer self-test and
     opens an epoch: an epoch-boundary capsule describing the signing key as
     observed (custody statement). Use as a context manager, or call close().
+
+    ``signer`` is a :class:`capseal.keys.Signer` (``open_signer(uri)``).
+    ``epoch_id`` names the epoch it opens (default: a new one; an id already
+    opened in the ledger is refused). ``model_id`` and ``provider``, given
+    together, go into the epoch boundary's ``model_attestation``. ``clock`` returns each
+    capsule's RFC 3339 UTC timestamp. ``verify_signatures``: ``"device"``
+    checks every signature a token or TPM makes against the key's public key
+    before it is written; ``"always"`` checks software signatures too.
+    ``cite_epoch`` makes each capsule cite the epoch boundary (``ran_under``),
+    the platform record a TPM quote binds; ``capseal.attest.attach`` sets it.
     """
 
     def __init__(
@@ -190,6 +200,9 @@ class Producer:
                              "(capseal.keys.open_signer(uri) opens one from a key URI)")
         if not isinstance(ledger, (str, os.PathLike, Ledger)):
             raise InputError(f"ledger is a file path or a capseal.Ledger, not a {type(ledger).__name__}")
+        if (model_id is None) != (provider is None):  # the model's own refusal named only the missing one's type
+            raise InputError("model_id and provider are given together or not at all "
+                             "(model_attestation holds both or neither)")
         if isinstance(ledger, Ledger) and ledger._forked:  # before the signer's self-test
             raise ledger._fork_error("Producer()")
         self.operator = operator

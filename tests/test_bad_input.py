@@ -169,6 +169,21 @@ def test_a_producer_given_no_signer_or_no_ledger_path_is_refused_before_any_file
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_model_id_without_its_provider_is_refused_saying_both(tmp_path: Path) -> None:
+    """model_attestation holds model_id and provider together or neither;
+    Producer(model_id=…) alone was refused as "$.model_attestation.provider:
+    Input should be a valid string" (the None it put there), with the ledger
+    file already made. Now InputError says both go together, before any file."""
+    for given in ({"model_id": "judge@1"}, {"provider": "example-provider"}):
+        with pytest.raises(InputError, match="model_id and provider are given together or not at all"):
+            Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", **given)
+    assert list(tmp_path.iterdir()) == []
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", model_id="judge@1",
+                  provider="example-provider") as producer:
+        attestation = producer.epoch_record.capsule["model_attestation"]
+        assert (attestation["model_id"], attestation["provider"]) == ("judge@1", "example-provider")
+
+
 def test_failed_first_seal_leaves_a_new_ledger_empty(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as producer:
