@@ -15,6 +15,7 @@ from .assurance import derive_cross_party_rung, derive_effect_mode
 from .canonical import MAX_SAFE_INTEGER, _Bad, _scan, capsule_id, is_hex64
 from .errors import FloatInDigestError, UnsafeIntegerError
 from .findings import Finding, VerificationResult
+from .record import SealedRecord
 from .vocab import (
     APPROVERS,
     ATTESTATION_RANK,
@@ -262,7 +263,10 @@ def _verify(
     capsule: Any, store: Iterable[Any] | None, findings: list[Finding], *, computed_id: str | None = None
 ) -> VerificationResult:
     if not isinstance(capsule, Mapping):
-        findings.append(Finding("not_an_object", "a capsule is a JSON object", check=1))
+        # a SealedRecord (what seal() returns) is the likeliest: say where its capsule is
+        where = "; verify record.capsule" if isinstance(capsule, SealedRecord) else ""
+        findings.append(Finding("not_an_object", f"a capsule is a JSON object, not a {type(capsule).__name__}{where}",
+                                check=1))
         return VerificationResult(ok=False, findings=findings)
     add = findings.append
     blocks = {name: _block(capsule, name) for name in ("effect", "disposition", "chain", "cross_party", "assurance", "provenance_mode")}

@@ -60,6 +60,19 @@ def test_confirmed_requires_the_response(producer: Producer) -> None:
         producer.confirmed(planned, response=None)
 
 
+def test_verify_given_the_sealed_record_says_to_pass_its_capsule(producer: Producer) -> None:
+    """capseal.verify(record) with what seal() returns is the first call a
+    newcomer makes; its finding said only "a capsule is a JSON object", which
+    reads as if the sealed record were bad. It now names the type and where
+    the capsule is (still not ok: verify() checks a capsule, never raising)."""
+    record = producer.seal({"action_id": "v", "action_type": "fyi"})
+    result = capseal.verify(record)
+    assert not result.ok and [f.code for f in result.findings] == ["not_an_object"]
+    assert result.findings[0].detail == "a capsule is a JSON object, not a SealedRecord; verify record.capsule"
+    assert capseal.verify([1]).findings[0].detail == "a capsule is a JSON object, not a list"
+    assert capseal.verify(record.capsule).ok
+
+
 def test_assurance_is_derived_never_accepted(producer: Producer) -> None:
     derived = {"attestation_mode": "self_attested", "effect_mode": "not_applicable", "ledger_mode": "standalone"}
     record = producer.seal({"action_id": "same", "action_type": "fyi", "assurance": derived})  # equal: accepted
