@@ -9,25 +9,65 @@ certificate chains to a manufacturer root the relying party accepts.
 ``TrustPolicy.coerce`` accepts what callers naturally have: PEM bytes/str of
 AK public keys (``capseal verify --ak ak.pem``), hex TPM names, ``cryptography``
 public keys, :class:`PinnedAK` entries, or a :class:`TrustPolicy`.
+
+Anything else is refused with :class:`~capseal.errors.InputError` naming what
+is wrong (not PEM, a private key, a key type no TPM AK has, an argument of the
+wrong type): a pin that can never match would only make every quote
+``evidence_ak_untrusted`` later, with the real mistake out of sight. The
+message never echoes the input (a private key pasted by mistake is a secret).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from capseal.canonical import hex_bytes
+from capseal.errors import InputError
 
 __all__ = ["PinnedAK", "TrustPolicy"]
 
 
 
 def _spki(key: Any) -> bytes:
+    """The DER SubjectPublicKeyInfo of an AK public key; InputError for
+    anything else. Why only RSA and ECC: a TPM AK is one of the two (and the
+    verifier checks quote signatures of no other kind), so a pinned Ed25519 or
+    DSA key could never match a quote."""
+    if hasattr(key, "private_bytes"):  # any cryptography private key
+        raise InputError(f"an AK pin is a public key, not a private key ({type(key).__name__})")
+    if not isinstance(key, (rsa.RSAPublicKey, ec.EllipticCurvePublicKey)):
+        what = "key" if hasattr(key, "public_bytes") else "object"
+        raise InputError(f"an AK pin is an RSA or ECC public key (what a TPM AK is), not a {type(key).__name__} {what}")
     return bytes(key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def _load_pem(pem: Any) -> Any:
+    """A public key from PEM text or bytes; InputError naming what is wrong,
+    without the input itself."""
+    if isinstance(pem, str):
+        try:
+            data = pem.encode()
+        except UnicodeEncodeError:
+            raise InputError("an AK pin's PEM text is not encodable as UTF-8 (a lone surrogate)") from None
+    elif isinstance(pem, (bytes, bytearray, memoryview)):
+        data = bytes(pem)
+    else:
+        raise InputError(f"an AK pin's PEM is text or bytes, not {type(pem).__name__}")
+    if b"PRIVATE KEY-----" in data:
+        raise InputError("an AK pin is a public key; this PEM holds a private key (not used, not echoed)")
+    try:
+        return serialization.load_pem_public_key(data)
+    except UnsupportedAlgorithm as exc:  # e.g. an EC curve cryptography does not know
+        raise InputError(f"an AK pin's PEM holds a public key of a type capseal cannot use ({exc})") from None
+    except ValueError:  # cryptography's message only says the bytes are not a PEM public key
+        raise InputError("an AK pin's PEM is not a PEM public key (-----BEGIN PUBLIC KEY-----, SubjectPublicKeyInfo)") from None
 
 
 @dataclass(frozen=True)
@@ -47,11 +87,12 @@ class PinnedAK:
 
     @classmethod
     def from_pem(cls, pem: bytes | str, **kw: Any) -> PinnedAK:
-        data = pem.encode() if isinstance(pem, str) else pem
-        return cls(spki=_spki(serialization.load_pem_public_key(data)), **kw)
+        """A pin of the RSA or ECC public key in ``pem``; InputError if it holds none."""
+        return cls(spki=_spki(_load_pem(pem)), **kw)
 
     @classmethod
     def from_key(cls, key: Any, **kw: Any) -> PinnedAK:
+        """A pin of a ``cryptography`` RSA or ECC public key; InputError otherwise."""
         return cls(spki=_spki(key), **kw)
 
 
@@ -80,25 +121,34 @@ class TrustPolicy:
 
     @classmethod
     def coerce(cls, trust: Any) -> TrustPolicy | None:
-        """A policy from what the caller passed (None stays None: no policy)."""
+        """A policy from what the caller passed (None stays None: no policy);
+        InputError for anything that is not one of the forms above."""
         if trust is None or isinstance(trust, TrustPolicy):
             return trust
-        if isinstance(trust, (bytes, str, PinnedAK)) or hasattr(trust, "public_bytes") or hasattr(trust, "public_pem"):
-            trust = [trust]
-        if not isinstance(trust, Iterable):
-            raise TypeError(f"cannot make a trust policy from {type(trust).__name__}")
-        return cls(tuple(_pin(item) for item in trust))
+        if isinstance(trust, (bytes, str, PinnedAK)) or any(hasattr(trust, a) for a in ("public_bytes", "private_bytes", "public_pem")):
+            trust = [trust]  # one pin (a private key: to be refused as one)
+        if not isinstance(trust, Iterable) or isinstance(trust, Mapping):
+            raise InputError(f"cannot make a trust policy from {type(trust).__name__}: pass AK public keys (PEM or "
+                             "cryptography keys), TPM names (hex), PinnedAK entries, a list of them, or a TrustPolicy")
+        return cls(tuple(_pin(item, i) for i, item in enumerate(trust)))
 
 
-def _pin(item: Any) -> PinnedAK:
-    if isinstance(item, PinnedAK):
-        return item
-    if hasattr(item, "public_pem") and hasattr(item, "name"):  # an AKIdentity / AttestationKey
-        return PinnedAK.from_pem(item.public_pem, name=item.name, qualified_name=getattr(item, "qualified_name", None))
-    if isinstance(item, bytes) and b"-----BEGIN" in item or isinstance(item, str) and "-----BEGIN" in item:
-        return PinnedAK.from_pem(item)
-    if hex_bytes(item) is not None and len(item) in (68, 100, 132):
-        return PinnedAK(name=item.lower())
-    if hasattr(item, "public_bytes"):
-        return PinnedAK.from_key(item)
-    raise TypeError(f"not an AK pin: {type(item).__name__}")
+def _pin(item: Any, index: int) -> PinnedAK:
+    where = f"trust policy entry {index}"
+    try:
+        if isinstance(item, PinnedAK):
+            return item
+        if hasattr(item, "public_pem") and hasattr(item, "name"):  # an AKIdentity / AttestationKey
+            return PinnedAK.from_pem(item.public_pem, name=item.name, qualified_name=getattr(item, "qualified_name", None))
+        if isinstance(item, bytes) and b"-----BEGIN" in item or isinstance(item, str) and "-----BEGIN" in item:
+            return PinnedAK.from_pem(item)
+        if hex_bytes(item) is not None and len(item) in (68, 100, 132):
+            return PinnedAK(name=item.lower())
+        if hasattr(item, "public_bytes") or hasattr(item, "private_bytes"):
+            return PinnedAK.from_key(item)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    if isinstance(item, (str, bytes)):  # its length only: the text itself is not echoed
+        raise InputError(f"{where} ({type(item).__name__} of length {len(item)}) is neither a PEM public key nor a TPM "
+                         "name in hex (68, 100 or 132 hex digits)")
+    raise InputError(f"{where} is not an AK pin: {type(item).__name__}")

@@ -62,6 +62,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from capseal import merkle
 from capseal.canonical import hex_bytes
+from capseal.errors import InputError
 from capseal.findings import Finding, HasFindings
 
 from . import tpmwire
@@ -155,7 +156,7 @@ def _verify(record: Any, trust: Any, evidence_arg: Any) -> EvidenceResult:
 
     try:
         policy = TrustPolicy.coerce(trust)
-    except (TypeError, ValueError) as exc:
+    except InputError as exc:  # the caller's policy is wrong: reported, never raised
         fail("evidence_malformed", f"the trust policy cannot be used: {exc}")
         return _result(findings, None, ev)
     try:

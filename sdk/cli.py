@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import CapsealError, DuplicateRecordError, MalformedJSONError
+from .errors import CapsealError, DuplicateRecordError, InputError, MalformedJSONError
 from .keys._pin import usable_pin
 from .record import strict_json
 
@@ -178,9 +178,14 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
 
     from capseal.attest import PinnedAK, TrustPolicy
 
+    pins: list[Any] = []
+    for flag, paths, software in (("--ak", aks, None), ("--ak-hardware", hw, False)):
+        for p in paths:
+            try:
+                pins.append(PinnedAK.from_pem(_read_trust_file(p), software=software))
+            except InputError as exc:
+                raise _CLIError(f"{flag} {p}: {exc}") from None
     try:
-        pins = [PinnedAK.from_pem(_read_trust_file(p), software=None) for p in aks]
-        pins += [PinnedAK.from_pem(_read_trust_file(p), software=False) for p in hw]
         certs = [x509.load_pem_x509_certificate(_read_trust_file(p)) for p in roots]
     except ValueError as exc:
         raise _CLIError(f"cannot load a trust anchor: {exc}") from None

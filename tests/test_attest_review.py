@@ -148,3 +148,79 @@ def test_a_pcr_index_with_thousands_of_digits_is_refused_typed() -> None:
     # leading zeros are still read as before, however many
     assert str(PCRSelection.parse("sha256:007")) == "sha256:7"
     assert str(PCRSelection.parse("sha256:" + "0" * 5000 + "-" + "0" * 5000 + "2")) == "sha256:0,1,2"
+
+
+# secp112r1: a curve cryptography cannot load (UnsupportedAlgorithm, not ValueError)
+P112_PUBLIC_PEM = ("-----BEGIN PUBLIC KEY-----\nMDIwEAYHKoZIzj0CAQYFK4EEAAYDHgAEnM3RuOdcLENwSGHgJyU3AfAe50dUoqxz\n"
+                   "Tz6qvw==\n-----END PUBLIC KEY-----\n")
+
+
+def test_bad_ak_pins_are_refused_typed_and_reported_by_the_verifier(quoted: SealedRecord, producer: Producer,
+                                                                   tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """PinnedAK.from_pem and TrustPolicy.coerce let cryptography's bare
+    ValueError or UnsupportedAlgorithm out, or raised a bare TypeError, for a
+    pin that is not PEM, holds a private key, or a key no TPM AK has, and for
+    a policy argument of the wrong type (the CLI printed an internal error
+    for --ak with an unloadable curve). All are InputError naming what is
+    wrong, never echoing a private key; the verifier reports them as a
+    finding, never raises."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+    from capseal.cli import main
+    from capseal.errors import InputError
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    private_pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                        serialization.NoEncryption())
+    ed_public = ed25519.Ed25519PrivateKey.generate().public_key()
+    ed_pem = ed_public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    not_public_pem = b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"
+    pems: dict[str, tuple[Any, str]] = {
+        "not PEM at all": (b"hello", "not a PEM public key"),
+        "PEM, not a public key": (not_public_pem, "not a PEM public key"),
+        "a private key": (private_pem, "private key"),
+        "an Ed25519 key (no TPM AK is one)": (ed_pem, "RSA or ECC"),
+        "a curve cryptography cannot load": (P112_PUBLIC_PEM, "type capseal cannot use"),
+        "not text or bytes": (12345, "text or bytes"),
+    }
+    secret = private_pem.decode().splitlines()[1]
+    for what, (pem, says) in pems.items():
+        with pytest.raises(InputError, match=says) as info:
+            PinnedAK.from_pem(pem)
+        assert secret not in str(info.value), what
+        if isinstance(pem, (bytes, str)) and "BEGIN" in str(pem):
+            with pytest.raises(InputError, match=f"trust policy entry 1: .*{says}"):
+                TrustPolicy.coerce([quoted.hardware_evidence["ak_public"], pem])  # type: ignore[index]
+            result = verify_evidence(quoted, trust=[pem])
+            assert result.status == "evidence_malformed" and not result.ok, what
+            assert any("trust policy cannot be used" in f.detail and says in f.detail for f in result.findings), what
+            assert all(secret not in f.detail for f in result.findings)
+    keys: dict[str, tuple[Any, str]] = {"a private key": (private, "not a private key"),
+                                        "an Ed25519 key": (ed_public, "RSA or ECC"),
+                                        "not a key": (b"\x00" * 32, "RSA or ECC")}
+    for what, (key, says) in keys.items():
+        with pytest.raises(InputError, match=says, check=lambda exc: secret not in str(exc)):
+            PinnedAK.from_key(key)
+        assert verify_evidence(quoted, trust=[key]).status == "evidence_malformed", what
+    policies: dict[str, tuple[Any, str]] = {
+        "a number": (7, "cannot make a trust policy from int"),
+        "a dict": ({"ak": quoted.hardware_evidence["ak_public"]}, "cannot make a trust policy from dict"),  # type: ignore[index]
+        "a list holding a number": ([7], "entry 0 is not an AK pin: int"),
+        "a string that is no pin": ("s3cret-looking-text", r"entry 0 \(str of length 19\) is neither"),
+        "a private key object": (private, "not a private key"),
+    }
+    for what, (trust, says) in policies.items():
+        with pytest.raises(InputError, match=says) as info:
+            TrustPolicy.coerce(trust)
+        assert "s3cret" not in str(info.value), what
+        assert verify_evidence(quoted, trust=trust).status == "evidence_malformed", what
+    # what worked still works
+    assert verify_evidence(quoted, trust=[quoted.hardware_evidence["ak_public"].encode()]).ok  # type: ignore[index]
+    # the CLI: a typed refusal naming the flag and the file, not an internal error
+    ak = tmp_path / "p112.pem"
+    ak.write_text(P112_PUBLIC_PEM)
+    assert main(["verify", str(producer.ledger.path), "--evidence", "--ak", str(ak)]) == 2
+    err = capsys.readouterr().err
+    assert f"capseal: error: --ak {ak}: an AK pin's PEM holds a public key of a type capseal cannot use" in err
+    assert "internal error" not in err
