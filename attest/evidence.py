@@ -52,6 +52,7 @@ __all__ = [
     "evidence_for_batch",
     "is_software_device",
     "pcr_digest",
+    "pcrs_only_in_sha1",
     "rfc3339_ms",
 ]
 
@@ -100,9 +101,31 @@ class PCRSelection:
     def __str__(self) -> str:
         return "+".join(f"{b.hash_name}:{','.join(str(i) for i in b.pcrs)}" for b in self.banks)
 
+    def check_quotable(self) -> None:
+        """InputError if a quote over this selection would be refused by the
+        verifier: a PCR selected only in the SHA-1 bank (:func:`pcrs_only_in_sha1`)."""
+        weak = pcrs_only_in_sha1(self.banks)
+        if weak:
+            raise InputError(f"PCR selection {self}: PCR(s) {weak} are selected only in the SHA-1 bank, which verifiers "
+                             "refuse (a SHA-1 PCR does not pin what was measured); select them in sha256 too")
+
     def same_as(self, banks: tuple[PCRBank, ...]) -> bool:
         """Same banks, same order, same PCRs (the bitmap size may differ)."""
         return [(b.hash_alg, b.pcrs) for b in self.banks] == [(b.hash_alg, b.pcrs) for b in banks]
+
+
+def pcrs_only_in_sha1(banks: tuple[PCRBank, ...]) -> list[int]:
+    """The PCRs selected in the SHA-1 bank and in no other bank (empty: none).
+
+    Why refused (by the verifier as ``evidence_pcr_weak_hash``, and by our
+    quoter before the TPM is asked): a SHA-1 PCR is a SHA-1 hash chain, and
+    with SHA-1 collisions two different measurement logs can end in the same
+    SHA-1 value, so the quote would not pin what ran. The same PCR quoted
+    from a SHA-256 (or stronger) bank is extended with the same events and
+    pins them; a SHA-1 bank beside it adds values, and takes nothing away.
+    A quote over only the SHA-1 bank has every PCR in this list."""
+    strong = {i for b in banks if b.hash_alg != tpmwire.ALG.SHA1 for i in b.pcrs}
+    return sorted({i for b in banks if b.hash_alg == tpmwire.ALG.SHA1 for i in b.pcrs} - strong)
 
 
 def _pcr_index(digits: str, item: str, text: str) -> int:

@@ -52,6 +52,7 @@ class TPMQuoter:
         # timeout: seconds a TPM command may take (a hung TPM: EvidenceError), for an AK given by URI
         self.ak = ak if isinstance(ak, AttestationKey) else AttestationKey(ak, timeout=timeout)
         self.selection = PCRSelection.parse(pcrs)
+        self.selection.check_quotable()  # refused here, not after a quote the verifier would refuse
         self.attempts = max(1, attempts)
         self.identity = self.ak.identity
         self._policy = self_policy(self.identity)

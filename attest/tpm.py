@@ -13,6 +13,10 @@ The AK is named by a ``tpm2:`` URI, as the signing keys are::
 It must be a restricted, fixedTPM signing key (``capseal tpm provision``
 creates one from the ``ecc256:ecdsa-sha256:null`` template); anything else is
 refused, since only a restricted key makes TPM_GENERATED_VALUE meaningful.
+An AK whose signing scheme hashes with SHA-1 is refused too, and so is a PCR
+selection with a PCR only in the SHA-1 bank: the verifier refuses quotes made
+so (``evidence_signature_weak_hash``, ``evidence_pcr_weak_hash``), and capseal
+never takes a quote it would refuse.
 """
 
 from __future__ import annotations
@@ -126,6 +130,11 @@ class AttestationKey:
                 f"{self.ref.uri()} is not an attestation key: it must be a restricted, fixedTPM signing key",
                 hint="Create one with `capseal tpm provision` (template ecc256:ecdsa-sha256:null).",
             )
+        if area.scheme_hash == tpmwire.ALG.SHA1:
+            raise EvidenceError(
+                f"{self.ref.uri()}: the AK's signing scheme hashes with SHA-1; verifiers refuse SHA-1 quote signatures",
+                hint="Create one with `capseal tpm provision` (template ecc256:ecdsa-sha256:null).",
+            )
         if area.name != name:
             raise EvidenceError(f"{self.ref.uri()}: the TPM's name for the AK does not match its public area")
         pem = area.public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -147,6 +156,7 @@ class AttestationKey:
         if not isinstance(nonce, bytes) or not 0 < len(nonce) <= 64:
             raise EvidenceError("qualifyingData is 1–64 bytes (a raw 32-byte capsule id or Merkle root)")
         sel = PCRSelection.parse(selection)
+        sel.check_quotable()
 
         def take(ectx: Any) -> tuple[bytes, bytes, dict[str, dict[str, str]]]:
             from tpm2_pytss.constants import TPM2_ALG

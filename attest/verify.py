@@ -15,12 +15,19 @@ Every check has its own finding code, so an auditor can tell *what* is wrong:
 ``evidence_attest_altered``         the attest disagrees with the clock/firmware fields
                                     recorded when it was verified at write time
 ``evidence_signature_invalid``      the AK's signature does not verify over the attest
+``evidence_signature_weak_hash``    the signature (and so the pcrDigest) hashes with
+                                    SHA-1 (RSASSA, RSAPSS or ECDSA): refused, since a
+                                    SHA-1 collision lets one signature cover two attests
 ``evidence_nonce_mismatch``         extraData is not this capsule's id (or the batch
                                     root): a quote of another record, i.e. a replay
 ``evidence_inclusion_invalid``      the inclusion proof does not lead from this id's
                                     leaf to the quoted root
 ``evidence_pcr_selection_mismatch`` the recorded PCR selection is not the quoted one
 ``evidence_pcr_mismatch``           the recorded PCR values do not hash to pcrDigest
+``evidence_pcr_weak_hash``          a PCR is quoted only from the SHA-1 bank (a quote
+                                    over only sha1 banks included): a SHA-1 PCR does not
+                                    pin what was measured (see ``pcrs_only_in_sha1``);
+                                    the same PCR also quoted from sha256 is fine
 ``evidence_ak_untrusted``           the AK is not in the trust policy
 ``evidence_ek_chain_invalid``       an EK certificate chain is required or present and fails
                                     (not an end-entity EK certificate issued up to a
@@ -66,7 +73,7 @@ from capseal.errors import InputError
 from capseal.findings import Finding, HasFindings
 
 from . import tpmwire
-from .evidence import KIND, PCRSelection, is_software_device, pcr_digest
+from .evidence import KIND, PCRSelection, is_software_device, pcr_digest, pcrs_only_in_sha1
 from .trust import TrustPolicy
 
 __all__ = ["EvidenceResult", "verify_evidence", "evidence_status", "FAILURE_ORDER", "VERIFIED", "VERIFIED_SOFTWARE", "NO_EVIDENCE"]
@@ -86,10 +93,12 @@ FAILURE_ORDER = (
     "evidence_foreign_quote",
     "evidence_attest_altered",
     "evidence_signature_invalid",
+    "evidence_signature_weak_hash",
     "evidence_nonce_mismatch",
     "evidence_inclusion_invalid",
     "evidence_pcr_selection_mismatch",
     "evidence_pcr_mismatch",
+    "evidence_pcr_weak_hash",
     "evidence_ak_untrusted",
     "evidence_ek_chain_invalid",
     "evidence_ak_not_pinned",
@@ -264,6 +273,10 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
         raise _Stop
     if not _signature_ok(ak_key, sig, attest_bytes, hash_name):
         fail("evidence_signature_invalid", "the AK's signature does not verify over the attest bytes")
+    if sig.hash_alg == tpmwire.ALG.SHA1:  # checked above all the same: an invalid one is named as such too
+        fail("evidence_signature_weak_hash",
+             "the quote is signed with SHA-1, which a verifier does not accept (a SHA-1 collision lets one signature "
+             "cover two attests); quote with an AK whose scheme hashes with SHA-256 or stronger")
 
     # ---- the attest header
     if attest.magic != tpmwire.TPM_GENERATED_VALUE:
@@ -332,6 +345,11 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
         else:
             if digest != attest.pcr_digest:
                 fail("evidence_pcr_mismatch", "the recorded PCR values do not hash to the quoted pcrDigest")
+    weak = pcrs_only_in_sha1(attest.pcr_select)  # what the TPM signed, whatever the slot records
+    if weak:
+        fail("evidence_pcr_weak_hash",
+             f"PCR(s) {weak} are quoted only from the SHA-1 bank, which does not pin what was measured "
+             "(SHA-1 collisions); quote them from sha256 too")
 
     # ---- trust, and what kind of device: hardware only when the relying
     # party's own enrollment says so (a pin enrolled as hardware); an EK chain

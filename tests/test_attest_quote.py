@@ -157,9 +157,9 @@ def test_wire_readers_agree_with_tpm2_pytss(quoted: tuple[SealedRecord, SealedRe
 
 def test_a_changed_pcr_is_quoted_as_it_is(tpm_a: AttestTPM, producer: Producer) -> None:
     extend_pcr(tpm_a.swtpm.tcti, 7, b"\x07" * 32)
-    record = attest.quote(producer.seal(spec(9)), tpm_a.quoter(pcrs="sha256:7,16+sha1:0"))
+    record = attest.quote(producer.seal(spec(9)), tpm_a.quoter(pcrs="sha256:0,7,16+sha1:0"))
     ev = record.hardware_evidence
-    assert ev is not None and ev["pcr_selection"] == "sha256:7,16+sha1:0"
+    assert ev is not None and ev["pcr_selection"] == "sha256:0,7,16+sha1:0"
     assert ev["pcr_values"]["sha256"]["7"] != "00" * 32
     assert verify_evidence(record, trust=pin(tpm_a)).ok
 

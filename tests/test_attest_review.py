@@ -224,3 +224,89 @@ def test_bad_ak_pins_are_refused_typed_and_reported_by_the_verifier(quoted: Seal
     err = capsys.readouterr().err
     assert f"capseal: error: --ak {ak}: an AK pin's PEM holds a public key of a type capseal cannot use" in err
     assert "internal error" not in err
+
+
+SHA1_ECDSA_AK = 0x81000144
+SHA1_RSASSA_AK = 0x81000145
+
+
+def _plain_quote_slot(tcti: str, handle: int, capsule_id: str, pcrs: str) -> dict[str, Any]:
+    """The slot of a real TPM2_Quote over ``capsule_id`` taken with plain
+    tpm2-pytss (no capseal check: capseal's quoter refuses what this makes),
+    as a producer without those checks would write it."""
+    from cryptography.hazmat.primitives import serialization
+    from tpm2_pytss import ESAPI
+    from tpm2_pytss.constants import TPM2_ALG
+    from tpm2_pytss.types import TPML_PCR_SELECTION, TPMT_SIG_SCHEME
+
+    from capseal.attest import tpmwire
+    from capseal.attest.evidence import AKIdentity, PCRSelection, Quote, evidence_for_capsule, rfc3339_ms
+
+    sel = PCRSelection.parse(pcrs)
+    with ESAPI(tcti) as ectx:
+        key = ectx.tr_from_tpmpublic(handle)
+        public, name, qualified_name = ectx.read_public(key)
+        attest_bytes, signature = ectx.quote(key, TPML_PCR_SELECTION.parse(str(sel)), bytes.fromhex(capsule_id),
+                                             TPMT_SIG_SCHEME(scheme=TPM2_ALG.NULL))  # the AK's own scheme
+        values: dict[str, dict[str, str]] = {}
+        for bank in sel.banks:
+            _, _, digests = ectx.pcr_read(TPML_PCR_SELECTION.parse(f"{bank.hash_name}:{','.join(map(str, bank.pcrs))}"))
+            values[bank.hash_name] = {str(i): bytes(d).hex() for i, d in zip(bank.pcrs, digests)}
+    tpmt = bytes(public.publicArea.marshal())
+    pem = tpmwire.parse_public(tpmt).public_key.public_bytes(serialization.Encoding.PEM,
+                                                             serialization.PublicFormat.SubjectPublicKeyInfo)
+    identity = AKIdentity(public_pem=pem.decode(), name=bytes(name).hex(), tpm_public=tpmt,
+                          qualified_name=bytes(qualified_name).hex(),
+                          device={"manufacturer": "IBM", "vendor": "SW   TPM", "firmware": "0", "software": True})
+    quote = Quote(bytes(attest_bytes), bytes(signature.marshal()), str(sel), values, identity, rfc3339_ms())
+    return evidence_for_capsule(quote, capsule_id)
+
+
+def test_sha1_quote_signatures_and_sha1_only_pcrs_are_refused(producer: Producer, tpm_a: AttestTPM) -> None:
+    """A quote signed with SHA-1 (an AK with an ECDSA-SHA1 or RSASSA-SHA1
+    scheme, on a real swtpm) verified as verified-software-tpm, and so did a
+    quote whose PCRs came only from the SHA-1 bank. Both are error findings
+    now (evidence_signature_weak_hash, evidence_pcr_weak_hash), and capseal's
+    own quoter refuses to make either, before the TPM is asked."""
+    from capseal.errors import EvidenceError, InputError
+
+    from .test_attest_support import persist_key
+
+    tcti = tpm_a.swtpm.tcti
+    persist_key(tcti, SHA1_ECDSA_AK, scheme="ecc256:ecdsa-sha1")
+    persist_key(tcti, SHA1_RSASSA_AK, scheme="rsa2048:rsassa-sha1")
+    record = producer.seal(spec(11))
+    cid = record.capsule_id
+    for handle in (SHA1_ECDSA_AK, SHA1_RSASSA_AK):
+        ev = _plain_quote_slot(tcti, handle, cid, "sha256:0-7")
+        assert tpmwire_hash(ev) == "sha1"
+        result = verify_evidence(record.with_evidence(ev), trust=[ev["ak_public"]])
+        assert result.status == "evidence_signature_weak_hash" and not result.ok, result.findings
+        assert "evidence_signature_invalid" not in result.codes()  # a good signature, over a SHA-1 hash
+        # capseal will not quote with such an AK
+        with pytest.raises(EvidenceError, match="SHA-1"):
+            attest.AttestationKey(f"tpm2:handle=0x{handle:08x}?tcti={tcti}")
+    # the SHA-256 AK: PCRs only in the SHA-1 bank are refused; beside a sha256 bank they are fine
+    trust = [tpm_a.ak().public_pem]
+    cases = {"sha1:0-7": "evidence_pcr_weak_hash", "sha256:16+sha1:0-7": "evidence_pcr_weak_hash",
+             "sha256:0-7+sha1:0-7": "verified-software-tpm", "sha256:0-7": "verified-software-tpm"}
+    for pcrs, status in cases.items():
+        ev = _plain_quote_slot(tcti, tpm_a.handle, cid, pcrs)
+        assert tpmwire_hash(ev) == "sha256"
+        assert verify_evidence(record.with_evidence(ev), trust=trust).status == status, pcrs
+    for pcrs in ("sha1:0-7", "sha256:16+sha1:0-7"):
+        with pytest.raises(InputError, match=r"only in the SHA-1 bank"):
+            tpm_a.quoter(pcrs=pcrs)
+        with pytest.raises(InputError, match=r"only in the SHA-1 bank"):
+            tpm_a.ak().quote(bytes.fromhex(cid), pcrs)
+    assert producer.ledger.evidence_history(cid) == [None]
+    assert attest.quote(record, tpm_a.quoter(pcrs="sha256:0-7+sha1:0-7"), ledger=producer.ledger).hardware_evidence
+
+
+def tpmwire_hash(ev: dict[str, Any]) -> str:
+    """The hash algorithm a slot's TPMT_SIGNATURE names."""
+    import base64
+
+    from capseal.attest import tpmwire
+
+    return tpmwire.HASH_NAMES[tpmwire.parse_signature(base64.b64decode(ev["signature"])).hash_alg]

@@ -42,16 +42,18 @@ def _srk(ectx: object) -> object:
     return srk
 
 
-def persist_key(tcti: str, handle: int, *, restricted: bool = True) -> None:
-    """Create an ECC P-256 signing key under an SRK and persist it at ``handle``
-    (restricted = an AK; unrestricted = a plain signing key, which is no AK)."""
+def persist_key(tcti: str, handle: int, *, restricted: bool = True, scheme: str = "ecc256:ecdsa-sha256") -> None:
+    """Create a signing key under an SRK and persist it at ``handle``
+    (restricted = an AK; unrestricted = a plain signing key, which is no AK).
+    ``scheme``: the tpm2-tools key type and signing scheme (ECC P-256 with
+    ECDSA-SHA256 unless told, e.g. ``rsa2048:rsassa-sha1``)."""
     from tpm2_pytss import ESAPI
     from tpm2_pytss.constants import ESYS_TR, TPMA_OBJECT
     from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
 
     attrs = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT
              | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH | TPMA_OBJECT.NODA)
-    template = "ecc256:ecdsa-sha256"
+    template = scheme
     if restricted:
         attrs |= TPMA_OBJECT.RESTRICTED
         template += ":null"
