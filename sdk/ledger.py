@@ -50,7 +50,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -178,7 +178,12 @@ class StoredEntry:
 @dataclass(frozen=True)
 class EvidenceEntry:
     """An evidence row: one record's slot state (``record_id`` set), or a
-    quoted batch (``record_id`` None; :meth:`slots` gives every record's)."""
+    quoted batch (``record_id`` None; :meth:`slots` gives every record's).
+
+    ``damage`` says why a row read from the file is not one capseal writes
+    (a member edited at the SQL level to another type: an integer or text
+    body, a blob record id); such a row's other members are placeholders,
+    and :meth:`evidence` and :meth:`slots` raise LedgerCorruptError."""
 
     eid: int
     record_seq: int | None
@@ -186,6 +191,7 @@ class EvidenceEntry:
     body: bytes
     prev_hash: str
     row_hash: str
+    damage: str | None = field(default=None, compare=False)
 
     @property
     def is_batch(self) -> bool:
@@ -199,16 +205,56 @@ class EvidenceEntry:
 
     def evidence(self) -> dict[str, Any] | None:
         """A slot row's state (None: the slot was emptied again)."""
+        self._refuse_damaged()
         if self.record_id is None:
             raise ValueError(f"evidence {self.eid} is a batch; its slots are in slots()")
         return _slot_state(self.body)
 
     def slots(self) -> list[tuple[str, dict[str, Any] | None]]:
         """``(record_id, slot)`` for every record this row gives a state."""
+        self._refuse_damaged()
         if self.record_id is not None:
             return [(self.record_id, self.evidence())]
         batch = _Batch.parse(self.body)
         return [(rid, batch.slot(i)) for i, rid in enumerate(batch.leaves)]
+
+    def _refuse_damaged(self) -> None:
+        if self.damage is not None:
+            raise LedgerCorruptError(f"evidence {self.eid} is damaged ({self.damage})")
+
+
+def _sql_kind(value: Any) -> str:
+    """The SQLite storage class of a value read back, for a message."""
+    return {int: "an integer", float: "a real", str: "text", bytes: "a blob"}.get(type(value), "NULL")
+
+
+def _stored_blob(value: Any, what: str) -> bytes:
+    """An evidence body as stored: a blob, as capseal writes it. Anything else
+    is an edit at the SQL level (LedgerCorruptError), never converted: an
+    integer N would become N zero bytes (gigabytes for a large N), text its
+    encoding, and neither is what was written."""
+    if type(value) is not bytes:
+        raise LedgerCorruptError(f"{what} is damaged (its body is stored as {_sql_kind(value)}, not a blob)")
+    return value
+
+
+def _evidence_entry(row: Sequence[Any]) -> EvidenceEntry:
+    """An evidence row as read; a row whose members are not of the types
+    capseal writes comes back with ``damage`` set, so one edited row fails
+    on its own instead of stopping every reader of the file."""
+    eid, seq, rid, body, prev, row_hash = row
+    damage = None
+    if type(body) is not bytes:
+        damage = f"its body is stored as {_sql_kind(body)}, not a blob"
+    elif not (seq is None and rid is None or type(seq) is int and type(rid) is str):
+        damage = f"its record_seq and record_id are {_sql_kind(seq)} and {_sql_kind(rid)}, not an integer and text"
+    elif type(prev) is not str or type(row_hash) is not str:
+        damage = f"its prev_hash and row_hash are {_sql_kind(prev)} and {_sql_kind(row_hash)}, not text"
+    if damage is None:
+        return EvidenceEntry(eid, seq, rid, body, prev, row_hash)
+    slot = type(seq) is int and type(rid) is str  # else neither is kept (placeholders: both None)
+    return EvidenceEntry(eid, seq if slot else None, rid if slot else None, b"",
+                         prev if type(prev) is str else "", row_hash if type(row_hash) is str else "", damage)
 
 
 def _readonly_uri(path: str) -> str:
@@ -312,6 +358,9 @@ class _Batch:
             raise LedgerCorruptError(f"an evidence batch row is damaged ({type(exc).__name__}: {exc})") from None
 
     def slot(self, leaf_index: int) -> dict[str, Any]:
+        if type(leaf_index) is not int:  # an index row edited to text or a real: read from the file, never converted
+            raise LedgerCorruptError(f"an evidence index row names leaf {str(leaf_index)[:40]!r} "
+                                     f"({_sql_kind(leaf_index)}, not an integer)")
         if not 0 <= leaf_index < len(self.leaves):
             raise LedgerCorruptError(f"an evidence index row names leaf {leaf_index} of a batch of {len(self.leaves)}")
         if self._proofs is None:  # every proof at once: O(n log n), once per batch
@@ -1219,7 +1268,7 @@ class Ledger:
             if not rows:
                 return
             for row in rows:
-                yield EvidenceEntry(row[0], row[1], row[2], bytes(row[3]), row[4], row[5])
+                yield _evidence_entry(row)
             last = rows[-1][0]
 
     def entry(self, record_id: str) -> StoredEntry | None:
@@ -1243,10 +1292,11 @@ class Ledger:
 
     def _state(self, eid: int, leaf_index: int, body: bytes | None) -> dict[str, Any] | None:
         if body is not None:  # a slot row
-            return _slot_state(body)
+            return _slot_state(_stored_blob(body, f"evidence {eid}"))
         batch = self._batches.get(eid)
         if batch is None:
-            batch = _Batch.parse(bytes(self._query("SELECT body FROM evidence WHERE eid=?", (eid,))[0][0]))
+            stored = self._query("SELECT body FROM evidence WHERE eid=?", (eid,))[0][0]
+            batch = _Batch.parse(_stored_blob(stored, f"evidence batch {eid}"))
             with self._read_lock:  # a few recent batches: readers walk records in order
                 if len(self._batches) >= 8:
                     self._batches.pop(next(iter(self._batches)))
@@ -1265,6 +1315,7 @@ class Ledger:
         """Every sealed capsule record in order, with its current evidence."""
         evidence: dict[str, dict[str, Any] | None | tuple[_Batch, int]] = {}
         for ev in self.evidence_entries():
+            ev._refuse_damaged()
             if ev.record_id is not None:
                 evidence[ev.record_id] = ev.evidence()
             else:  # each slot built when its record is reached
@@ -1315,6 +1366,12 @@ class Ledger:
         prev = _GENESIS.hex()
         members: set[tuple[int, int, int]] = set()
         for ev in self.evidence_entries():
+            if ev.damage is not None:  # this row only: the rest of the chain is still checked
+                problems.append(f"evidence {ev.eid}: damaged row ({ev.damage})")
+                prev = ev.row_hash
+                if ev.record_seq is not None and ev.record_id is not None:
+                    members.add((ev.record_seq, ev.eid, -1))
+                continue
             if ev.prev_hash != prev or _row_hash(ev.prev_hash, ev.header(), ev.body) != ev.row_hash:
                 problems.append(f"evidence {ev.eid}: hash chain broken")
             prev = ev.row_hash
@@ -1354,6 +1411,7 @@ class Ledger:
             out.write(b'{"header":' + dumps_canonical(header) + b',"kind":"record","record":' + stored.body + b"}\n")
             n += 1
         for ev in self.evidence_entries():
+            ev._refuse_damaged()  # an export is checked on import: a damaged row would only stop it there
             ev_header = dumps_canonical({**ev.header(), "prev_hash": ev.prev_hash, "row_hash": ev.row_hash})
             if ev.record_id is None:
                 out.write(b'{"batch":' + ev.body + b',"header":' + ev_header + b',"kind":"evidence-batch"}\n')

@@ -167,6 +167,71 @@ def test_an_edited_evidence_row_fails_only_what_it_touches(producer: Producer, t
         assert unreadable == {ids[3]} and report.counts()["evidence:verified-software-tpm"] == 12
 
 
+TYPE_EDITS = {
+    "slot body to an integer": "UPDATE evidence SET body=5 WHERE record_id=:solo",
+    "slot body to text": "UPDATE evidence SET body=CAST(body AS TEXT) WHERE record_id=:solo",
+    "batch body to text": "UPDATE evidence SET body=CAST(body AS TEXT) WHERE eid=(SELECT eid FROM evidence_members "
+                          "WHERE leaf_index>=0 AND record_seq=(SELECT seq FROM records WHERE record_id=:batched))",
+    "leaf_index to text": "UPDATE evidence_members SET leaf_index='three' WHERE leaf_index>=0 AND "
+                          "record_seq=(SELECT seq FROM records WHERE record_id=:batched)",
+    "leaf_index to a real": "UPDATE evidence_members SET leaf_index=1.5 WHERE leaf_index>=0 AND "
+                            "record_seq=(SELECT seq FROM records WHERE record_id=:batched)",
+}
+
+
+@pytest.mark.parametrize("edit", list(TYPE_EDITS))
+def test_an_evidence_row_edited_to_another_type_fails_only_its_records(producer: Producer, tpm_a: AttestTPM,
+                                                                      tmp_path: Path, edit: str) -> None:
+    """An evidence row edited at the SQL level to another type (an integer or
+    text body, a text or real leaf_index) let a TypeError out of the ledger's
+    readers, and verify_ledger reported the whole file ledger_unreadable with
+    no record. Now the records that row gives a state are evidence
+    'unreadable' (an error), the chain check names the row, and every other
+    record is still verified; a text body holding the very JSON that was
+    written is refused too, never read as good."""
+    import shutil
+    import sqlite3
+
+    import capseal.attest as attest
+
+    quoter = tpm_a.quoter()
+    _, ids = quote_all(producer, quoter, 6)
+    solo = attest.quote(producer.seal(spec(50)), quoter, ledger=producer.ledger).capsule_id  # a slot row of its own
+    copy_path = tmp_path / "edited.db"
+    producer.ledger.close()
+    shutil.copy(producer.ledger.path, copy_path)
+    db = sqlite3.connect(copy_path, isolation_level=None)
+    for trigger in ("evidence_no_update", "evidence_members_no_update"):
+        db.execute(f"DROP TRIGGER {trigger}")
+    if edit.startswith("batch"):  # every record of the batch the row holds
+        touched = {rid for (rid,) in db.execute(
+            "SELECT r.record_id FROM records r JOIN evidence_members m ON m.record_seq = r.seq WHERE m.eid = (SELECT eid "
+            "FROM evidence_members WHERE leaf_index>=0 AND record_seq=(SELECT seq FROM records WHERE record_id=?))",
+            (ids[3],))}
+    else:
+        touched = {solo if edit.startswith("slot") else ids[3]}
+    assert db.execute(TYPE_EDITS[edit], {"solo": solo, "batched": ids[3]}).rowcount == 1
+    db.close()
+    with Ledger(copy_path, readonly=True) as ledger:
+        for cid in touched:
+            with pytest.raises(LedgerCorruptError, match="damaged|not an integer"):
+                ledger.get(cid)
+        if "body" in edit:
+            assert any("damaged row" in problem and "not a blob" in problem for problem in ledger.check_chain())
+            with pytest.raises(LedgerCorruptError, match="not a blob"):
+                list(ledger.records())
+    report = verify_ledger(copy_path, evidence=True, evidence_trust=[quoter.identity.public_pem])
+    assert "ledger_unreadable" not in {f.code for f in report.findings} and not report.ok
+    assert "ledger_chain_broken" in {f.code for f in report.findings}
+    assert len(report.records) == 8  # the epoch boundary, 6 batched, the solo one
+    by_id = {r.record_id: r for r in report.records}
+    for cid in touched:
+        assert by_id[cid].evidence == "unreadable" and not by_id[cid].ok
+        assert "evidence_unreadable" in {f.code for f in by_id[cid].findings}
+    assert {r.evidence for r in report.records if r.record_id not in touched} == {"verified-software-tpm"}
+    assert all(r.ok for r in report.records if r.record_id not in touched)
+
+
 def test_binding_hex_is_digits_only(producer: Producer, tpm_a: AttestTPM) -> None:
     """bytes.fromhex skips whitespace: a root or proof hash with a space
     inside read as the same bytes and the slot verified."""
