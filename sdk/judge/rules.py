@@ -14,7 +14,8 @@ which never raises). It applies, in order:
    k ≤ n, unique case / claim ids, buckets that match verdicts, coverage counts
    traceable to claims, producer defects within their denominator, an
    adjudication's margin / margin_tau / divergence_index as decimal strings, a
-   ``contradicted_party`` that is one of the parties, an opaque ``rater_ref``,
+   ``contradicted_party`` that is one of the parties, a rebuttal ``basis`` and a
+   judge's ``model_id`` that say something (not whitespace only), an opaque ``rater_ref``,
    close refs that appear in ``evidence[]``, links only of the six types and
    ``adjudicates`` only on an ``adjudication`` record.
 
@@ -26,6 +27,7 @@ verifier's finding ``code``.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -394,8 +396,43 @@ def _sample_cases(body: Mapping[str, Any]) -> list[Violation]:
 _DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", re.ASCII)
 
 
+def _says_nothing(text: str) -> bool:
+    """True for a non-empty string with nothing to read: only whitespace
+    (Unicode's, as the judging digest's C1 splits words, U+001C–001F included)
+    and invisible control or format characters (a zero-width space, a BOM).
+
+    Why: the schemas ask such fields for ``minLength: 1``, which a single
+    space meets; a rebuttal's basis is prose that must never be empty (digest
+    §3.3), and a judge named by blanks is not pinned."""
+    return bool(text) and all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
+
+
+def _model_id(body: Mapping[str, Any], member: str) -> list[Violation]:
+    """A judge pin's model_id that names no model (the schema's minLength
+    failure is ``judge_unpinned`` already; blanks are the same thing)."""
+    pin = body.get(member)
+    model = pin.get("model_id") if isinstance(pin, Mapping) else None
+    if isinstance(model, str) and _says_nothing(model):
+        return [Violation("judge_unpinned", f"$.{member}.model_id", "model_id names the judge's model; this one is only whitespace or invisible characters")]
+    return []
+
+
+def _evaluation_report(body: Mapping[str, Any]) -> list[Violation]:
+    return _unique_cases(body) + _model_id(body, "judge_pin")
+
+
+def _adjudication_response(body: Mapping[str, Any]) -> list[Violation]:
+    # judging digest §3.3: a rebuttal's basis is non-empty prose; the schema's
+    # minLength 1 took a basis of one space (an empty one is rebuttal_basis_empty
+    # there, so a blank one is named the same)
+    basis = body.get("basis")
+    if isinstance(basis, str) and _says_nothing(basis):
+        return [Violation("rebuttal_basis_empty", "$.basis", "basis is the prose that says why the rebuttal disputes the ruling; this one is only whitespace or invisible characters")]
+    return []
+
+
 def _adjudication(body: Mapping[str, Any]) -> list[Violation]:
-    out = []
+    out = _model_id(body, "basis")
     # judging digest §3.2: the quantities are decimal strings (the schema says
     # only "a non-empty string", so "high" or "1e5" passed it)
     for name in ("margin", "margin_tau", "divergence_index"):
@@ -450,9 +487,10 @@ def _close(body: Mapping[str, Any]) -> list[Violation]:
 
 _SHAPE_RULES = {
     "calibration-summary/v1": _k_of_n,
-    "evaluation-report/v1": _unique_cases,
+    "evaluation-report/v1": _evaluation_report,
     "sample-manifest/v1": _sample_cases,
     "adjudication/v1": _adjudication,
+    "adjudication-response/v1": _adjudication_response,
     "contract-compile/v1": _contract_compile,
     "human-rating/v1": _human_rating,
     "close/v1": _close,

@@ -212,3 +212,59 @@ def test_adjudication_decimal_strings_pass(value: str) -> None:
     body = load(JUDGE / "adjudication" / "pos-example-org-twin-adjudication.json")
     body["margin"] = value
     assert check_body(body) == []
+
+
+# --------------------------------------------------------------------------- prose that says nothing
+
+
+BLANKS = [" ", "\t\n  ", "\u00a0\u2003\u3000", "\u200b", "\ufeff \u200d", "\x1c\x1f"]
+
+
+@pytest.mark.parametrize("blank", BLANKS)
+def test_a_rebuttal_basis_of_blanks_is_refused_and_reported(world: World, blank: str) -> None:
+    """Digest §3.3: a rebuttal requires a non-empty prose basis; the schema's
+    minLength 1 took a basis of one space (or a zero-width space), so a
+    rebuttal that says nothing was sealed and verified. It is
+    rebuttal_basis_empty, as an empty basis is: refused by the builder and by
+    seal (nothing written), and reported by the verifier on a row an older
+    capseal wrote."""
+    from capseal.audit import verify_ledger
+    from capseal.canonical import json_digest
+    from capseal.judge import Adjudication, AdjudicationResponse
+    from capseal.judge.store import record_type_for
+    from capseal.judge.vocab import JUDGMENT_STORE_VERSION
+
+    pin = JudgePin.pin(model_id="referee@1", prompt=b"Decide.\n", sampling={"seed": 1})
+    ruling = Adjudication.ruling(record_id="adj-1", adjudicated_at=NOW, verdict="corroborated", basis=pin, parties=[world.act_t])
+    world.store.seal(ruling, external=[pin.prompt_digest.digest])
+    fields: dict[str, Any] = dict(record_id="reb-1", responded_at=NOW, adjudication=ruling.target(), verdict="contradicted")
+    with pytest.raises(JudgmentRefusedError) as caught:
+        AdjudicationResponse.rebuttal(**fields, basis=blank)
+    assert caught.value.rule == "rebuttal_basis_empty" and caught.value.path == "$.basis"
+    body = AdjudicationResponse.rebuttal(**fields, basis="the referee misread token 3").body()
+    body["basis"] = blank
+    assert [(v.rule, v.path) for v in check_body(body)] == [("rebuttal_basis_empty", "$.basis")]
+    world.assert_seal_refused(body, "rebuttal_basis_empty")
+    # prose with blanks around it still says something
+    padded = AdjudicationResponse.rebuttal(**fields, basis=f"{blank}the referee misread token 3{blank}")
+    assert check_body(padded.body()) == []
+    # a row written before this rule (signed, hash-chained) is reported, never verified as good
+    stored = {"record_version": JUDGMENT_STORE_VERSION, "record": body}
+    world.store._append(stored, json_digest(body), record_type_for("adjudication-response/v1"), "producer_claim", ())
+    report = verify_ledger(world.store.ledger.path)
+    row = next(r for r in report.records if r.record_id == json_digest(body))
+    assert not row.ok and row.signature == "authored"
+    assert [f.code for f in row.findings if f.severity == "error"] == ["rebuttal_basis_empty"]
+
+
+@pytest.mark.parametrize("blank", BLANKS)
+def test_a_judge_model_id_of_blanks_is_unpinned(blank: str) -> None:
+    """A judge pin's model_id of blanks met the schema's minLength 1: a judge
+    named by nothing. It is judge_unpinned, as an empty model_id is, in an
+    adjudication's basis and an evaluation report's judge_pin."""
+    for shape, member in (("adjudication/pos-example-org-twin-adjudication", "basis"),
+                          ("evaluation-report/pos-example-org-evaluation-report", "judge_pin")):
+        body = load(JUDGE / f"{shape}.json")
+        assert check_body(body) == []
+        body[member]["model_id"] = blank
+        assert [(v.rule, v.path) for v in check_body(body)] == [("judge_unpinned", f"$.{member}.model_id")], shape
