@@ -1240,7 +1240,7 @@ class Ledger:
         return StoredEntry(
             seq=row[0], record_id=row[1], record_type=row[2], epistemic_type=row[3],
             links=_links(row[4]), nonce=row[5], action_id=row[6], stream=row[7], tag=row[8],
-            body=bytes(row[9]), prev_hash=row[10], row_hash=row[11],
+            body=_stored_blob(row[9], f"record {row[0]}"), prev_hash=row[10], row_hash=row[11],
         )
 
     _COLS = "seq, record_id, record_type, epistemic_type, links, nonce, action_id, stream, tag, body, prev_hash, row_hash"

@@ -317,3 +317,24 @@ def test_one_unreadable_row_does_not_hide_the_others(tmp_path: Path) -> None:
     assert "seq 2" in chain and "seq 4" in chain
     assert not [r for r in report.records if r.seq == 4][0].ok
     assert [r for r in report.records if r.seq == 6][0].ok  # an untouched row verifies
+
+
+@pytest.mark.parametrize("value", [9_000_000_000_000_000, "the body as text"])
+def test_a_record_body_edited_to_another_type_is_damage_not_bytes(tmp_path: Path, value: object) -> None:
+    """A record body edited at the SQL level to an integer N was read as
+    ``bytes(N)``, N zero bytes: the verifier of a crafted file tried to
+    allocate them (here 9 PB: a MemoryError; a few GB would be allocated),
+    and text was a bare TypeError. Both are LedgerCorruptError naming the
+    record, never converted; verify_ledger reports it and does not raise."""
+    path = tmp_path / "l.db"
+    _fill(path, 2)
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TRIGGER records_no_update")
+        db.execute("UPDATE records SET body = ? WHERE seq = 3", (value,))
+    with Ledger(path, readonly=True) as ledger:
+        with pytest.raises(LedgerCorruptError, match="record 3 is damaged .*not a blob"):
+            list(ledger.entries())
+    report = capseal.verify_ledger(path)
+    assert not report.ok
+    assert any(f.code == "ledger_unreadable" and "record 3" in f.detail and "not a blob" in f.detail
+               for f in report.findings), report.findings
