@@ -40,7 +40,6 @@ that caught the python-pkcs11 error, so no exception (or frame) is chained to th
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import hmac
 import logging
@@ -52,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capseal import _fork_interrupts
+from capseal._at_exit import close_devices_last
 from capseal.errors import (
     DeviceError,
     KeyURIError,
@@ -786,7 +786,7 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_after_fork_in_child)
 
 
-@atexit.register
+@close_devices_last  # after open producers have had their records signed (see capseal._at_exit)
 def _close_all() -> None:
     """Close sessions before python-pkcs11's finaliser calls ``C_Finalize``,
     and stop late calls from daemon threads reaching a finalised module."""

@@ -53,7 +53,6 @@ the TCTI. Exceptions that are already capseal errors pass through unchanged.
 
 from __future__ import annotations
 
-import atexit
 import os
 import queue
 import threading
@@ -67,6 +66,7 @@ from typing import Any, TypeVar
 
 os.environ.setdefault("TSS2_LOG", "all+NONE")  # expected failures (probing a handle) must not spam stderr
 
+from capseal._at_exit import close_devices_last  # noqa: E402
 from capseal._fork_copies import ForkCopies  # noqa: E402
 from capseal.errors import (  # noqa: E402
     CapsealError,
@@ -830,11 +830,12 @@ def get_device(tcti: str | None = None) -> TPMDevice:
 
 
 def close_all() -> None:
-    """Close every device (flushes what capseal loaded). Registered with atexit."""
+    """Close every device (flushes what capseal loaded). Run at exit, after
+    every open producer is closed (``capseal._at_exit``)."""
     with _REGISTRY_LOCK:
         devices = list(_REGISTRY.values())
     for dev in devices:
         dev.close()
 
 
-atexit.register(close_all)
+close_devices_last(close_all)  # after open producers have had their records signed (see capseal._at_exit)

@@ -80,6 +80,12 @@ def register(ledger: Ledger) -> None:
         _OPEN.add(ledger)
 
 
+def open_ledgers() -> list[Ledger]:
+    """Every ledger opened in this process and not closed (at exit: see _at_exit)."""
+    with _REGISTRY:
+        return [ledger for ledger in _OPEN if not ledger._closed and not ledger._forked]
+
+
 def forget(ledger: Ledger) -> None:
     """Called without the ledger's write lock (a fork holding the registry may wait on it)."""
     with _REGISTRY:

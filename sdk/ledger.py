@@ -900,6 +900,13 @@ class Ledger:
             pendings = list(self._queue) + list(self._in_flight)
         self._wait(pendings, timeout)
 
+    def _unfinished(self) -> int:
+        """Records submitted and not yet durable or refused (0 once closed)."""
+        if self._forked:
+            return 0
+        with self._mutex:
+            return 0 if self._closed else sum(not p.done for p in (*self._queue, *self._in_flight))
+
     def _wait(self, pendings: Sequence[PendingAppend], timeout: float | None) -> None:
         """Wait for ``pendings``; when nobody is writing, commit the queue on
         this thread (group-commit leader) instead of handing it to another."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from capseal.keys import SignatureResult, Signer, SignerSelfTest
 
+from . import _at_exit
 from .assurance import derive_assurance, enforce_claim
 from .canonical import MAX_DEPTH, canonical_bytes, json_digest
 from .envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope, sign_envelope
@@ -236,6 +237,7 @@ class Producer:
             if self._owns_ledger:
                 self.ledger.close()
             raise
+        _at_exit.track(self)  # what it was given is written at exit if the program does not close it
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -266,7 +268,7 @@ class Producer:
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def start() -> None:  # under _epoch_lock: a first submit() making the pipeline now goes before or after
-            if self._owns_ledger or self._id_observers:  # close() waits for a commit then
+            if self._owns_ledger or self._id_observers or self._unwritten():  # close() waits for a commit then
                 self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
             self._closed = True
 
@@ -275,7 +277,7 @@ class Producer:
         except TimeoutError:
             raise LedgerError(f"close() still under way in another thread after {timeout} s") from None
         if outcome is not None and (outcome.given_up or outcome.finishing):
-            said = [f"{outcome.given_up} submitted record(s) not signed {timeout} s into close(): not written"]
+            said = [f"{outcome.given_up} submitted record(s) not signed {timeout:.3g} s into close(): not written"]
             if outcome.finishing:
                 said.append(f"{outcome.finishing} signed record(s) still on their way to the ledger: they may "
                             "still be written")
@@ -287,10 +289,21 @@ class Producer:
         outcome = pipeline.close(timeout) if pipeline is not None else None
         if self._owns_ledger:
             self.ledger.close()
-        elif self._id_observers:  # a shared ledger: report what was submitted, then stop listening
+            return outcome
+        # a shared ledger: its owner closes it, but what this producer submitted
+        # becomes durable now, as close() says (it returned with them queued)
+        self.ledger._wait(self._unwritten(), None)
+        if self._id_observers:  # report what was submitted, then stop listening
             self.ledger.flush()
             self.ledger.remove_commit_listener(self._on_commit)
         return outcome
+
+    def _unwritten(self) -> list[PendingAppend]:
+        """The ledger appends of this producer's records not yet durable or
+        refused (every record not settled is still in ``_recent``)."""
+        with self._recent_lock:
+            pending = [r._pending for r in self._recent.values()]
+        return [p for p in pending if p is not None and not p.done]
 
     def add_observer(self, callback: Callable[[SealedRecord], None]) -> None:
         """Call ``callback(record)`` after each record is durable. It must not

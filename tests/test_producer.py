@@ -803,3 +803,16 @@ def test_check_refuses_what_seal_would_and_writes_nothing(producer: Producer) ->
     with pytest.raises(DuplicateRecordError):
         producer.check({"action_id": "once", "action_type": "fyi"})
     assert producer.ledger.count() == 2  # the epoch boundary and "once"
+
+
+def test_close_makes_its_records_durable_in_a_shared_ledger(tmp_path: Path) -> None:
+    """close() says what was submitted becomes durable; with a ledger it does
+    not own (shared, its group window longer than the run) it returned with
+    every record still queued, and they were written only when the ledger's
+    owner closed it, or lost if the program ended first."""
+    with Ledger(tmp_path / "l.db", group_window=600.0, group_max=10**6) as ledger:
+        producer = Producer("acme", "agent@1", UnsafeEphemeralSigner("EdDSA"), ledger)
+        pending = [producer.submit({"action_id": f"a-{i}", "action_type": "fyi"}) for i in range(10)]
+        producer.close()
+        assert ledger.count() == 11  # the epoch boundary and the ten
+        assert [p.result(0).seq for p in pending] == list(range(2, 12))

@@ -201,7 +201,7 @@ def test_close_with_a_timeout_gives_up_on_a_frozen_tpm(tpm: Any, tmp_path: Path)
         try:
             pendings = [producer.submit(_spec(1 + i)) for i in range(20)]
             _wait(lambda: device._busy_since is not None, "the first command to reach the frozen TPM")
-            with pytest.raises(SignerUnavailableError, match=r": 20 submitted record\(s\) not signed 1.0 s into close\(\): not written$"):
+            with pytest.raises(SignerUnavailableError, match=r": 20 submitted record\(s\) not signed 1 s into close\(\): not written$"):
                 producer.close(timeout=1.0)
             for pending in pendings:
                 with pytest.raises(SignerUnavailableError, match="gave up on the device"):
