@@ -34,6 +34,7 @@ from ._pkcs11_calls import run
 from ._pkcs11_fast import FastSign
 from ._pkcs11_helper import SigningProcess
 from ._pkcs11_keys import (
+    SignMechanism,
     enabled_extra_usages,
     find_private_keys,
     find_public_key,
@@ -104,7 +105,8 @@ class PKCS11Signer(Signer):
             # key, mechanisms and the session epoch they belong to, in one locked call
             pair, mechanisms, epoch = run(ts, lambda s: (load_keypair(s, parsed, ts.name), _mechanisms(ts), ts.epoch),
                                           ts.name)
-            self._mech = mechanism_for(pair.alg, mechanisms)
+            self._mech = check_sign_mechanism(pair.alg, mechanisms, f"{ts.name}, key {parsed.describe_key()}",
+                                              "it cannot sign with this key")
         except BaseException:
             self._release()
             raise
@@ -285,6 +287,21 @@ class PKCS11Signer(Signer):
         self._release()
 
 
+def check_sign_mechanism(alg: str, mechanisms: set[Any] | None, where: str, outcome: str) -> SignMechanism:
+    """``mechanism_for(alg, mechanisms)``, its refusal naming the token and key
+    (``where``) and what it means (``outcome``). Why: the bare "the token has
+    no CKM_EDDSA mechanism" named neither, and the doctor's fix for an error
+    without a hint is "create it", wrong for a key that is there."""
+    try:
+        return mechanism_for(alg, mechanisms)
+    except UnsupportedAlgorithmError as exc:
+        problem = str(exc)
+    raise UnsupportedAlgorithmError(
+        f"{where}: {problem} for {alg}; {outcome}",
+        hint="list the token's mechanisms (pkcs11-tool --module MODULE -M) and use a key of an algorithm it signs "
+             "with (capseal keys create … --alg p256 needs only CKM_ECDSA)")
+
+
 def _mechanisms(ts: TokenSession) -> set[Any] | None:
     try:
         return set(ts.token.slot.get_mechanisms())
@@ -329,6 +346,9 @@ def create_key(
             clash = objects_with(session, label=parsed.object, key_id=key_id)
             if clash:
                 raise KeyURIError(f"{where}: an object with that label or id already exists; capseal never overwrites keys")
+            # the token must sign with the new key before it makes one: a key pair it can generate
+            # but not use (RSA without PSS is common on smart cards) was left on the token
+            check_sign_mechanism(alg, _mechanisms(ts), where, "nothing was created")
             rw = ts.token.open(rw=True)  # PIN-less: shares the login of the session above
             try:
                 generate_keypair(rw, alg, parsed.object or "", key_id, rsa_bits=rsa_bits)

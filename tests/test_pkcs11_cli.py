@@ -189,3 +189,49 @@ def test_token_init_into_a_file_is_a_typed_error(tmp_path: Path) -> None:
         with pytest.raises(InputError, match="directory"):
             init_softhsm_token(target, "x")
     assert afile.read_text() == "not a directory\n"
+
+
+def _own_token(tmp_path: Path, user_pin: str) -> tuple[str, dict[str, str], Path]:
+    """A `capseal token init` token of the test's own (its softhsm2.conf is
+    read by the CLI subprocesses only): its URI, env and conf file."""
+    made = capseal("token", "init", "--dir", str(tmp_path / "tok"), "--label", "no-mech", "--so-pin-env", "SO_PIN",
+                   pin=user_pin, env={"SO_PIN": "no-mech-so-97531"})
+    assert made.returncode == 0, made.stderr
+    info = json.loads(made.stdout)
+    return info["uri"], {"SOFTHSM2_CONF": info["softhsm2_conf"]}, Path(info["softhsm2_conf"])
+
+
+def test_keys_create_refuses_an_algorithm_the_token_cannot_sign_with_before_making_a_key(tmp_path: Path) -> None:
+    """A token that generates RSA (or Ed25519) keys but cannot sign PSS (or
+    EdDSA) with them, as many smart cards: `keys create` generated the pair,
+    then failed with a bare "the token has neither CKM_SHA256_RSA_PKCS_PSS nor
+    CKM_RSA_PKCS_PSS" naming no token, and left the new key on it without
+    saying so (a second try: "already exists"). Now it checks the token's
+    mechanisms first and writes nothing; and for a key already there that the
+    token cannot sign with, the doctor's fix is no longer "create it"."""
+    user_pin = "no-mech-pin-8642"
+    uri, env, conf = _own_token(tmp_path, user_pin)
+    made_before = capseal("keys", "create", uri.replace("?", ";object=old-rsa?"), "--alg", "rsa-pss", pin=user_pin, env=env)
+    assert made_before.returncode == 0, made_before.stderr
+    off = ["CKM_EDDSA", "CKM_RSA_PKCS_PSS", "CKM_SHA1_RSA_PKCS_PSS", "CKM_SHA224_RSA_PKCS_PSS",
+           "CKM_SHA256_RSA_PKCS_PSS", "CKM_SHA384_RSA_PKCS_PSS", "CKM_SHA512_RSA_PKCS_PSS"]
+    # SoftHSM2 2.6.1 ignored the first name after the "-": an unknown one goes first
+    conf.write_text(conf.read_text() + "slots.mechanisms = -CKM_NONE," + ",".join(off) + "\n")
+
+    for alg, label, missing in (("rsa-pss", "new-rsa", "CKM_RSA_PKCS_PSS"), ("ed25519", "new-ed", "CKM_EDDSA")):
+        proc = capseal("keys", "create", uri.replace("?", f";object={label}?"), "--alg", alg, pin=user_pin, env=env)
+        assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
+        assert missing in proc.stderr and "'no-mech'" in proc.stderr and "nothing was created" in proc.stderr, proc.stderr
+        assert "hint:" in proc.stderr
+    listed = capseal("keys", "list", uri, pin=user_pin, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert [k["label"] for k in json.loads(listed.stdout)] == ["old-rsa"]
+    assert capseal("keys", "create", uri.replace("?", ";object=new-p256?"), "--alg", "p256",
+                   pin=user_pin, env=env).returncode == 0  # what the hint suggests works
+
+    doctor = capseal("doctor", uri.replace("?", ";object=old-rsa?"), pin=user_pin, env=env)
+    assert doctor.returncode == 1 and "[FAIL] key found" in doctor.stdout, doctor.stdout
+    assert "CKM_RSA_PKCS_PSS" in doctor.stdout and "old-rsa" in doctor.stdout
+    assert "create it" not in doctor.stdout, doctor.stdout
+    for proc in (made_before, listed, doctor):
+        assert user_pin not in proc.stdout + proc.stderr
