@@ -53,7 +53,7 @@ from ._base import PendingSignature, SignatureResult, Signer
 from ._files import MAX_KEY_FILE, FileTooLargeError, read_capped
 from ._pin import usable_pin
 from ._registry import SecretsHandler
-from ._tpm_device import TPMDevice, TPMInfo, get_device
+from ._tpm_device import AUTH_VALUE_HINT, TPMDevice, TPMInfo, get_device
 from ._tpm_uri import (
     TPM_RH_OWNER,
     TPMKeyFile,
@@ -257,7 +257,10 @@ class TPMSigner(Signer):
         if ref.keyfile is not None:
             self._keyfile = _read_keyfile(ref.keyfile)
             if not self._keyfile.empty_auth and self._auth is None:
-                raise PinIncorrectError(f"{ref.describe_key()} has an auth value; pass it as pin= (or a secrets handler)")
+                raise PinIncorrectError(f"{ref.describe_key()} has an auth value (the key file says so) and none was "
+                                        "given; nothing was sent to the TPM",
+                                        hint="give it with CAPSEAL_PIN, --pin-file FILE or --pin-prompt "
+                                             "(pin= or a secrets handler in Python)")
         self._pinned_name: bytes | None = None
         public, name, info = self._device.call(self._open_on_worker, what=f"opening {ref.describe_key()}",
                                                timeout=timeout)
@@ -456,7 +459,8 @@ class TPMSigner(Signer):
                     continue
                 if err in (_RC_AUTH_FAIL, _RC_BAD_AUTH):
                     raise PinIncorrectError(
-                        f"{self._ref.describe_key()} refused its auth value (wrong or missing pin)") from None
+                        f"{self._ref.describe_key()} refused its auth value (wrong or missing pin)",
+                        hint=AUTH_VALUE_HINT) from None
                 raise
             if shape.is_rsa:
                 out = bytes(sig.signature.rsapss.sig)

@@ -184,3 +184,38 @@ def test_a_key_file_with_a_garbled_public_area_is_a_typed_error(swtpm: Any, tmp_
             call()
     listed = capseal("keys", "list", uri, check=False)
     assert listed.returncode == 2 and "not a TPM2B_PUBLIC" in listed.stderr and "internal error" not in listed.stderr
+
+
+def test_auth_value_refusals_tell_the_operator_how_to_give_it(fresh_swtpm: Any, tmp_path: Path) -> None:
+    """A key with an auth value and no PIN at the CLI: for a key file the
+    error said "pass it as pin= (or a secrets handler)" (a Python argument),
+    and doctor printed no fix line; a key at a handle, which gets the empty
+    auth value tried, failed with "wrong or missing pin" and no hint, though
+    each such refusal counts toward the TPM's dictionary-attack lockout.
+    Now both name CAPSEAL_PIN / --pin-file / --pin-prompt, and the refusal
+    the TPM counted says so. (A fresh swtpm: this uses up a lockout try.)"""
+    secret = "auth-cli-Kz8~41"
+    keyfile = tmp_path / "authed.tss"
+    env = {**os.environ, "TSS2_LOG": "all+NONE", "CAPSEAL_PIN": secret}
+    for uri in (f"tpm2:keyfile={keyfile}?tcti={fresh_swtpm.tcti}", f"tpm2:handle=0x81000b21?tcti={fresh_swtpm.tcti}"):
+        made = subprocess.run([CAPSEAL, "keys", "create", uri, "--alg", "p256"], capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert made.returncode == 0, made.stderr
+        assert json.loads(made.stdout)["custody"]["key_attributes"]["noDA"] is False
+
+    no_pin = capseal("keys", "show", f"tpm2:keyfile={keyfile}?tcti={fresh_swtpm.tcti}", check=False)
+    assert no_pin.returncode == 2 and "nothing was sent to the TPM" in no_pin.stderr, no_pin.stderr
+    assert "CAPSEAL_PIN" in no_pin.stderr and "--pin-file" in no_pin.stderr, no_pin.stderr
+    doctor = capseal("doctor", f"tpm2:keyfile={keyfile}?tcti={fresh_swtpm.tcti}", check=False)
+    assert doctor.returncode == 1 and "[FAIL] TPM key" in doctor.stdout, doctor.stdout
+    assert "fix: give it with CAPSEAL_PIN" in doctor.stdout, doctor.stdout
+    assert "0 of 3 failed authorizations" in doctor.stdout  # refused before the TPM saw it
+
+    at_handle = capseal("keys", "show", f"tpm2:handle=0x81000b21?tcti={fresh_swtpm.tcti}", check=False)
+    assert at_handle.returncode == 2 and "refused its auth value" in at_handle.stderr, at_handle.stderr
+    assert "hint:" in at_handle.stderr and "CAPSEAL_PIN" in at_handle.stderr, at_handle.stderr
+    assert "dictionary-attack lockout" in at_handle.stderr, at_handle.stderr
+    after = capseal("doctor", "--tcti", fresh_swtpm.tcti, check=False)
+    assert "1 of 3 failed authorizations" in after.stdout, after.stdout
+    for proc in (no_pin, doctor, at_handle, after):
+        assert secret not in proc.stdout + proc.stderr
