@@ -88,15 +88,36 @@ def _tpm_system(tcti: str) -> list[Check]:
             readable = os.access(p, os.R_OK | os.W_OK)
             checks.append(Check("TPM device", readable, f"{dev} {'is' if readable else 'is not'} readable and writable",
                                 "" if readable else "add this user to the 'tss' group: usermod -aG tss $USER (then log in again)"))
-        try:
-            members = grp.getgrnam("tss")
-            user = pwd.getpwuid(os.getuid()).pw_name
-            in_group = user in members.gr_mem or os.getgid() == members.gr_gid or os.getuid() == 0
-            checks.append(Check("tss group", in_group, f"user {user} {'is' if in_group else 'is not'} in group tss",
-                                "" if in_group else f"usermod -aG tss {user}"))
-        except KeyError:
-            checks.append(Check("tss group", False, "no 'tss' group on this system", "apt-get install tpm-udev (creates the tss group and udev rules)"))
+        checks.append(_tss_group_check())
     return checks
+
+
+def _tss_group_check() -> Check:
+    """Whether this process can use a device of group ``tss``, saying why.
+
+    Why not just "user X is in group tss": root passed as a member without
+    being one, and a user added with ``usermod -aG`` passed while the
+    running session (which got its groups at login) still lacked the group,
+    so the check said ok and the device could not be opened."""
+    try:
+        tss = grp.getgrnam("tss")
+    except KeyError:
+        return Check("tss group", False, "no 'tss' group on this system",
+                     "apt-get install tpm-udev (creates the tss group and udev rules)")
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid with no passwd entry (containers): name it by number
+        user = f"uid {os.getuid()}"
+    if tss.gr_gid in os.getgroups() or os.getegid() == tss.gr_gid:
+        return Check("tss group", True, f"this process (user {user}) has group tss")
+    if os.geteuid() == 0:
+        return Check("tss group", True, f"user {user} is not in group tss, but runs as root, "
+                                        "which the device's group permissions do not limit")
+    if user in tss.gr_mem:
+        return Check("tss group", False, f"user {user} is in group tss, but this session is not: "
+                                         "it started before the user was added",
+                     "log in again (or run `newgrp tss`) so the session gets the group")
+    return Check("tss group", False, f"user {user} is not in group tss", f"usermod -aG tss {user} (then log in again)")
 
 
 def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | None = None) -> list[Check]:

@@ -4,6 +4,10 @@ transient objects survive and are reported), and checks one TCTI throughout."""
 
 from __future__ import annotations
 
+import grp
+import json
+import os
+import pwd
 import socket
 from pathlib import Path
 from typing import Any
@@ -101,3 +105,48 @@ def test_doctor_uses_one_tcti_for_every_check(swtpm: Any) -> None:
     assert "/dev/tpmrm0" not in down.fix and "tss" not in down.fix
     empty = _by_name(run_doctor(None, tcti=""))
     assert not empty["TPM TCTI"].ok and "TPM answers" not in empty
+
+
+def _tss_check_as(uid: int, gid: int, groups: list[int]) -> dict[str, Any]:
+    """The doctor's "tss group" check run in a fork that dropped to ``uid``
+    with exactly these groups (the process's groups, as a login gives them)."""
+    from capseal.keys.doctor import _tss_group_check
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(read_end)
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            os.write(write_end, json.dumps(_tss_group_check().to_dict()).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    result: dict[str, Any] = json.loads(data)
+    return result
+
+
+def test_tss_group_check_says_only_what_is_so() -> None:
+    """The check said "user root is in group tss" for root, who is not (it
+    passed any uid 0), and passed a user listed in the group whose session
+    started before (usermod -aG needs a new login), so it said ok while the
+    device could not be opened. Now it says which of these holds."""
+    tss = grp.getgrnam("tss")  # made by the swtpm packages `make deps` installs
+    (check,) = [c for c in run_doctor(tcti="device:/nonexistent/tpmrm0") if c.name == "tss group"]
+    user = pwd.getpwuid(os.getuid()).pw_name
+    has_group = tss.gr_gid in os.getgroups() or os.getegid() == tss.gr_gid
+    assert check.ok == (has_group or os.geteuid() == 0), check
+    if "is in group tss" in check.detail or "has group tss" in check.detail:
+        assert has_group or user in tss.gr_mem, check
+    if os.geteuid() == 0:  # as root, also look from a user's side
+        nobody = pwd.getpwnam("nobody")
+        with_group = _tss_check_as(nobody.pw_uid, nobody.pw_gid, [tss.gr_gid])
+        assert with_group["ok"] and "has group tss" in with_group["detail"], with_group
+        without = _tss_check_as(nobody.pw_uid, nobody.pw_gid, [])
+        assert not without["ok"] and "is not in group tss" in without["detail"], without
+        assert "usermod -aG tss nobody" in without["fix"], without
