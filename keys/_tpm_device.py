@@ -99,6 +99,7 @@ __all__ = [
     "close_all",
     "map_tss_error",
     "is_transport_error",
+    "unreachable_fix",
     "classify_software",
 ]
 
@@ -171,6 +172,30 @@ AUTH_VALUE_HINT = ("give the key's auth value with CAPSEAL_PIN, --pin-file FILE 
                    "with capseal doctor --tcti … before trying again")
 
 
+def unreachable_fix(tcti: str) -> str:
+    """What to do when the TPM behind ``tcti`` does not answer, for that kind of TCTI.
+
+    Why per kind: /dev/tpmrm0 and the tss group mean nothing to someone whose
+    TCTI points at a simulator on a TCP port; and why here, in every
+    unreachable error's hint and not only the doctor's: an operator whose
+    ``capseal tpm provision`` found no TPM was told only "Is the TPM (or
+    swtpm) running and is the TCTI right?"."""
+    kind, _, conf = tcti.partition(":")
+    kind = kind.strip().lower()
+    if kind == "device":
+        path = conf.strip() or "/dev/tpmrm0"
+        if not os.path.exists(path):
+            return (f"{path} does not exist: enable the TPM in the firmware setup (TPM, PTT, fTPM) and check that "
+                    "the kernel has tpm_tis/tpm_crb, or give the TCTI of the TPM you mean")
+        return f"check that this user can read and write {path} (group tss: usermod -aG tss USER, then log in again)"
+    if kind in ("swtpm", "mssim"):
+        return (f"start the TPM simulator that {tcti} names and check its host and port (swtpm: "
+                "hardware/swtpm.sh start STATE_DIR PORT)")
+    if kind == "tabrmd":
+        return "start the TPM access broker (systemctl start tpm2-abrmd) and check the TCTI's bus name"
+    return f"check the TCTI {tcti!r}: is libtss2-tcti-{kind} installed and is its configuration right?"
+
+
 def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> CapsealError:
     """A typed capseal error for a TSS2 failure during ``what`` on ``tcti``.
 
@@ -189,7 +214,7 @@ def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> C
     if is_transport_error(exc):
         return SignerUnavailableError(
             f"TPM {tcti} is not reachable: {what} failed: {exc} (rc 0x{rc:x})",
-            hint="Is the TPM (or swtpm) running and is the TCTI right? capseal reconnects on the next call.",
+            hint=f"{unreachable_fix(tcti)}; a signer already open reconnects on its next call",
         )
     if (rc & _LAYER_MASK) != 0:
         return DeviceError(text)

@@ -73,7 +73,7 @@ from ._tpm import (
     keyfile_public,
     srk_template,
 )
-from ._tpm_device import TPMDevice, TPMInfo, get_device
+from ._tpm_device import TPMDevice, TPMInfo, get_device, unreachable_fix
 from ._tpm_uri import (
     DEFAULT_TCTI,
     TPM_RH_OWNER,
@@ -575,25 +575,6 @@ def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]
     except CapsealError as exc:
         checks.append(Check("TPM key", False, str(exc), getattr(exc, "hint", "")))
     return checks
-
-
-def unreachable_fix(tcti: str) -> str:
-    """What to do when the TPM behind ``tcti`` does not answer, for that kind of TCTI.
-
-    Why per kind: /dev/tpmrm0 and the tss group mean nothing to someone whose
-    TCTI points at a simulator on a TCP port."""
-    kind, _, conf = tcti.partition(":")
-    kind = kind.strip().lower()
-    if kind == "device":
-        path = conf.strip() or "/dev/tpmrm0"
-        return (f"check that {path} exists and this user can read and write it (the tss group; see the checks "
-                "above)")
-    if kind in ("swtpm", "mssim"):
-        return (f"start the TPM simulator that {tcti} names and check its host and port (swtpm: "
-                "hardware/swtpm.sh start STATE_DIR PORT)")
-    if kind == "tabrmd":
-        return "start the TPM access broker (systemctl start tpm2-abrmd) and check the TCTI's bus name"
-    return f"check the TCTI {tcti!r}: is libtss2-tcti-{kind} installed and is its configuration right?"
 
 
 @dataclass(frozen=True)

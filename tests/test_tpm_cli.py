@@ -219,3 +219,22 @@ def test_auth_value_refusals_tell_the_operator_how_to_give_it(fresh_swtpm: Any, 
     assert "1 of 3 failed authorizations" in after.stdout, after.stdout
     for proc in (no_pin, doctor, at_handle, after):
         assert secret not in proc.stdout + proc.stderr
+
+
+def test_an_unreachable_tpm_error_says_how_to_reach_it(fresh_swtpm: Any) -> None:
+    """`capseal tpm provision` / `keys show` with no TPM behind the TCTI
+    hinted only "Is the TPM (or swtpm) running and is the TCTI right?": now
+    the hint is the doctor's fix for that kind of TCTI (a device that does
+    not exist, a simulator to start), and the command changed nothing."""
+    fresh_swtpm.stop()
+    try:
+        down = capseal("tpm", "provision", "--tcti", fresh_swtpm.tcti, check=False)
+        assert down.returncode == 2 and "not reachable" in down.stderr, down.stderr
+        assert "hint: start the TPM simulator" in down.stderr and "hardware/swtpm.sh start" in down.stderr, down.stderr
+        missing = capseal("keys", "show", "tpm2:handle=0x81000101?tcti=device:/nonexistent/tpmrm9", check=False)
+        assert missing.returncode == 2, missing.stderr
+        assert "hint: /nonexistent/tpmrm9 does not exist" in missing.stderr and "firmware" in missing.stderr, missing.stderr
+    finally:
+        fresh_swtpm.start()
+    listed = json.loads(capseal("keys", "list", f"tpm2:?tcti={fresh_swtpm.tcti}").stdout)
+    assert listed == []  # the refused provision persisted nothing
