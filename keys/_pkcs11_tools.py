@@ -206,7 +206,8 @@ def _last_json(text: str) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------- doctor
 
 
-def doctor_checks(uri: str | None, pin: str | None = None, **_: Any) -> list[Check]:
+def doctor_checks(uri: str | None, pin: str | None = None, *, pin_problem: Exception | None = None,
+                  **_: Any) -> list[Check]:
     """What ``capseal doctor pkcs11:…`` checks, in order, stopping at the first
     failure (later checks need the earlier ones): the URI parses, the module
     loads (and is allowed), the token is present, the PIN works, the key is
@@ -248,6 +249,9 @@ def doctor_checks(uri: str | None, pin: str | None = None, **_: Any) -> list[Che
     software = " — a software token" if manufacturer in SOFTWARE_TOKEN_MANUFACTURERS else ""
     checks.append(Check("token present", True, f"{label!r} serial {serial_text}, {manufacturer} {model}{software}"))
 
+    if pin_problem is not None:  # the CLI could not read the PIN it was told to use
+        return checks + [Check("PIN works", False, str(pin_problem), getattr(pin_problem, "hint", "") or
+                               "fix where the PIN comes from: CAPSEAL_PIN, --pin-env VAR or --pin-file FILE")]
     try:
         secret = pin_for(parsed, pin)
     except CapsealError as exc:

@@ -120,14 +120,24 @@ def _tss_group_check() -> Check:
     return Check("tss group", False, f"user {user} is not in group tss", f"usermod -aG tss {user} (then log in again)")
 
 
-def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | None = None) -> list[Check]:
-    """Run every check relevant to ``uri`` (or the default TPM when none)."""
+def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | None = None,
+               pin_problem: Exception | None = None) -> list[Check]:
+    """Run every check relevant to ``uri`` (or the default TPM when none).
+
+    ``pin_problem`` is why the PIN could not be read (a PIN file others can
+    read, an unset ``--pin-env``): it is reported as a failed check, and the
+    checks that need no PIN still run. Why: the CLI stopped at that error
+    with exit 2, and an operator with a bad PIN file and a missing module
+    learnt only of the first."""
     checks: list[Check] = []
     scheme = uri.split(":", 1)[0].lower() if uri else None
     if scheme == "pkcs11":
         checks += _pkcs11_system(uri)
-        checks += _backend_checks("capseal.keys._pkcs11", uri, pin)
-    elif scheme == "tpm2":
+        checks += _backend_checks("capseal.keys._pkcs11", uri, pin, pin_problem=pin_problem)
+        return checks
+    if pin_problem is not None:
+        checks.append(_pin_problem_check(pin_problem))
+    if scheme == "tpm2":
         from capseal.keys._registry import redact_uri
 
         tcti, refusal = _tpm_tcti(uri, tcti)
@@ -151,6 +161,12 @@ def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | No
         checks += _tpm_system(tcti)
         checks += _backend_checks("capseal.keys._tpm", None, pin, tcti=tcti)
     return checks
+
+
+def _pin_problem_check(problem: Exception) -> Check:
+    """A failed "PIN" check for a PIN that could not be read, with its hint."""
+    return Check("PIN", False, str(problem), getattr(problem, "hint", "") or
+                 "fix where the PIN comes from: CAPSEAL_PIN, --pin-env VAR or --pin-file FILE (mode 0600)")
 
 
 def _tpm_tcti(uri: str | None, tcti: str | None) -> tuple[str, Check | None]:

@@ -377,7 +377,12 @@ def cmd_tpm_provision(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from capseal.keys.doctor import run_doctor
 
-    checks = run_doctor(uri=args.uri, pin=_read_pin(args), tcti=args.tcti)
+    pin, pin_problem = None, None
+    try:
+        pin = _read_pin(args)
+    except CapsealError as exc:  # reported as a failed check; the checks that need no PIN still run
+        pin_problem = exc
+    checks = run_doctor(uri=args.uri, pin=pin, tcti=args.tcti, pin_problem=pin_problem)
     if args.json:
         _emit([c.to_dict() for c in checks])
     else:

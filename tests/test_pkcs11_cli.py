@@ -235,3 +235,24 @@ def test_keys_create_refuses_an_algorithm_the_token_cannot_sign_with_before_maki
     assert "create it" not in doctor.stdout, doctor.stdout
     for proc in (made_before, listed, doctor):
         assert user_pin not in proc.stdout + proc.stderr
+
+
+def test_doctor_reports_an_unreadable_pin_as_a_check_after_the_others(softhsm: Any, tmp_path: Path) -> None:
+    """`capseal doctor URI --pin-file F` with F readable by every user (or an
+    unset --pin-env) exited 2 with that one error and ran no check: module,
+    config and token went unreported. Now the checks that need no PIN run and
+    "PIN works" fails with the refusal and its fix; exit 1 (something failed)."""
+    pin_file = tmp_path / "token.pin"
+    pin_file.write_text(softhsm.pin + "\n")
+    pin_file.chmod(0o644)
+    uri = softhsm.uri("any-key")
+    for args in (["--pin-file", str(pin_file)], ["--pin-env", "CAPSEAL_TEST_UNSET_PIN_VAR"]):
+        proc = capseal("doctor", uri, *args)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        for check in ("PKCS#11 module loads", "token present"):
+            assert f"[ok] {check}" in proc.stdout, proc.stdout
+        assert "[FAIL] PIN works" in proc.stdout and "key found" not in proc.stdout, proc.stdout
+        assert ("chmod 600" in proc.stdout) if "--pin-file" in args else ("is not set" in proc.stdout), proc.stdout
+        assert softhsm.pin not in proc.stdout + proc.stderr
+    as_json = capseal("doctor", uri, "--json", "--pin-file", str(pin_file))
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)[-1]["name"] == "PIN works", as_json.stdout
