@@ -423,9 +423,11 @@ def resolve_module(uri: PKCS11URI) -> str:
         raise SignerUnavailableError(
             f"PKCS#11 module {uri.module_name!r} not found in {', '.join(_module_dirs()[:5])}, …; give module-path="
         )
-    raise KeyURIError(
+    raise KeyURIError(  # the hint is the doctor's fix: "install the module" was wrong for a URI that names none
         "pkcs11 URI names no module: add ?module-path=/path/to/module.so "
-        f"(SoftHSM2: {KNOWN_MODULES['SoftHSM2']})"
+        f"(SoftHSM2: {KNOWN_MODULES['SoftHSM2']})",
+        hint="name the token vendor's PKCS#11 module in the URI's query: ?module-path=/absolute/path/to/module.so "
+             "(hardware/README.md lists common ones)",
     )
 
 

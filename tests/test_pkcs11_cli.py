@@ -256,3 +256,13 @@ def test_doctor_reports_an_unreadable_pin_as_a_check_after_the_others(softhsm: A
         assert softhsm.pin not in proc.stdout + proc.stderr
     as_json = capseal("doctor", uri, "--json", "--pin-file", str(pin_file))
     assert as_json.returncode == 1 and json.loads(as_json.stdout)[-1]["name"] == "PIN works", as_json.stdout
+
+
+def test_doctor_fix_for_a_uri_naming_no_module_is_to_name_one(softhsm: Any) -> None:
+    """A pkcs11 URI without module-path/module-name: the detail said "add
+    ?module-path=…" but the fix line said "install the module", which an
+    operator with the module installed cannot act on."""
+    proc = capseal("doctor", f"pkcs11:token={softhsm.label};object=k", pin=softhsm.pin)
+    assert proc.returncode == 1 and "[FAIL] PKCS#11 module loads" in proc.stdout, proc.stdout
+    fix = proc.stdout.split("[FAIL] PKCS#11 module loads", 1)[1].split("fix:", 1)[1].splitlines()[0]
+    assert "module-path=" in fix and "install" not in fix, fix
