@@ -5,7 +5,9 @@
 #
 # Usage: hardware/softhsm-token.sh DIR [LABEL] [USER_PIN] [SO_PIN]
 # Prints KEY=VALUE lines: SOFTHSM2_CONF, PKCS11_MODULE, TOKEN_LABEL.
-# (The PINs are not printed; pass them to the script and keep them.)
+# (The PINs are not printed; pass them to the script and keep them. They go on
+# softhsm2-util's command line, which every user can read in /proc while it runs:
+# test PINs only. `capseal token init` keeps PINs off command lines.)
 set -euo pipefail
 dir="${1:?usage: softhsm-token.sh DIR [LABEL] [USER_PIN] [SO_PIN]}"
 label="${2:-capseal-dev}"
