@@ -37,6 +37,7 @@ policy session, and saying so is better than failing at the first signature.
 from __future__ import annotations
 
 import base64
+import os
 import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
@@ -275,6 +276,11 @@ def parse_tpm_uri(uri: str, *, tcti: str | None = None, ak_handle: int | None = 
         raise KeyURIError("tpm2: keyfile= is empty")
     if keyfile is not None and "\x00" in keyfile:
         raise KeyURIError(f"tpm2: keyfile= {keyfile!r} contains a NUL byte (%00), which no file path can hold")
+    if keyfile is not None and not keyfile.startswith("/"):
+        # the file the working directory holds now, named so from anywhere: `keys create` printed
+        # tpm2:keyfile=seal.tss (and custody recorded "seal.tss"), which a service started in
+        # another directory could not open. Joined, not normalised: "link/.." is the kernel's to resolve
+        keyfile = os.path.join(os.getcwd(), keyfile)
     if tcti is not None:
         resolved_tcti = check_tcti(tcti, "the TCTI given")
     elif "tcti" in params:

@@ -238,3 +238,23 @@ def test_an_unreachable_tpm_error_says_how_to_reach_it(fresh_swtpm: Any) -> None
         fresh_swtpm.start()
     listed = json.loads(capseal("keys", "list", f"tpm2:?tcti={fresh_swtpm.tcti}").stdout)
     assert listed == []  # the refused provision persisted nothing
+
+
+def test_keys_create_with_a_relative_key_file_prints_a_uri_that_works_from_anywhere(swtpm: Any, tmp_path: Path) -> None:
+    """`keys create 'tpm2:keyfile=seal.tss…'` printed tpm2:keyfile=seal.tss and
+    recorded "seal.tss" in the custody statement: a service (or this
+    operator) in another directory could not open the key with the URI it
+    was told to use. Now the URI and custody name the absolute path."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    made = subprocess.run([CAPSEAL, "keys", "create", f"tpm2:keyfile=seal.tss?tcti={swtpm.tcti}", "--alg", "p256"],
+                          capture_output=True, text=True, timeout=120, cwd=work, env={**os.environ, "TSS2_LOG": "all+NONE"})
+    assert made.returncode == 0, made.stderr
+    info = json.loads(made.stdout)
+    assert info["uri"] == f"tpm2:keyfile={work / 'seal.tss'}?tcti={swtpm.tcti}", info["uri"]
+    assert info["custody"]["tpm_key"]["keyfile"] == str(work / "seal.tss")
+    shown = subprocess.run([CAPSEAL, "keys", "show", info["uri"], "--json"], capture_output=True, text=True,
+                           timeout=120, cwd=elsewhere, env={**os.environ, "TSS2_LOG": "all+NONE"})
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["kid"] == info["kid"]
