@@ -38,18 +38,27 @@ def _python_package(module: str, extra: str, apt: str) -> Check:
 
 
 def _module_path(uri: str) -> str | None:
-    """The URI's module-path as the signer reads it (RFC 7512 parser, no
+    """The URI's module file as the signer finds it: module-path, else the file
+    module-name= names in the module directories (RFC 7512 parser, no
     python-pkcs11 needed): "module-path=" may also occur inside an object label
     or a pin-value, and splitting the text there would check a file the URI
     does not name, or print part of the PIN. None when the URI does not parse:
     the backend's "pkcs11 URI" check says why."""
     from capseal.errors import CapsealError
-    from capseal.keys._pkcs11_uri import parse_pkcs11_uri
+    from capseal.keys._pkcs11_uri import parse_pkcs11_uri, resolve_module
 
     try:
-        return parse_pkcs11_uri(uri).module_path
+        parsed = parse_pkcs11_uri(uri)
     except CapsealError:
         return None
+    if parsed.module_path is None and parsed.module_name is not None:
+        # module-name= is looked up as the signer looks it up; this check was skipped for it
+        # (and with it the SoftHSM2 config check). Not found: the "module loads" check says so
+        try:
+            return resolve_module(parsed)
+        except CapsealError:
+            return None
+    return parsed.module_path
 
 
 def _pkcs11_system(uri: str | None) -> list[Check]:

@@ -266,3 +266,14 @@ def test_doctor_fix_for_a_uri_naming_no_module_is_to_name_one(softhsm: Any) -> N
     assert proc.returncode == 1 and "[FAIL] PKCS#11 module loads" in proc.stdout, proc.stdout
     fix = proc.stdout.split("[FAIL] PKCS#11 module loads", 1)[1].split("fix:", 1)[1].splitlines()[0]
     assert "module-path=" in fix and "install" not in fix, fix
+
+
+def test_doctor_checks_the_module_file_and_softhsm_config_for_module_name(softhsm: Any) -> None:
+    """With module-name= instead of module-path=, check 2 (the module file,
+    and for SoftHSM2 that SOFTHSM2_CONF exists) was skipped altogether."""
+    uri = f"pkcs11:token={softhsm.label};object=k?module-name=softhsm2"
+    good = capseal("doctor", uri, pin=softhsm.pin)
+    assert "[ok] PKCS#11 module: " in good.stdout and "libsofthsm2.so is readable" in good.stdout, good.stdout
+    assert f"[ok] SoftHSM2 config: {softhsm.conf} exists" in good.stdout, good.stdout
+    broken = capseal("doctor", uri, pin=softhsm.pin, env={"SOFTHSM2_CONF": "/nonexistent/softhsm2.conf"})
+    assert broken.returncode == 1 and "[FAIL] SoftHSM2 config: /nonexistent/softhsm2.conf is missing" in broken.stdout
