@@ -439,17 +439,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     keys = sub.add_parser("keys", help="provision signing keys").add_subparsers(dest="keys_cmd", required=True)
     p = keys.add_parser("create", help="create a non-extractable key at URI")
-    p.add_argument("uri")
-    p.add_argument("--alg", required=True, choices=["ed25519", "p256", "p384", "rsa-pss"])
+    p.add_argument("uri", help="where the new key goes (never overwritten): pkcs11:token=…;object=LABEL?module-path=…, "
+                               "tpm2:handle=0x81000103?tcti=… or tpm2:keyfile=/path, file:/path.pem")
+    p.add_argument("--alg", required=True, choices=["ed25519", "p256", "p384", "rsa-pss"],
+                   help="ed25519 (EdDSA), p256 (ES256), p384 (ES384), rsa-pss (PS256)")
     _add_pin_args(p)
     p.set_defaults(fn=cmd_keys_create)
     p = keys.add_parser("show", help="public key, kid and custody of the key at URI")
-    p.add_argument("uri")
+    p.add_argument("uri", help="the key: pkcs11:…, tpm2:…, file:…")
     p.add_argument("--json", action="store_true")
     _add_pin_args(p)
     p.set_defaults(fn=cmd_keys_show)
     p = keys.add_parser("list", help="keys on a token, TPM or directory")
-    p.add_argument("uri")
+    p.add_argument("uri", help="pkcs11:token=…?module-path=…, tpm2:?tcti=… (persistent keys), file:/directory")
     _add_pin_args(p)
     p.set_defaults(fn=cmd_keys_list)
 
@@ -463,16 +465,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     tpm = sub.add_parser("tpm", help="TPM 2.0 provisioning").add_subparsers(dest="tpm_cmd", required=True)
     p = tpm.add_parser("provision", help="create a primary, a persistent signing key and an attestation key")
-    p.add_argument("--tcti", default="device:/dev/tpmrm0")
-    p.add_argument("--handle", default="0x81000101", help="persistent handle for the signing key")
-    p.add_argument("--ak-handle", default="0x81000102", help="persistent handle for the attestation key")
-    p.add_argument("--alg", default="p256", choices=["p256", "rsa-pss", "ed25519"])
+    p.add_argument("--tcti", default="device:/dev/tpmrm0", help="the TPM (default %(default)s; swtpm: swtpm:host=…,port=…)")
+    p.add_argument("--handle", default="0x81000101", help="persistent handle for the signing key (default %(default)s)")
+    p.add_argument("--ak-handle", default="0x81000102", help="persistent handle for the attestation key (default %(default)s)")
+    p.add_argument("--alg", default="p256", choices=["p256", "rsa-pss", "ed25519"],
+                   help="signing key: p256 (ES256, default), rsa-pss (PS256); ed25519 is refused unless TPM and TSS support EdDSA (hardware/tpm.md)")
     p.add_argument("--force", action="store_true", help="replace keys already at those handles")
     p.set_defaults(fn=cmd_tpm_provision)
 
     p = sub.add_parser("doctor", help="check that keys and devices are usable, and say how to fix what is not")
     p.add_argument("uri", nargs="?", help="a key URI to check (pkcs11:…, tpm2:…, file:…)")
-    p.add_argument("--tcti", help="TPM TCTI to check (default device:/dev/tpmrm0)")
+    p.add_argument("--tcti", help="TPM TCTI to check (default: the URI's tcti=, else device:/dev/tpmrm0)")
     p.add_argument("--json", action="store_true")
     _add_pin_args(p)
     p.set_defaults(fn=cmd_doctor)
