@@ -839,7 +839,7 @@ def _owned_in_process(tcti: str) -> frozenset[int]:
 
 def _after_fork_in_child() -> None:
     """Empty the registry in a forked child, so :func:`get_device` — and
-    ``open_signer`` — open a connection of the child's own and atexit's
+    ``open_signer`` — open a connection of the child's own and the exit's
     close_all leaves the parent's alone."""
     global _REGISTRY_LOCK, _LIVE_LOCK
     _REGISTRY_LOCK = threading.Lock()  # a parent thread may have held it at the fork
