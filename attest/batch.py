@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from capseal._args import count, seconds
 from capseal._fork_copies import ForkCopies
 from capseal.canonical import is_hex64
 from capseal.errors import EvidenceError, EvidenceForkedError, InputError
@@ -382,10 +383,8 @@ def _check_limits(max_records: Any, max_delay: Any) -> None:
     which ``flush()`` answered True with the slots still null; a NaN delay
     never closes a batch by time and makes every wait return at once (a
     spinning CPU). ``max_records`` counts records: a whole number from 1."""
-    if type(max_records) is not int or max_records < 1:
-        raise InputError(f"max_records is a whole number of records from 1, not {max_records!r:.40}")
-    if (type(max_delay) not in (int, float) or not 0 <= max_delay <= threading.TIMEOUT_MAX):
-        raise InputError(f"max_delay is a number of seconds from 0 to {threading.TIMEOUT_MAX:g}, not {max_delay!r:.40}")
+    count(max_records, "max_records")
+    seconds(max_delay, "max_delay")
 
 
 def _ledger_name(ledger: Any) -> str:

@@ -55,9 +55,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import _ledger_fork, merkle
+from ._args import count, seconds
+from ._args import timeout as timeout_arg
 from .canonical import hex_bytes
 from .errors import (
     DuplicateRecordError,
+    InputError,
     LedgerBusyError,
     LedgerClosedError,
     LedgerCorruptError,
@@ -616,15 +619,11 @@ class Ledger:
         another process's lock on the file before LedgerBusyError."""
         self.path = Path(path)
         self.readonly = readonly
-        if group_window < 0 or group_max < 1:
-            raise ValueError("group_window >= 0 and group_max >= 1")
-        if not lock_timeout >= 0:
-            raise ValueError("lock_timeout >= 0 (seconds)")
-        self._lock_timeout = float(lock_timeout)
-        self.group_window = group_window
-        self.group_max = group_max
+        self.group_window = seconds(group_window, "group_window")
+        self.group_max = count(group_max, "group_max")
+        self._lock_timeout = seconds(lock_timeout, "lock_timeout")
         if synchronous not in ("FULL", "NORMAL", "EXTRA"):
-            raise ValueError("synchronous must be FULL, EXTRA or NORMAL")
+            raise InputError("synchronous must be FULL, EXTRA or NORMAL")
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
         self._queue: list[PendingAppend] = []
@@ -894,6 +893,7 @@ class Ledger:
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything submitted so far is durable (or refused)."""
+        timeout = timeout_arg(timeout)
         if self._forked:
             raise self._fork_error("flush()")
         with self._mutex:

@@ -35,6 +35,7 @@ from typing import Any
 from capseal.keys import SignatureResult, Signer, SignerSelfTest
 
 from . import _at_exit
+from ._args import timeout as timeout_arg
 from .assurance import derive_assurance, enforce_claim
 from .canonical import MAX_DEPTH, canonical_bytes, json_digest
 from .envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope, sign_envelope
@@ -88,6 +89,14 @@ def _refuse_reserved(spec: Mapping[str, Any]) -> None:
                                  "observed of its key), never from a spec")
 
 
+def _check_epoch_id(epoch_id: Any) -> None:
+    """None (a new id is made) or a non-empty string. Why: ``""`` quietly got
+    a generated id, and an integer was refused only by the capsule model,
+    after the ledger file was made."""
+    if epoch_id is not None and (not isinstance(epoch_id, str) or not epoch_id):
+        raise InputError(f"epoch_id is a non-empty string, or None for a new one; not {epoch_id!r:.40}")
+
+
 _last_stamp: tuple[int, str] = (-1, "")
 
 
@@ -133,6 +142,7 @@ class PendingRecord:
         self._ready.set()
 
     def result(self, timeout: float | None = None) -> SealedRecord:
+        timeout = timeout_arg(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._ready.wait(timeout):
             raise LedgerError(f"record {self.capsule_id[:16]}… not signed within {timeout} s")
@@ -201,6 +211,7 @@ class Producer:
                              "(capseal.keys.open_signer(uri) opens one from a key URI)")
         if not isinstance(ledger, (str, os.PathLike, Ledger)):
             raise InputError(f"ledger is a file path or a capseal.Ledger, not a {type(ledger).__name__}")
+        _check_epoch_id(epoch_id)
         if (model_id is None) != (provider is None):  # the model's own refusal named only the missing one's type
             raise InputError("model_id and provider are given together or not at all "
                              "(model_attestation holds both or neither)")
@@ -232,7 +243,7 @@ class Producer:
         self._recent_lock = threading.Lock()
         try:
             SignerSelfTest.run(signer)
-            self._prepare_epoch(epoch_id or self._new_epoch_id())
+            self._prepare_epoch(self._new_epoch_id() if epoch_id is None else epoch_id)
         except BaseException:
             if self._owns_ledger:
                 self.ledger.close()
@@ -260,6 +271,7 @@ class Producer:
         close() then raises SignerUnavailableError saying how many failed
         (and how many, past the device but slow to finish, may still be
         written)."""
+        timeout = timeout_arg(timeout)
         if self.ledger._forked:  # see Ledger.close: this copy is let go of, nothing is waited for or written
             self._closed = True
             if self._owns_ledger:
@@ -382,8 +394,9 @@ class Producer:
     def rotate_epoch(self, epoch_id: str | None = None) -> SealedRecord:
         """Start a new epoch (call when the configuration or key changes). The
         new boundary capsule is appended with the epoch's first record."""
+        _check_epoch_id(epoch_id)
         self.flush()
-        return self._prepare_epoch(epoch_id or self._new_epoch_id())  # refused: the open epoch stays open
+        return self._prepare_epoch(self._new_epoch_id() if epoch_id is None else epoch_id)  # refused: the open epoch stays open
 
     # ------------------------------------------------------------------ the general seal
 
@@ -484,6 +497,7 @@ class Producer:
         """Wait until every submitted record is durable (or refused); with
         ``timeout``, raise LedgerError when that takes longer (the records
         stay queued and are still written)."""
+        timeout = timeout_arg(timeout)
         if self.ledger._forked:
             raise self.ledger._fork_error("Producer.flush()")
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -234,3 +234,51 @@ def test_malformed_json_error_is_typed() -> None:
         strict_json(b'{"a": 1, "a": 2}', "spec.json")
     with pytest.raises(MalformedJSONError, match="NaN is not JSON"):
         strict_json(b'{"a": NaN}', "spec.json")
+
+
+@pytest.mark.parametrize("epoch_id", ["", 5, b"e-1"])
+def test_an_epoch_id_that_is_no_name_is_refused_before_any_file(tmp_path: Path, epoch_id: Any) -> None:
+    """``""`` quietly got a generated id; an integer was refused by the
+    capsule model after the ledger file was made."""
+    with pytest.raises(InputError, match="epoch_id is a non-empty string"):
+        Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", epoch_id=epoch_id)
+    assert not (tmp_path / "l.db").exists()
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
+        opened = producer.epoch_id
+        with pytest.raises(InputError, match="epoch_id is a non-empty string"):
+            producer.rotate_epoch(epoch_id)
+        assert producer.epoch_id == opened
+
+
+@pytest.mark.parametrize("value", ["1", float("nan"), float("inf"), -1, True, None])
+def test_a_wait_that_is_no_number_of_seconds_is_refused_by_name(tmp_path: Path, value: Any) -> None:
+    """A string failed deep in threading with a bare TypeError, inf raised
+    OverflowError from a wait, NaN made every wait return at once, and a
+    ledger's group_window=-1 was a bare ValueError. None is 'no limit' for a
+    timeout, never a window."""
+    from capseal import Ledger
+
+    with pytest.raises(InputError, match="group_window is a number of seconds"):
+        Ledger(tmp_path / "w.db", group_window=value)
+    with pytest.raises(InputError, match="lock_timeout is a number of seconds"):
+        Ledger(tmp_path / "w.db", lock_timeout=value)
+    assert not (tmp_path / "w.db").exists()
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
+        pending = producer.submit({"action_id": "a", "action_type": "fyi"})
+        if value is None:  # no limit: the waits work
+            producer.flush(value)
+            assert pending.result(value).seq == 2
+            return
+        for wait in (producer.flush, pending.result, producer.ledger.flush, producer.close):
+            with pytest.raises(InputError, match="timeout is a number of seconds from 0 to .* or None"):
+                wait(value)
+        assert pending.result().seq == 2  # nothing was closed by the refused close()
+        assert producer.seal({"action_id": "b", "action_type": "fyi"}).seq == 3
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.0, True, "8"])
+def test_a_group_max_that_is_no_count_is_refused(tmp_path: Path, value: Any) -> None:
+    from capseal import Ledger
+
+    with pytest.raises(InputError, match="group_max is a whole number from 1"):
+        Ledger(tmp_path / "w.db", group_max=value)
