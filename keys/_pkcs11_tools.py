@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -171,7 +172,7 @@ def init_softhsm_token(
     if "pin_source" in result:
         query += f"&pin-source={pct_encode(result['pin_source'], query=True)}"
     result["uri"] = f"pkcs11:token={pct_encode(label)}?{query}"
-    result["env"] = f"SOFTHSM2_CONF={conf}"
+    result["env"] = f"SOFTHSM2_CONF={shlex.quote(str(conf))}"  # pasted after `export`: a space must not split it
     return result
 
 

@@ -21,7 +21,7 @@ from .envelope import Envelope, verify_cose_sign1, verify_profile_envelope
 from .findings import Finding, VerificationResult
 from .ledger import Ledger
 from .model import validate_capsule
-from .producer import Producer
+from .producer import PendingRecord, Producer
 from .record import SealedRecord
 from .verify import verify, verify_store
 from .vocab import SPEC_VERSION
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # imported on first use at run time (see __getattr__); typed 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PendingRecord",
     "Producer",
     "SealedRecord",
     "Ledger",

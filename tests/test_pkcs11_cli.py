@@ -277,3 +277,15 @@ def test_doctor_checks_the_module_file_and_softhsm_config_for_module_name(sofths
     assert f"[ok] SoftHSM2 config: {softhsm.conf} exists" in good.stdout, good.stdout
     broken = capseal("doctor", uri, pin=softhsm.pin, env={"SOFTHSM2_CONF": "/nonexistent/softhsm2.conf"})
     assert broken.returncode == 1 and "[FAIL] SoftHSM2 config: /nonexistent/softhsm2.conf is missing" in broken.stdout
+
+
+def test_token_init_env_line_survives_a_directory_with_a_space(tmp_path: Path) -> None:
+    """The printed "env" is pasted after `export`; with a --dir holding a
+    space it was unquoted, and the shell split it (SOFTHSM2_CONF got the
+    part before the space)."""
+    made = capseal("token", "init", "--dir", str(tmp_path / "my tokens"), "--label", "spaced")
+    assert made.returncode == 0, made.stderr
+    info = json.loads(made.stdout)
+    shell = subprocess.run(["bash", "-c", f'export {info["env"]}; printf %s "$SOFTHSM2_CONF"'],
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout == info["softhsm2_conf"]
