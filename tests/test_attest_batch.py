@@ -133,22 +133,29 @@ def test_write_batch_refuses_an_empty_batch_typed(producer: Producer, tpm_a: Att
             write_batch(producer.ledger, None, [], {}, b"\0" * 32, first_proof)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("edit", ["index_row", "batch_row"])
-def test_an_edited_evidence_row_fails_only_what_it_touches(producer: Producer, tpm_a: AttestTPM, tmp_path: Path,
-                                                            edit: str) -> None:
-    """One edited evidence row made Ledger.get() raise IndexError or KeyError,
-    and verify_ledger report the whole file unreadable with no record."""
+def _editable_copy(producer: Producer, tmp_path: Path) -> tuple[Path, Any]:
+    """A copy of the producer's (closed) ledger open in sqlite3 with the
+    evidence tables' append-only triggers dropped: an edit at the SQL level."""
     import shutil
     import sqlite3
 
-    quoter = tpm_a.quoter()
-    _, ids = quote_all(producer, quoter, 12)
     copy_path = tmp_path / "edited.db"
     producer.ledger.close()
     shutil.copy(producer.ledger.path, copy_path)
     db = sqlite3.connect(copy_path, isolation_level=None)
     for trigger in ("evidence_no_update", "evidence_members_no_update"):
         db.execute(f"DROP TRIGGER {trigger}")
+    return copy_path, db
+
+
+@pytest.mark.parametrize("edit", ["index_row", "batch_row"])
+def test_an_edited_evidence_row_fails_only_what_it_touches(producer: Producer, tpm_a: AttestTPM, tmp_path: Path,
+                                                            edit: str) -> None:
+    """One edited evidence row made Ledger.get() raise IndexError or KeyError,
+    and verify_ledger report the whole file unreadable with no record."""
+    quoter = tpm_a.quoter()
+    _, ids = quote_all(producer, quoter, 12)
+    copy_path, db = _editable_copy(producer, tmp_path)
     if edit == "index_row":
         db.execute("UPDATE evidence_members SET leaf_index=9999 WHERE leaf_index>=0 AND record_seq="
                    "(SELECT seq FROM records WHERE record_id=?)", (ids[3],))
@@ -189,20 +196,12 @@ def test_an_evidence_row_edited_to_another_type_fails_only_its_records(producer:
     'unreadable' (an error), the chain check names the row, and every other
     record is still verified; a text body holding the very JSON that was
     written is refused too, never read as good."""
-    import shutil
-    import sqlite3
-
     import capseal.attest as attest
 
     quoter = tpm_a.quoter()
     _, ids = quote_all(producer, quoter, 6)
     solo = attest.quote(producer.seal(spec(50)), quoter, ledger=producer.ledger).capsule_id  # a slot row of its own
-    copy_path = tmp_path / "edited.db"
-    producer.ledger.close()
-    shutil.copy(producer.ledger.path, copy_path)
-    db = sqlite3.connect(copy_path, isolation_level=None)
-    for trigger in ("evidence_no_update", "evidence_members_no_update"):
-        db.execute(f"DROP TRIGGER {trigger}")
+    copy_path, db = _editable_copy(producer, tmp_path)
     if edit.startswith("batch"):  # every record of the batch the row holds
         touched = {rid for (rid,) in db.execute(
             "SELECT r.record_id FROM records r JOIN evidence_members m ON m.record_seq = r.seq WHERE m.eid = (SELECT eid "
