@@ -644,7 +644,7 @@ class Ledger:
         self._snap = threading.local()  # a thread's snapshot connection (see snapshot)
         self._snaps: set[sqlite3.Connection] = set()  # every thread's open snapshot connection (a fork inherits them)
         self._batches: dict[int, _Batch] = {}  # recently read batch rows (see _state)
-        self._commit_listeners: list[Callable[[list[StoredEntry]], None]] = []
+        self._commit_listeners: list[Callable[[list[StoredEntry]], object]] = []
         self._pid = os.getpid()  # the process that opened it (named in LedgerForkedError)
         self._forked = False  # set in a forked process (see _ledger_fork)
         # the file as SQLite resolves the path now (the current directory may change)
@@ -814,7 +814,7 @@ class Ledger:
             raise errors[0]
         return [p.stored for p in pendings if p.stored is not None]
 
-    def add_commit_listener(self, listener: Callable[[list[StoredEntry]], None]) -> None:
+    def add_commit_listener(self, listener: Callable[[list[StoredEntry]], object]) -> None:
         """Call ``listener(entries)`` on the committing thread after every
         commit, with the records it made durable, in seq order. Must not block;
         an error in it never undoes the commit. Why, beside ``on_durable``: a
@@ -823,7 +823,7 @@ class Ledger:
         sealing thread about a tenth of its throughput."""
         self._commit_listeners.append(listener)
 
-    def remove_commit_listener(self, listener: Callable[[list[StoredEntry]], None]) -> None:
+    def remove_commit_listener(self, listener: Callable[[list[StoredEntry]], object]) -> None:
         if listener in self._commit_listeners:
             self._commit_listeners.remove(listener)
 

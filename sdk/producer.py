@@ -227,8 +227,8 @@ class Producer:
         self._stream = f"{operator}\x1f{developer}"
         self._flows: dict[str, _Flow] = {}
         self._flows_lock = threading.Lock()
-        self._observers: list[Callable[[SealedRecord], None]] = []
-        self._id_observers: list[Callable[[str, int, bool], None]] = []
+        self._observers: list[Callable[[SealedRecord], object]] = []
+        self._id_observers: list[Callable[[str, int, bool], object]] = []
         self._closed = False
         self._model = (model_id, provider)
         # -05 §5.5.5 ran_under: each capsule cites the epoch-boundary capsule
@@ -317,7 +317,7 @@ class Producer:
             pending = [r._pending for r in self._recent.values()]
         return [p for p in pending if p is not None and not p.done]
 
-    def add_observer(self, callback: Callable[[SealedRecord], None]) -> None:
+    def add_observer(self, callback: Callable[[SealedRecord], object]) -> None:
         """Call ``callback(record)`` after each record is durable. It must not
         block, nor wait for a commit: the commit runs the callback, so
         ``seal``, ``close``, and ``flush`` or ``result`` with anything still
@@ -328,7 +328,7 @@ class Producer:
         :meth:`add_id_observer`."""
         self._observers.append(callback)
 
-    def add_id_observer(self, callback: Callable[[str, int, bool], None]) -> None:
+    def add_id_observer(self, callback: Callable[[str, int, bool], object]) -> None:
         """Call ``callback(capsule_id, seq, epoch_boundary)`` after each record
         is durable (the batch evidence worker). Same rules as
         :meth:`add_observer`, but nothing of the record waits for its commit:
