@@ -18,11 +18,14 @@ upgrading any grade of the citing capsule.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .batch import BatchEvidence
 from .quoter import Quoter, TPMQuoter
+
+if TYPE_CHECKING:
+    from capseal.producer import Producer
 
 __all__ = ["attach", "is_epoch_boundary"]
 
@@ -41,14 +44,14 @@ def is_epoch_boundary(record: Any) -> bool:
 
 
 def attach(
-    producer: Any,
+    producer: Producer,
     quoter: Quoter | str,
     *,
     max_records: int = 512,
     max_delay: float = 0.25,
     cite_epoch: bool = True,
     pcrs: str | None = None,
-    on_batch: Any = None,
+    on_batch: Callable[[list[str], float], None] | None = None,
 ) -> BatchEvidence:
     """Give ``producer``'s records hardware evidence; returns the worker.
 
