@@ -282,18 +282,18 @@ def _bad_calls(tcti: str) -> list[Any]:
         ("signing_handle", lambda: provision(tcti, signing_handle="0x81000e01", ak_handle=0x81000e02)),
         ("ak_handle", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=1.5)),
         ("ak_handle", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=True)),
-        ("tcti", lambda: provision(b"swtpm:", signing_handle=0x81000e01, ak_handle=0x81000e02)),
+        ("tcti", lambda: provision(b"swtpm:", signing_handle=0x81000e01, ak_handle=0x81000e02)),  # type: ignore[arg-type]
         ("force", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=0x81000e02, force="no")),
-        ("alg", lambda: create_key(uri, 1)),
-        ("alg", lambda: create_any_key(uri, 1)),
-        ("uri", lambda: create_any_key(b"tpm2:handle=0x81000e01", "p256")),
+        ("alg", lambda: create_key(uri, 1)),  # type: ignore[arg-type]
+        ("alg", lambda: create_any_key(uri, 1)),  # type: ignore[arg-type]
+        ("uri", lambda: create_any_key(b"tpm2:handle=0x81000e01", "p256")),  # type: ignore[arg-type]
         ("tcti", lambda: create_key("tpm2:handle=0x81000e01", "p256", tcti=b"swtpm:")),
         ("tcti", lambda: open_signer("tpm2:handle=0x81000e01", tcti=b"swtpm:")),
         ("ak_handle", lambda: open_signer(uri, ak_handle=1.5)),
         ("ak_handle", lambda: open_signer(uri, ak_handle=b"0x81000e02")),
         ("timeout", lambda: open_signer(uri, timeout="5")),
         ("timeout", lambda: open_signer(uri, timeout=0)),
-        ("secrets_handler", lambda: open_signer(uri, secrets_handler=5)),
+        ("secrets_handler", lambda: open_signer(uri, secrets_handler=5)),  # type: ignore[arg-type]
     ]
 
 

@@ -132,8 +132,8 @@ def test_model_judge_refuses_an_unpinned_or_uncallable_judge() -> None:
     (lambda: ExpertProtocolParameters.of(protocol="", packet={"case": 1}), "schema_too_short", "protocol"),
     (lambda: judgment_member(rubric=RUBRIC, rubric_version="", parameters=params(), model_hosting="hosted"), "schema_too_short", "rubric_version"),
     (lambda: judgment_member(rubric=RUBRIC, rubric_version="1", parameters=params(), model_hosting="cloud"), "schema_enum_mismatch", "model_hosting"),
-    (lambda: JudgeAnswer(verdict="maybe"), "schema_enum_mismatch", "verdict"),
-    (lambda: JudgeAnswer(verdict="met", score=1), "stored_rate_forbidden", "score"),
+    (lambda: JudgeAnswer(verdict="maybe"), "schema_enum_mismatch", "verdict"),  # type: ignore[arg-type]
+    (lambda: JudgeAnswer(verdict="met", score=1), "stored_rate_forbidden", "score"),  # type: ignore[call-arg]
 ])
 def test_extension_blocks_refuse_by_rule(make: Callable[[], Any], rule: str, fragment: str) -> None:
     refused(make, rule, fragment)

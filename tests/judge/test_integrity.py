@@ -196,7 +196,7 @@ def test_timestamps_take_ascii_digits_only(stamp: str, world: World) -> None:
 
 @pytest.mark.parametrize("call", [
     lambda store: store.put(None),
-    lambda store: DigestRef.of(None),
+    lambda store: DigestRef.of(None),  # type: ignore[arg-type]
 ])
 def test_more_malformed_arguments_are_typed(world: World, call: Any) -> None:
     with pytest.raises(JudgmentRefusedError):

@@ -84,8 +84,8 @@ def test_float_sampling_is_refused(value: float) -> None:
 
 def test_float_sampling_refused_when_a_pin_is_built_directly() -> None:
     digest = DigestRef.of_bytes(PROMPT)
-    refused(lambda: JudgePin(model_id="m", prompt_digest=digest, sampling={"temperature": 0.7}), "sampling_float")
-    refused(lambda: JudgePin(model_id="m", prompt_digest=digest, sampling={"temperature": [1]}), "schema_type_mismatch")
+    refused(lambda: JudgePin(model_id="m", prompt_digest=digest, sampling={"temperature": 0.7}), "sampling_float")  # type: ignore[dict-item]
+    refused(lambda: JudgePin(model_id="m", prompt_digest=digest, sampling={"temperature": [1]}), "schema_type_mismatch")  # type: ignore[dict-item]
     refused(lambda: Claim.of(id="c", contract_ref="ec:c@1", requirement_ref="r", tier="guessed", grade="self-attested",
                              sufficiency="SATISFIED", verdict="met", evidence=[ACT]), "claim_tier_unknown")
 
@@ -161,8 +161,8 @@ def test_confidence_score_or_rate_fields_are_refused(member: str) -> None:
 
 
 def test_epistemic_type_and_version_are_not_caller_settable() -> None:
-    refused(lambda: HumanRating(record_id="hr", epistemic_type="observed_event", rated_at=NOW, rater_ref="principal:r1", case=Citation.to(ACT, "rated_case"), label="met"), "epistemic_type_fixed_by_shape")
-    refused(lambda: HumanRating(record_id="hr", record_version="human-rating/v2", rated_at=NOW, rater_ref="principal:r1", case=Citation.to(ACT, "rated_case"), label="met"), "record_version_fixed_by_shape")
+    refused(lambda: HumanRating(record_id="hr", epistemic_type="observed_event", rated_at=NOW, rater_ref="principal:r1", case=Citation.to(ACT, "rated_case"), label="met"), "epistemic_type_fixed_by_shape")  # type: ignore[call-arg]
+    refused(lambda: HumanRating(record_id="hr", record_version="human-rating/v2", rated_at=NOW, rater_ref="principal:r1", case=Citation.to(ACT, "rated_case"), label="met"), "record_version_fixed_by_shape")  # type: ignore[call-arg]
     body = body_of("human-rating/pos-example-org-human-rating")
     body["epistemic_type"] = "observed_event"
     refused(lambda: refuse(body), "epistemic_type_fixed_by_shape")
@@ -174,7 +174,7 @@ def test_epistemic_type_and_version_are_not_caller_settable() -> None:
 def test_human_ratings_are_blind() -> None:
     rating = HumanRating.of(record_id="hr", rated_at=NOW, rater_ref="principal:r1", case=ACT, label="met")
     assert rating.body()["blind"] is True
-    refused(lambda: HumanRating(record_id="hr", blind=False, rated_at=NOW, rater_ref="principal:r1", case=Citation.to(ACT, "rated_case"), label="met"), "rating_not_blind")
+    refused(lambda: HumanRating(record_id="hr", blind=False, rated_at=NOW, rater_ref="principal:r1", case=Citation.to(ACT, "rated_case"), label="met"), "rating_not_blind")  # type: ignore[call-arg]
     refused(lambda: refuse(body_of("human-rating/neg-blind-false")), "rating_not_blind")
     body = body_of("human-rating/pos-example-org-human-rating")
     del body["blind"]
