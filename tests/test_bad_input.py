@@ -174,9 +174,9 @@ def test_a_model_id_without_its_provider_is_refused_saying_both(tmp_path: Path) 
     Producer(model_id=…) alone was refused as "$.model_attestation.provider:
     Input should be a valid string" (the None it put there), with the ledger
     file already made. Now InputError says both go together, before any file."""
-    for given in ({"model_id": "judge@1"}, {"provider": "example-provider"}):
+    for model_id, provider in (("judge@1", None), (None, "example-provider")):
         with pytest.raises(InputError, match="model_id and provider are given together or not at all"):
-            Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", **given)
+            Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", model_id=model_id, provider=provider)
     assert list(tmp_path.iterdir()) == []
     with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", model_id="judge@1",
                   provider="example-provider") as producer:

@@ -88,14 +88,16 @@ def test_evidence_slot_history_is_append_only(tmp_path: Path) -> None:
     records = _fill(path, 1)
     cid = records[0].capsule_id
     with Ledger(path) as ledger:
-        assert ledger.get(cid).hardware_evidence is None
+        before = ledger.get(cid)
+        assert before is not None and before.hardware_evidence is None
         with pytest.raises(ValueError, match="never"):
             ledger.add_evidence(cid, {})
         ledger.add_evidence(cid, {"kind": "k", "n": 1})
         ledger.add_evidence(cid, {"kind": "k", "n": 2})
-        assert ledger.get(cid).hardware_evidence == {"kind": "k", "n": 2}
+        after = ledger.get(cid)
+        assert after is not None and after.hardware_evidence == {"kind": "k", "n": 2}
         assert ledger.evidence_history(cid) == [None, {"kind": "k", "n": 1}, {"kind": "k", "n": 2}]
-        assert ledger.get(cid).capsule == records[0].capsule  # the capsule itself never changes
+        assert after.capsule == records[0].capsule  # the capsule itself never changes
         with pytest.raises(LedgerError, match="no record"):
             ledger.add_evidence("0" * 64, {"kind": "k"})
 

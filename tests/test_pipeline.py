@@ -139,7 +139,7 @@ def test_pipeline_keeps_order_and_checks_every_signature(make: Callable[[], Flak
         device.fail_on = {start + 5: "raise", start + 9: "garbage"}
         pendings = [producer.submit({"action_id": f"p-{i}", "action_type": "fyi"}) for i in range(20)]
         producer.flush()
-        outcomes = []
+        outcomes: list[int | str | None] = []
         for p in pendings:
             try:
                 outcomes.append(p.result().seq)
@@ -225,7 +225,7 @@ def test_a_device_queue_needs_no_signing_thread(tmp_path: Path) -> None:
         assert [t.name for t in threading.enumerate() if t.name.startswith("capseal-finish")]
         with pytest.raises(DeviceError, match="injected"):
             pendings[2].result()
-        seqs = [p.result().seq for i, p in enumerate(pendings) if i != 2]
+        seqs = [seq for i, p in enumerate(pendings) if i != 2 and (seq := p.result().seq) is not None]
         assert seqs == sorted(seqs) and len(seqs) == 5
         assert producer.ledger.count() == 1 + 5  # the epoch boundary and the five that were signed
     device.close()

@@ -33,6 +33,7 @@ from capseal.errors import (
     TokenNotFoundError,
 )
 from capseal.keys import open_signer
+from capseal.keys._pkcs11 import PKCS11Signer
 from capseal.keys._pkcs11_session import P11_LOCK
 from capseal.keys.provision import create_key
 
@@ -91,6 +92,7 @@ def test_wrong_pin_names_the_token_and_hides_the_pin(softhsm: Any, logs: pytest.
 
     create_key(uri, "p256", pin=PIN).close()
     with open_signer(uri, pin=PIN) as signer:
+        assert isinstance(signer, PKCS11Signer)
         # logged in: the token cannot be asked again, the PIN is compared with the one that worked
         with pytest.raises(PinIncorrectError) as err:
             open_signer(uri, pin=WRONG)
@@ -148,6 +150,7 @@ def _close_all_sessions(slot_id: int) -> None:
 def test_sessions_closed_underneath_reconnect(fault_token: dict[str, Any], tmp_path: Path, logs: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "l.db"
     with open_signer(fault_token["uri"], pin=PIN) as signer, Producer("acme", "agent@1", signer, path) as producer:
+        assert isinstance(signer, PKCS11Signer)
         producer.seal(_spec(0))
         ts = signer.token_session
         before = ts.reconnects
@@ -166,6 +169,7 @@ def test_direct_c_sign_hands_every_failure_to_python_pkcs11(fault_token: dict[st
     leaves no signing operation active: the same signature then goes through
     python-pkcs11, which raises its typed error and the signer reconnects."""
     with open_signer(fault_token["uri"], pin=PIN) as signer:
+        assert isinstance(signer, PKCS11Signer)
         fast = signer._fast
         assert fast is not None  # an Ed25519 key on SoftHSM2 signs directly
         message = b"direct C_Sign"
@@ -205,6 +209,7 @@ def test_no_signing_operation_is_left_active(fault_token: dict[str, Any]) -> Non
     someone else left active on the shared session stops later signatures."""
     message = b"operation state"
     with open_signer(fault_token["uri"], pin=PIN) as signer:
+        assert isinstance(signer, PKCS11Signer)
         fast = signer._fast
         assert fast is not None
         ts = signer.token_session
@@ -238,6 +243,7 @@ def test_a_multi_part_operation_left_on_the_shared_session(fault_token: dict[str
 
     rsa_uri = fault_token["uri"].replace("object=seal-key", "object=half-done-rsa")
     with create_key(rsa_uri, "rsa-pss", pin=PIN, rsa_bits=2048) as rsa, open_signer(fault_token["uri"], pin=PIN) as signer:
+        assert isinstance(signer, PKCS11Signer) and isinstance(rsa, PKCS11Signer)
         ts = signer.token_session
         assert rsa.token_session is ts
         lib = ctypes.CDLL("/usr/lib/softhsm/libsofthsm2.so")
@@ -327,6 +333,7 @@ def test_pin_changed_on_the_token_mid_run(fault_token: dict[str, Any], tmp_path:
     path = tmp_path / "l.db"
     new_pin = "p11f-5150-new"
     with open_signer(fault_token["uri"], pin=PIN) as signer, Producer("acme", "agent@1", signer, path) as producer:
+        assert isinstance(signer, PKCS11Signer)
         producer.seal(_spec(0))
         ts = signer.token_session
         with P11_LOCK:  # C_SetPIN needs a read-write session; it shares the signer's login
@@ -359,6 +366,7 @@ def test_key_destroyed_mid_run(fault_token: dict[str, Any], tmp_path: Path, logs
     raises KeyNotFoundError naming token and key; nothing is written."""
     path = tmp_path / "l.db"
     with open_signer(fault_token["uri"], pin=PIN) as signer, Producer("acme", "agent@1", signer, path) as producer:
+        assert isinstance(signer, PKCS11Signer)
         producer.seal(_spec(0))
         count = producer.ledger.count()
         ts = signer.token_session

@@ -29,6 +29,7 @@ from capseal.envelope import signature_ok
 from capseal.errors import SignerForkedError
 from capseal.keys import _pkcs11_session as session_state
 from capseal.keys import open_signer
+from capseal.keys._pkcs11 import PKCS11Signer
 from capseal.keys.provision import create_key
 
 from .forking import ForkedChild, attempt, held_elsewhere
@@ -57,8 +58,9 @@ def test_forks_taken_while_another_thread_signs_sign_with_their_own_login(sofths
     initialising the module again and logging in (a new session epoch), and
     the parent's session is untouched."""
     signer = open_signer(_key(softhsm), pin=softhsm.pin)
+    assert isinstance(signer, PKCS11Signer)
     try:
-        ts = signer._ts
+        ts = signer.token_session
         stop, failures, made = threading.Event(), [], [0]
 
         def sign_without_pause() -> None:
@@ -216,6 +218,7 @@ def test_a_fork_never_starts_a_signing_process_of_its_own(softhsm: Any) -> None:
     the PIN and never used); closing the signer there leaves the parent's
     child alone."""
     signer = open_signer(_key(softhsm), pin=softhsm.pin, signing_process=True)
+    assert isinstance(signer, PKCS11Signer)
     try:
         process = signer._process
         assert process is not None and process._child is not None

@@ -38,6 +38,7 @@ def _usages(signer: PKCS11Signer) -> dict[str, bool]:
     def read(session: Any) -> dict[str, bool]:
         private = signer._key(ts, session)
         public = find_public_key(session, private)
+        assert public is not None
         out = {f"private {a.name}": bool(private[a]) for a in (Attribute.SIGN, *PRIVATE_OFF)}
         out.update({f"public {a.name}": bool(public[a]) for a in (Attribute.VERIFY, *PUBLIC_OFF)})
         return out
@@ -51,6 +52,7 @@ def test_created_keys_only_sign(alg: str, softhsm: Any) -> None:
     when the template leaves them out: they are asked for as false."""
     uri = softhsm.uri(f"usage-{alg}-{os.urandom(3).hex()}")
     with create_key(uri, alg, pin=softhsm.pin, rsa_bits=2048) as signer:
+        assert isinstance(signer, PKCS11Signer)
         usages = _usages(signer)
         attrs = signer.describe()["key_attributes"]
     assert usages == {"private SIGN": True, "private DECRYPT": False, "private UNWRAP": False, "private DERIVE": False,

@@ -117,8 +117,11 @@ def test_raw_signatures_are_cose_form(keys: dict[str, str], softhsm: Any) -> Non
 
 def test_signers_share_one_logged_in_session(keys: dict[str, str], softhsm: Any) -> None:
     a = open_signer(keys["EdDSA"], pin=softhsm.pin)
+    assert isinstance(a, PKCS11Signer)
     b = open_signer(keys["ES256"], pin=softhsm.pin)
+    assert isinstance(b, PKCS11Signer)
     c = open_signer(keys["EdDSA"], pin=softhsm.pin)
+    assert isinstance(c, PKCS11Signer)
     try:
         ts = a.token_session
         assert b.token_session is ts and c.token_session is ts
@@ -171,7 +174,9 @@ def test_eight_threads_seal_8000_records_through_one_token(keys: dict[str, str],
     path = tmp_path / "threads.db"
     with Ledger(path) as ledger:
         ed = open_signer(keys["EdDSA"], pin=softhsm.pin)
+        assert isinstance(ed, PKCS11Signer)
         p256 = open_signer(keys["ES256"], pin=softhsm.pin)
+        assert isinstance(p256, PKCS11Signer)
         ts = ed.token_session
         assert p256.token_session is ts
         reconnects = ts.reconnects

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agent_action_capsule import verify as reference_verify
@@ -85,7 +85,7 @@ def test_capsules_sealed_through_a_signing_process_verify_everywhere(alg: str, s
             last = producer.seal({"action_id": "p-last", "action_type": "fyi"})
             records = [p.result() for p in sealed] + [last]
         assert not _parent_signed(signer)  # every signature came from the child
-        assert signer._process.pid == pid  # and from the one child
+        assert signer._process is not None and signer._process.pid == pid  # and from the one child
         assert signer.describe()["software_device"] is True  # custody is the token's, as before
     assert not _alive(pid)  # closing the signer stopped its child
 
@@ -111,6 +111,7 @@ def test_the_pin_reaches_the_child_only_through_its_stdin(softhsm: Any, monkeypa
     monkeypatch.setenv("CAPSEAL_TEST_NOT_A_PIN", "kept")
     monkeypatch.setenv("CAPSEAL_TEST_PATH_WITH_PIN_DIGITS", f"/tmp/x{softhsm.pin}y/conf")  # a path is passed on
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         pid = signer._process.pid if signer._process is not None else 0
         pin = softhsm.pin.encode()
         with open(f"/proc/{pid}/cmdline", "rb") as f:  # readable by other users
@@ -126,6 +127,7 @@ def test_the_pin_reaches_the_child_only_through_its_stdin(softhsm: Any, monkeypa
 def test_a_killed_signing_process_loses_no_record_and_is_replaced(softhsm: Any, tmp_path: Path) -> None:
     ledger = tmp_path / "l.db"
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         process = signer._process
         assert process is not None
         process._respawn_after = 0.2  # seconds before a new child is started (default 1)
@@ -155,10 +157,12 @@ def test_a_refused_signature_is_made_in_process_with_its_typed_error(softhsm: An
     uri = _key(softhsm, "ed25519")
     ledger = tmp_path / "l.db"
     with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         first = signer._process.pid if signer._process is not None else None
         with Producer("acme", "proc-agent@1", signer, ledger) as producer:
             producer.seal({"action_id": "before", "action_type": "fyi"})
             label = signer._refind.object
+            assert label is not None
             with P11_LOCK, signer.token_session.token.open(rw=True) as session:
                 for obj in session.get_objects({}):
                     if obj.label == label:
@@ -177,6 +181,7 @@ def test_a_child_that_finds_another_key_is_refused(softhsm: Any) -> None:
     """The child checks that the key it found is the signer's (by kid) and
     answers with the typed reason; the PIN is in no message."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin) as signer:
+        assert isinstance(signer, PKCS11Signer)
         ts = signer.token_session
         config = {"module": ts.module.real, "token_label": ts.label, "serial": ts.serial,
                   "key_label": signer._refind.object, "key_id": "",
@@ -198,6 +203,7 @@ def test_a_signing_process_refuses_mechanisms_with_parameters(softhsm: Any) -> N
 def test_eight_threads_seal_through_one_signing_process(softhsm: Any, tmp_path: Path) -> None:
     path = tmp_path / "threads.db"
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         producer = Producer("acme", "proc-agent@1", signer, path)
         errors = seal_from_threads([producer], submit=True, per_thread=250)
         producer.close()
@@ -212,6 +218,7 @@ def test_closing_kills_a_child_that_hangs_and_frees_a_writer_stuck_on_its_pipe(s
     timeout, the writer is freed, and every request is settled (made in this
     process, or refused as a closed signer's) — nothing waits for ever."""
     signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
+    assert isinstance(signer, PKCS11Signer)
     process = signer._process
     assert process is not None and process._child is not None
     child, pid = process._child, process.pid
@@ -264,6 +271,7 @@ def test_a_ctrl_c_between_queueing_and_writing_a_request_shifts_no_answer(sofths
     wait for ever). The child is retired instead; every later signature is
     over its own message."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         process = signer._process
         assert process is not None and process._child is not None
         child = process._child
@@ -285,6 +293,7 @@ def test_a_child_that_cannot_be_spawned_is_a_typed_error_and_is_retried(softhsm:
         open_signer(uri, pin=softhsm.pin, signing_process=True)
     monkeypatch.undo()
     with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         process = signer._process
         assert process is not None
         process._respawn_after = 0.05
@@ -304,6 +313,7 @@ def test_a_child_that_cannot_be_spawned_is_a_typed_error_and_is_retried(softhsm:
 
 def test_closing_stops_a_child_that_is_still_starting(softhsm: Any) -> None:
     signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
+    assert isinstance(signer, PKCS11Signer)
     process = signer._process
     assert process is not None
     process._respawn_after = 0.05
@@ -377,6 +387,7 @@ def test_bytes_printed_by_the_child_or_out_of_step_lose_no_record(softhsm: Any, 
     takes over."""
     ledger = tmp_path / "l.db"
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         process = signer._process
         assert process is not None and process._child is not None
         process._respawn_after = 0.05
@@ -407,6 +418,7 @@ def test_a_child_that_stops_answering_is_killed_and_replaced(softhsm: Any, tmp_p
     it is killed, its requests are made in-process, and a new child takes
     over; nothing waits for ever."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         process = signer._process
         assert process is not None and process._child is not None
         process._respawn_after = 0.05
@@ -434,7 +446,8 @@ def test_a_pin_refused_to_a_child_is_not_offered_again_in_the_background(softhsm
     the other signers' children are started again."""
     caplog.set_level(logging.INFO, logger="capseal.keys.pkcs11")
     new_pin = "changed-pin-Zq~9"
-    signers = [open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) for _ in range(2)]
+    signers = [cast(PKCS11Signer, open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True))
+               for _ in range(2)]
     ts = signers[0].token_session
     assert signers[1].token_session is ts
     changed = False
@@ -465,7 +478,7 @@ def test_a_pin_refused_to_a_child_is_not_offered_again_in_the_background(softhsm
         with P11_LOCK, ts.token.open(rw=True) as session:  # the operator puts the PIN back
             session.set_pin(new_pin, softhsm.pin)
         changed = False
-        signers.append(open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True))
+        signers.append(cast(PKCS11Signer, open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)))
         assert not ts.pin_refused  # a caller's signer: its child logged in with the PIN
         for s, p in zip(signers, processes):
             s.sign(b"wakes the replacement")
@@ -484,6 +497,7 @@ def test_a_long_burst_on_the_child_is_not_taken_for_a_hang(softhsm: Any) -> None
     it writes what it has every 20 ms, so the parent (answer_timeout 1 s
     here) hears from it and never kills it."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         process = signer._process
         assert process is not None and process._child is not None
         process._child.answer_timeout = 1.0
@@ -500,6 +514,7 @@ def test_a_process_forked_while_a_request_was_being_written_does_not_hang(sofths
     (with a login of its own: tests/test_pkcs11_fork.py) and never waits on
     the parent's child."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         process = signer._process
         assert process is not None and process._child is not None
         with process._child._lock:  # as a writer in the middle of a write
@@ -524,6 +539,7 @@ def test_a_child_retired_while_a_writer_holds_the_lock_is_still_retired(softhsm:
     holds the lock; the retirement (closing the child's stdin) still
     happens when the writer lets go, so the child exits."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         process = signer._process
         assert process is not None and process._child is not None
         child = process._child
@@ -539,6 +555,7 @@ def test_closing_during_a_start_never_writes_to_a_reused_file_descriptor(softhsm
     the login frame with the PIN) to fd numbers that close() freed and that
     files opened meanwhile now hold."""
     signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
+    assert isinstance(signer, PKCS11Signer)
     process = signer._process
     assert process is not None
     process._respawn_after = 0.05
@@ -576,6 +593,7 @@ def test_the_child_never_imports_from_the_working_directory(softhsm: Any, tmp_pa
     (tmp_path / "pkcs11.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('not this one')\n")
     monkeypatch.chdir(tmp_path)
     with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         assert signer.sign(b"x").alg == "EdDSA"
         assert not _parent_signed(signer)
     assert not marker.exists()
@@ -588,6 +606,7 @@ def test_a_child_whose_reader_cannot_start_is_discarded_and_replaced(softhsm: An
     from capseal.keys._pkcs11_helper import _Child
 
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
+        assert isinstance(signer, PKCS11Signer)
         process = signer._process
         assert process is not None
         process._respawn_after = 0.05

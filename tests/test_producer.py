@@ -193,6 +193,7 @@ def test_ledger_records_read_back_equal(tmp_path: Path) -> None:
         stored = producer.ledger.get(sealed.capsule_id)
         assert stored is not None and stored.capsule == sealed.capsule and stored.envelopes == sealed.envelopes
         entry = producer.ledger.entry(sealed.capsule_id)
+        assert entry is not None
         header = entry.header()
         assert header["record_type"] == "capsule" and header["epistemic_type"] == "producer_claim"
         assert len(bytes.fromhex(header["nonce"])) == 16  # 128 bits of fresh randomness per record

@@ -97,6 +97,7 @@ def test_raw_signatures_are_cose_form(tpm: dict[str, Any]) -> None:
 
 def test_custody_is_observed_and_says_software(tpm: dict[str, Any], tmp_path: Path) -> None:
     with open_signer(tpm["ES256"]) as signer:
+        assert isinstance(signer, TPMSigner)
         epoch, _, _ = _seal_two(signer, tmp_path / "l.db")
         kid, name = signer.kid, signer.tpm_name.hex()
         public_key = signer.public_key
@@ -162,6 +163,7 @@ def test_key_file_interoperates_with_tsskey(tpm: dict[str, Any], tmp_path: Path)
     ours = TSSPrivKey.from_pem(Path(tpm["keyfile_path"]).read_bytes())
     assert ours.parent == 0x40000001 and ours.empty_auth is True
     with open_signer(tpm["keyfile"]) as signer:
+        assert isinstance(signer, TPMSigner)
         expected_name = signer.tpm_name
 
         def load_with_tsskey(ectx: Any) -> bytes:
@@ -270,7 +272,9 @@ def test_eight_threads_seal_8000_records_through_one_swtpm(tpm: dict[str, Any], 
     generation = device.generation
     with Ledger(path) as ledger:
         a = open_signer(tpm["ES256"])
+        assert isinstance(a, TPMSigner)
         b = open_signer(tpm["keyfile"])
+        assert isinstance(b, TPMSigner)
         assert a.device is b.device is device
         producers = [Producer("acme", "agent-a@1", a, ledger), Producer("acme", "agent-b@1", b, ledger)]
 
@@ -462,6 +466,7 @@ def test_a_closed_key_file_signer_loads_nothing_again(tpm: dict[str, Any]) -> No
     loaded = lambda: set(device.call(transient_handles))  # noqa: E731
     before = loaded()
     signer = open_signer(tpm["keyfile"])
+    assert isinstance(signer, TPMSigner)
     digest = b"\x00" * 32
     signer.close()
     with pytest.raises(SignerUnavailableError, match="closed"):
