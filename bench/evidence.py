@@ -127,7 +127,10 @@ def seal_rate(tmp: Path, n: int, quoter: Any | None, args: argparse.Namespace, t
     """
     with Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), tmp / f"rate-{tag}.db",
                   cite_epoch=arm == "cite") as producer:
-        worker = attach(producer, quoter, max_records=args.max_records, max_delay=args.max_delay) if arm == "on" else None
+        worker = None
+        if arm == "on":
+            assert quoter is not None, "the 'on' arm quotes: it needs a quoter"
+            worker = attach(producer, quoter, max_records=args.max_records, max_delay=args.max_delay)
         for i in range(args.warmup):
             producer.submit(typical_spec(-1 - i))
         start, cpu, before = time.perf_counter(), time.process_time(), thread_cpu()

@@ -140,10 +140,12 @@ def softhsm_rows(n: int, rounds: int, tmp: str) -> list[dict[str, Any]]:
 
 def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str) -> dict[str, Any]:
     from capseal.keys import open_signer
+    from capseal.keys._pkcs11 import PKCS11Signer
     from capseal.keys.provision import create_key
 
     msg = os.urandom(120)
     with create_key(uri, alg, pin=PIN) as signer:
+        assert isinstance(signer, PKCS11Signer)
         raws = raw_signers(signer)
         arms: dict[str, Callable[[], float]] = {label: partial(ops_rate, f, count) for label, f in raws.items()}
         arms["sign()"] = lambda: ops_rate(lambda: signer.sign(msg), count)
@@ -156,6 +158,7 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
             opened.append(SealedArm(signer, tmp, count, bench_only_skip_device_check=True))
             arms["sealed 1 thr, no device check (bench only)"] = lambda: opened[1].rate(1)
             process = open_signer(uri, pin=PIN, signing_process=True)
+            assert isinstance(process, PKCS11Signer)
             # the device through the signing process, nothing else running: one more raw
             # arm, and the stricter baseline whenever it is the faster
             arms["raw via signing process (pipelined)"] = partial(pipelined_rate, process, count)
@@ -170,7 +173,9 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
                 arms[SODIUM_ARM] = lambda: _with_sodium(opened[3])
                 measured.append(SODIUM_ARM)
                 other["with signing_process=True, libsodium verify (bench only)"] = [SODIUM_ARM]
-            cpu = CpuPerRecord(process._process._child.proc.pid)
+            child = process._process._child if process._process is not None else None
+            assert child is not None, "signing_process=True: the signing process runs"
+            cpu = CpuPerRecord(child.proc.pid)
             for label in measured:
                 arms[label] = cpu.wrap(label, arms[label], count)
             other["with signing_process=True"] = ["sealed 1 thr, signing process", "sealed 2 thr, signing process"]
