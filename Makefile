@@ -23,5 +23,4 @@ bench: deps
 
 lint: deps
 	$(VENV)/bin/ruff check sdk keys attest tests examples bench
-	$(VENV)/bin/mypy sdk keys attest tests
-	$(VENV)/bin/mypy bench
+	./tools/mypy.sh

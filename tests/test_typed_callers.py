@@ -3,9 +3,10 @@ installed gets capseal's own types for the public names, and no error for
 the README's uses of them.
 
 Why a tree of links: the editable install in .venv is found through an
-import hook mypy does not run (``make lint``'s mypy sees ``capseal`` only as
-a missing import), so the test lays the packages out as the wheel does
-(pyproject's ``[tool.setuptools.package-dir]``) and points mypy at that.
+import hook mypy does not run (mypy alone sees ``capseal`` only as a missing
+import), so the test lays the packages out as the wheel does (pyproject's
+``[tool.setuptools.package-dir]``) and points mypy at that, as
+``tools/mypy.sh`` does for ``make lint``.
 """
 
 from __future__ import annotations
