@@ -23,4 +23,4 @@ bench: deps
 
 lint: deps
 	$(VENV)/bin/ruff check sdk keys attest tests examples bench
-	./tools/mypy.sh
+	./.ci/mypy.sh

@@ -6,7 +6,7 @@ Why a tree of links: the editable install in .venv is found through an
 import hook mypy does not run (mypy alone sees ``capseal`` only as a missing
 import), so the test lays the packages out as the wheel does (pyproject's
 ``[tool.setuptools.package-dir]``) and points mypy at that, as
-``tools/mypy.sh`` does for ``make lint``.
+``.ci/mypy.sh`` does for ``make lint``.
 """
 
 from __future__ import annotations
