@@ -4,6 +4,7 @@
 #
 #   system (Debian/Ubuntu): softhsm2 swtpm swtpm-tools tpm2-tools libtss2-dev pkg-config gcc
 #     opensc-pkcs11 (its pkcs11-spy proxy module: tests/test_pkcs11_proxy.py)
+#     libsodium23 (the producer's Ed25519 check of device signatures: capseal/_sodium.py)
 #   python: .venv with capseal[test,pkcs11,tpm,dev] (tpm2-pytss builds from source: ~30 s once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,10 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc)
 pkg-config --exists tss2-esys tss2-tctildr 2>/dev/null || need+=(libtss2-dev)
 [ -e /usr/lib/softhsm/libsofthsm2.so ] || [ -e /usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so ] \
   || [ -e /usr/lib/aarch64-linux-gnu/softhsm/libsofthsm2.so ] || need+=(softhsm2)
+if ! compgen -G "/usr/lib/*/libsodium.so.2[36]" >/dev/null && ! compgen -G "/usr/lib/libsodium.so.2[36]" >/dev/null; then
+  # Debian 12 / Ubuntu 24.04 ship libsodium23; later releases libsodium26
+  if apt-cache show libsodium23 >/dev/null 2>&1; then need+=(libsodium23); else need+=(libsodium26); fi
+fi
 compgen -G "/usr/lib/*/pkcs11-spy.so" >/dev/null || compgen -G "/usr/lib/*/pkcs11/pkcs11-spy.so" >/dev/null \
   || need+=(opensc-pkcs11)
 
