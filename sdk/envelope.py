@@ -266,6 +266,9 @@ def _verify_profile(capsule_id: str, data: Any, result: EnvelopeResult) -> Envel
         return result.fail("envelope_payload_mismatch", "payload must equal the raw 32-byte capsule id")
     if len(signature) != 64:
         return result.fail("envelope_signature_invalid", "an Ed25519 signature is 64 bytes")
+    if small_order_key(key):
+        return result.fail("envelope_kid_weak", "the kid is an Ed25519 key of small order: a signature under it "
+                           "verifies for many messages (the neutral point's, for every message) and proves nothing")
     try:
         ed25519.Ed25519PublicKey.from_public_bytes(key).verify(signature, _to_be_signed(protected_bytes, payload))
     except (InvalidSignature, ValueError):
@@ -312,9 +315,33 @@ def verify_cose_sign1(data: Any, public_key: Any, *, payload: bytes | None = Non
         return result.fail("envelope_malformed", f"{type(exc).__name__}: {exc}")
 
 
+_P = 2**255 - 19
+# the y-coordinates of the eight points of order 1, 2, 4 and 8 (x = 0 or its
+# negation is the top bit of an encoding), with y = p and p + 1, the two
+# non-canonical encodings below 2**255 of such a y (0 and 1) — libsodium's list
+_SMALL_ORDER_Y = frozenset({
+    0, 1, _P - 1, _P, _P + 1,
+    2707385501144840649318225287225658788936804267575313519463743609750303402022,
+    _P - 2707385501144840649318225287225658788936804267575313519463743609750303402022,
+})
+
+
+def small_order_key(raw: bytes) -> bool:
+    """Is ``raw`` the encoding of an Ed25519 point of small order?
+
+    Why refused: RFC 8032's (cofactorless) verify, as OpenSSL and the
+    reference verifier run it, accepts R = the neutral point and S = 0 under
+    the neutral point's key for every message, and a key of order 2, 4 or 8
+    for many; a "signature" by such a key proves nothing. libsodium refuses
+    them too (the same list, the sign bit ignored)."""
+    return len(raw) == 32 and int.from_bytes(raw, "little") & ((1 << 255) - 1) in _SMALL_ORDER_Y
+
+
 def _signature_ok(alg: str, key: Any, signature: bytes, tbs: bytes) -> bool:
     try:
         if alg == "EdDSA" and isinstance(key, ed25519.Ed25519PublicKey):
+            if small_order_key(key.public_bytes_raw()):
+                return False
             key.verify(signature, tbs)
         elif alg in ("ES256", "ES384") and isinstance(key, ec.EllipticCurvePublicKey):
             size = 32 if alg == "ES256" else 48

@@ -248,3 +248,64 @@ def test_a_ledger_in_a_directory_the_verifier_cannot_write_verifies(tmp_path: Pa
             if p.exists():
                 os.chmod(p, 0o755)
         shutil.rmtree(outer)
+
+
+def _edwards_multiple_is_neutral(y: int, sign: int, n: int) -> bool:
+    """[n]P == the neutral point for the Ed25519 point of y-coordinate ``y``
+    and x-sign ``sign`` (RFC 8032 §5.1.3 decoding, extended coordinates),
+    computed here from the curve equation, not taken from any library."""
+    p = 2**255 - 19
+    d = -121665 * pow(121666, p - 2, p) % p
+    y %= p
+    u, v = (y * y - 1) % p, (d * y * y + 1) % p
+    x = u * pow(v, 3, p) * pow(u * pow(v, 7, p), (p - 5) // 8, p) % p
+    if (v * x * x - u) % p:
+        x = x * pow(2, (p - 1) // 4, p) % p
+    assert (v * x * x - u) % p == 0, "not on the curve"
+    if x & 1 != sign:
+        x = (p - x) % p
+
+    def add(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        x1, y1, z1, t1 = a
+        x2, y2, z2, t2 = b
+        aa, bb = (y1 - x1) * (y2 - x2) % p, (y1 + x1) * (y2 + x2) % p
+        cc, dd = t1 * 2 * d * t2 % p, z1 * 2 * z2 % p
+        e, f, g, h = bb - aa, dd - cc, dd + cc, bb + aa
+        return e * f % p, g * h % p, f * g % p, e * h % p
+
+    point, acc = (x, y, 1, x * y % p), (0, 1, 1, 0)
+    for _ in range(n):
+        acc = add(acc, point)
+    return acc[0] % p == 0 and (acc[1] - acc[2]) % p == 0
+
+
+def test_every_listed_small_order_key_is_one_and_an_ordinary_key_is_not() -> None:
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from capseal.envelope import _SMALL_ORDER_Y, small_order_key
+
+    assert len(_SMALL_ORDER_Y) == 7  # y = 0, 1, p-1, the two of order 8, and p, p+1 (non-canonical 0 and 1)
+    for y in _SMALL_ORDER_Y:
+        assert _edwards_multiple_is_neutral(y, 0, 8)
+        assert small_order_key(y.to_bytes(32, "little")) and small_order_key((y | 1 << 255).to_bytes(32, "little"))
+    for _ in range(50):
+        raw = ed25519.Ed25519PrivateKey.generate().public_key().public_bytes_raw()
+        assert not small_order_key(raw)
+        assert not _edwards_multiple_is_neutral(int.from_bytes(raw, "little") & ((1 << 255) - 1), raw[31] >> 7, 8)
+
+
+def test_a_capsule_signed_under_the_neutral_key_is_not_authored(tmp_path: Path) -> None:
+    """OpenSSL (and so the reference verifier) accepts R = neutral point,
+    S = 0 under the neutral point's key for any message: a capsule anyone can
+    "sign". capseal reports envelope_kid_weak and the signature invalid;
+    the reference calls it authored."""
+    from capseal.envelope import _assemble, profile_protected
+
+    record, _ = _sealed(tmp_path / "l.db")
+    neutral = bytes([1]) + bytes(31)
+    protected = profile_protected(neutral)
+    cose = _assemble(protected, bytes.fromhex(record.capsule_id), neutral + bytes(32))
+    forged = dict(record.capsule, signature=cose.hex(), key_id=neutral.hex())
+    assert verify_record_signature(forged)[0] == "authored"  # the reference is fooled
+    verdict, _, findings = check_signatures(forged, [], KeyDirectory())
+    assert verdict == "invalid" and "envelope_kid_weak" in {f.code for f in findings}, findings
