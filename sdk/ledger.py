@@ -232,7 +232,7 @@ def _sql_kind(value: Any) -> str:
 
 
 def _stored_blob(value: Any, what: str) -> bytes:
-    """An evidence body as stored: a blob, as capseal writes it. Anything else
+    """A body as stored (a record's or an evidence row's): a blob, as capseal writes it. Anything else
     is an edit at the SQL level (LedgerCorruptError), never converted: an
     integer N would become N zero bytes (gigabytes for a large N), text its
     encoding, and neither is what was written."""

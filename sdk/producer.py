@@ -280,7 +280,9 @@ class Producer:
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def start() -> None:  # under _epoch_lock: a first submit() making the pipeline now goes before or after
-            if self._owns_ledger or self._id_observers or self._unwritten():  # close() waits for a commit then
+            # close() waits for a commit then (a record still in the pipeline will need one too)
+            busy = self._pipeline is not None and self._pipeline.busy
+            if self._owns_ledger or self._id_observers or busy or self._unwritten():
                 self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
             self._closed = True
 
