@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Type-check capseal, tests/ and bench/ against capseal's own types (make lint).
+# Type-check capseal, tests/, bench/ and examples/ against capseal's own types (make lint).
 #
 # Why not plain `mypy sdk keys attest tests`: pyproject maps capseal -> sdk/,
 # capseal.keys -> keys/, capseal.attest -> attest/ ([tool.setuptools.package-dir]),
@@ -38,4 +38,6 @@ status=0
 # bench/ is a folder of scripts (they import _common as a top-level module): a run of its own,
 # silent about capseal's own errors (the run above reports them; here they came out twice)
 "$MYPY" --follow-imports=silent bench 2>&1 | to_sources || status=1
+# examples/ likewise: scripts a user copies from, checked against capseal's types
+"$MYPY" --follow-imports=silent examples 2>&1 | to_sources || status=1
 exit $status

@@ -195,8 +195,10 @@ def run(path: Path) -> int:
         kn = summary.clauses[0]
         print(f"  agreement {kn.agreement.k} of {kn.agreement.n}, drift {kn.drift.k} of {kn.drift.n} (a rate is the reader's k/n: {kn.agreement.rate()})")
         print()
-        unchanged = json.dumps(producer.ledger.get(act.capsule_id).capsule, sort_keys=True) == act_bytes_before
-        print(f"act capsule unchanged after judging: {unchanged} (digest {Target.of_capsule(producer.ledger.get(act.capsule_id)).digest == act.capsule_id})")
+        stored = producer.ledger.get(act.capsule_id)
+        unchanged = stored is not None and json.dumps(stored.capsule, sort_keys=True) == act_bytes_before
+        print(f"act capsule unchanged after judging: {unchanged} "
+              f"(digest {stored is not None and Target.of_capsule(stored).digest == act.capsule_id})")
         ok &= same and unchanged
     ledger_report = verify_ledger(path)
     print(f"verify_ledger: ok={ledger_report.ok} {ledger_report.counts()}")
