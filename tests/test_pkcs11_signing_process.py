@@ -649,3 +649,54 @@ def test_a_pct_encoded_pin_value_is_left_out_of_the_childs_environment(monkeypat
     env = _child_environment(pin)
     assert "CAPSEAL_TEST_URI_UPPER" not in env and "CAPSEAL_TEST_URI_LOWER" not in env
     assert env["CAPSEAL_TEST_OTHER_PIN"] == "pkcs11:token=x?pin-value=Zq7%20%26%2051%25"  # another PIN: kept
+
+
+def test_a_request_written_to_a_full_pipe_waits_for_room_and_arrives_whole() -> None:
+    """Requests go to the child with libc's write and the GIL held (a pipe
+    takes a write below PIPE_BUF whole or refuses it at once); when the pipe
+    is full, _send waits for the reader, with the GIL released, and the
+    bytes arrive whole and in order. A pipe whose reader is gone raises
+    BrokenPipeError, as os.write does (send() treats it as a dead child)."""
+    from capseal.keys._pkcs11_helper import _send
+
+    r, w = os.pipe()
+    try:
+        os.set_blocking(w, False)
+        filler = b"x" * 4096
+        queued = 0
+        while True:  # fill the pipe to the brim
+            try:
+                queued += os.write(w, filler)
+            except BlockingIOError:
+                break
+        frame = bytes(range(256)) * 2
+        got = bytearray()
+        writer_done = threading.Event()
+
+        def drain() -> None:
+            while len(got) < queued + len(frame):
+                got.extend(os.read(r, 65536))
+
+        def write() -> None:
+            _send(w, frame)
+            writer_done.set()
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        assert not writer_done.wait(0.2)  # it waits: the pipe has no room (a liveness check, not a timing one)
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        reader.join(30)
+        writer.join(30)
+        assert writer_done.is_set() and bytes(got[queued:]) == frame and bytes(got[:queued]) == filler * (queued // 4096) + filler[:queued % 4096]
+    finally:
+        os.close(r)
+        os.close(w)
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        os.set_blocking(w, False)
+        with pytest.raises(BrokenPipeError):
+            _send(w, b"request")
+    finally:
+        os.close(w)
