@@ -5,9 +5,10 @@ Why: with a token's signatures made in a signing process, the producer's
 CPU per record bounds the sealed rate on a 2-vCPU host, and its largest part
 was this check: OpenSSL's Ed25519 verify through cryptography, about 104 µs
 of CPU here, against about 48 µs for libsodium's. Measured with SoftHSM2 Ed25519
-and a signing process (``bench/keys.py``, three runs, both checks in each):
-60–67 % of the token's raw ``C_Sign`` rate with cryptography's check, 78–90 %
-with libsodium's; the producer's CPU per record 304–351 µs against 223–286 µs.
+and a signing process (``bench/keys.py``, both checks in each run): 60–69 %
+of the token's raw ``C_Sign`` rate with cryptography's check, 78–92 % with
+libsodium's (twelve runs); the producer's CPU per record about 300–350 µs
+against 216–286 µs.
 
 Why it is safe to use for this check: libsodium (1.0.16 and later, without
 ``ED25519_COMPAT``) accepts a subset of what OpenSSL accepts. Both compute
