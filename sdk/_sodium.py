@@ -100,8 +100,13 @@ def _load() -> Ed25519Check | None:
 
 def _agrees(check: Ed25519Check) -> bool:
     """The library takes a signature cryptography made and refuses it over
-    another message, altered in R, altered in S, and with S + L (the same
-    point, a non-canonical scalar: OpenSSL refuses it too)."""
+    another message, altered in R, altered in S, and with S + L (a
+    non-canonical scalar, which OpenSSL refuses too), and refuses the
+    neutral point's "signature" (R = neutral, S = 0) under the neutral key.
+    Why the last two: a libsodium built with ``ED25519_COMPAT``, or older
+    than 1.0.16, checks neither, and would accept what OpenSSL refuses (S + L)
+    or what capseal's verifiers refuse (a small-order key); then cryptography
+    keeps the check."""
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
     key = ed25519.Ed25519PrivateKey.generate()
@@ -109,6 +114,9 @@ def _agrees(check: Ed25519Check) -> bool:
     message = b"capseal device-signature check"
     signature = key.sign(message)
     s_plus_l = (int.from_bytes(signature[32:], "little") + _L).to_bytes(32, "little")
+    neutral = bytes([1]) + bytes(31)
+    if check(neutral + bytes(32), message, neutral):
+        return False
     refused = (
         (signature, message + b"!"),
         (bytes([signature[0] ^ 1]) + signature[1:], message),
