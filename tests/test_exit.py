@@ -107,5 +107,6 @@ def test_a_hung_device_holds_the_exit_for_exit_wait_at_most(fresh_swtpm: Any, tm
             program.kill()
             program.wait()
     assert program.returncode == 0, stderr
-    assert re.search(r"submitted record\(s\) not signed 1 s into close\(\): not written", stderr), stderr
+    # the exit's wait left for this producer: 1 s, or a hair less once the first steps ran
+    assert re.search(r"submitted record\(s\) not signed (1|0\.9\d*) s into close\(\): not written", stderr), stderr
     assert _written(tmp_path) < 2000
