@@ -25,7 +25,8 @@ only compared with the raw rate of its own round, and the medians are shown.
     best 2 s / (their sum) records per second.
 
 The producer verifies every signature a device returns (design §3 principle 3;
-Ed25519 about 0.15 ms, P-256 about 0.1 ms). For SoftHSM2 Ed25519 one more arm
+Ed25519 about 0.05 ms with libsodium, 0.1 ms with
+cryptography; P-256 about 0.1 ms). For SoftHSM2 Ed25519 one more arm
 seals with that check switched off — in this benchmark only, through a private
 attribute — so its cost is visible; capseal has no public way to skip it.
 capseal makes the Ed25519 check with libsodium when the system has it

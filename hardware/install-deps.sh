@@ -4,7 +4,7 @@
 #
 #   system (Debian/Ubuntu): softhsm2 swtpm swtpm-tools tpm2-tools libtss2-dev pkg-config gcc
 #     opensc-pkcs11 (its pkcs11-spy proxy module: tests/test_pkcs11_proxy.py)
-#     libsodium23 (the producer's Ed25519 check of device signatures: capseal/_sodium.py)
+#     libsodium23 (the producer's Ed25519 check of device signatures: sdk/_sodium.py, capseal._sodium)
 #   python: .venv with capseal[test,pkcs11,tpm,dev] (tpm2-pytss builds from source: ~30 s once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
