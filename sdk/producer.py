@@ -48,7 +48,7 @@ from .errors import (
     SignerUnavailableError,
 )
 from .ledger import Ledger, LedgerEntry, PendingAppend, StoredEntry
-from .model import validate_capsule
+from .model import _timestamp, validate_capsule
 from .pipeline import CloseOnce, CloseOutcome, SigningPipeline
 from .record import SealedRecord, epistemic_type_for_capsule
 from .verify import verify_for_seal
@@ -95,6 +95,20 @@ def _check_epoch_id(epoch_id: Any) -> None:
     after the ledger file was made."""
     if epoch_id is not None and (not isinstance(epoch_id, str) or not epoch_id):
         raise InputError(f"epoch_id is a non-empty string, or None for a new one; not {epoch_id!r:.40}")
+
+
+def _check_clock(clock: Callable[[], str]) -> None:
+    """Ask ``clock`` once and refuse (InputError) what no capsule could carry.
+    Why here: the first capsule (the epoch boundary) is assembled after the
+    ledger file is made, so a clock returning a number or a local time left
+    an empty ledger behind its refusal."""
+    stamp = clock()
+    if not isinstance(stamp, str):
+        raise InputError(f"clock() returned a {type(stamp).__name__}, not an RFC 3339 UTC timestamp string")
+    try:
+        _timestamp(stamp)
+    except ValueError as exc:
+        raise InputError(f"clock() returned {stamp[:40]!r}, which {exc}") from None
 
 
 _last_stamp: tuple[int, str] = (-1, "")
@@ -204,6 +218,7 @@ class Producer:
             raise InputError("verify_signatures is 'device' (tokens and TPMs) or 'always'")
         if not callable(clock):
             raise InputError("clock is a function returning an RFC 3339 UTC timestamp")
+        _check_clock(clock)  # before the ledger is opened: a bad clock left an empty ledger file behind
         # before the ledger is opened (a file would be created for nothing); only the
         # type is named: a key URI passed here may carry its PIN
         if not isinstance(signer, Signer):

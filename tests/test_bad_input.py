@@ -282,3 +282,12 @@ def test_a_group_max_that_is_no_count_is_refused(tmp_path: Path, value: Any) -> 
 
     with pytest.raises(InputError, match="group_max is a whole number from 1"):
         Ledger(tmp_path / "w.db", group_max=value)
+
+
+@pytest.mark.parametrize("clock", [lambda: 1764547200, lambda: "2026-12-01 08:00:00", lambda: "2026-12-01T08:00:00+01:00"])
+def test_a_bad_clock_is_refused_before_any_file(tmp_path: Path, clock: Any) -> None:
+    """The clock was first read for the epoch boundary, after the ledger file
+    was made: its refusal left an empty ledger behind."""
+    with pytest.raises(InputError, match=r"clock\(\) returned"):
+        Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", clock=clock)
+    assert not (tmp_path / "l.db").exists()
