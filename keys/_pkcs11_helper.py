@@ -87,7 +87,7 @@ def _send(fd: int, data: bytes | bytearray) -> None:
     libc's write with the GIL held never blocks; only when the pipe is full
     does this wait for the child to read, with the GIL released (select).
     A closed pipe raises BrokenPipeError, as ``os.write`` does."""
-    view = memoryview(data)
+    written = 0
     if _LIBC_WRITE is not None and 0 < len(data) <= _PIPE_BUF:
         written = _LIBC_WRITE(fd, bytes(data), len(data))
         if written == len(data):
@@ -97,12 +97,13 @@ def _send(fd: int, data: bytes | bytearray) -> None:
             if err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
                 raise OSError(err, os.strerror(err))
             written = 0
-        view = view[written:]
+    view = memoryview(data)[written:]  # what the first try left (all of it when it was refused or not made)
     while view:
         try:
             view = view[os.write(fd, view):]
         except BlockingIOError:
             select.select([], [fd], [])  # room in the pipe, or its reader gone (then write raises)
+
 
 log = logging.getLogger("capseal.keys.pkcs11")
 

@@ -97,14 +97,21 @@ def _check_epoch_id(epoch_id: Any) -> None:
         raise InputError(f"epoch_id is a non-empty string, or None for a new one; not {epoch_id!r:.40}")
 
 
+def _read_clock(clock: Callable[[], str]) -> str:
+    """The clock's time; a non-string is refused here (its format is checked
+    with the capsule), not left to fail as an AttributeError further on."""
+    stamp = clock()
+    if not isinstance(stamp, str):
+        raise InputError(f"clock() returned a {type(stamp).__name__}, not an RFC 3339 UTC timestamp string")
+    return stamp
+
+
 def _check_clock(clock: Callable[[], str]) -> None:
     """Ask ``clock`` once and refuse (InputError) what no capsule could carry.
     Why here: the first capsule (the epoch boundary) is assembled after the
     ledger file is made, so a clock returning a number or a local time left
     an empty ledger behind its refusal."""
-    stamp = clock()
-    if not isinstance(stamp, str):
-        raise InputError(f"clock() returned a {type(stamp).__name__}, not an RFC 3339 UTC timestamp string")
+    stamp = _read_clock(clock)
     try:
         _timestamp(stamp)
     except ValueError as exc:
@@ -366,12 +373,7 @@ class Producer:
                 self._dispatch_ids(e.record_id, e.seq, e.tag == "epoch_boundary")
 
     def _now(self) -> str:
-        """The clock's time; a non-string is refused here (its format is checked
-        with the capsule), not left to fail as an AttributeError further on."""
-        stamp = self._clock()
-        if not isinstance(stamp, str):
-            raise InputError(f"clock() returned a {type(stamp).__name__}, not an RFC 3339 UTC timestamp string")
-        return stamp
+        return _read_clock(self._clock)
 
     def _new_epoch_id(self) -> str:
         stamp = self._now().replace("-", "").replace(":", "")
