@@ -208,13 +208,13 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
         return None
     from cryptography import x509
 
-    from capseal.attest import PinnedAK, TrustPolicy
+    from capseal.attest import TrustPolicy
 
     pins: list[Any] = []
-    for flag, paths, software in (("--ak", aks, None), ("--ak-hardware", hw, False)):
+    for flag, paths, hardware in (("--ak", aks, False), ("--ak-hardware", hw, True)):
         for p in paths:
             try:
-                pins.append(PinnedAK.from_pem(_read_trust_file(p), software=software))
+                pins.append(_ak_pin(_read_trust_file(p), hardware=hardware))
             except InputError as exc:
                 raise _CLIError(f"{flag} {p}: {exc}") from None
     try:
@@ -222,6 +222,21 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
     except ValueError as exc:
         raise _CLIError(f"cannot load a trust anchor: {exc}") from None
     return TrustPolicy(aks=tuple(pins), ek_roots=tuple(certs))
+
+
+def _ak_pin(data: bytes, *, hardware: bool) -> Any:
+    """An AK pin from a PEM public key, or from a provisioning result (the JSON
+    ``capseal tpm provision`` prints), whose ``software_device`` the pin
+    carries. Hardware only from a provisioning result that found hardware: a
+    PEM says nothing about the TPM its key lives in."""
+    from capseal.attest import PinnedAK
+
+    if data.lstrip().startswith(b"{"):
+        return PinnedAK.from_provisioning(strict_json(data, "the provisioning result"), hardware=hardware)
+    if hardware:
+        raise InputError("a PEM says nothing about the TPM the AK lives in; enrol a hardware TPM's AK from its "
+                         "provisioning result (the JSON capseal tpm provision prints, with software_device false)")
+    return PinnedAK.from_pem(data)
 
 
 def _verify_json_file(args: argparse.Namespace, target: str, trusted: list[Any], evidence_trust: Any) -> tuple[int, Any]:
@@ -470,9 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
                                              "each verified (the exit code is the worst)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--evidence", action="store_true", help="also verify hardware evidence (TPM quotes)")
-    p.add_argument("--ak", action="append", metavar="PEM", help="trusted attestation key (PEM); repeatable")
-    p.add_argument("--ak-hardware", action="append", metavar="PEM",
-                   help="attestation key you enrolled from a hardware TPM (PEM); only these give 'verified'")
+    p.add_argument("--ak", action="append", metavar="FILE",
+                   help="trusted attestation key: its PEM, or the JSON capseal tpm provision printed; repeatable")
+    p.add_argument("--ak-hardware", action="append", metavar="FILE",
+                   help="attestation key you enrolled as a hardware TPM's: the JSON capseal tpm provision printed "
+                        "(software_device false); only these give 'verified'")
     p.add_argument("--ek-root", action="append", metavar="CERT", help="trusted EK root certificate (PEM), to check a slot's EK chain (which never gives 'verified'); repeatable")
     p.add_argument("--trust", action="append", metavar="FILE",
                    help="trusted signing keys: a PEM public key (or several), or a capseal-trust/1 JSON trust file "
