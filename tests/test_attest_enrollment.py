@@ -59,7 +59,8 @@ class Quoted:
             ev["device"] = dict(HARDWARE_STRINGS)
             ledger.add_evidence(self.ids[0], ev)
             self.edited = ledger.get(self.ids[0])
-        assert self.edited is not None and self.edited.hardware_evidence["device"] == HARDWARE_STRINGS
+        assert self.edited is not None and self.edited.hardware_evidence is not None
+        assert self.edited.hardware_evidence["device"] == HARDWARE_STRINGS
 
 
 @pytest.fixture()
