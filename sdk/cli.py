@@ -134,11 +134,15 @@ def _is_sqlite(path: Path) -> bool:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    trusted = [key for p in args.trust or [] for key in _trusted_keys(p)]
+    from ._cli_verify import trusted_keys
+
+    trusted = [key for p in args.trust or [] for key in trusted_keys(p, _read_trust_file(p))]
     evidence_trust = _evidence_trust(args)  # read before anything is verified: a bad file is named, once
     targets = args.target if isinstance(args.target, list) else [args.target]
     if len(targets) > 1:
-        return _verify_targets(args, targets, trusted, evidence_trust)
+        from ._cli_verify import verify_targets
+
+        return verify_targets(args, targets, lambda t: _verify_target(args, t, trusted, evidence_trust))
     code, payload = _verify_target(args, targets[0], trusted, evidence_trust)
     if args.json:
         _emit(payload)
@@ -162,37 +166,6 @@ def _verify_target(args: argparse.Namespace, target: str, trusted: list[Any], ev
     return _verify_json_file(args, target, trusted, evidence_trust if args.evidence else None)
 
 
-def _verify_targets(args: argparse.Namespace, targets: list[str], trusted: list[Any], evidence_trust: Any) -> int:
-    """Several targets, each verified on its own: one that cannot be read is
-    named and the others are still verified. The exit code is the worst of
-    theirs (2 could not run > 1 not ok > 0 ok); ``--json`` prints one object
-    ``{ok, targets: [{target, exit, report | error}]}``."""
-    worst, results = EXIT_OK, []
-    for target in targets:
-        if not args.json:
-            print(f"== {target}")
-        try:
-            code, payload = _verify_target(args, target, trusted, evidence_trust)
-            results.append({"target": target, "exit": code, "report": payload})
-        except CapsealError as exc:
-            code = EXIT_ERROR
-            print(f"capseal: error: {exc if target in str(exc) else f'{target}: {exc}'}", file=sys.stderr)
-            results.append({"target": target, "exit": code, "error": str(exc)})
-        worst = max(worst, code)
-    if args.json:
-        _emit({"ok": worst == EXIT_OK, "targets": results})
-    return worst
-
-
-def _trusted_keys(path: str) -> list[Any]:
-    """The keys a ``--trust`` file pins (PEM public keys, or a capseal-trust/1
-    trust file), read and parsed before anything is verified: a bad one is
-    the caller's mistake, never reported as the ledger's."""
-    from .trust import parse_trust
-
-    return list(parse_trust(_read_trust_file(path), f"--trust {path}"))
-
-
 def _read_trust_file(path: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -210,11 +183,13 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
 
     from capseal.attest import TrustPolicy
 
+    from ._cli_verify import ak_pin
+
     pins: list[Any] = []
     for flag, paths, hardware in (("--ak", aks, False), ("--ak-hardware", hw, True)):
         for p in paths:
             try:
-                pins.append(_ak_pin(_read_trust_file(p), hardware=hardware))
+                pins.append(ak_pin(_read_trust_file(p), hardware=hardware))
             except InputError as exc:
                 raise _CLIError(f"{flag} {p}: {exc}") from None
     try:
@@ -222,21 +197,6 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
     except ValueError as exc:
         raise _CLIError(f"cannot load a trust anchor: {exc}") from None
     return TrustPolicy(aks=tuple(pins), ek_roots=tuple(certs))
-
-
-def _ak_pin(data: bytes, *, hardware: bool) -> Any:
-    """An AK pin from a PEM public key, or from a provisioning result (the JSON
-    ``capseal tpm provision`` prints), whose ``software_device`` the pin
-    carries. Hardware only from a provisioning result that found hardware: a
-    PEM says nothing about the TPM its key lives in."""
-    from capseal.attest import PinnedAK
-
-    if data.lstrip().startswith(b"{"):
-        return PinnedAK.from_provisioning(strict_json(data, "the provisioning result"), hardware=hardware)
-    if hardware:
-        raise InputError("a PEM says nothing about the TPM the AK lives in; enrol a hardware TPM's AK from its "
-                         "provisioning result (the JSON capseal tpm provision prints, with software_device false)")
-    return PinnedAK.from_pem(data)
 
 
 def _verify_json_file(args: argparse.Namespace, target: str, trusted: list[Any], evidence_trust: Any) -> tuple[int, Any]:
@@ -307,7 +267,9 @@ def _print_ledger_report(report: Any, *, verbose: bool) -> None:
           f"{counts['records']} records, {counts['ok']} ok, {counts['not_ok']} not ok")
     for f in report.findings:
         print(f"  [{f.severity}] {f.code}: {f.detail}")
-    _print_signers(report)
+    from ._cli_verify import print_signers
+
+    print_signers(report)
     tally: dict[str, int] = {}
     for r in report.records:
         problems = [f for f in r.findings if f.severity != "info" or verbose]
@@ -324,17 +286,6 @@ def _print_ledger_report(report: Any, *, verbose: bool) -> None:
     if report.records and any(r.evidence is not None for r in report.records):
         statuses = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("evidence:")}
         print("  evidence: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
-
-
-def _print_signers(report: Any) -> None:
-    for s in report.signers:
-        label = f" ({s.label})" if s.label else ""
-        custody = ", ".join(f"{k}={v}" for k, v in s.custody.items())
-        said = f"; its own custody statement says {custody}" if custody else ""
-        print(f"  signer {s.kid[:16]}…{label}: {s.records} records, {'pinned' if s.pinned else 'NOT PINNED'}{said}")
-    if report.signers and not report.pinned:
-        print("  no trust anchor was given: the records are intact under the keys named, and nothing says whose keys "
-              "they are; pin them with --trust KEY.pem or a trust file")
 
 
 # ---------------------------------------------------------------------------- ledger

@@ -335,16 +335,12 @@ def _check_body(body: Any) -> list[Violation]:
     return _ordered(out)
 
 
-#: The rules pairing a claim's verdict with its sufficiency (or a Close's
-#: state): they speak of the tokens met / not_met / not_evaluable only.
 _VERDICT_PAIRING = frozenset({"verdict_requires_sufficiency", "satisfied_verdict_not_evaluable", "contested_close_met"})
 
 
 def _vocabulary_first(violations: list[Violation]) -> list[Violation]:
-    """A verdict outside the vocabulary breaks the vocabulary rule
-    (``claim_verdict_unknown``, as ``case_verdict_unknown`` for a Case); the
-    pairing rules, which would otherwise name the refusal, are about tokens of
-    that vocabulary, so they are not reported for it too."""
+    """A verdict outside the vocabulary is ``claim_verdict_unknown`` only: the
+    rules pairing a verdict with sufficiency or state speak of its tokens."""
     unknown = {v.path for v in violations if v.rule == "claim_verdict_unknown"}
     return [v for v in violations if not (v.rule in _VERDICT_PAIRING and v.path in unknown)]
 
