@@ -185,3 +185,22 @@ def test_verify_takes_several_targets_and_exits_with_the_worst(sealed: Sealed, t
     assert proc.returncode == 2 and f"no such file: {missing}" in proc.stderr
     out = json.loads(proc.stdout)
     assert [t["exit"] for t in out["targets"]] == [2, 0] and "error" in out["targets"][0]  # the others still verified
+
+
+def test_the_python_api_reads_trust_files_and_never_raises_on_bad_anchors(sealed: Sealed, tmp_path: Path) -> None:
+    from capseal.audit import verify_ledger
+    from capseal.trust import read_trust_file
+
+    bundle = tmp_path / "bundle.pem"  # several PEM blocks, one after the other
+    bundle.write_text(_pem(UnsafeEphemeralSigner("ES256").public_key) + "\n" + sealed.public.read_text())
+    keys = read_trust_file(bundle)
+    assert [k.kid for k in keys][1] == sealed.kid and len(keys) == 2
+    report = verify_ledger(sealed.ledger, trusted_keys=keys)
+    assert report.ok and report.pinned and report.anchors == 2 and all(r.pinned for r in report.records)
+    unpinned = verify_ledger(sealed.ledger)
+    assert unpinned.ok and not unpinned.pinned and not any(r.pinned for r in unpinned.records)
+    assert [(s.kid, s.records, s.pinned) for s in unpinned.signers] == [(sealed.kid, 3, False)]
+    for bad in (["not a key"], [sealed.key.read_bytes()], [3]):
+        report = verify_ledger(sealed.ledger, trusted_keys=bad)
+        assert not report.ok and [f.code for f in report.findings] == ["trusted_keys_unusable"]
+        assert "PRIVATE KEY" not in report.findings[0].detail
