@@ -137,12 +137,12 @@ class KeyDirectory:
     then reported as not pinned), else the set of pinned kids; ``custody``
     holds the custody statement learnt for each kid."""
 
-    def __init__(self, trusted: Iterable[Any] = ()) -> None:
+    def __init__(self, trusted: Iterable[Any] | None = ()) -> None:
         self._keys: dict[str, Any] = {}
         self.trusted: set[str] | None = None
         self.labels: dict[str, str] = {}
         self.custody: dict[str, Mapping[str, Any]] = {}
-        pinned = trusted_keys(trusted)
+        pinned = trusted_keys(trusted) if trusted is not None else []  # None: no anchors, as ()
         if pinned:
             self.trusted = set()
             for key in pinned:
