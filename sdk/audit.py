@@ -134,14 +134,12 @@ class KeyDirectory:
     """kid (hex) -> public key, from custody statements and caller-trusted keys.
 
     ``trusted`` is None when no trust anchor was given (every signature is
-    then reported as not pinned), else the set of pinned kids; ``custody``
-    holds the custody statement learnt for each kid."""
+    then reported as not pinned), else the set of pinned kids."""
 
     def __init__(self, trusted: Iterable[Any] | None = ()) -> None:
         self._keys: dict[str, Any] = {}
         self.trusted: set[str] | None = None
         self.labels: dict[str, str] = {}
-        self.custody: dict[str, Mapping[str, Any]] = {}
         pinned = trusted_keys(trusted) if trusted is not None else []  # None: no anchors, as ()
         if pinned:
             self.trusted = set()
@@ -167,7 +165,6 @@ class KeyDirectory:
         except Exception:  # any bad key (cryptography's UnsupportedAlgorithm is no ValueError): none learnt
             return
         self._keys.setdefault(kid, key)  # a trusted key given by the caller is never replaced
-        self.custody.setdefault(kid, custody)
 
     def get(self, kid: str) -> Any:
         return self._keys.get(kid)
