@@ -8,7 +8,15 @@ certificate chains to a manufacturer root the relying party accepts.
 
 ``TrustPolicy.coerce`` accepts what callers naturally have: PEM bytes/str of
 AK public keys (``capseal verify --ak ak.pem``), hex TPM names, ``cryptography``
-public keys, :class:`PinnedAK` entries, or a :class:`TrustPolicy`.
+public keys, the result of ``capseal tpm provision`` (its JSON, a mapping),
+:class:`PinnedAK` entries, or a :class:`TrustPolicy`.
+
+Hardware or software. What a slot's ``device`` strings say is unsigned, so it
+may only lower the claim. What raises it is the relying party's enrollment: a
+pin with ``software=False``. :meth:`PinnedAK.from_provisioning` carries what
+provisioning read from the TPM itself into the pin (``software_device``): an
+AK provisioned in a software TPM is pinned as software, and cannot be enrolled
+as hardware at all, whatever a slot says later.
 
 Anything else is refused with :class:`~capseal.errors.InputError` naming what
 is wrong (not PEM, a private key, a key type no TPM AK has, an argument of the
@@ -95,6 +103,50 @@ class PinnedAK:
         """A pin of a ``cryptography`` RSA or ECC public key; InputError otherwise."""
         return cls(spki=_spki(key), **kw)
 
+    @classmethod
+    def from_provisioning(cls, result: Any, *, hardware: bool = False) -> PinnedAK:
+        """A pin of the AK in a provisioning result (what ``capseal tpm
+        provision`` prints, or an enrollment of the same form:
+        ``{"attestation_key": {"public_key_pem", "name"?}, "software_device"}``),
+        carrying what provisioning found about the TPM.
+
+        Args:
+            result: the provisioning result (a mapping, e.g. its parsed JSON).
+            hardware: enrol the AK as a hardware TPM's (the only way to the
+                status ``verified``). Do so only after binding the AK to the
+                TPM's EK (e.g. by credential activation).
+
+        Returns:
+            The pin: public key and TPM name from the result; ``software=True``
+            when provisioning found a software TPM, ``False`` when ``hardware``
+            was asked for and provisioning found hardware, else ``None``.
+
+        Raises:
+            InputError: the result holds no AK public key, or ``hardware`` was
+                asked for an AK whose TPM provisioning found to be software
+                (``software_device: true``) or could not tell (absent/null).
+        """
+        if not isinstance(result, Mapping) or not isinstance(result.get("attestation_key"), Mapping):
+            raise InputError("a provisioning result is an object with attestation_key {public_key_pem, name} and "
+                             "software_device (what capseal tpm provision prints)")
+        ak = result["attestation_key"]
+        name = ak.get("name")
+        if name is not None and (hex_bytes(name) is None or len(name) not in (68, 100, 132)):
+            raise InputError("the provisioning result's attestation_key.name is not a TPM name in hex")
+        software_device = result.get("software_device")
+        if software_device not in (True, False, None):
+            raise InputError("the provisioning result's software_device is true, false or absent")
+        if hardware and software_device is not False:
+            said = ("found a software TPM (software_device: true)" if software_device is True
+                    else "could not tell whether the TPM is hardware (no software_device)")
+            raise InputError(f"this AK cannot be enrolled as a hardware TPM's: its provisioning {said}; "
+                             "pin it as software (--ak)")
+        software = True if software_device is True else False if hardware else None
+        tcti = result.get("tcti")
+        label = f"provisioned on {tcti}" if isinstance(tcti, str) else "provisioned"
+        return cls.from_pem(ak.get("public_key_pem"), name=name.lower() if isinstance(name, str) else None,
+                            software=software, label=label)
+
 
 @dataclass(frozen=True)
 class TrustPolicy:
@@ -125,6 +177,8 @@ class TrustPolicy:
         InputError for anything that is not one of the forms above."""
         if trust is None or isinstance(trust, TrustPolicy):
             return trust
+        if isinstance(trust, Mapping) and "attestation_key" in trust:  # one provisioning result
+            trust = [trust]
         if isinstance(trust, (bytes, str, PinnedAK)) or any(hasattr(trust, a) for a in ("public_bytes", "private_bytes", "public_pem")):
             trust = [trust]  # one pin (a private key: to be refused as one)
         if not isinstance(trust, Iterable) or isinstance(trust, Mapping):
@@ -138,6 +192,8 @@ def _pin(item: Any, index: int) -> PinnedAK:
     try:
         if isinstance(item, PinnedAK):
             return item
+        if isinstance(item, Mapping):
+            return PinnedAK.from_provisioning(item)
         if hasattr(item, "public_pem") and hasattr(item, "name"):  # an AKIdentity / AttestationKey
             return PinnedAK.from_pem(item.public_pem, name=item.name, qualified_name=getattr(item, "qualified_name", None))
         if isinstance(item, bytes) and b"-----BEGIN" in item or isinstance(item, str) and "-----BEGIN" in item:

@@ -45,7 +45,10 @@ in the slot are read by the producer and unsigned, so they can only *lower*
 the claim. Hardware is reported only when the device does not say software
 AND the verifier's own trust says hardware: the AK pinned with
 ``software=False`` (enrolled as a hardware AK, after the relying party bound
-it to the TPM's EK, e.g. by credential activation). An EK certificate chain
+it to the TPM's EK, e.g. by credential activation; ``PinnedAK.from_provisioning``
+carries what provisioning read from the TPM, so an AK provisioned in a
+software TPM is pinned as software and nothing in a slot raises it). Such a
+``verified`` carries the ``evidence_hardware_by_enrollment`` information. An EK certificate chain
 in the slot never does: it is producer-supplied, unsigned and not bound to
 the AK that made the quote, so a slot could carry a real TPM's chain beside
 a swtpm quote. When roots are configured the chain is checked (a bad one is
@@ -362,7 +365,9 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
         fail("evidence_ak_untrusted", f"AK {ak_name.hex()[:20]}… is not in the trust policy")
         return
     ek_ok = _check_ek(ev, policy, fail)
-    if is_software_device(ev.get("device")) or pin.software is True:
+    if pin.software is True:  # the enrollment says software: nothing in the slot can raise it
+        fail("evidence_software_tpm", f"the AK is pinned as a software TPM's{f' ({pin.label})' if pin.label else ''}", "info")
+    elif is_software_device(ev.get("device")):
         fail("evidence_software_tpm", "the quote comes from a software TPM (swtpm), or the device does not say it is hardware",
              "info")
     elif pin.software is not False:
@@ -370,6 +375,11 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
         fail("evidence_software_tpm",
              "reported as a software TPM: the device strings say hardware, but they are producer-reported and unsigned, "
              f"and this AK is not enrolled as hardware (--ak-hardware){chain}", "info")
+    else:
+        fail("evidence_hardware_by_enrollment",
+             "hardware because the relying party enrolled this AK as a hardware TPM's"
+             f"{f' ({pin.label})' if pin.label else ''}; the slot's device strings are unsigned and could only have "
+             "lowered it", "info")
 
 
 def _signature_ok(key: Any, sig: tpmwire.Signature, data: bytes, hash_name: str) -> bool:

@@ -109,7 +109,8 @@ def local_judge(request: JudgeRequest) -> dict[str, Any]:
 
 
 def show(title: str, sealed: SealedJudgment, store: JudgmentStore) -> bool:
-    report = verify_judgment(sealed, store)
+    # pinned to the key that sealed: without trusted keys, anyone's re-signed copy verifies too
+    report = verify_judgment(sealed, store, trusted_keys=[store.signer.public_key])
     print(f"== {title}")
     print(f"record {sealed.record_type}  id={sealed.digest}")
     links = [f"{x['type']}:{x['target'][:12]}" for x in sealed.links]
@@ -117,10 +118,10 @@ def show(title: str, sealed: SealedJudgment, store: JudgmentStore) -> bool:
     print("  " + json.dumps(sealed.body, sort_keys=True))
     print(
         f"verifier: ok={report.ok} signature={report.signature} signer={str(report.signer_kid)[:16]} "
-        f"type={report.epistemic_type} findings={report.codes()}"
+        f"pinned={report.pinned} type={report.epistemic_type} findings={report.codes()}"
     )
     print("  (checked: signature, shape, type, citations resolve — not whether the judgment is right)")
-    return report.ok
+    return report.ok and report.pinned
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,9 +189,9 @@ def run(path: Path) -> int:
         print("  the model's confidence was returned and not recorded: the family has no field for it")
         print()
         for r in ratings:
-            rr = verify_judgment(r, store)
+            rr = verify_judgment(r, store, trusted_keys=[signer.public_key])
             print(f"   human rating {r.digest[:16]} blind={r.body['blind']} label={r.body['label']} epistemic_type={r.epistemic_type} verifier ok={rr.ok}")
-            ok &= rr.ok
+            ok &= rr.ok and rr.pinned
         ok &= show("3 blind humans + calibration (k of n)", sealed_cal, store)
         kn = summary.clauses[0]
         print(f"  agreement {kn.agreement.k} of {kn.agreement.n}, drift {kn.drift.k} of {kn.drift.n} (a rate is the reader's k/n: {kn.agreement.rate()})")
@@ -200,9 +201,9 @@ def run(path: Path) -> int:
         print(f"act capsule unchanged after judging: {unchanged} "
               f"(digest {stored is not None and Target.of_capsule(stored).digest == act.capsule_id})")
         ok &= same and unchanged
-    ledger_report = verify_ledger(path)
-    print(f"verify_ledger: ok={ledger_report.ok} {ledger_report.counts()}")
-    return 0 if ok and ledger_report.ok else 1
+    ledger_report = verify_ledger(path, trusted_keys=[signer.public_key])
+    print(f"verify_ledger: ok={ledger_report.ok} pinned={ledger_report.pinned} {ledger_report.counts()}")
+    return 0 if ok and ledger_report.ok and ledger_report.pinned else 1
 
 
 if __name__ == "__main__":

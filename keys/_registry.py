@@ -26,7 +26,8 @@ SecretsHandler = Callable[[str], str]
 
 SIGNER_FOR_URI_SCHEME: dict[str, Any] = {
     "file": "capseal.keys._software:FileSigner",
-    "ephemeral": "capseal.keys._software:UnsafeEphemeralSigner",
+    "unsafe-ephemeral": "capseal.keys._software:UnsafeEphemeralSigner",
+    "ephemeral": "capseal.keys._software:refuse_ephemeral_uri",
     "pkcs11": "capseal.keys._pkcs11:PKCS11Signer",
     "tpm2": "capseal.keys._tpm:TPMSigner",
 }
@@ -88,7 +89,8 @@ def open_signer(
     """Open the key named by ``uri``.
 
     Schemes: ``file:/path.pem``, ``pkcs11:…`` (RFC 7512), ``tpm2:handle=…`` /
-    ``tpm2:keyfile=…``, ``ephemeral:EdDSA`` (tests only). ``pin`` or
+    ``tpm2:keyfile=…``, ``unsafe-ephemeral:EdDSA`` (tests and demos only: a key
+    that dies with the process; plain ``ephemeral:`` is refused). ``pin`` or
     ``secrets_handler`` supply a PIN/passphrase without putting it in the URI.
     """
     if not isinstance(uri, str) or ":" not in uri:

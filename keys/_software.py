@@ -240,15 +240,34 @@ _PEM_HEAD = 64 * 1024
 
 
 class UnsafeEphemeralSigner(SoftwareSigner):
-    """A key generated in memory for tests and demos; it dies with the process."""
+    """A key generated in memory for tests and demos; it dies with the process.
+
+    Its URI is ``unsafe-ephemeral:ALG``: asked for by a name that says what it
+    is, since nobody can pin a key that did not exist before the process, and
+    nobody can sign as it again."""
 
     def __init__(self, alg: str = "EdDSA") -> None:
-        super().__init__(generate_private_key(alg), uri="ephemeral:", key_store="memory")
+        super().__init__(generate_private_key(alg), uri="unsafe-ephemeral:", key_store="memory")
 
     @classmethod
     def from_uri(cls, uri: str, **_: Any) -> UnsafeEphemeralSigner:
+        """``unsafe-ephemeral:`` (EdDSA) or ``unsafe-ephemeral:ES256`` …"""
         alg = urlsplit(uri).path or "EdDSA"
         return cls(alg)
+
+
+def refuse_ephemeral_uri(uri: str, **_: Any) -> Signer:
+    """``ephemeral:`` is refused: a throwaway key is asked for by its unsafe name.
+
+    Raises:
+        KeyURIError: always, naming ``unsafe-ephemeral:``.
+    """
+    alg = urlsplit(uri).path if isinstance(uri, str) else ""
+    raise KeyURIError(
+        "an ephemeral key dies with the process: nobody can pin it beforehand or sign as it again, so records it "
+        f"signs verify only as signed by an unpinned key; ask for one by its unsafe name, unsafe-ephemeral:{alg or 'EdDSA'}, "
+        "for tests and demos only",
+        hint="keep a key: capseal keys create file:/path/key.pem --alg ed25519")
 
 
 def create_file_key(uri: str, alg: str, *, pin: str | None = None, **_: Any) -> FileSigner:

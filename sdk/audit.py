@@ -12,7 +12,12 @@
   * optionally (``evidence=True``) the hardware-evidence slot of each record.
 
 Authorization is policy (-05 §3.2): the report names the key that signed each
-record; pass ``trusted_keys`` to turn an unknown signer into an error.
+record (``signers``, with what each key's own custody statement says). With no
+``trusted_keys`` every signed record carries a ``signer_not_pinned`` warning and
+the report is not ``pinned``: ``ok`` then says the records are intact under the
+keys named, not whose keys those are. Pass ``trusted_keys`` (public keys, PEMs,
+kids, or ``capseal.trust.read_trust_file``'s result) to make a record that no
+pinned key signed an error (``signer_not_trusted``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ from cryptography.hazmat.primitives import serialization
 
 from .canonical import capsule_id, hex_bytes, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
-from .errors import LedgerCorruptError, MalformedJSONError
+from .errors import InputError, LedgerCorruptError, MalformedJSONError
 from .findings import Finding
 from .ledger import Ledger, StoredEntry
 from .record import dumps_canonical, epistemic_type_for_capsule, strict_json
+from .trust import trusted_keys
 from .verify import verify_store
 
 __all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS"]
@@ -51,11 +57,12 @@ class RecordReport:
     signature: str = "unclaimed"  # authored | invalid | unclaimed | unverifiable
     signer_kid: str | None = None
     evidence: str | None = None  # set when evidence was checked (capseal.attest)
+    pinned: bool = False  # signed by a key the caller trusts (never without trusted keys)
 
     def to_dict(self) -> dict[str, Any]:
         out = {
             "seq": self.seq, "record_id": self.record_id, "record_type": self.record_type, "ok": self.ok,
-            "signature": self.signature, "signer_kid": self.signer_kid,
+            "signature": self.signature, "signer_kid": self.signer_kid, "signer_pinned": self.pinned,
             "findings": [f.to_dict() for f in self.findings],
         }
         if self.evidence is not None:
@@ -64,11 +71,47 @@ class RecordReport:
 
 
 @dataclass
+class SignerSummary:
+    """One key that signed records of a ledger: how many, whether it is pinned,
+    and what its (signed) custody statement says, when the ledger holds one."""
+
+    kid: str
+    records: int = 0
+    pinned: bool = False
+    label: str = ""
+    custody: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kid": self.kid, "records": self.records, "pinned": self.pinned}
+        if self.label:
+            out["label"] = self.label
+        if self.custody:
+            out["custody"] = self.custody
+        return out
+
+
+@dataclass
 class LedgerReport:
+    """What ``verify_ledger`` concluded. ``ok``: every record intact and signed
+    and no error; ``pinned``: trusted keys were given (``anchors`` of them),
+    so every record that is ok was signed by one of them. An ok report that
+    is not pinned says only that each record is intact under the key named
+    in ``signers``."""
+
     path: str
     ok: bool
     records: list[RecordReport] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    signers: list[SignerSummary] = field(default_factory=list)
+    anchors: int = 0
+
+    @property
+    def pinned(self) -> bool:
+        return self.anchors > 0
+
+    def trust(self) -> dict[str, Any]:
+        """The signers and whether a trust anchor pinned them (for reports)."""
+        return {"anchors": self.anchors, "pinned": self.pinned, "signers": [s.to_dict() for s in self.signers]}
 
     def counts(self) -> dict[str, int]:
         out = {"records": len(self.records), "ok": sum(r.ok for r in self.records)}
@@ -81,47 +124,61 @@ class LedgerReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "path": self.path, "ok": self.ok, "counts": self.counts(),
+            "path": self.path, "ok": self.ok, "counts": self.counts(), "trust": self.trust(),
             "findings": [f.to_dict() for f in self.findings],
             "records": [r.to_dict() for r in self.records],
         }
 
 
 class KeyDirectory:
-    """kid (hex) -> public key, from custody statements and caller-trusted keys."""
+    """kid (hex) -> public key, from custody statements and caller-trusted keys.
 
-    def __init__(self, trusted: Iterable[Any] = ()) -> None:
+    ``trusted`` is None when no trust anchor was given (every signature is
+    then reported as not pinned), else the set of pinned kids."""
+
+    def __init__(self, trusted: Iterable[Any] | None = ()) -> None:
         self._keys: dict[str, Any] = {}
         self.trusted: set[str] | None = None
-        trusted = list(trusted)
-        if trusted:
-            from capseal.keys import kid_for
-
+        self.labels: dict[str, str] = {}
+        pinned = trusted_keys(trusted) if trusted is not None else []  # None: no anchors, as ()
+        if pinned:
             self.trusted = set()
-            for key in trusted:
-                if isinstance(key, (str, bytes)):
-                    key = serialization.load_pem_public_key(key.encode() if isinstance(key, str) else key)
-                kid = kid_for(key)
-                self._keys[kid] = key
-                self.trusted.add(kid)
+            for key in pinned:
+                if key.public_key is not None:
+                    self._keys[key.kid] = key.public_key
+                if key.label:
+                    self.labels[key.kid] = key.label
+                self.trusted.add(key.kid)
 
     def learn_from_custody(self, custody: Any) -> None:
         if not isinstance(custody, Mapping):
             return
         kid, spki = custody.get("kid"), custody.get("public_key")
-        if not isinstance(kid, str) or not isinstance(spki, str) or kid in self._keys:
+        if not isinstance(kid, str) or not isinstance(spki, str):
             return
         try:
             from capseal.keys import kid_for
 
             key = serialization.load_der_public_key(bytes.fromhex(spki))
-            if kid_for(key) == kid:  # a custody statement cannot introduce a key under another kid
-                self._keys[kid] = key
+            if kid_for(key) != kid:  # a custody statement cannot introduce a key under another kid
+                return
         except Exception:  # any bad key (cryptography's UnsupportedAlgorithm is no ValueError): none learnt
             return
+        self._keys.setdefault(kid, key)  # a trusted key given by the caller is never replaced
 
     def get(self, kid: str) -> Any:
         return self._keys.get(kid)
+
+    def pinned(self, kid: str | None) -> bool:
+        """Is ``kid`` one of the trusted keys?"""
+        return self.trusted is not None and kid in self.trusted
+
+
+def not_pinned(signers: Iterable[str]) -> Finding:
+    """The warning for a signature no trust anchor pins."""
+    kids = ", ".join(dict.fromkeys(signers))
+    return Finding("signer_not_pinned", f"signed by {kids}, which no trust anchor pins (no trusted keys were given): "
+                   "the record is intact under that key, and nothing says whose key it is", severity="warning")
 
 
 def _custody_of(capsule: Mapping[str, Any]) -> Any:
@@ -209,7 +266,10 @@ def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: Key
     verdict = "invalid" if invalid else "authored" if signers else "unverifiable" if unverifiable else "unclaimed"
     trusted_signers = [k for k in signers if keys.trusted is not None and k in keys.trusted]
     kid = (trusted_signers or signers)[0] if signers else None
-    if keys.trusted is not None:
+    if keys.trusted is None:
+        if verdict == "authored":
+            findings.append(not_pinned(signers))
+    else:
         if verdict == "authored" and not trusted_signers:
             findings.append(Finding("signer_not_trusted", f"signed by {', '.join(dict.fromkeys(signers))}, none of them "
                                     "among the trusted keys"))
@@ -240,12 +300,33 @@ def verify_ledger(
     evidence: bool = False,
     evidence_trust: Any = None,
 ) -> LedgerReport:
-    """Verify a whole ledger file. Never raises; ``ok`` gates everything."""
+    """Verify a whole ledger file. Never raises; ``ok`` gates everything.
+
+    Args:
+        path: the ledger file.
+        trusted_keys: the signing keys the caller pins (public keys, PEMs,
+            kids, :class:`capseal.trust.TrustedKey`); none given, every
+            signature is reported as not pinned.
+        evidence: also verify each record's hardware-evidence slot.
+        evidence_trust: the AK trust policy for the slots (see
+            ``capseal.attest.TrustPolicy.coerce``).
+
+    Returns:
+        A :class:`LedgerReport`; unusable trusted keys are its
+        ``trusted_keys_unusable`` finding, an unreadable file its
+        ``ledger_unreadable`` finding.
+    """
     report = LedgerReport(path=str(path), ok=False)
+    try:
+        keys = KeyDirectory(trusted_keys)
+    except InputError as exc:  # the caller's anchors, never blamed on the ledger
+        report.findings.append(Finding("trusted_keys_unusable", str(exc)))
+        return report
+    report.anchors = len(keys.trusted or ())
     try:
         with Ledger(path, readonly=True) as ledger:
             with ledger.snapshot():
-                _verify_open_ledger(ledger, report, KeyDirectory(trusted_keys), evidence, evidence_trust)
+                _verify_open_ledger(ledger, report, keys, evidence, evidence_trust)
     except Exception as exc:  # never raise: report why it could not run
         report.findings.append(Finding("ledger_unreadable", f"{type(exc).__name__}: {exc}"))
         report.ok = False
@@ -273,6 +354,7 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
         if custody is not None:
             keys.learn_from_custody(custody)
     results = verify_store(capsules)
+    signed_custody: dict[str, Mapping[str, Any]] = {}
     by_seq: dict[int, RecordReport] = {}
     for e, capsule, result in zip(capsule_entries, capsules, results):
         rr = RecordReport(seq=e.seq, record_id=e.record_id, record_type=e.record_type, ok=True, findings=list(result.findings))
@@ -288,6 +370,9 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
         envelopes = body.get("envelopes", []) if isinstance(body, dict) else []
         verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)
         rr.signature, rr.signer_kid = verdict, kid
+        custody = _custody_of(capsule)
+        if verdict == "authored" and kid is not None and isinstance(custody, Mapping) and custody.get("kid") == kid:
+            signed_custody.setdefault(kid, custody)  # what a key says of itself, under its own signature
         rr.findings.extend(sig_findings)
         if verdict == "unclaimed":
             rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
@@ -303,7 +388,26 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
         if body_problem is not None:
             rr.findings.append(Finding("record_body_not_canonical", body_problem))
         rr.ok = not any(f.severity == "error" for f in rr.findings) and rr.signature in ("authored",)
+        rr.pinned = rr.signature == "authored" and keys.pinned(rr.signer_kid)
         report.records.append(rr)
+    report.signers = _signers(report.records, keys, signed_custody)
+
+
+def _signers(records: list[RecordReport], keys: KeyDirectory, custody: dict[str, Mapping[str, Any]]) -> list[SignerSummary]:
+    """Every key that signed a record, in order of first use, with the custody
+    statement the key itself signed (an epoch-boundary capsule it authored)."""
+    out: dict[str, SignerSummary] = {}
+    for r in records:
+        if r.signature != "authored" or r.signer_kid is None:
+            continue
+        s = out.get(r.signer_kid)
+        if s is None:
+            c = custody.get(r.signer_kid, {})
+            s = out[r.signer_kid] = SignerSummary(
+                r.signer_kid, pinned=keys.pinned(r.signer_kid), label=keys.labels.get(r.signer_kid, ""),
+                custody={k: c[k] for k in ("backend", "key_store", "software_device") if k in c})
+        s.records += 1
+    return list(out.values())
 
 
 def _ambiguous_body(body: bytes) -> str | None:

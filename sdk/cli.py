@@ -93,6 +93,9 @@ def cmd_seal(args: argparse.Namespace) -> int:
     if not items or not all(isinstance(s, dict) for s in items):
         raise MalformedJSONError(f"{args.spec}: a spec is a JSON object (or an array of them)")
     signer = open_signer(args.key, pin=_read_pin(args))
+    if args.key.split(":", 1)[0].lower() == "unsafe-ephemeral":
+        print("capseal: warning: unsafe-ephemeral: the key dies with this process; nobody can pin it or sign as it "
+              "again, so these records verify only as signed by an unpinned key", file=sys.stderr)
     with signer, Producer(args.operator, args.developer, signer, args.ledger) as producer:
         _check_batch(producer, items, args.spec)
         sealed = []
@@ -131,34 +134,36 @@ def _is_sqlite(path: Path) -> bool:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ._cli_verify import trusted_keys
+
+    trusted = [key for p in args.trust or [] for key in trusted_keys(p, _read_trust_file(p))]
+    evidence_trust = _evidence_trust(args)  # read before anything is verified: a bad file is named, once
+    targets = args.target if isinstance(args.target, list) else [args.target]
+    if len(targets) > 1:
+        from ._cli_verify import verify_targets
+
+        return verify_targets(args, targets, lambda t: _verify_target(args, t, trusted, evidence_trust))
+    code, payload = _verify_target(args, targets[0], trusted, evidence_trust)
+    if args.json:
+        _emit(payload)
+    return code
+
+
+def _verify_target(args: argparse.Namespace, target: str, trusted: list[Any], evidence_trust: Any) -> tuple[int, Any]:
+    """(exit code, JSON report) of one target; the text report is printed here."""
     from .audit import verify_ledger
 
-    trusted = [_trusted_key(p) for p in args.trust or []]
-    path = Path(args.target)
-    if not path.exists() and args.target != "-":
-        raise _CLIError(f"no such file: {args.target}")
-    if args.target != "-" and _is_sqlite(path):
-        report = verify_ledger(path, trusted_keys=trusted, evidence=args.evidence, evidence_trust=_evidence_trust(args))
-        if args.json:
-            _emit(report.to_dict())
-        else:
+    path = Path(target)
+    if not path.exists() and target != "-":
+        raise _CLIError(f"no such file: {target}")
+    if target != "-" and _is_sqlite(path):
+        report = verify_ledger(path, trusted_keys=trusted, evidence=args.evidence, evidence_trust=evidence_trust)
+        if not args.json:
             _print_ledger_report(report, verbose=args.verbose)
         if any(f.code == "ledger_unreadable" for f in report.findings):
-            return EXIT_ERROR
-        return EXIT_OK if report.ok else EXIT_NOT_OK
-    return _verify_json_file(args, trusted, _evidence_trust(args) if args.evidence else None)
-
-
-def _trusted_key(path: str) -> Any:
-    """A ``--trust`` key, read and parsed before anything is verified: a bad
-    one is the caller's mistake, never reported as the ledger's."""
-    from cryptography.hazmat.primitives import serialization
-
-    pem = _read_trust_file(path)
-    try:
-        return serialization.load_pem_public_key(pem)
-    except Exception as exc:  # ValueError, and cryptography's UnsupportedAlgorithm
-        raise _CLIError(f"--trust {path} is not a PEM public key capseal can use ({type(exc).__name__}: {exc})") from None
+            return EXIT_ERROR, report.to_dict()
+        return (EXIT_OK if report.ok else EXIT_NOT_OK), report.to_dict()
+    return _verify_json_file(args, target, trusted, evidence_trust if args.evidence else None)
 
 
 def _read_trust_file(path: str) -> bytes:
@@ -176,13 +181,15 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
         return None
     from cryptography import x509
 
-    from capseal.attest import PinnedAK, TrustPolicy
+    from capseal.attest import TrustPolicy
+
+    from ._cli_verify import ak_pin
 
     pins: list[Any] = []
-    for flag, paths, software in (("--ak", aks, None), ("--ak-hardware", hw, False)):
+    for flag, paths, hardware in (("--ak", aks, False), ("--ak-hardware", hw, True)):
         for p in paths:
             try:
-                pins.append(PinnedAK.from_pem(_read_trust_file(p), software=software))
+                pins.append(ak_pin(_read_trust_file(p), hardware=hardware))
             except InputError as exc:
                 raise _CLIError(f"{flag} {p}: {exc}") from None
     try:
@@ -192,7 +199,7 @@ def _evidence_trust(args: argparse.Namespace) -> Any:
     return TrustPolicy(aks=tuple(pins), ek_roots=tuple(certs))
 
 
-def _verify_json_file(args: argparse.Namespace, trusted: list[Any], evidence_trust: Any) -> int:
+def _verify_json_file(args: argparse.Namespace, target: str, trusted: list[Any], evidence_trust: Any) -> tuple[int, Any]:
     """Capsules or ``capseal-record/1`` records from a JSON file (or an array of
     them). With ``--evidence`` each record's hardware-evidence slot is checked
     too, under the same trust policy as a ledger's; a bare capsule has no slot
@@ -200,10 +207,10 @@ def _verify_json_file(args: argparse.Namespace, trusted: list[Any], evidence_tru
     from .audit import KeyDirectory, check_signatures, evidence_of
     from .verify import verify, verify_store
 
-    data = _load_json_file(args.target)
+    data = _load_json_file(target)
     items = data if isinstance(data, list) else [data]
     if not items:
-        raise _CLIError(f"{args.target} holds an empty array: nothing to verify")
+        raise _CLIError(f"{target} holds an empty array: nothing to verify")
     capsules: list[Any] = []
     envelopes: list[Any] = []
     records: list[dict[str, Any] | None] = []
@@ -224,6 +231,7 @@ def _verify_json_file(args: argparse.Namespace, trusted: list[Any], evidence_tru
         if isinstance(capsule, dict) and ("signature" in capsule or "key_id" in capsule or envs or keys.trusted is not None):
             verdict, kid, findings = check_signatures(capsule, envs if isinstance(envs, list) else [], keys)
             entry["signature"], entry["signer_kid"] = verdict, kid
+            entry["signer_pinned"] = verdict == "authored" and keys.pinned(kid)
             entry["findings"] += [f.to_dict() for f in findings]
             if verdict == "invalid" or any(f.severity == "error" for f in findings):
                 entry["ok"] = False
@@ -235,37 +243,49 @@ def _verify_json_file(args: argparse.Namespace, trusted: list[Any], evidence_tru
                 entry["ok"] = False
         all_ok &= bool(entry["ok"])
         out.append(entry)
-    if args.json:
-        _emit(out if isinstance(data, list) else out[0])
-    else:
+    if not args.json:
         for entry in out:
             ev = f"  evidence={entry['evidence']}" if "evidence" in entry else ""
+            unpinned = " (signer not pinned)" if entry.get("signature") == "authored" and not entry.get("signer_pinned") else ""
             print(f"{'ok' if entry['ok'] else 'NOT OK'}  capsule_id={entry['capsule_id_recomputed']}  "
-                  f"derived={json.dumps(entry['derived'], sort_keys=True)}  signature={entry.get('signature', 'unclaimed')}{ev}")
+                  f"derived={json.dumps(entry['derived'], sort_keys=True)}  signature={entry.get('signature', 'unclaimed')}{unpinned}{ev}")
             for f in entry["findings"]:
                 if args.verbose or f["severity"] != "info":
                     check = f"check {f['check']} " if f["check"] is not None else ""  # not every finding has a §6 check
                     print(f"    [{f['severity']}] {check}{f['code']}: {f['detail']}")
-    return EXIT_OK if all_ok else EXIT_NOT_OK
+    return (EXIT_OK if all_ok else EXIT_NOT_OK), (out if isinstance(data, list) else out[0])
 
 
 def _print_ledger_report(report: Any, *, verbose: bool) -> None:
+    """The text form: a headline, the ledger's findings, the signers and
+    whether they are pinned, then the records that are not ok (every record
+    with ``-v``); the warnings of ok records and the evidence statuses are
+    tallied unless ``-v``."""
     counts = report.counts()
-    print(f"{'ok' if report.ok else 'NOT OK'}  {report.path}: {counts['records']} records, "
-          f"{counts['ok']} ok, {counts['not_ok']} not ok")
+    unpinned = report.ok and report.signers and not report.pinned
+    print(f"{'ok' if report.ok else 'NOT OK'}{' (signers not pinned)' if unpinned else ''}  {report.path}: "
+          f"{counts['records']} records, {counts['ok']} ok, {counts['not_ok']} not ok")
     for f in report.findings:
         print(f"  [{f.severity}] {f.code}: {f.detail}")
+    from ._cli_verify import print_signers
+
+    print_signers(report)
+    tally: dict[str, int] = {}
     for r in report.records:
         problems = [f for f in r.findings if f.severity != "info" or verbose]
-        if r.ok and not problems and not verbose and r.evidence is None:
+        if r.ok and not verbose:
+            for f in problems:
+                tally[f.code] = tally.get(f.code, 0) + 1
             continue
         ev = f" evidence={r.evidence}" if r.evidence is not None else ""
         print(f"  seq {r.seq} {r.record_type} {r.record_id[:16]}… {'ok' if r.ok else 'NOT OK'} signature={r.signature}{ev}")
         for f in problems:
             print(f"      [{f.severity}] {f.code}: {f.detail}")
+    if tally:
+        print("  on ok records: " + ", ".join(f"{code} ×{n}" for code, n in sorted(tally.items())) + " (-v lists them)")
     if report.records and any(r.evidence is not None for r in report.records):
-        tally = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("evidence:")}
-        print("  evidence: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.items())))
+        statuses = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("evidence:")}
+        print("  evidence: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
 
 
 # ---------------------------------------------------------------------------- ledger
@@ -402,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("seal", help="seal capsule(s) from a JSON spec into a ledger")
     p.add_argument("spec", help="JSON file with a capsule spec (or an array of specs); - for stdin")
-    p.add_argument("--key", required=True, help="signing key URI (file:, pkcs11:, tpm2:)")
+    p.add_argument("--key", required=True, help="signing key URI (file:, pkcs11:, tpm2:; unsafe-ephemeral: for a "
+                                                "throwaway key in tests)")
     p.add_argument("--ledger", required=True, help="ledger file (created if missing)")
     p.add_argument("--operator", required=True)
     p.add_argument("--developer", required=True)
@@ -410,16 +431,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pin_args(p)
     p.set_defaults(fn=cmd_seal)
 
-    p = sub.add_parser("verify", help="verify a capsule/record JSON file or a ledger")
-    p.add_argument("target", help="capsule or record JSON (or an array), or a ledger file")
+    p = sub.add_parser("verify", help="verify capsule/record JSON files or ledgers")
+    p.add_argument("target", nargs="+", help="capsule or record JSON (or an array), or a ledger file; several are "
+                                             "each verified (the exit code is the worst)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--evidence", action="store_true", help="also verify hardware evidence (TPM quotes)")
-    p.add_argument("--ak", action="append", metavar="PEM", help="trusted attestation key (PEM); repeatable")
-    p.add_argument("--ak-hardware", action="append", metavar="PEM",
-                   help="attestation key you enrolled from a hardware TPM (PEM); only these give 'verified'")
+    p.add_argument("--ak", action="append", metavar="FILE",
+                   help="trusted attestation key: its PEM, or the JSON capseal tpm provision printed; repeatable")
+    p.add_argument("--ak-hardware", action="append", metavar="FILE",
+                   help="attestation key you enrolled as a hardware TPM's: the JSON capseal tpm provision printed "
+                        "(software_device false); only these give 'verified'")
     p.add_argument("--ek-root", action="append", metavar="CERT", help="trusted EK root certificate (PEM), to check a slot's EK chain (which never gives 'verified'); repeatable")
-    p.add_argument("--trust", action="append", metavar="PEM", help="trusted signing key (PEM); repeatable")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--trust", action="append", metavar="FILE",
+                   help="trusted signing keys: a PEM public key (or several), or a capseal-trust/1 JSON trust file "
+                        "listing kids and PEMs; repeatable. A record no trusted key signed is then an error; without "
+                        "--trust every signer is reported as not pinned")
+    p.add_argument("-v", "--verbose", action="store_true", help="every record and finding (default: a summary)")
     p.set_defaults(fn=cmd_verify)
 
     ledger = sub.add_parser("ledger", help="inspect, export and import ledgers").add_subparsers(dest="ledger_cmd", required=True)

@@ -94,12 +94,18 @@ def test_verify_evidence_reports_a_tampered_slot(ledger: tuple[Path, Path, list[
 
 
 def test_a_swtpm_ak_enrolled_as_hardware_is_still_reported_as_software(ledger: tuple[Path, Path, list[str]]) -> None:
-    """--ak-hardware is the relying party's enrollment claim; the quote's own device
-    strings can only lower it, so a swtpm's quotes never read as hardware."""
+    """An AK enrolled as hardware is the relying party's claim; the quote's own device
+    strings can only lower it, so a swtpm's quotes never read as hardware. The CLI
+    takes a hardware enrollment only from a provisioning result (a PEM says nothing
+    about the TPM), so the enrollment is made here through the API."""
+    from capseal.attest import PinnedAK, TrustPolicy
+    from capseal.audit import verify_ledger
+
     path, ak, _ = ledger
     proc = run("verify", str(path), "--evidence", "--ak-hardware", str(ak), "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    counts = json.loads(proc.stdout)["counts"]
+    assert proc.returncode == 2 and "provisioning result" in proc.stderr, proc.stdout + proc.stderr
+    policy = TrustPolicy((PinnedAK.from_pem(ak.read_bytes(), software=False),))
+    counts = verify_ledger(path, evidence=True, evidence_trust=policy).counts()
     assert counts["evidence:verified-software-tpm"] == 10 and "evidence:verified" not in counts
     assert run("verify", str(path), "--evidence", "--ek-root", str(path.parent / "absent.pem")).returncode == 2
 
@@ -133,3 +139,32 @@ def test_verify_evidence_on_record_json_files(ledger: tuple[Path, Path, list[str
         assert json.loads(proc.stdout)["evidence"] == status
     human = run("verify", str(files["damaged"]), "--evidence", "--ak", str(ak))
     assert human.returncode == 1 and "evidence=evidence_pcr_mismatch" in human.stdout
+
+
+def test_verify_evidence_prints_a_summary_unless_verbose(ledger: tuple[Path, Path, list[str]]) -> None:
+    """One line per record with evidence was printed for every record; now the
+    records that are ok are tallied, and ``-v`` lists each of them."""
+    path, ak, ids = ledger
+    summary = run("verify", str(path), "--evidence", "--ak", str(ak))
+    assert summary.returncode == 0
+    assert "  seq " not in summary.stdout, summary.stdout  # no record line: every record is ok
+    assert "evidence: no-evidence=1, verified-software-tpm=10" in summary.stdout
+    assert "on ok records: signer_not_pinned ×11 (-v lists them)" in summary.stdout
+    assert len(summary.stdout.splitlines()) < 8
+    verbose = run("verify", str(path), "--evidence", "--ak", str(ak), "-v")
+    assert verbose.returncode == 0
+    lines = [line for line in verbose.stdout.splitlines() if line.startswith("  seq ")]
+    assert len(lines) == 11 and sum("evidence=verified-software-tpm" in line for line in lines) == 10
+    assert "evidence_software_tpm" in verbose.stdout and "signer_not_pinned" in verbose.stdout
+    from capseal import Ledger
+
+    with Ledger(path) as led:  # a failing record is always listed, with its findings
+        ev = copy.deepcopy(led.current_evidence(ids[0]))
+        assert ev is not None
+        ev["pcr_values"]["sha256"]["0"] = "ff" * 32
+        led.add_evidence(ids[0], ev)
+    failing = run("verify", str(path), "--evidence", "--ak", str(ak))
+    assert failing.returncode == 1
+    assert [line for line in failing.stdout.splitlines() if line.startswith("  seq ")] == [
+        next(line for line in failing.stdout.splitlines() if ids[0][:16] in line)]
+    assert "evidence_pcr_mismatch" in failing.stdout

@@ -70,7 +70,7 @@ def test_hex_fields_are_read_as_the_reference_reads_them(tmp_path: Path) -> None
     upper = dict(record.capsule, key_id=record.capsule["key_id"].upper())
     assert verify_record_signature(spaced)[0] == check_signatures(spaced, [], KeyDirectory())[0] == "invalid"
     assert verify_record_signature(upper)[0] == "authored"
-    verdict, kid, findings = check_signatures(upper, [], KeyDirectory())
+    verdict, kid, findings = check_signatures(upper, [], KeyDirectory([record.capsule["key_id"]]))  # pinned by its kid
     assert (verdict, kid, findings) == ("authored", record.capsule["key_id"].lower(), [])
 
 

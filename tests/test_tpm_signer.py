@@ -318,7 +318,8 @@ def test_verify_ledger_rechecks_the_custody_certify(tpm: dict[str, Any], tmp_pat
         forged["tpm_certify"]["qualifying_data"] = "00" * 32
         signer.describe = lambda: forged  # type: ignore[method-assign]  # a lying producer, on a real TPM key
         _seal_two(signer, tmp_path / "forged.db")
-    report = verify_ledger(tmp_path / "forged.db")
+        public_key = signer.public_key
+    report = verify_ledger(tmp_path / "forged.db", trusted_keys=[public_key])  # pinned: the findings are the certify's alone
     assert not report.ok
     bad = [r for r in report.records if not r.ok]
     assert len(bad) == 1 and {f.code for f in bad[0].findings} == {"custody_certify_invalid"}

@@ -10,7 +10,8 @@ own content type exactly), nor the reverse.
 What is signed. The payload is the record digest (SHA-256 of the body's JCS
 bytes, the digest other records cite it by). The protected header also carries,
 under the private-use label :data:`HEADER_LABEL`, the SHA-256 of the JCS of the
-record's store-header commitment ``{record_type, epistemic_type, links}``. So
+record's store-header commitment ``{record_type, epistemic_type, links}`` (and
+``external``, the digests it was sealed citing in another store, when any). So
 the signature covers the body *and* the type and links fixed at commit: an
 ``epistemic_type`` or a link changed afterwards breaks the signature, while the
 digest others cite stays the body's digest.
@@ -55,9 +56,28 @@ _ALG_NAME = {v: k for k, v in COSE_ALG.items()}
 _SIG1 = enc_text("Signature1")
 
 
-def header_commitment(record_type: str, epistemic_type: str, links: Sequence[Mapping[str, str]]) -> bytes:
-    """Raw SHA-256 of the JCS of ``{record_type, epistemic_type, links}``."""
-    value = {"record_type": record_type, "epistemic_type": epistemic_type, "links": [dict(x) for x in links]}
+def header_commitment(record_type: str, epistemic_type: str, links: Sequence[Mapping[str, str]],
+                      external: Sequence[str] = ()) -> bytes:
+    """Raw SHA-256 of the JCS of ``{record_type, epistemic_type, links}``, with
+    ``external`` (the digests the record was sealed citing in another store)
+    as a fourth member when there are any, so what was declared external at
+    seal time is signed too and cannot be added or dropped afterwards.
+
+    Args:
+        record_type: the store header's record type.
+        epistemic_type: the store header's epistemic type.
+        links: the store header's links.
+        external: the digests declared external at seal time (sorted).
+
+    Returns:
+        32 raw bytes.
+
+    Raises:
+        CanonicalizationError: a value in them has no JCS form.
+    """
+    value: dict[str, object] = {"record_type": record_type, "epistemic_type": epistemic_type, "links": [dict(x) for x in links]}
+    if external:
+        value["external"] = list(external)
     return hashlib.sha256(canonical_bytes(value)).digest()
 
 

@@ -141,6 +141,7 @@ _NAMED: tuple[tuple[re.Pattern[str], str | None, str], ...] = tuple(
         (r"^#/\$defs/Claim/required$", "sufficiency", "claim_sufficiency_required"),
         (r"^#/\$defs/Claim/required$", "verdict", "claim_verdict_required"),
         (r"^#/\$defs/Claim/required$", "evidence", "claim_evidence_required"),
+        (r"^#/\$defs/Verdict/enum$", None, "claim_verdict_unknown"),
         (r"^#/\$defs/Claim/allOf/0/else/properties/verdict/const$", None, "verdict_requires_sufficiency"),
         (r"^#/\$defs/Claim/allOf/0/then/properties/verdict/enum$", None, "satisfied_verdict_not_evaluable"),
         (r"^#/\$defs/Claim/allOf/1/", None, "claim_type_body_mismatch"),
@@ -318,7 +319,7 @@ def _check_body(body: Any) -> list[Violation]:
         # store writes): the schema walk would fail on it, so this is the answer
         return out
     if "result_version" in body and "record_version" not in body:
-        out += _schema_violations(body, RESULT_SCHEMA)
+        out += _vocabulary_first(_schema_violations(body, RESULT_SCHEMA))
         out += _result_rules(body)
         return _ordered(out)
     version = body.get("record_version")
@@ -332,6 +333,16 @@ def _check_body(body: Any) -> list[Violation]:
         out += extra(body)
     out += _legacy_purposes(body, out)
     return _ordered(out)
+
+
+_VERDICT_PAIRING = frozenset({"verdict_requires_sufficiency", "satisfied_verdict_not_evaluable", "contested_close_met"})
+
+
+def _vocabulary_first(violations: list[Violation]) -> list[Violation]:
+    """A verdict outside the vocabulary is ``claim_verdict_unknown`` only: the
+    rules pairing a verdict with sufficiency or state speak of its tokens."""
+    unknown = {v.path for v in violations if v.rule == "claim_verdict_unknown"}
+    return [v for v in violations if not (v.rule in _VERDICT_PAIRING and v.path in unknown)]
 
 
 def _legacy_purposes(body: Any, found: list[Violation]) -> list[Violation]:

@@ -17,7 +17,10 @@ Artifacts (a rubric, a prompt file, a payload, a blind packet) are stored as
 ``judge:artifact/v1`` records keyed by their content digest, so a citation of
 them resolves in the same store. Sealing refuses a record that cites or links to
 a digest the store cannot resolve (pass ``external=`` for digests that live in a
-peer's store, e.g. a two-party Close's peer Close).
+peer's store, e.g. a two-party Close's peer Close). The digests a record cites
+or links to under ``external=`` are kept in its row (``external``, covered by
+its signature), so verifying the ledger later reports them as external rather
+than unresolved.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from .vocab import (
     record_type_for,
 )
 
-__all__ = ["SealedJudgment", "JudgmentStore", "cited_digests", "body_of_entry", "digest_of_entry"]
+__all__ = ["SealedJudgment", "JudgmentStore", "cited_digests", "body_of_entry", "digest_of_entry", "declared_external"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class SealedJudgment:
     seq: int
     nonce: str
     signer_kid: str | None = field(default=None)
+    #: digests it was sealed citing or linking to in another store (``external=``)
+    external: tuple[str, ...] = field(default=())
 
     @property
     def record_id(self) -> str:
@@ -78,7 +83,10 @@ class SealedJudgment:
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {"header": self.header(), "record": self.body, "envelopes": [e.to_json() for e in self.envelopes]}
+        out: dict[str, Any] = {"header": self.header(), "record": self.body, "envelopes": [e.to_json() for e in self.envelopes]}
+        if self.external:
+            out["external"] = list(self.external)
+        return out
 
 
 def cited_digests(body: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -124,6 +132,29 @@ def body_of_entry(entry: StoredEntry) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("stored judge row is not a JSON object")
     return value
+
+
+def declared_external(stored: Mapping[str, Any]) -> tuple[str, ...]:
+    """The digests a stored judgment row was sealed citing or linking to in
+    another store (its ``external`` member; none when absent).
+
+    Args:
+        stored: the row's JSON (``capseal-judgment/1``).
+
+    Returns:
+        The digests, sorted.
+
+    Raises:
+        ValueError: ``external`` is not a non-empty, sorted list of distinct
+            64-hex digests (the only form the store writes).
+    """
+    if "external" not in stored:
+        return ()
+    value = stored["external"]
+    if (not isinstance(value, list) or not value or not all(isinstance(d, str) and is_hex64(d) for d in value)
+            or value != sorted(set(value))):
+        raise ValueError("the row's external member is not a sorted list of distinct 64-hex digests")
+    return tuple(value)
 
 
 def _artifact_content(stored: Mapping[str, Any]) -> tuple[str, Any, bytes]:
@@ -228,6 +259,7 @@ class JudgmentStore:
             body=stored["record"], digest=entry.record_id, record_type=entry.record_type,
             epistemic_type=entry.epistemic_type, links=tuple(entry.links), envelopes=envs,
             seq=entry.seq, nonce=entry.nonce, signer_kid=envs[0].kid if envs else None,
+            external=declared_external(stored),
         )
 
     # ------------------------------------------------------------------ writing
@@ -314,7 +346,13 @@ class JudgmentStore:
         digest = json_digest(body)
         if any(item["target"] == digest for item in links_t):
             raise JudgmentRefusedError("a record cannot link to itself", rule="link_to_self")
-        stored = {"record_version": JUDGMENT_STORE_VERSION, "record": body}
+        # what this record cites or links to in another store, kept with it (and
+        # signed), so its own ledger verifies it as external and not as missing
+        used = {d for _, d in cited} | {item["target"] for item in links_t}
+        declared = sorted(d for d in allowed & used if not self.has(d))
+        stored: dict[str, Any] = {"record_version": JUDGMENT_STORE_VERSION, "record": body}
+        if declared:
+            stored["external"] = declared
         return self._append(stored, digest, record_type, epistemic_type, links_t)
 
     def supersede(self, old: SealedJudgment | str, record: Any, *, links: Iterable[Link | dict[str, str]] = (), external: Iterable[str] = ()) -> SealedJudgment:
@@ -330,7 +368,8 @@ class JudgmentStore:
         # every record capseal writes nests at most MAX_DEPTH deep, so any verifier can read it back
         check_json(stored, max_depth=MAX_DEPTH)
         signer = self._require_signer()
-        envelope = sign_judgment(signer, bytes.fromhex(digest), header_commitment(record_type, epistemic_type, links))
+        commitment = header_commitment(record_type, epistemic_type, links, stored.get("external", ()))
+        envelope = sign_judgment(signer, bytes.fromhex(digest), commitment)
         stored = {**stored, "envelopes": [envelope.to_json()]}
         entry = LedgerEntry(record_id=digest, record_type=record_type, epistemic_type=epistemic_type, body=dumps_canonical(stored), links=links)
         try:

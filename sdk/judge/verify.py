@@ -10,12 +10,21 @@ is *right*. For one record it checks:
    ``record_type`` names the shape; links are of the six types, ``adjudicates``
    only on an adjudication record, a Close's body links are in its header;
 4. what it cites: every citation, Result evidence digest and link target
-   resolves in the store (other digest refs, e.g. a pin's prompt, are reported
-   as information when their preimage is not published there);
+   resolves in the store, and the digest is recomputed from the bytes it
+   resolves to (a cited act or rubric edited in the store no longer gives the
+   digest cited: ``citation_digest_mismatch``, ``link_target_digest_mismatch``).
+   Other digest refs (a pin's prompt) are recomputed when the store publishes
+   their preimage and reported as information when it does not. A digest the
+   record was sealed citing in another store (``external=`` at seal time, kept
+   in its row and signed) is reported as ``citation_external`` (information),
+   never as unresolved;
 5. the signature: a COSE_Sign1 over the record digest whose protected header
-   commits to the store header (type and links) — ``authored``, ``invalid`` or
-   ``unclaimed``, with the signer's kid; a key outside ``trusted_keys`` (when
-   given) is an error.
+   commits to the store header (type, links and what was declared external)
+   — ``authored``, ``invalid`` or ``unclaimed``, with the signer's kid. With
+   ``trusted_keys`` a key outside them is an error (``signer_not_trusted``);
+   without, a valid signature is reported as ``signer_not_pinned`` (a
+   warning: the record is intact under the key named, and nothing says whose
+   key that is — anyone can re-sign an edited record under a key of their own).
 
 ``verify_entry`` is the hook ``capseal.audit.verify_ledger`` calls for every
 ``judge:`` row.
@@ -34,7 +43,15 @@ from capseal.ledger import Ledger, StoredEntry
 
 from .envelope import header_commitment, verify_judgment_envelope
 from .rules import check_body, check_links, epistemic_type_of
-from .store import JudgmentStore, SealedJudgment, _artifact_content, body_of_entry, cited_digests
+from .store import (
+    JudgmentStore,
+    SealedJudgment,
+    _artifact_content,
+    body_of_entry,
+    cited_digests,
+    declared_external,
+    digest_of_entry,
+)
 from .vocab import ARTIFACT_RECORD_TYPE, ARTIFACT_VERSION, JUDGMENT_STORE_VERSION, RECORD_TYPE_PREFIX, record_type_for
 
 __all__ = ["JudgmentReport", "verify_judgment", "verify_entry"]
@@ -51,11 +68,13 @@ class JudgmentReport(HasFindings):
     signature: str = "unclaimed"  # authored | invalid | unclaimed
     signer_kid: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    pinned: bool = False  # signed by one of the trusted keys (never when none were given)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok, "record_id": self.record_id, "record_type": self.record_type,
             "epistemic_type": self.epistemic_type, "signature": self.signature, "signer_kid": self.signer_kid,
+            "signer_pinned": self.pinned,
             "findings": [f.to_dict() for f in self.findings],
             "note": "verified: signature, shape, type, citations — not whether the judgment is right",
         }
@@ -72,9 +91,19 @@ def _ledger_of(store: Any) -> Ledger | None:
 def verify_judgment(record: Any, store: Any, *, trusted_keys: Iterable[Any] = (), external: Iterable[str] = ()) -> JudgmentReport:
     """Verify one judgment record against ``store`` (a JudgmentStore or Ledger).
 
-    ``record`` is a :class:`SealedJudgment`, a stored ledger row, or a record
-    digest. ``trusted_keys`` (public keys or PEM) turns an untrusted signer into
-    an error; ``external`` lists digests known to live in another store."""
+    Args:
+        record: a :class:`SealedJudgment`, a stored ledger row, or a record digest.
+        store: the JudgmentStore or Ledger holding it and what it cites.
+        trusted_keys: the signing keys the caller pins (public keys, PEMs,
+            kids, ``capseal.trust.TrustedKey``): a record none of them signed
+            is an error. None given, a valid signature is reported as not
+            pinned (``signer_not_pinned``, a warning; ``pinned`` stays False).
+        external: digests the caller knows live in another store, beside
+            those the record declared external when it was sealed.
+
+    Returns:
+        A :class:`JudgmentReport` (never raises): ``ok`` when intact, well-formed,
+        resolving and signed; ``pinned`` when signed by a trusted key."""
     try:
         ledger = _ledger_of(store)
         if ledger is None:
@@ -86,11 +115,18 @@ def verify_judgment(record: Any, store: Any, *, trusted_keys: Iterable[Any] = ()
         if entry is None:
             return JudgmentReport(False, digest, None, None, findings=[Finding("record_not_in_store", f"{digest} is not in this store")])
         from capseal.audit import KeyDirectory
+        from capseal.errors import InputError
 
-        report = _verify(entry, ledger, KeyDirectory(trusted_keys), set(external))
+        try:
+            keys = KeyDirectory(trusted_keys)
+        except InputError as exc:  # the caller's anchors, never blamed on the record
+            return JudgmentReport(False, digest, entry.record_type, entry.epistemic_type,
+                                  findings=[Finding("trusted_keys_unusable", str(exc))])
+        report = _verify(entry, ledger, keys, set(external))
         if isinstance(record, SealedJudgment):
             _compare_copy(record, entry, report)
         report.ok = report.signature == "authored" and not report.errors
+        report.pinned = report.signature == "authored" and keys.pinned(report.signer_kid)
         return report
     except Exception as exc:  # never raise
         return JudgmentReport(False, None, None, None, findings=[Finding("verifier_internal_error", f"{type(exc).__name__}: {exc}")])
@@ -129,16 +165,22 @@ def _verify(entry: StoredEntry, ledger: Ledger, keys: Any, external: set[str]) -
     except ValueError as exc:
         add(Finding("record_malformed", str(exc)))
         return report
+    declared: tuple[str, ...] = ()
     if entry.record_type == ARTIFACT_RECORD_TYPE:
         digest = _check_artifact(entry, stored, add)
     elif entry.record_type.startswith(RECORD_TYPE_PREFIX):
-        digest = _check_judgment(entry, stored, ledger, external, add)
+        try:
+            declared = declared_external(stored)
+        except ValueError as exc:
+            add(Finding("record_malformed", str(exc)))
+            return report
+        digest = _check_judgment(entry, stored, ledger, external, set(declared), add)
     else:
         add(Finding("record_type_unknown", f"{entry.record_type!r} is not a judge: record type"))
         return report
     if digest is None:
         return report
-    _check_signature(entry, stored, digest, keys, report)
+    _check_signature(entry, stored, digest, keys, report, declared)
     return report
 
 
@@ -162,7 +204,8 @@ def _check_artifact(entry: StoredEntry, stored: Mapping[str, Any], add: Any) -> 
     return digest
 
 
-def _check_judgment(entry: StoredEntry, stored: Mapping[str, Any], ledger: Ledger, external: set[str], add: Any) -> str | None:
+def _check_judgment(entry: StoredEntry, stored: Mapping[str, Any], ledger: Ledger, external: set[str],
+                    declared: set[str], add: Any) -> str | None:
     if stored.get("record_version") != JUDGMENT_STORE_VERSION or not isinstance(stored.get("record"), dict):
         add(Finding("record_malformed", f"a judgment row is {JUDGMENT_STORE_VERSION} with a record object"))
         return None
@@ -192,41 +235,107 @@ def _check_judgment(entry: StoredEntry, stored: Mapping[str, Any], ledger: Ledge
     for bl in body.get("x-evidence-links", []) if isinstance(body.get("x-evidence-links"), list) else []:
         if bl not in links:
             add(Finding("evidence_links_not_in_header", f"body link {bl} is missing from the store header"))
+    resolve = _Resolver(ledger)
     cited, referenced = cited_digests(body)
     for path, d in cited:
-        if d not in external and (not is_hex64(d) or ledger.entry(d) is None):
-            add(Finding("citation_unresolved", f"{path} cites {d[:16]}…, which does not resolve in this store"))
+        found = resolve(d)
+        if found is None:
+            if d in declared or d in external:
+                add(_external(f"{path} cites {d[:16]}…", d in declared))
+            else:
+                add(Finding("citation_unresolved", f"{path} cites {d[:16]}…, which does not resolve in this store"))
+        elif found != d:
+            add(Finding("citation_digest_mismatch", f"{path} cites {d[:16]}…, but the stored bytes it resolves to give "
+                        f"{_gives(found)} (the cited record changed after it was cited)"))
     for path, d in referenced:
-        if is_hex64(d) and ledger.entry(d) is None:
-            add(Finding("preimage_not_in_store", f"{path} names {d[:16]}…, whose preimage this store does not publish", severity="info"))
+        found = resolve(d)
+        if found is None:
+            if is_hex64(d):
+                add(Finding("preimage_not_in_store", f"{path} names {d[:16]}…, whose preimage this store does not publish", severity="info"))
+        elif found != d:
+            add(Finding("citation_digest_mismatch", f"{path} names {d[:16]}…, but the stored bytes it resolves to give "
+                        f"{_gives(found)} (the preimage changed after it was named)"))
     for i, link in enumerate(links):
         target = link.get("target")
-        if isinstance(target, str) and target not in external and ledger.entry(target) is None:
-            add(Finding("link_target_unresolved", f"links[{i}] ({link.get('type')}) points at {str(target)[:16]}…, which does not resolve in this store"))
+        if not isinstance(target, str):
+            continue  # check_links names a malformed target
+        found = resolve(target)
+        what = f"links[{i}] ({link.get('type')}) points at {target[:16]}…"
+        if found is None:
+            if target in declared or target in external:
+                add(_external(what, target in declared))
+            else:
+                add(Finding("link_target_unresolved", f"{what}, which does not resolve in this store"))
+        elif found != target:
+            add(Finding("link_target_digest_mismatch", f"{what}, but the stored bytes there give {_gives(found)} "
+                        "(the linked record changed after it was linked)"))
     return digest
 
 
-def _check_signature(entry: StoredEntry, stored: Mapping[str, Any], digest: str, keys: Any, report: JudgmentReport) -> None:
+def _gives(found: str) -> str:
+    return f"{found[:16]}…" if found else "no digest (the row cannot be read)"
+
+
+def _external(what: str, declared: bool) -> Finding:
+    who = "declared external when it was sealed" if declared else "listed as external by the caller"
+    return Finding("citation_external", f"{what}, {who}: it lives in another store, where it is to be checked",
+                   severity="info")
+
+
+class _Resolver:
+    """A digest's stored row, its digest recomputed from the row's bytes (once
+    per digest): the digest, another digest (the row was changed), the empty
+    string (the row cannot be read), or None (no row)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self._seen: dict[str, str | None] = {}
+
+    def __call__(self, digest: str) -> str | None:
+        if digest not in self._seen:
+            entry = self._ledger.entry(digest) if is_hex64(digest) else None
+            if entry is None:
+                self._seen[digest] = None
+            else:
+                try:
+                    self._seen[digest] = digest_of_entry(entry)
+                except Exception:  # an unreadable row gives no digest: it is not what was cited
+                    self._seen[digest] = ""
+        return self._seen[digest]
+
+
+def _check_signature(entry: StoredEntry, stored: Mapping[str, Any], digest: str, keys: Any, report: JudgmentReport,
+                     declared: tuple[str, ...] = ()) -> None:
     envelopes = stored.get("envelopes", [])
     if not isinstance(envelopes, list) or not envelopes:
         report.findings.append(Finding("record_unsigned", "every record in a capseal store is signed; this one is not"))
         return
     try:
-        commitment = header_commitment(entry.record_type, entry.epistemic_type, [dict(x) for x in entry.links])
+        commitment = header_commitment(entry.record_type, entry.epistemic_type, [dict(x) for x in entry.links], declared)
     except CanonicalizationError as exc:
         # a damaged header (a float or unsafe integer in its links) has no
         # commitment to check the signature against: it cannot be what was signed
         report.findings.append(Finding("header_commitment_mismatch", f"the store header cannot be canonicalized ({exc}), so it is not what was signed at commit"))
         report.signature = "invalid"
         return
-    verdict, kid = "unclaimed", None
+    verdict, signers = "unclaimed", []
     for env in envelopes:
         authored, env_kid, findings = verify_judgment_envelope(env, bytes.fromhex(digest), commitment)
         report.findings.extend(findings)
         if not authored:
             verdict = "invalid"
-        elif verdict == "unclaimed":
-            verdict, kid = "authored", env_kid
-    if verdict == "authored" and getattr(keys, "trusted", None) is not None and kid not in keys.trusted:
-        report.findings.append(Finding("signer_not_trusted", f"signed by {kid}, which is not among the trusted keys"))
+        else:
+            signers.append(env_kid)
+            if verdict == "unclaimed":
+                verdict = "authored"
+    trusted = getattr(keys, "trusted", None)
+    pinned = [k for k in signers if trusted is not None and k in trusted]
+    kid = (pinned or signers)[0] if signers else None
+    if verdict == "authored":
+        if trusted is None:
+            from capseal.audit import not_pinned
+
+            report.findings.append(not_pinned(str(k) for k in signers))
+        elif not pinned:
+            report.findings.append(Finding("signer_not_trusted", f"signed by {kid}, which is not among the trusted keys"))
     report.signature, report.signer_kid = verdict, kid

@@ -26,15 +26,15 @@ def test_judge_three_ways_runs_and_prints(tmp_path: Path) -> None:
         block = out.split(f"== {title}\n", 1)[1]
         cited = act[1][:12] if title[0] in "12" else "[0-9a-f]{12}"  # the act; the calibration cites the report and ratings
         assert re.match(rf"record {re.escape(record_type)}  id=[0-9a-f]{{64}}\n  epistemic_type={etype}  links=\['cites:{cited}", block), block[:300]
-        verdict = re.search(r"^verifier: ok=(\w+) signature=(\w+) signer=([0-9a-f]{16}) type=(\w+) findings=\[\]$", block, re.M)
-        assert verdict is not None and verdict.groups()[:2] == ("True", "authored") and verdict[4] == etype
+        verdict = re.search(r"^verifier: ok=(\w+) signature=(\w+) signer=([0-9a-f]{16}) pinned=(\w+) type=(\w+) findings=\[\]$", block, re.M)
+        assert verdict is not None and verdict.groups()[:2] == ("True", "authored") and verdict[4] == "True" and verdict[5] == etype
     assert '"tier": "recomputed"' in out and '"judge_purpose": "method"' in out and '"blind": true' not in out  # bodies are printed
     assert "recompute(): same record digest = True" in out
     assert len(re.findall(r"human rating [0-9a-f]{16} blind=True label=met epistemic_type=human_report verifier ok=True", out)) == 2
     assert "agreement 2 of 2, drift 0 of 1" in out
     assert "confidence" in out and '"confidence"' not in out  # returned by the model, never recorded
     assert "act capsule unchanged after judging: True (digest True)" in out
-    assert re.search(r"verify_ledger: ok=True \{'records': 14, 'ok': 14, 'not_ok': 0, 'signature:authored': 14\}", out)
+    assert re.search(r"verify_ledger: ok=True pinned=True \{'records': 14, 'ok': 14, 'not_ok': 0, 'signature:authored': 14\}", out)
 
 
 def test_judge_three_ways_keeps_its_ledger_when_asked(tmp_path: Path) -> None:

@@ -109,8 +109,8 @@ def test_links_must_resolve_and_are_not_duplicated(world: World) -> None:
         world.store.seal(report(world), links=[link("cites", world.act_t), link("cites", world.act_t)])
     assert caught.value.rule == "link_duplicate"
     sealed = world.store.seal(report(world), links=[link("rebuts", "ab" * 32)], external=["ab" * 32])
-    findings = verify_judgment(sealed, world.store).codes()
-    assert "link_target_unresolved" in findings
+    result = verify_judgment(sealed, world.store)  # declared external when sealed: external, not unresolved
+    assert result.ok and "citation_external" in result.codes() and "link_target_unresolved" not in result.codes()
     assert verify_judgment(sealed, world.store, external=["ab" * 32]).ok
 
 

@@ -234,6 +234,27 @@ def test_not_evaluable_under_satisfied_follows_the_shipped_schema() -> None:
     refused(lambda: claim(verdict="not_evaluable"), "satisfied_verdict_not_evaluable")
 
 
+@pytest.mark.parametrize("sufficiency", ["SATISFIED", "GAP", "INSUFFICIENT", "UNKNOWN"])
+def test_an_unknown_verdict_token_names_the_vocabulary_rule(sufficiency: str) -> None:
+    """As ``case_verdict_unknown`` for a Case: a token outside met / not_met /
+    not_evaluable breaks the vocabulary rule, not the sufficiency pairing."""
+    refused(lambda: claim(sufficiency=sufficiency, verdict="maybe"), "claim_verdict_unknown")
+    body = load(RESULT / "pos-example-org-claims-result.json")
+    body["claims"][0]["verdict"], body["claims"][0]["sufficiency"] = "MET", sufficiency
+    refused(lambda: refuse(body), "claim_verdict_unknown")
+    rules = {v.rule for v in check_body(body) if v.path == "$.claims[0].verdict"}
+    assert rules == {"claim_verdict_unknown"}
+    report = body_of("evaluation-report/pos-example-org-evaluation-report")  # the counterpart this rule mirrors
+    report["cases"][0]["verdict"] = "maybe"
+    refused(lambda: refuse(report), "case_verdict_unknown")
+
+
+def test_an_unknown_verdict_token_is_refused_at_seal_by_that_rule(world: Any) -> None:
+    body = load(RESULT / "pos-example-org-claims-result.json")
+    body["claims"][0]["verdict"] = "probably"
+    world.assert_seal_refused(body, "claim_verdict_unknown")
+
+
 def test_claims_are_tiered_and_recomputed_claims_name_their_code() -> None:
     body = load(RESULT / "pos-example-org-claims-result.json")
     del body["claims"][1]["tier"]

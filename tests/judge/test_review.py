@@ -187,7 +187,7 @@ def test_a_copy_changed_to_hold_a_float_is_a_changed_copy(world: World) -> None:
     sealed = _sealed(world)
     body = copy.deepcopy(sealed.body)
     body["cases"][0]["verdict"] = 0.5
-    report = verify_judgment(dataclasses.replace(sealed, body=body), world.store)
+    report = verify_judgment(dataclasses.replace(sealed, body=body), world.store, trusted_keys=[world.store.signer.public_key])
     assert not report.ok
     assert set(report.codes()) == {"record_copy_differs"}
     assert report.signature == "authored"  # the stored record itself is intact
