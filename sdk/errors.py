@@ -155,11 +155,11 @@ class CapsuleValidationError(InputError):
     ``errors`` lists ``(path, message)`` pairs, one per broken rule.
     """
 
-    def __init__(self, errors: list[tuple[str, str]]) -> None:
+    def __init__(self, errors: list[tuple[str, str]], *, hint: str | None = None) -> None:
         self.errors = errors
-        shown = "; ".join(f"{p}: {m}" for p, m in errors[:5])
+        listed = "; ".join(f"{p}: {m}" for p, m in errors[:5])
         more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
-        super().__init__(f"capsule refused: {shown}{more}")
+        super().__init__(f"capsule refused: {listed}{more}", hint=hint)
 
 
 class AssuranceError(InputError):
