@@ -36,6 +36,7 @@ from capseal.keys import SignatureResult, Signer, SignerSelfTest
 from . import _at_exit, _inputs
 from ._args import timeout as timeout_arg
 from ._lifecycle import Flow, rebuild_flow
+from ._version import __version__
 from .assurance import derive_assurance, enforce_claim
 from .canonical import MAX_DEPTH, canonical_bytes, is_hex64, json_digest
 from .envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope, sign_envelope
@@ -57,7 +58,7 @@ from .vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
 
 __all__ = ["Producer", "PendingRecord", "epistemic_type_for_capsule", "CUSTODY_MEMBER", "SDK_NAME"]
 
-SDK_NAME = "capseal/0.1.0"
+SDK_NAME = f"capseal/{__version__}"
 CUSTODY_MEMBER = "x-capseal-key-custody"
 
 #: Members the producer writes itself; a spec may repeat them only with the same value.
@@ -207,6 +208,12 @@ class Producer:
     before it is written; ``"always"`` checks software signatures too.
     ``cite_epoch`` makes each capsule cite the epoch boundary (``ran_under``),
     the platform record a TPM quote binds; ``capseal.attest.attach`` sets it.
+    ``continue_epoch`` carries on the last epoch this operator and developer
+    opened in the ledger instead of opening a new one, when its boundary
+    describes exactly what is observed now (the same key, custody statement,
+    model and capseal version); otherwise a new epoch is opened as usual.
+    Why: a configuration that did not change is the same epoch (-05 §5.2),
+    and a CLI sealing one record per run doubled the ledger with boundaries.
     """
 
     def __init__(
@@ -222,6 +229,7 @@ class Producer:
         clock: Callable[[], str] = _utc_now,
         verify_signatures: str = "device",
         cite_epoch: bool = False,
+        continue_epoch: bool = False,
     ) -> None:
         _inputs.identity("operator", operator)
         _inputs.identity("developer", developer)
@@ -239,6 +247,8 @@ class Producer:
             raise InputError(f"ledger is a file path or a capseal.Ledger, not a {type(ledger).__name__}")
         ledger_path = None if isinstance(ledger, Ledger) else _inputs.ledger_path(ledger)
         _check_epoch_id(epoch_id)
+        if continue_epoch and epoch_id is not None:
+            raise InputError("give epoch_id (a new epoch) or continue_epoch=True (the last one), not both")
         if (model_id is None) != (provider is None):  # the model's own refusal named only the missing one's type
             raise InputError("model_id and provider are given together or not at all "
                              "(model_attestation holds both or neither)")
@@ -280,7 +290,8 @@ class Producer:
             assert ledger_path is not None
             self.ledger = Ledger(ledger_path)
         try:
-            self._prepare_epoch(first_epoch)
+            if not (continue_epoch and self._continue_epoch()):
+                self._prepare_epoch(first_epoch)
         except BaseException:
             if self._owns_ledger:
                 self.ledger.close()
@@ -412,6 +423,24 @@ class Producer:
         with self._epoch_lock:
             self.epoch_id, self.epoch_record, self._epoch_entry = epoch_id, record, entry
         return record
+
+    def _continue_epoch(self) -> bool:
+        """Carry on this stream's last epoch if its boundary capsule's
+        ``model_attestation`` is the one this producer would write now (which
+        holds the custody statement observed of the signer, with its kid);
+        False, changing nothing, when there is none or it differs."""
+        previous = self.ledger.last_tagged("epoch_boundary", self._stream)
+        if previous is None:
+            return False
+        boundary = SealedRecord.from_json(previous.record(), seq=previous.seq)
+        epoch_id = boundary.capsule.get("epoch_id")
+        if not isinstance(epoch_id, str):
+            return False
+        if boundary.capsule.get("model_attestation") != self._boundary_spec(epoch_id, None)["model_attestation"]:
+            return False
+        with self._epoch_lock:  # nothing armed: the boundary is in the ledger already
+            self.epoch_id, self.epoch_record, self._epoch_entry = epoch_id, boundary, None
+        return True
 
     def _boundary_spec(self, epoch_id: str, previous: str | None) -> dict[str, Any]:
         """The spec of the capsule that opens epoch ``epoch_id``, chained
