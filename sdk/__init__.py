@@ -12,24 +12,42 @@ Public surface: :class:`Producer`, :func:`verify`, :func:`verify_ledger`,
 :mod:`capseal.attest`, judgment records in :mod:`capseal.judge`.
 """
 
-from typing import TYPE_CHECKING
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from . import errors
-from .assurance import derive_assurance
-from .canonical import canonical_bytes, capsule_id, json_digest, raw_digest
-from .envelope import Envelope, verify_cose_sign1, verify_profile_envelope
-from .findings import Finding, VerificationResult
-from .ledger import Ledger
-from .model import validate_capsule
-from .producer import PendingRecord, Producer
-from .record import SealedRecord
+from ._version import __version__
+
+# eager: the submodule capseal.verify shares its name with the function, and
+# importing the submodule later (as the producer does) would rebind
+# capseal.verify to the module if the function were not bound here first
 from .verify import verify, verify_store
 from .vocab import SPEC_VERSION
 
-if TYPE_CHECKING:  # imported on first use at run time (see __getattr__); typed callers see its real signature
+if TYPE_CHECKING:  # what typed callers see; at run time each name is imported on first use (see __getattr__)
+    from .assurance import derive_assurance
     from .audit import verify_ledger
+    from .canonical import canonical_bytes, capsule_id, json_digest, raw_digest
+    from .envelope import Envelope, verify_cose_sign1, verify_profile_envelope
+    from .findings import Finding, VerificationResult
+    from .ledger import Ledger
+    from .model import validate_capsule
+    from .producer import PendingRecord, Producer
+    from .record import SealedRecord
 
-__version__ = "0.1.0"
+# name -> module holding it. Why lazy: ``capseal --help`` and ``import
+# capseal.errors`` need none of the producer's modules (pydantic, SQLite,
+# cryptography), and importing them all took most of the CLI's start-up.
+_LAZY = {
+    "PendingRecord": ".producer", "Producer": ".producer", "SealedRecord": ".record", "Ledger": ".ledger",
+    "Envelope": ".envelope", "verify_profile_envelope": ".envelope", "verify_cose_sign1": ".envelope",
+    "Finding": ".findings", "VerificationResult": ".findings",
+    "verify_ledger": ".audit", "validate_capsule": ".model", "derive_assurance": ".assurance",
+    "canonical_bytes": ".canonical", "capsule_id": ".canonical", "json_digest": ".canonical",
+    "raw_digest": ".canonical",
+}
 
 __all__ = [
     "PendingRecord",
@@ -56,9 +74,14 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    if name == "verify_ledger":
-        from .audit import verify_ledger
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'capseal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
 
-        return verify_ledger
-    raise AttributeError(name)
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

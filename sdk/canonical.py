@@ -22,7 +22,7 @@ from typing import Any
 
 import rfc8785
 
-from .errors import FloatInDigestError, NonJSONValueError, UnsafeIntegerError
+from .errors import FloatInDigestError, NonJSONValueError, UnsafeIntegerError, shown
 
 __all__ = [
     "MAX_SAFE_INTEGER",
@@ -74,19 +74,37 @@ def _child(path: str, key: str) -> str:
     return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
+#: Deepest nesting a digest's value may have when the caller sets no bound of
+#: its own. Why a bound at all: a value that contains itself (``x = []``,
+#: ``x.append(x)``) has no end, and the walk must stop somewhere to say so.
+DEPTH_LIMIT = 10_000
+
+#: Most objects, arrays and members one value may hold, counted as they are
+#: walked. Why: a value that shares its parts (``a = [a, a]`` sixty times
+#: over) is small in memory but serializes to more members than any machine
+#: holds; the walk refuses it instead of never returning.
+MAX_MEMBERS = 10_000_000
+
+
 def _scan(value: Any, max_depth: int | None = None) -> bool:
     """Fast pass with no paths: True if a non-BMP key needs the reference
-    serializer; raises a bare ``_Bad`` at the first non-canonical value."""
+    serializer; raises a bare ``_Bad`` at the first non-canonical value
+    (``_TooLarge`` past :data:`MAX_MEMBERS`)."""
     slow = False
+    limit = DEPTH_LIMIT if max_depth is None else max_depth
+    budget = MAX_MEMBERS
     stack: list[tuple[Any, int]] = [(value, 1)]
     pop = stack.pop
     push = stack.append
     while stack:
         v, depth = pop()
         t = type(v)
-        if max_depth is not None and depth > max_depth and (t is dict or t is list or t is tuple):
+        if depth > limit and (t is dict or t is list or t is tuple):
             raise _Bad
         if t is dict:
+            budget -= len(v) + 1
+            if budget < 0:
+                raise _TooLarge
             items = v.items()
             for k, item in items:
                 if type(k) is not str:
@@ -105,6 +123,9 @@ def _scan(value: Any, max_depth: int | None = None) -> bool:
                     continue
                 raise _Bad
         elif t is list or t is tuple:
+            budget -= len(v) + 1
+            if budget < 0:
+                raise _TooLarge
             for item in v:
                 ti = type(item)
                 if ti is str or ti is bool or item is None:
@@ -131,6 +152,10 @@ class _Bad(Exception):
     pass
 
 
+class _TooLarge(_Bad):
+    pass
+
+
 def check_json(value: Any, path: str = "$", *, max_depth: int | None = None) -> bool:
     """Refuse anything that cannot be canonical -05 JSON; name the path.
 
@@ -142,9 +167,16 @@ def check_json(value: Any, path: str = "$", *, max_depth: int | None = None) -> 
     """
     try:
         return _scan(value, max_depth)
+    except _TooLarge:
+        raise _too_large(path) from None
     except _Bad:
         _locate(value, path, max_depth=max_depth)
         raise AssertionError("unreachable: _scan and _locate disagree") from None
+
+
+def _too_large(path: str) -> NonJSONValueError:
+    return NonJSONValueError(f"the value holds more than {MAX_MEMBERS:,} objects, arrays and members "
+                             "(or shares its parts so often that it would serialize to that many)", path=path)
 
 
 def check_structure(value: Any, path: str = "$", *, max_depth: int | None = None) -> None:
@@ -157,28 +189,55 @@ def check_structure(value: Any, path: str = "$", *, max_depth: int | None = None
     _locate(value, path, max_depth=max_depth, numbers=False)
 
 
-def _locate(v: Any, p: str, depth: int = 1, *, max_depth: int | None = None, numbers: bool = True) -> None:
-    """Walk with paths and raise the typed error for the first bad value
-    (with ``numbers`` False, floats and unsafe integers are not bad)."""
+def _locate(value: Any, path: str, *, max_depth: int | None = None, numbers: bool = True) -> None:
+    """Walk with paths and raise the typed error for the first bad value, in
+    document order (with ``numbers`` False, floats and unsafe integers are not
+    bad). Iterative, with the containers of the current path remembered, so a
+    value that contains itself is named as a cycle instead of recursing
+    without end."""
+    limit = DEPTH_LIMIT if max_depth is None else max_depth
+    budget = MAX_MEMBERS
+    on_path: set[int] = set()
+    # (value, path, depth) to check, or (None, None, id) to leave a container
+    stack: list[tuple[Any, str | None, int]] = [(value, path, 1)]
+    while stack:
+        v, p, depth = stack.pop()
+        if p is None:
+            on_path.discard(depth)
+            continue
+        t = type(v)
+        if t is dict or t is list or t is tuple:
+            if id(v) in on_path:
+                raise NonJSONValueError("the value contains itself (a reference cycle)", path=p[:200])
+            if depth > limit:
+                raise NonJSONValueError(f"objects and arrays nest deeper than {limit} levels", path=p[:200])
+            budget -= len(v) + 1
+            if budget < 0:
+                raise _too_large(path)
+            on_path.add(id(v))
+            stack.append((None, None, id(v)))
+            if t is dict:
+                children = []
+                for k, item in v.items():
+                    if type(k) is not str:
+                        raise NonJSONValueError(f"object key {shown(k)} is not a string", path=p)
+                    children.append((item, _child(p, k), depth + 1))
+            else:
+                children = [(item, f"{p}[{i}]", depth + 1) for i, item in enumerate(v)]
+            stack.extend(reversed(children))
+            continue
+        _check_scalar(v, p, numbers)
+
+
+def _check_scalar(v: Any, p: str, numbers: bool) -> None:
+    """The typed error for a scalar that is not canonical -05 JSON, if it is not."""
     t = type(v)
-    if max_depth is not None and depth > max_depth and (t is dict or t is list or t is tuple):
-        raise NonJSONValueError(f"objects and arrays nest deeper than {max_depth} levels", path=p[:200])
     if t is str or v is None or t is bool:
         return
     if t is int:
         if numbers and (v > MAX_SAFE_INTEGER or v < -MAX_SAFE_INTEGER):
-            shown = str(v) if v.bit_length() <= 200 else f"of {v.bit_length()} bits"  # str() refuses > 4300 digits
-            raise UnsafeIntegerError(f"integer {shown} is outside ±{MAX_SAFE_INTEGER}", path=p)
-        return
-    if t is dict:
-        for k, item in v.items():
-            if type(k) is not str:
-                raise NonJSONValueError(f"object key {k!r} is not a string", path=p)
-            _locate(item, _child(p, k), depth + 1, max_depth=max_depth, numbers=numbers)
-        return
-    if t is list or t is tuple:
-        for i, item in enumerate(v):
-            _locate(item, f"{p}[{i}]", depth + 1, max_depth=max_depth, numbers=numbers)
+            digits = str(v) if v.bit_length() <= 200 else f"of {v.bit_length()} bits"  # str() refuses > 4300 digits
+            raise UnsafeIntegerError(f"integer {digits} is outside ±{MAX_SAFE_INTEGER}", path=p)
         return
     if isinstance(v, float):
         if not numbers:
@@ -204,23 +263,31 @@ def _encode(text: str, value: Any, path: str) -> bytes:
 
 
 def _surrogate_path(value: Any, path: str) -> str:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return ""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found = _surrogate_path(k, f"{path}<key>") or _surrogate_path(v, _child(path, k))
-            if found:
-                return found
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            found = _surrogate_path(v, f"{path}[{i}]")
-            if found:
-                return found
+    """The path of the first string (or key) holding a lone surrogate, in
+    document order; "" if none. Iterative: the value may nest deeply."""
+    stack: list[tuple[Any, str, bool]] = [(value, path, False)]  # (value, path, is a key)
+    while stack:
+        v, p, is_key = stack.pop()
+        if isinstance(v, str):
+            if not _utf8_ok(v):
+                return f"{p}<key>" if is_key else p
+        elif isinstance(v, dict):
+            children: list[tuple[Any, str, bool]] = []
+            for k, item in v.items():
+                children.append((k, p, True))
+                children.append((item, _child(p, k) if isinstance(k, str) else p, False))
+            stack.extend(reversed(children))
+        elif isinstance(v, (list, tuple)):
+            stack.extend(reversed([(item, f"{p}[{i}]", False) for i, item in enumerate(v)]))
     return ""
+
+
+def _utf8_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def canonical_bytes(value: Any, *, max_depth: int | None = None, path: str = "$") -> bytes:

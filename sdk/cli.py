@@ -1,9 +1,15 @@
 """``capseal`` command line. Subcommands mirror the API.
 
 Exit codes (as the reference verifier's CLI): 0 ok, 1 not ok (a verification
-found an error), 2 could not run (bad input, missing device, …). Never a bare
-traceback: errors print one line (and a hint) to stderr. PINs are read from an
+found an error, or a named object does not exist), 2 could not run (bad
+input, missing device, …), 130 interrupted (Ctrl-C). Never a bare traceback:
+errors print one line (and a hint) to stderr. PINs are read from an
 environment variable or a file, never from the command line.
+
+Options given on every call have environment defaults: ``CAPSEAL_KEY``,
+``CAPSEAL_LEDGER``, ``CAPSEAL_OPERATOR``, ``CAPSEAL_DEVELOPER`` (``seal``),
+and ``CAPSEAL_LOG_LEVEL`` (``--log-level``). Only this module and argparse
+are imported before the arguments are parsed, so ``--help`` is immediate.
 """
 
 from __future__ import annotations
@@ -11,18 +17,22 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from ._version import __version__
 from .errors import CapsealError, DuplicateRecordError, InputError, MalformedJSONError
-from .keys._pin import usable_pin
-from .record import strict_json
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
 
-EXIT_OK, EXIT_NOT_OK, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_NOT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+log = logging.getLogger("capseal.cli")
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class _CLIError(CapsealError):
@@ -35,6 +45,8 @@ def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
     source is known: an empty or non-UTF-8 PIN is refused before it reaches a
     token (each refused login uses up a try). Errors name the source, never
     the PIN, and chain no exception (a Unicode error's args hold the text)."""
+    from .keys._pin import usable_pin
+
     if getattr(args, "pin_file", None):
         from .keys._pkcs11_uri import read_pin_file
 
@@ -63,6 +75,8 @@ def _pin_from_prompt(prompt: str) -> str:
 
 
 def _load_json_file(path: str) -> Any:
+    from .record import strict_json
+
     try:
         raw = Path(path).read_bytes() if path != "-" else sys.stdin.buffer.read()
     except OSError as exc:
@@ -72,6 +86,12 @@ def _load_json_file(path: str) -> Any:
 
 def _emit(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _env_option(p: argparse.ArgumentParser, flag: str, env: str, help: str) -> None:
+    """``flag``, defaulting to environment variable ``env`` (required when it is unset or empty)."""
+    default = os.environ.get(env) or None
+    p.add_argument(flag, default=default, required=default is None, help=f"{help} (default: ${env})")
 
 
 def _add_pin_args(p: argparse.ArgumentParser) -> None:
@@ -96,13 +116,23 @@ def cmd_seal(args: argparse.Namespace) -> int:
     if args.key.split(":", 1)[0].lower() == "unsafe-ephemeral":
         print("capseal: warning: unsafe-ephemeral: the key dies with this process; nobody can pin it or sign as it "
               "again, so these records verify only as signed by an unpinned key", file=sys.stderr)
-    with signer, Producer(args.operator, args.developer, signer, args.ledger) as producer:
+    log.info("opened %s key %s… (%s)", signer.alg, signer.kid[:16], signer.describe().get("backend"))
+    with signer, Producer(args.operator, args.developer, signer, args.ledger,
+                          continue_epoch=args.continue_epoch) as producer:
+        continued = producer.epoch_opened
         _check_batch(producer, items, args.spec)
-        sealed = []
-        for spec in items:
-            record = producer.seal(spec)
-            sealed.append(record.to_json() if args.record else record.capsule)
-    _emit(sealed if isinstance(specs, list) else sealed[0])
+        records = [producer.seal(spec) for spec in items]
+        epoch = producer.epoch_id
+    if args.json:
+        sealed = [record.to_json() if args.record else record.capsule for record in records]
+        _emit(sealed if isinstance(specs, list) else sealed[0])
+        return EXIT_OK
+    for record in records:
+        capsule = record.capsule
+        what = (capsule.get("effect") or {}).get("status") or (capsule.get("disposition") or {}).get("verdict_class") or ""
+        print(f"sealed  {capsule['action_id']}  {record.capsule_id}  {what}")
+    how = "continued" if continued else "opened"
+    print(f"{len(records)} record(s) sealed into {args.ledger} (epoch {epoch}, {how})")
     return EXIT_OK
 
 
@@ -373,6 +403,8 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 def cmd_token_init(args: argparse.Namespace) -> int:
     from capseal.keys._pkcs11 import init_softhsm_token  # type: ignore[attr-defined]
 
+    from .keys._pin import usable_pin
+
     so_pin = None
     if args.so_pin_env:  # named but unset is an error: never a silently generated SO PIN
         if args.so_pin_env not in os.environ:
@@ -418,16 +450,28 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="capseal", description="Seal and verify Agent Action Capsules (draft -05).")
+    ap.add_argument("--version", action="version", version=f"capseal {__version__}")
+    ap.add_argument("-v", dest="log_verbosity", action="count", default=0,
+                    help="log more to stderr: -v info, -vv debug (before the subcommand)")
+    ap.add_argument("--log-level", choices=LOG_LEVELS, default=None,
+                    help="log level for stderr (default: $CAPSEAL_LOG_LEVEL, else warning)")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("seal", help="seal capsule(s) from a JSON spec into a ledger")
+    p = sub.add_parser("seal", help="seal capsule(s) from a JSON spec into a ledger",
+                       description="Seal capsule(s) into a ledger. Each run opens a new epoch (an epoch-boundary "
+                                   "capsule describing the key as observed), unless --continue-epoch finds the "
+                                   "last one unchanged.")
     p.add_argument("spec", help="JSON file with a capsule spec (or an array of specs); - for stdin")
-    p.add_argument("--key", required=True, help="signing key URI (file:, pkcs11:, tpm2:; unsafe-ephemeral: for a "
-                                                "throwaway key in tests)")
-    p.add_argument("--ledger", required=True, help="ledger file (created if missing)")
-    p.add_argument("--operator", required=True)
-    p.add_argument("--developer", required=True)
-    p.add_argument("--record", action="store_true", help="print the whole sealed record, not only the capsule")
+    _env_option(p, "--key", "CAPSEAL_KEY", "signing key URI (file:, pkcs11:, tpm2:; unsafe-ephemeral: for a "
+                                           "throwaway key in tests)")
+    _env_option(p, "--ledger", "CAPSEAL_LEDGER", "ledger file (created if missing)")
+    _env_option(p, "--operator", "CAPSEAL_OPERATOR", "the operator (tenant) the capsules are sealed for")
+    _env_option(p, "--developer", "CAPSEAL_DEVELOPER", "the agent identity and version, e.g. buyer-agent@1.4")
+    p.add_argument("--continue-epoch", action="store_true",
+                   help="carry on the last epoch this operator and developer opened in the ledger when its "
+                        "boundary describes exactly this key, custody and model (else a new epoch is opened)")
+    p.add_argument("--record", action="store_true", help="with --json: print the whole sealed record, not only the capsule")
+    p.add_argument("--json", action="store_true", help="print the sealed capsules (or records) as JSON")
     _add_pin_args(p)
     p.set_defaults(fn=cmd_seal)
 
@@ -509,17 +553,45 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _log_level(args: argparse.Namespace) -> int:
+    """``--log-level``, else ``-v``/``-vv``, else ``CAPSEAL_LOG_LEVEL``, else warning."""
+    if args.log_level is not None:
+        return int(getattr(logging, args.log_level.upper()))
+    if args.log_verbosity:
+        return logging.INFO if args.log_verbosity == 1 else logging.DEBUG
+    named = os.environ.get("CAPSEAL_LOG_LEVEL", "").strip().lower()
+    if named and named not in LOG_LEVELS:
+        raise _CLIError(f"CAPSEAL_LOG_LEVEL={named[:20]!r} is not one of {', '.join(LOG_LEVELS)}")
+    return int(getattr(logging, (named or "warning").upper()))
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``capseal`` command line.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 ok, 1 not ok, 2 could not run, 130 interrupted.
+    """
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # also while arguments are parsed and modules load
+        print("capseal: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        logging.basicConfig(level=_log_level(args), stream=sys.stderr,
+                            format="capseal: %(levelname)s: %(name)s: %(message)s")
         return int(args.fn(args))
     except CapsealError as exc:
         print(f"capseal: error: {exc}", file=sys.stderr)
         if exc.hint:
             print(f"capseal: hint: {exc.hint}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
         return EXIT_ERROR
     except BrokenPipeError:
         # the reader went away (``capseal … | head``): its choice, not a failure to

@@ -55,7 +55,41 @@ __all__ = [
     "EvidenceForkedError",
     "JudgmentError",
     "JudgmentRefusedError",
+    "shown",
 ]
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A short description of a caller's value for an error message.
+
+    Args:
+        value: anything a caller passed.
+        limit: the most characters of a string's or scalar's repr shown.
+
+    Returns:
+        The value's repr, cut to ``limit`` characters, for strings and
+        small scalars; the type and size for containers and huge integers.
+        Never raises: ``repr`` of an integer of more than 4,300 digits, of a
+        deeply nested list or of a list that contains itself does.
+    """
+    t = type(value)
+    if value is None or t is bool:
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 200:
+            return f"<an integer of {value.bit_length()} bits>"
+        text = int.__repr__(value)
+    elif isinstance(value, float):
+        text = float.__repr__(value)
+    elif isinstance(value, str):
+        text = str.__repr__(value)
+    elif isinstance(value, (bytes, bytearray)):
+        return f"<{t.__name__} of length {len(value)}>"
+    elif isinstance(value, (dict, list, tuple, set, frozenset)):
+        return f"<a {t.__name__} of {len(value)} items>"
+    else:
+        return f"<a {t.__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class CapsealError(Exception):
@@ -121,11 +155,11 @@ class CapsuleValidationError(InputError):
     ``errors`` lists ``(path, message)`` pairs, one per broken rule.
     """
 
-    def __init__(self, errors: list[tuple[str, str]]) -> None:
+    def __init__(self, errors: list[tuple[str, str]], *, hint: str | None = None) -> None:
         self.errors = errors
-        shown = "; ".join(f"{p}: {m}" for p, m in errors[:5])
+        listed = "; ".join(f"{p}: {m}" for p, m in errors[:5])
         more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
-        super().__init__(f"capsule refused: {shown}{more}")
+        super().__init__(f"capsule refused: {listed}{more}", hint=hint)
 
 
 class AssuranceError(InputError):

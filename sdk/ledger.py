@@ -993,11 +993,18 @@ class Ledger:
             self._in_flight = batch
         if not batch:
             return
+        interrupted: BaseException | None = None
         try:
             self._write(batch)
         except BaseException as exc:  # noqa: BLE001 - every waiter must learn the outcome
             self._head = None
-            failure = exc if isinstance(exc, LedgerError) else LedgerError(f"append to {self.path.name} failed: {exc}")
+            if isinstance(exc, LedgerError):
+                failure = exc
+            elif isinstance(exc, Exception):
+                failure = LedgerError(f"append to {self.path.name} failed: {exc}")
+            else:  # Ctrl-C or exit while this thread led the commit: nothing was written, and it goes on up
+                failure, interrupted = LedgerError(f"append to {self.path.name} interrupted "
+                                                   f"({type(exc).__name__}); nothing was written"), exc
             for p in batch:
                 p.error, p.stored = failure, None
         self._in_callbacks = threading.get_ident()  # SQLite is between statements: a fork here is quiet
@@ -1023,6 +1030,8 @@ class Ledger:
                 p.lead, p.after = None, ()  # decided: what it waited on may go (a chain would keep every body)
             self._in_flight = []
             self._cond.notify_all()
+        if interrupted is not None:
+            raise interrupted
 
     def _write(self, batch: list[PendingAppend]) -> None:
         db = self._db

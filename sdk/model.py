@@ -38,6 +38,7 @@ from .vocab import (
     CITATION_PURPOSES,
     EFFECT_ATTESTATIONS,
     PRODUCER_NEVER_DISPATCH,
+    REGISTRIES,
     SPEC_VERSION,
 )
 
@@ -421,7 +422,39 @@ def validate_capsule(capsule: dict[str, Any]) -> Capsule:
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, "):]
             errors.append((_json_path(tuple(err["loc"])), msg))
-        raise CapsuleValidationError(errors) from None
+        raise CapsuleValidationError(_collapse_type_errors(errors, capsule), hint=_hint(capsule)) from None
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*").fullmatch
+
+
+def _unregistered_effect_type(capsule: dict[str, Any]) -> str | None:
+    """The effect type if it is neither registered nor namespaced (a plain name), else None."""
+    effect = capsule.get("effect")
+    value = effect.get("type") if isinstance(effect, dict) else None
+    if isinstance(value, str) and value not in REGISTRIES["effect.type"] and not is_namespaced(value) and _PLAIN_NAME(value):
+        return value
+    return None
+
+
+def _collapse_type_errors(errors: list[tuple[str, str]], capsule: dict[str, Any]) -> list[tuple[str, str]]:
+    """One message for an unregistered effect type, naming the namespaced form
+    to use, in place of pydantic's two (the registry, then the pattern)."""
+    value = _unregistered_effect_type(capsule)
+    if value is None:
+        return errors
+    said = f"{value!r} is not a registered effect type ({', '.join(sorted(REGISTRIES['effect.type']))}); an extension type " \
+           f"is namespaced, e.g. 'x-{value.replace('_', '-')}'"
+    kept = [(p, m) for p, m in errors if p != "$.effect.type"]
+    return [("$.effect.type", said), *kept]
+
+
+def _hint(capsule: dict[str, Any]) -> str | None:
+    value = _unregistered_effect_type(capsule)
+    if value is None:
+        return None
+    return (f"use effect_type='x-{value.replace('_', '-')}': an effect type outside the registry is namespaced "
+            "(x-…, reverse DNS or a URI; -05 §9.1)")
 
 
 # re-exported for builders

@@ -27,17 +27,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from capseal.keys import SignatureResult, Signer, SignerSelfTest
 
-from . import _at_exit
+from . import _at_exit, _inputs
 from ._args import timeout as timeout_arg
+from ._lifecycle import Flow, rebuild_flow
+from ._version import __version__
 from .assurance import derive_assurance, enforce_claim
-from .canonical import MAX_DEPTH, canonical_bytes, json_digest
+from .canonical import MAX_DEPTH, canonical_bytes, is_hex64, json_digest
 from .envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope, sign_envelope
 from .errors import (
     DuplicateRecordError,
@@ -46,6 +47,7 @@ from .errors import (
     LedgerError,
     SealAbortedError,
     SignerUnavailableError,
+    shown,
 )
 from .ledger import Ledger, LedgerEntry, PendingAppend, StoredEntry
 from .model import _timestamp, validate_capsule
@@ -56,7 +58,7 @@ from .vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
 
 __all__ = ["Producer", "PendingRecord", "epistemic_type_for_capsule", "CUSTODY_MEMBER", "SDK_NAME"]
 
-SDK_NAME = "capseal/0.1.0"
+SDK_NAME = f"capseal/{__version__}"
 CUSTODY_MEMBER = "x-capseal-key-custody"
 
 #: Members the producer writes itself; a spec may repeat them only with the same value.
@@ -85,16 +87,20 @@ def _refuse_reserved(spec: Mapping[str, Any]) -> None:
     if isinstance(compute, Mapping):
         for key in compute:
             if isinstance(key, str) and key.startswith("x-capseal-"):
-                raise InputError(f"model_attestation.compute_attestation[{key!r}] is written by the producer (what it "
+                raise InputError(f"model_attestation.compute_attestation[{shown(key)}] is written by the producer (what it "
                                  "observed of its key), never from a spec")
 
 
 def _check_epoch_id(epoch_id: Any) -> None:
-    """None (a new id is made) or a non-empty string. Why: ``""`` quietly got
-    a generated id, and an integer was refused only by the capsule model,
-    after the ledger file was made."""
-    if epoch_id is not None and (not isinstance(epoch_id, str) or not epoch_id):
-        raise InputError(f"epoch_id is a non-empty string, or None for a new one; not {epoch_id!r:.40}")
+    """None (a new id is made) or a non-empty string with no control
+    characters and a UTF-8 form. Why: ``""`` quietly got a generated id, and
+    an integer was refused only by the capsule model, after the ledger file
+    was made."""
+    if epoch_id is not None:
+        try:
+            _inputs.identity("epoch_id", epoch_id)
+        except InputError as exc:
+            raise InputError(f"epoch_id is a non-empty string, or None for a new one ({exc})") from None
 
 
 def _read_clock(clock: Callable[[], str]) -> str:
@@ -115,7 +121,7 @@ def _check_clock(clock: Callable[[], str]) -> None:
     try:
         _timestamp(stamp)
     except ValueError as exc:
-        raise InputError(f"clock() returned {stamp[:40]!r}, which {exc}") from None
+        raise InputError(f"clock() returned {shown(stamp, 40)}, which {exc}") from None
 
 
 _last_stamp: tuple[int, str] = (-1, "")
@@ -175,15 +181,14 @@ class PendingRecord:
         return SealedRecord(self._record.capsule, self._record.envelopes, None, seq=stored.seq)
 
 
-@dataclass
-class _Flow:
-    """What the producer remembers between the capsules of one action."""
+class _NotGiven:
+    """The default of a lifecycle call's ``request``: not given (None means none)."""
 
-    base_action_id: str
-    effect_type: str | None
-    request_digest: str | None
-    irreversibility_class: str | None
-    external_ref: str | None
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_NOT_GIVEN: Any = _NotGiven()
 
 
 class Producer:
@@ -203,6 +208,12 @@ class Producer:
     before it is written; ``"always"`` checks software signatures too.
     ``cite_epoch`` makes each capsule cite the epoch boundary (``ran_under``),
     the platform record a TPM quote binds; ``capseal.attest.attach`` sets it.
+    ``continue_epoch`` carries on the last epoch this operator and developer
+    opened in the ledger instead of opening a new one, when its boundary
+    describes exactly what is observed now (the same key, custody statement,
+    model and capseal version); otherwise a new epoch is opened as usual.
+    Why: a configuration that did not change is the same epoch (-05 §5.2),
+    and a CLI sealing one record per run doubled the ledger with boundaries.
     """
 
     def __init__(
@@ -218,9 +229,10 @@ class Producer:
         clock: Callable[[], str] = _utc_now,
         verify_signatures: str = "device",
         cite_epoch: bool = False,
+        continue_epoch: bool = False,
     ) -> None:
-        if not isinstance(operator, str) or not operator or not isinstance(developer, str) or not developer:
-            raise InputError("operator and developer are non-empty strings")
+        _inputs.identity("operator", operator)
+        _inputs.identity("developer", developer)
         if verify_signatures not in ("device", "always"):
             raise InputError("verify_signatures is 'device' (tokens and TPMs) or 'always'")
         if not callable(clock):
@@ -233,10 +245,15 @@ class Producer:
                              "(capseal.keys.open_signer(uri) opens one from a key URI)")
         if not isinstance(ledger, (str, os.PathLike, Ledger)):
             raise InputError(f"ledger is a file path or a capseal.Ledger, not a {type(ledger).__name__}")
+        ledger_path = None if isinstance(ledger, Ledger) else _inputs.ledger_path(ledger)
         _check_epoch_id(epoch_id)
+        if continue_epoch and epoch_id is not None:
+            raise InputError("give epoch_id (a new epoch) or continue_epoch=True (the last one), not both")
         if (model_id is None) != (provider is None):  # the model's own refusal named only the missing one's type
             raise InputError("model_id and provider are given together or not at all "
                              "(model_attestation holds both or neither)")
+        _inputs.text("model_id", model_id, optional=True)
+        _inputs.text("provider", provider, optional=True)
         if isinstance(ledger, Ledger) and ledger._forked:  # before the signer's self-test
             raise ledger._fork_error("Producer()")
         self.operator = operator
@@ -244,10 +261,9 @@ class Producer:
         self.signer = signer
         self._clock = clock
         self._check_every_signature = verify_signatures == "always" or getattr(signer, "external_device", False)
-        self._owns_ledger = not isinstance(ledger, Ledger)
-        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(Path(ledger))
+        self._owns_ledger = ledger_path is not None
         self._stream = f"{operator}\x1f{developer}"
-        self._flows: dict[str, _Flow] = {}
+        self._flows: dict[str, Flow] = {}
         self._flows_lock = threading.Lock()
         self._observers: list[Callable[[SealedRecord], object]] = []
         self._id_observers: list[Callable[[str, int, bool], object]] = []
@@ -263,9 +279,19 @@ class Producer:
         self._epoch_sent: PendingAppend | None = None  # the boundary while its pair is on the way
         self._recent: dict[str, PendingRecord] = {}  # see _keep_findable
         self._recent_lock = threading.Lock()
+        # everything given is checked before a ledger file is made: the signer,
+        # and the boundary capsule this producer opens its epoch with
+        SignerSelfTest.run(signer)
+        first_epoch = self._new_epoch_id() if epoch_id is None else epoch_id
+        self._prepare(self._assemble(self._boundary_spec(first_epoch, None), own=True, epoch_id=first_epoch))
+        if isinstance(ledger, Ledger):
+            self.ledger = ledger
+        else:
+            assert ledger_path is not None
+            self.ledger = Ledger(ledger_path)
         try:
-            SignerSelfTest.run(signer)
-            self._prepare_epoch(self._new_epoch_id() if epoch_id is None else epoch_id)
+            if not (continue_epoch and self._continue_epoch()):
+                self._prepare_epoch(first_epoch)
         except BaseException:
             if self._owns_ledger:
                 self.ledger.close()
@@ -391,6 +417,34 @@ class Producer:
             raise InputError(f"epoch_id {epoch_id!r} was opened before in {self.ledger.path.name}; an epoch id is "
                              "never reused (-05 §5.2): give a new one, or none and capseal makes one")
         previous = self.ledger.last_tagged("epoch_boundary", self._stream)
+        spec = self._boundary_spec(epoch_id, None if previous is None else previous.record_id)
+        record = self._sign(self._assemble(spec, own=True, epoch_id=epoch_id))
+        entry = self._entry(record, tag="epoch_boundary")
+        with self._epoch_lock:
+            self.epoch_id, self.epoch_record, self._epoch_entry = epoch_id, record, entry
+        return record
+
+    def _continue_epoch(self) -> bool:
+        """Carry on this stream's last epoch if its boundary capsule's
+        ``model_attestation`` is the one this producer would write now (which
+        holds the custody statement observed of the signer, with its kid);
+        False, changing nothing, when there is none or it differs."""
+        previous = self.ledger.last_tagged("epoch_boundary", self._stream)
+        if previous is None:
+            return False
+        boundary = SealedRecord.from_json(previous.record(), seq=previous.seq)
+        epoch_id = boundary.capsule.get("epoch_id")
+        if not isinstance(epoch_id, str):
+            return False
+        if boundary.capsule.get("model_attestation") != self._boundary_spec(epoch_id, None)["model_attestation"]:
+            return False
+        with self._epoch_lock:  # nothing armed: the boundary is in the ledger already
+            self.epoch_id, self.epoch_record, self._epoch_entry = epoch_id, boundary, None
+        return True
+
+    def _boundary_spec(self, epoch_id: str, previous: str | None) -> dict[str, Any]:
+        """The spec of the capsule that opens epoch ``epoch_id``, chained
+        ``epoch_opens`` to ``previous`` (the stream's last boundary), if any."""
         compute: dict[str, Any] = {CUSTODY_MEMBER: self.signer.describe(), "x-capseal-producer": SDK_NAME}
         attestation: dict[str, Any] = {"compute_attestation": compute}
         model_id, provider = self._model
@@ -403,12 +457,8 @@ class Producer:
             "model_attestation": attestation,
         }
         if previous is not None:
-            spec["chain"] = {"parent_capsule_id": previous.record_id, "relation": "epoch_opens"}
-        record = self._sign(self._assemble(spec, own=True, epoch_id=epoch_id))
-        entry = self._entry(record, tag="epoch_boundary")
-        with self._epoch_lock:
-            self.epoch_id, self.epoch_record, self._epoch_entry = epoch_id, record, entry
-        return record
+            spec["chain"] = {"parent_capsule_id": previous, "relation": "epoch_opens"}
+        return spec
 
     def rotate_epoch(self, epoch_id: str | None = None) -> SealedRecord:
         """Start a new epoch (call when the configuration or key changes). The
@@ -479,6 +529,11 @@ class Producer:
         parent = chain.get("parent_capsule_id") if isinstance(chain, Mapping) else None
         if not isinstance(parent, str) or len(parent) != 64 or parent == self.epoch_record.capsule_id:
             return None  # no chain, a malformed one (refused with its own message later), or the epoch's boundary
+        return self._known(parent)
+
+    def _known(self, parent: str) -> PendingRecord | None:
+        """``parent``'s PendingRecord while it is on its way, None once it is
+        in the ledger; InputError when it is neither."""
         on_its_way = self._recent.get(parent)
         if on_its_way is not None or self.ledger.has_record(parent):
             return on_its_way
@@ -504,7 +559,8 @@ class Producer:
     @staticmethod
     def _body(spec: Mapping[str, Any], parent: SealedRecord | str | None, relation: str) -> dict[str, Any]:
         if not isinstance(spec, Mapping):
-            raise InputError("a capsule spec is a JSON object")
+            raise InputError(f"a capsule spec is a JSON object, not {shown(spec)}")
+        _inputs.text("relation", relation)
         body = dict(spec)
         if parent is not None:
             if "chain" in body:
@@ -688,10 +744,10 @@ class Producer:
                 raise InputError(f"{key} is written by the producer; leave it out of the spec")
         for key in _PRODUCER_OWNED:
             if key in spec and spec[key] != self._owned(key):
-                raise InputError(f"{key}={spec[key]!r} does not match this producer ({self._owned(key)!r})")
+                raise InputError(f"{key}={shown(spec[key])} does not match this producer ({self._owned(key)!r})")
         epoch = self.epoch_id if epoch_id is None else epoch_id  # read once: rotate_epoch() may run meanwhile
         if "epoch_id" in spec and spec["epoch_id"] != epoch:
-            raise InputError(f"epoch_id {spec['epoch_id']!r} is not the open epoch {epoch!r}; epoch ids are never back-filled")
+            raise InputError(f"epoch_id {shown(spec['epoch_id'])} is not the open epoch {epoch!r}; epoch ids are never back-filled")
         claimed = spec.get("assurance")
         capsule: dict[str, Any] = {
             "spec_version": SPEC_VERSION,
@@ -797,6 +853,9 @@ class Producer:
     ) -> SealedRecord:
         """Seal that an action is planned. Planned effects carry no digests
         (-05 §5.3); ``request`` is digested now and used by the next capsule."""
+        _strings(action_id=action_id, action_type=action_type)
+        _strings(optional=True, effect_type=effect_type, irreversibility_class=irreversibility_class,
+                 external_ref=external_ref)
         effect: dict[str, Any] = {"status": "planned"}
         if effect_type is not None:
             effect["type"] = effect_type
@@ -806,25 +865,34 @@ class Producer:
             effect["external_ref"] = external_ref
         request_digest = json_digest(request, path="request") if request is not None else None
         record = self._seal_flow(self._common({"action_id": action_id, "action_type": action_type, "effect": effect}, extra))
-        self._remember(record, _Flow(action_id, effect_type, request_digest, irreversibility_class, external_ref))
+        self._remember(record, Flow(action_id, effect_type, request_digest, irreversibility_class, external_ref))
         return record
 
     def dispatched(
         self,
         parent: SealedRecord | str,
         *,
-        request: Any = None,
+        request: Any = _NOT_GIVEN,
         effect_attestation: str = "runtime_claimed",
         action_id: str | None = None,
         **extra: Any,
     ) -> SealedRecord:
-        """Seal that the action was dispatched (follows its parent)."""
+        """Seal that the action was dispatched (follows its parent).
+
+        ``request`` is the request actually sent (digested into
+        ``request_digest``). Left out, the digest of the request given to
+        ``planned()`` is used; when the planned capsule was sealed by another
+        producer (another process, or before a restart) that digest cannot be
+        recovered, and InputError asks for ``request=`` (or ``request=None``
+        to seal without a request digest)."""
+        _strings(effect_attestation=effect_attestation)
+        _strings(optional=True, action_id=action_id)
         flow = self._flow(parent)
         effect = self._effect(flow, "dispatched", effect_attestation, request=request)
         spec = self._common({"action_id": action_id or f"{flow.base_action_id}/dispatched", "action_type": "decide", "effect": effect}, extra)
         record = self._seal_flow(self._chain(spec, parent, "follows"))
         # the next capsule digests the request actually sent (-05 §5.3), not the planned one
-        self._remember(record, replace(flow, request_digest=record.capsule["effect"].get("request_digest")))
+        self._remember(record, replace(flow, request_digest=record.capsule["effect"].get("request_digest"), request_known=True))
         return record
 
     def confirmed(
@@ -832,16 +900,19 @@ class Producer:
         parent: SealedRecord | str,
         *,
         response: Any,
-        request: Any = None,
+        request: Any = _NOT_GIVEN,
         effect_attestation: str = "runtime_claimed",
         action_id: str | None = None,
         verdict_class: str | None = None,
         **extra: Any,
     ) -> SealedRecord:
         """Seal that the effect is confirmed by ``response`` (the response actually
-        received; its digest is computed here). Chains with ``confirms``."""
+        received; its digest is computed here). Chains with ``confirms``.
+        ``request`` as for :meth:`dispatched`."""
         if response is None:
             raise InputError("confirmed() needs the response actually received (-05 §5.3)")
+        _strings(effect_attestation=effect_attestation)
+        _strings(optional=True, action_id=action_id, verdict_class=verdict_class)
         flow = self._flow(parent)
         effect = self._effect(flow, "confirmed", effect_attestation, request=request, response=response)
         spec = self._common({"action_id": action_id or f"{flow.base_action_id}/confirmed", "action_type": "decide", "effect": effect}, extra)
@@ -858,14 +929,17 @@ class Producer:
         parent: SealedRecord | str,
         *,
         response: Any = None,
-        request: Any = None,
+        request: Any = _NOT_GIVEN,
         effect_attestation: str = "runtime_claimed",
         verdict_class: str = "errored",
         action_id: str | None = None,
         **extra: Any,
     ) -> SealedRecord:
         """Seal that the dispatched action failed (optionally digesting the
-        failure response). Follows its parent."""
+        failure response). Follows its parent. ``request`` as for
+        :meth:`dispatched`."""
+        _strings(effect_attestation=effect_attestation, verdict_class=verdict_class)
+        _strings(optional=True, action_id=action_id)
         flow = self._flow(parent)
         effect = self._effect(flow, "failed", effect_attestation, request=request, response=response)
         spec = self._common({"action_id": action_id or f"{flow.base_action_id}/failed", "action_type": "decide", "effect": effect}, extra)
@@ -891,6 +965,8 @@ class Producer:
         """Seal a refusal (blocked, denied, timeout before dispatch, …): -05
         §5.5.3 requires a capsule for every verdict. No effect is dispatched.
         ``reason`` (a JSON object) is recorded as ``reason_digest`` only."""
+        _strings(verdict_class=verdict_class, decision=decision, approver=approver)
+        _strings(optional=True, action_id=action_id, authority=authority)
         disposition: dict[str, Any] = {"decision": decision, "approver": approver, "human_disposed": human_disposed, "verdict_class": verdict_class}
         if reason is not None:
             disposition["reason_digest"] = json_digest(reason, path="reason")
@@ -927,12 +1003,14 @@ class Producer:
         ``approver`` has no default: ``"human"`` makes ``human_disposed`` true,
         which -05 §5.5 allows only when a human actually acted, so the caller
         says who did."""
+        _strings(decision=decision, approver=approver, verdict_class=verdict_class)
+        _strings(optional=True, action_id=action_id)
         if human_disposed is None:
             human_disposed = approver == "human"
         disposition: dict[str, Any] = {"decision": decision, "approver": approver, "human_disposed": human_disposed, "verdict_class": verdict_class}
         if reason is not None:
             disposition["reason_digest"] = json_digest(reason, path="reason")
-        base = self._flow(open_record).base_action_id
+        base = self._flow(open_record, "open_record").base_action_id
         spec = self._common({"action_id": action_id or f"{base}/{verdict_class}", "action_type": "decide", "disposition": disposition}, extra)
         return self._seal_flow(self._chain(spec, open_record, "supersedes"))
 
@@ -951,7 +1029,7 @@ class Producer:
         ledger does not hold, which -05 §6 check 6 fails."""
         return self._seal(spec, self._parent_known(spec))
 
-    def _remember(self, record: SealedRecord, flow: _Flow) -> None:
+    def _remember(self, record: SealedRecord, flow: Flow) -> None:
         with self._flows_lock:
             self._flows[record.capsule_id] = flow
 
@@ -959,37 +1037,49 @@ class Producer:
         with self._flows_lock:
             self._flows.pop(_id_of(parent), None)
 
-    def _flow(self, parent: SealedRecord | str) -> _Flow:
+    def _flow(self, parent: SealedRecord | str, name: str = "parent") -> Flow:
+        """The flow ``parent`` belongs to: this producer's own, or rebuilt from
+        the capsule (the one given, else the ledger's), exactly as the producer
+        that sealed it held it (see :mod:`._lifecycle`)."""
         if self.ledger._forked:  # the lifecycle calls come here first: refused before the lock below
             raise self.ledger._fork_error("Producer: sealing a lifecycle capsule")
-        pid = _id_of(parent)
+        pid = _id_of(parent, name)
         with self._flows_lock:
             flow = self._flows.get(pid)
         if flow is not None:
             return flow
-        capsule = parent.capsule if isinstance(parent, SealedRecord) else self._capsule_from_ledger(pid)
-        raw_effect = capsule.get("effect")
-        effect: Mapping[str, Any] = raw_effect if isinstance(raw_effect, Mapping) else {}
-        return _Flow(
-            str(capsule.get("action_id", pid)).split("/")[0],
-            effect.get("type"),
-            effect.get("request_digest"),
-            effect.get("irreversibility_class"),
-            effect.get("external_ref"),
-        )
+        if isinstance(parent, SealedRecord):
+            self._known(pid)  # a record of another ledger: refused as a chain to it is, before its flow is read
+            capsule = parent.capsule
+        else:
+            capsule = self._capsule_from_ledger(pid, name)
+        return rebuild_flow(capsule, self._stored_capsule)
 
-    def _capsule_from_ledger(self, capsule_id: str) -> dict[str, Any]:
-        record = self.ledger.get(capsule_id)
-        if record is None:
-            raise InputError(f"parent {capsule_id} is not in this producer's ledger")
-        return record.capsule
+    def _stored_capsule(self, capsule_id: str) -> dict[str, Any] | None:
+        record = self.ledger.get(capsule_id) if is_hex64(capsule_id) else None
+        return None if record is None else record.capsule
+
+    def _capsule_from_ledger(self, capsule_id: str, name: str = "parent") -> dict[str, Any]:
+        capsule = self._stored_capsule(capsule_id)
+        if capsule is None:
+            raise InputError(f"{name} {capsule_id} is not in this producer's ledger")
+        return capsule
 
     @staticmethod
-    def _effect(flow: _Flow, status: str, attestation: str, *, request: Any = None, response: Any = None) -> dict[str, Any]:
+    def _effect(flow: Flow, status: str, attestation: str, *, request: Any = _NOT_GIVEN,
+                response: Any = None) -> dict[str, Any]:
         effect: dict[str, Any] = {"status": status}
         if flow.effect_type is not None:
             effect["type"] = flow.effect_type
-        request_digest = json_digest(request, path="request") if request is not None else flow.request_digest
+        if request is not _NOT_GIVEN and request is not None:
+            request_digest: str | None = json_digest(request, path="request")
+        elif flow.request_known or request is None:  # None: the caller says there is no request to digest
+            request_digest = flow.request_digest
+        else:
+            raise InputError(
+                f"the request digest of this {status} capsule cannot be recovered: its flow starts at a planned "
+                "capsule this producer did not seal (a planned capsule never carries its request's digest, -05 §5.3)",
+                hint="pass request= (the request actually sent), or request=None to seal it without a request digest")
         if request_digest is not None:
             effect["request_digest"] = request_digest
         if response is not None:
@@ -1014,15 +1104,18 @@ def _merge_members(key: str, built: Mapping[str, Any], value: Any) -> Mapping[st
     given = _mapping(key, value)
     for member, item in given.items():
         if member in built and item != built[member]:
-            raise InputError(f"{key}.{member}={item!r} contradicts what this call records ({built[member]!r}); "
+            raise InputError(f"{key}.{member}={shown(item)} contradicts what this call records ({shown(built[member])}); "
                              "use the call's own parameters")
     return given
 
 
-def _id_of(parent: SealedRecord | str) -> str:
-    if isinstance(parent, SealedRecord):
-        return parent.capsule_id
-    if isinstance(parent, str):
-        return parent
-    raise InputError("a parent is a SealedRecord or a capsule id")
+def _strings(*, optional: bool = False, **named: Any) -> None:
+    """Each named argument is a string with a UTF-8 form (or None, when
+    ``optional``); InputError naming the first that is not."""
+    for name, value in named.items():
+        _inputs.text(name, value, optional=optional)
+
+
+def _id_of(parent: SealedRecord | str, name: str = "parent") -> str:
+    return _inputs.capsule_ref(name, parent)
 

@@ -15,7 +15,6 @@ from .assurance import derive_cross_party_rung, derive_effect_mode
 from .canonical import MAX_SAFE_INTEGER, _Bad, _scan, capsule_id, is_hex64
 from .errors import FloatInDigestError, UnsafeIntegerError
 from .findings import Finding, VerificationResult
-from .record import SealedRecord
 from .vocab import (
     APPROVERS,
     ATTESTATION_RANK,
@@ -264,6 +263,8 @@ def _verify(
 ) -> VerificationResult:
     if not isinstance(capsule, Mapping):
         # a SealedRecord (what seal() returns) is the likeliest: say where its capsule is
+        from .record import SealedRecord  # here: importing capseal (and so this module) stays light
+
         where = "; verify record.capsule" if isinstance(capsule, SealedRecord) else ""
         findings.append(Finding("not_an_object", f"a capsule is a JSON object, not a {type(capsule).__name__}{where}",
                                 check=1))

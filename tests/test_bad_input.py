@@ -291,3 +291,12 @@ def test_a_bad_clock_is_refused_before_any_file(tmp_path: Path, clock: Any) -> N
     with pytest.raises(InputError, match=r"clock\(\) returned"):
         Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db", clock=clock)
     assert not (tmp_path / "l.db").exists()
+
+
+@pytest.mark.parametrize(("given", "suggested"), [("tool_call", "x-tool-call"), ("delete_file", "x-delete-file")])
+def test_an_unregistered_effect_type_names_the_namespaced_form(producer: Producer, given: str, suggested: str) -> None:
+    with pytest.raises(CapsuleValidationError) as refused:
+        producer.planned("tc-1", effect_type=given)
+    assert f"e.g. '{suggested}'" in str(refused.value)
+    assert f"effect_type='{suggested}'" in refused.value.hint
+    assert producer.planned("tc-1", effect_type=suggested).capsule["effect"]["type"] == suggested

@@ -30,7 +30,8 @@ def sealed(tmp_path: Path) -> tuple[Path, Path, Path]:
          "effect": {"status": "confirmed", "type": "write_order", "response_digest": "b" * 64, "effect_attestation": "gate_executed"}},
     ]))
     ledger = tmp_path / "l.db"
-    proc = run("seal", str(spec), "--key", f"file:{key}", "--ledger", str(ledger), "--operator", "acme", "--developer", "a@1", "--record")
+    proc = run("seal", str(spec), "--key", f"file:{key}", "--ledger", str(ledger), "--operator", "acme", "--developer", "a@1", "--record",
+               "--json")
     assert proc.returncode == 0, proc.stderr
     records = json.loads(proc.stdout)
     assert [r["capsule"]["action_id"] for r in records] == ["po-1", "po-1/confirmed"]

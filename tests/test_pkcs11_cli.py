@@ -68,7 +68,7 @@ def test_create_show_list_doctor_seal(softhsm: Any, tmp_path: Path) -> None:
                                                 "verdict_class": "executed"}}))
     ledger = tmp_path / "ledger.db"
     sealed = capseal("seal", str(spec), "--key", uri, "--ledger", str(ledger), "--operator", "acme",
-                     "--developer", "agent@1", pin=softhsm.pin)
+                     "--developer", "agent@1", "--json", pin=softhsm.pin)
     assert sealed.returncode == 0, sealed.stderr
     assert json.loads(sealed.stdout)["key_id"] == info["kid"]
     verified = capseal("verify", str(ledger))

@@ -1,0 +1,99 @@
+"""Checks of the producer API's plain arguments, made before anything is signed,
+queued or created. Each raises a typed error naming the argument, whatever the
+caller passed (a value of the wrong type, a huge integer, a string holding a
+lone surrogate or a control character): a value that reached SQLite or an
+f-string unchecked raised a bare ``UnicodeEncodeError`` or ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from .canonical import is_hex64
+from .errors import InputError, LedgerError, shown
+from .record import SealedRecord
+
+__all__ = ["text", "identity", "capsule_ref", "ledger_path"]
+
+# C0 controls and DEL: never part of a name a person reads, and U+001F is the
+# separator of the ledger's producer stream key (operator, developer)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]").search
+
+
+def _utf8(name: str, value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{name} holds a lone UTF-16 surrogate, which has no UTF-8 form") from None
+    return value
+
+
+def text(name: str, value: Any, *, optional: bool = False) -> str | None:
+    """``value`` if it is a string with a UTF-8 form (or None, when ``optional``).
+
+    Args:
+        name: the argument's name, for the error.
+        value: what the caller passed.
+        optional: whether None is accepted.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        InputError: ``value`` is not a string (or None), or holds a lone surrogate.
+    """
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        return _refuse(name, value, "a string" + (" or None" if optional else ""))
+    return _utf8(name, value)
+
+
+def identity(name: str, value: Any) -> str:
+    """``value`` if it is a non-empty string with no control characters and a
+    UTF-8 form: the producer's own names (operator, developer, epoch id).
+
+    Raises:
+        InputError: otherwise, naming ``name``.
+    """
+    if not isinstance(value, str) or not value:
+        return _refuse(name, value, "a non-empty string")
+    if _CONTROL(value):
+        raise InputError(f"{name} holds a control character (U+0000–U+001F or U+007F): {shown(value)}")
+    return _utf8(name, value)
+
+
+def capsule_ref(name: str, value: Any) -> str:
+    """The capsule id a parent argument names: a sealed record's id, or a
+    64-digit lowercase hex capsule id.
+
+    Raises:
+        InputError: ``value`` is neither, naming ``name``.
+    """
+    capsule_id = value.capsule_id if isinstance(value, SealedRecord) else value
+    if not is_hex64(capsule_id):
+        return _refuse(name, value, "a SealedRecord or a 64-digit lowercase hex capsule id")
+    return str(capsule_id)
+
+
+def ledger_path(value: Any) -> Path:
+    """A ledger path a file can be opened at.
+
+    Raises:
+        LedgerError: an empty path, or one with a NUL byte (no file name holds one).
+    """
+    raw = os.fspath(value)
+    if not isinstance(raw, str):
+        raise LedgerError(f"a ledger path is text, not {type(raw).__name__}")
+    if not raw:
+        raise LedgerError("a ledger path is not empty")
+    if "\x00" in raw:
+        raise LedgerError(f"ledger path {shown(raw)} holds a NUL byte, which no file name can")
+    return Path(raw)
+
+
+def _refuse(name: str, value: Any, what: str) -> Any:
+    raise InputError(f"{name} is {what}, not {shown(value)}")
