@@ -1,5 +1,5 @@
 # capseal — the two commands a fresh machine needs (see README):
-#   make demo   install what is missing, then seal capsules into a ledger and verify them
+#   make demo   install what is missing, then seal capsules into a ledger (kept in .work/) and verify them
 #   make test   install what is missing, then run the whole test suite (SoftHSM2 + swtpm included)
 .PHONY: demo test deps bench lint
 
@@ -11,10 +11,11 @@ deps:
 	@PYTHON=$(PYTHON) ./hardware/install-deps.sh
 
 demo: deps
-	$(PY) examples/demo.py
+	$(PY) examples/demo.py .work/demo-$$(date +%Y%m%dT%H%M%S)
 
 test: deps
 	$(PY) -m pytest
+	./.ci/lower-bounds.sh
 
 bench: deps
 	$(PY) bench/seal.py

@@ -5,7 +5,9 @@ refusals (an overclaim and a float), then verifies the ledger with capseal and
 each capsule with the published reference verifier. Prints what it did.
 
 Usage: python examples/demo.py [WORKDIR]   (default: a fresh temporary directory;
-a WORKDIR is one without an earlier run's seal-key.pem and capsules.db)
+a WORKDIR is one without an earlier run's seal-key.pem and capsules.db). With a
+WORKDIR (``make demo`` gives one under .work/) the ledger, the key and its
+public key stay there, and the commands that inspect them are printed.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from capseal.errors import AssuranceOverclaimError, FloatInDigestError
 from capseal.keys import generate_private_key, open_signer, write_pkcs8
 
 
-def main(workdir: Path) -> int:
+def main(workdir: Path, keep: bool = False) -> int:
     key_path = workdir / "seal-key.pem"
     ledger_path = workdir / "capsules.db"
     write_pkcs8(generate_private_key("EdDSA"), key_path)
@@ -71,6 +73,12 @@ def main(workdir: Path) -> int:
     ref_ok = all(res.ok for res in reference.verify_store(capsules))
     authored = sum(verify_record_signature(c)[0] == "authored" for c in capsules)
     print(f"reference agent-action-capsule {reference.__version__}: ok={ref_ok}, {authored}/{len(capsules)} signatures authored")
+    if keep:
+        public = workdir / "seal-key.pub.pem"
+        public.write_text(signer.public_key_pem())
+        print(f"kept     {workdir}: inspect it with (after `. .venv/bin/activate`)")
+        print(f"           capseal ledger show {ledger_path}")
+        print(f"           capseal verify {ledger_path} --trust {public}")
     return 0 if report.ok and ref_ok else 1
 
 
@@ -85,6 +93,6 @@ if __name__ == "__main__":
                   file=sys.stderr)
             sys.exit(2)
         target.mkdir(parents=True, exist_ok=True)
-        sys.exit(main(target))
+        sys.exit(main(target, keep=True))
     with tempfile.TemporaryDirectory(prefix="capseal-demo-") as tmp:
         sys.exit(main(Path(tmp)))

@@ -416,8 +416,10 @@ def cmd_token_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tpm_provision(args: argparse.Namespace) -> int:
-    from capseal.keys._tpm import provision
+    from capseal.keys._registry import load_target
     from capseal.keys._tpm_uri import parse_persistent_handle
+
+    provision = load_target("tpm2", "capseal.keys._tpm:provision")  # without the tpm extra: the extra is named
 
     # parse_handle, not int(): a typo is a KeyURIError naming the option, never a traceback
     info = provision(args.tcti, signing_handle=parse_persistent_handle(args.handle, "--handle"),

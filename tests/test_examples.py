@@ -75,6 +75,12 @@ def test_demo_in_a_workdir_of_an_earlier_run_says_so_and_changes_nothing(tmp_pat
     first = subprocess.run([sys.executable, str(EXAMPLES / "demo.py"), str(tmp_path / "w")], capture_output=True,
                            text=True, timeout=300)
     assert first.returncode == 0, first.stderr
+    # a kept WORKDIR: the printed commands inspect it as they stand
+    commands = re.findall(r"^ {11}(capseal .*)$", first.stdout, re.M)
+    assert [c.split()[1] for c in commands] == ["ledger", "verify"], first.stdout
+    for command in commands:
+        shown = subprocess.run(shlex.split(command), executable=CLI, capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
     before = {p.name: p.read_bytes() for p in (tmp_path / "w").iterdir() if p.suffix in (".pem", ".db")}
     again = subprocess.run([sys.executable, str(EXAMPLES / "demo.py"), str(tmp_path / "w")], capture_output=True,
                            text=True, timeout=300)
@@ -108,21 +114,34 @@ def _substitute(snippet: str, replacements: dict[str, str]) -> str:
     return snippet
 
 
-def test_readme_use_snippet_runs_as_shown(tmp_path: Path) -> None:
-    """README.md "Use", with only the key path changed to a key made by
-    `capseal keys create file:…`: it seals into capsules.db in the working
-    directory, prints the capsule id and the derived assurance, and the
-    ledger verifies."""
-    key = tmp_path / "seal-key.pem"
-    made = subprocess.run([CLI, "keys", "create", f"file:{key}", "--alg", "ed25519"], capture_output=True, text=True, timeout=120)
+def _blocks(doc: Path, after: str, lang: str) -> list[str]:
+    """Every ```lang block of the section of ``doc`` that starts at the line ``after``."""
+    text = doc.read_text()
+    start = text.index(after)
+    end = text.find("\n## ", start + len(after))
+    section = text[start:] if end < 0 else text[start:end]
+    return [textwrap.dedent(m) for m in re.findall(rf"```{lang}\n(.*?)^ *```", section, re.S | re.M)]
+
+
+def test_readme_use_section_runs_as_shown(tmp_path: Path) -> None:
+    """README.md "Use", every block as written, in an empty directory with
+    the venv's capseal on PATH: the key is created by the shown
+    `capseal keys create`, the Python seals into capsules.db and prints the
+    capsule id and the derived assurance, the shell block seals one more and
+    the ledger verifies."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    create, seal_and_verify = _blocks(ROOT / "README.md", "## Use", "bash")
+    (snippet,) = _blocks(ROOT / "README.md", "## Use", "python")
+    made = subprocess.run(["bash", "-euc", create], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
     assert made.returncode == 0, made.stderr
-    snippet = _substitute(_python_block(ROOT / "README.md", "## Use"), {"/etc/capseal/seal-key.pem": str(key)})
     proc = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(r"[0-9a-f]{64} \{'attestation_mode': 'self_attested', 'effect_mode': 'confirmed', "
                         r"'ledger_mode': 'chained'\}\n", proc.stdout), proc.stdout
-    verified = subprocess.run([CLI, "verify", "capsules.db"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert verified.returncode == 0 and "3 records, 3 ok" in verified.stdout, verified.stdout + verified.stderr
+    shown = subprocess.run(["bash", "-euc", seal_and_verify], capture_output=True, text=True, timeout=300,
+                           cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "sealed  po-8  " in shown.stdout and "5 records, 5 ok" in shown.stdout, shown.stdout
 
 
 def test_hardware_readme_token_steps_run_as_shown(softhsm: Any, tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ class Sealed:
         spec.write_text(json.dumps(SPECS))
         self.ledger = tmp / "l.db"
         proc = run("seal", str(spec), "--key", f"file:{self.key}", "--ledger", str(self.ledger),
-                   "--operator", "acme", "--developer", "a@1", "--record")
+                   "--operator", "acme", "--developer", "a@1", "--record", "--json")
         assert proc.returncode == 0, proc.stderr
         self.record = tmp / "record.json"
         self.record.write_text(json.dumps(json.loads(proc.stdout)[1]))
