@@ -42,7 +42,7 @@ from .ruling import RefereeSeat
 from .selection import Candidate, ScriptedDraw
 from .transports import ReplayTransport
 
-__all__ = ["Case", "load_case", "read_case", "run_case"]
+__all__ = ["Case", "load_case", "read_case", "run_case", "open_seats"]
 
 _TOP = {"now", "settings", "pair", "roster", "history", "referee", "draws"}
 _HALF = {"node_id", "text", "capsule_id", "record", "model_hash", "weights_digest", "temperature", "body"}
@@ -194,7 +194,12 @@ def _key_uri(uri: str, base: Path) -> str:
 
 
 @contextlib.contextmanager
-def _seats(case: Case, book: Book) -> Iterator[dict[str, RefereeSeat]]:
+def open_seats(case: Case, book: Book) -> Iterator[dict[str, RefereeSeat]]:
+    """The case's referee seats (each ``signs: true`` referee's key opened), closed after.
+
+    Raises:
+        CaseFileError: a key that cannot be opened.
+    """
     from capseal.keys import open_signer
 
     seats: dict[str, RefereeSeat] = {}
@@ -233,7 +238,7 @@ def run_case(case: Case, book: Book, *, reask: bool = False) -> RuleAnswer:
         CaseFileError: a referee key that cannot be opened.
     """
     pair = case.halves()
-    with _seats(case, book) as seats:
+    with open_seats(case, book) as seats:
         referee = Referee(
             book, roster=case.roster, settings=case.settings,
             transport=ReplayTransport({n: s.get("reanswer") for n, s in case.referee.items()}),

@@ -55,18 +55,24 @@ class Tally:
                 "contradicted": self.contradicted}
 
 
-def counted_rulings(book: Book, roster: Iterable[Candidate]) -> list[Counted]:
+def counted_rulings(book: Book, roster: Iterable[Candidate],
+                    checked: dict[tuple[str, str, str | None], Any] | None = None) -> list[Counted]:
     """The verdicts this node's book counts: one per referee per pair, each
     ruling verified under the referee's announced key in ``roster``.
 
     Args:
         book: this node's book (its ledger holds the rulings).
         roster: the nodes and their announced keys.
+        checked: reports of rulings verified before, by (ruling, statement,
+            referee key id); filled in as rulings are verified (the ledger is
+            append-only, so a ruling verified once stays as it was).
 
     Returns:
         The counted verdicts, in book order.
     """
+    roster = list(roster)
     keys = {c.node_id: c.announced_key for c in roster}
+    kids = {c.node_id: c.kid for c in roster}
     seen: set[tuple[str, Any]] = set()
     out: list[Counted] = []
     for row in book.rows():
@@ -75,9 +81,14 @@ def counted_rulings(book: Book, roster: Iterable[Candidate]) -> list[Counted]:
         referee = str(row.row["referee"])
         if (referee, row.key) in seen or keys.get(referee) is None:
             continue
-        report = verify_ruling(book.ledger, statement_id=row.statement_id, ruling_id=row.ruling_id,
-                               referee_key=keys[referee], expect={"referee": referee, "tier": row.row["tier"],
-                                                                  "capsule_ids": list(row.capsule_ids)})
+        memo = (row.ruling_id, row.statement_id, kids[referee])
+        report = checked.get(memo) if checked is not None else None
+        if report is None:
+            report = verify_ruling(book.ledger, statement_id=row.statement_id, ruling_id=row.ruling_id,
+                                   referee_key=keys[referee], expect={"referee": referee, "tier": row.row["tier"],
+                                                                      "capsule_ids": list(row.capsule_ids)})
+            if checked is not None:
+                checked[memo] = report
         if not report.ok:
             continue
         seen.add((referee, row.key))

@@ -100,6 +100,7 @@ class Referee:
         self.clock = clock
         self.draw = draw or UniformDraw()
         self.stop_routing = stop_routing
+        self._checked: dict[tuple[str, str, str | None], Any] = {}  # rulings verified once (the ledger is append-only)
 
     def _seat(self, node_id: str) -> RefereeSeat | None:
         if callable(self._seats):
@@ -113,7 +114,7 @@ class Referee:
 
     def counted(self) -> list[Counted]:
         """The verdicts this node counts: its book's verified rulings plus ``history``."""
-        return [Counted(r, None) for r in self.history] + counted_rulings(self.book, self.roster)
+        return [Counted(r, None) for r in self.history] + counted_rulings(self.book, self.roster, self._checked)
 
     def hold(self, half: Half, *, twin_bracket_id: str | None) -> HeldHalf:
         """Keep a half whose twin is unavailable (an orphan: a defined state,
