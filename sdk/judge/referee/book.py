@@ -58,7 +58,7 @@ from .halves import Half
 from .pairs import Pair, PairKey, pair_id_of, pair_key_json
 from .vocab import BOOK_ROW_TYPE, BOOK_VERSION, HELD_HALF_TYPE, PAIR_STATES, TIERS, row_problem
 
-__all__ = ["Book", "BookRow", "HeldHalf", "CallClaimed", "verify_entry", "EPISTEMIC_TYPE"]
+__all__ = ["Book", "BookRow", "HeldHalf", "CallClaimed", "verify_entry", "keep_record", "EPISTEMIC_TYPE"]
 
 EPISTEMIC_TYPE = "producer_claim"
 
@@ -115,6 +115,21 @@ class HeldHalf:
         return {"record_id": self.record_id, "twin_bracket_id": self.twin_bracket_id,
                 "request_digest": self.request_digest, "node_id": self.node_id, "capsule_id": self.capsule_id,
                 "pair_state": "one_half_unavailable", "at": self.at}
+
+
+def keep_record(ledger: Ledger, half: Half) -> None:
+    """Keep a half's sealed record in ``ledger`` as received (once, under the
+    stream ``received:<node>``), so what cites it resolves there; the record
+    is never changed."""
+    if ledger.has_record(half.capsule_id):
+        return
+    entry = LedgerEntry(record_id=half.capsule_id, record_type="capsule",
+                        epistemic_type=epistemic_type_for_capsule(half.capsule), body=dumps_canonical(half.record_json()),
+                        stream=f"received:{half.node_id}")
+    try:
+        ledger.append(entry)
+    except DuplicateRecordError:
+        pass  # kept meanwhile by another writer: the same bytes
 
 
 def _is_time(value: Any) -> bool:
@@ -301,18 +316,8 @@ class Book:
         return self.ledger.append(entry)
 
     def keep_record(self, half: Half) -> None:
-        """Keep a half's sealed record in the ledger as received (once), so
-        what cites it resolves here; the record is never changed."""
-        if self.ledger.has_record(half.capsule_id):
-            return
-        body = dumps_canonical(half.record_json())
-        entry = LedgerEntry(record_id=half.capsule_id, record_type="capsule",
-                            epistemic_type=epistemic_type_for_capsule(half.capsule), body=body,
-                            stream=f"received:{half.node_id}")
-        try:
-            self.ledger.append(entry)
-        except DuplicateRecordError:
-            pass  # kept meanwhile by another writer: the same bytes
+        """Keep a half's sealed record in the ledger as received (see :func:`keep_record`)."""
+        keep_record(self.ledger, half)
 
     def write(self, pair: Pair, row: Mapping[str, Any], *, called: bool, at: str, in_flight: Mapping[str, Any] | None = None,
               ruling_id: str | None = None, statement_id: str | None = None, claim: bool = False) -> BookRow:

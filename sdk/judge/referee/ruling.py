@@ -43,6 +43,7 @@ from capseal.judge.shapes import Adjudication
 from capseal.judge.store import JudgmentStore
 from capseal.ledger import Ledger
 
+from .book import keep_record
 from .halves import Half, load_half, seal_half
 from .pairs import Pair
 from .selection import Candidate
@@ -228,6 +229,8 @@ class RefereeSeat:
         }
         if because is not None:
             statement["not_comparable_because"] = because
+        for half in halves:  # what the ruling cites resolves where it is sealed
+            keep_record(self.ledger, half)
         store = JudgmentStore(self.ledger, self.signer)
         stated = store.put_json(statement, type=STATEMENT_TYPE)
         ruling_id = None
