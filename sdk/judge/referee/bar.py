@@ -74,14 +74,27 @@ class Recorded:
         extra = sorted(set(map(str, value)) - {"node_id", "model_hash", "bucket", "recorded_at"})
         if extra:
             raise RefereeInputError(f"unknown member {extra[0]!r} in a history entry", path=f"{path}.{extra[0]}")
-        node, model, bucket = value.get("node_id"), value.get("model_hash"), value.get("bucket")
-        if not isinstance(node, str) or not node:
-            raise RefereeInputError("node_id is a non-empty string", path=f"{path}.node_id")
-        if model is not None and not isinstance(model, str):
-            raise RefereeInputError("model_hash is a string or null", path=f"{path}.model_hash")
+        from .halves import check_id
+
+        model, bucket = value.get("model_hash"), value.get("bucket")
+        node = check_id(value.get("node_id"), "node_id", f"{path}.node_id")
+        if model is not None:
+            check_id(model, "model_hash", f"{path}.model_hash", empty=True)
         if bucket not in BUCKETS:
             raise RefereeInputError(f"bucket is one of {', '.join(BUCKETS)}, not {bucket!r:.40}", path=f"{path}.bucket")
         return cls(node, model or None, bucket, parse_time(value.get("recorded_at"), f"{path}.recorded_at"))
+
+
+_END_OF_TIME = datetime.max.replace(tzinfo=timezone.utc)
+
+
+def window_end(at: datetime, days: int) -> datetime:
+    """``at + days`` — or the end of representable time when that is past it
+    (a bar recorded near year 9999 lasts to the end)."""
+    try:
+        return at + timedelta(days=days)
+    except OverflowError:
+        return _END_OF_TIME
 
 
 def _about(history: Iterable[Recorded], node: str, model: str) -> list[Recorded]:
@@ -102,9 +115,8 @@ def bar_until(node: str, model: str, history: Iterable[Recorded], now: datetime,
     Returns:
         The latest ``t+D`` of a contradiction with ``t <= now < t+D``, or None.
     """
-    span = timedelta(days=days)
-    ends = [r.recorded_at + span for r in _about(history, node, model)
-            if r.bucket == "contradicted" and r.recorded_at <= now < r.recorded_at + span]
+    ends = [window_end(r.recorded_at, days) for r in _about(history, node, model)
+            if r.bucket == "contradicted" and r.recorded_at <= now < window_end(r.recorded_at, days)]
     return max(ends) if ends else None
 
 
@@ -118,6 +130,6 @@ def corroborated(node: str, model: str, history: Iterable[Recorded], days: int) 
     any, when it was never contradicted on that model; else one recorded strictly
     after the latest contradiction's ``t+D``."""
     about = _about(history, node, model)
-    lapses = [r.recorded_at + timedelta(days=days) for r in about if r.bucket == "contradicted"]
+    lapses = [window_end(r.recorded_at, days) for r in about if r.bucket == "contradicted"]
     lapse = max(lapses) if lapses else None
     return any(r.bucket == "corroborated" and (lapse is None or r.recorded_at > lapse) for r in about)

@@ -54,7 +54,7 @@ from capseal.ledger import Ledger, LedgerEntry, StoredEntry
 from capseal.model import _timestamp
 from capseal.record import dumps_canonical, epistemic_type_for_capsule, strict_json
 
-from .halves import Half
+from .halves import Half, check_id
 from .pairs import Pair, PairKey, pair_id_of, pair_key_json
 from .vocab import BOOK_ROW_TYPE, BOOK_VERSION, HELD_HALF_TYPE, PAIR_STATES, TIERS, row_problem
 
@@ -353,6 +353,7 @@ class Book:
         problem = _body_problem({**body, "envelopes": []})
         if problem is not None:
             raise RefereeInputError(f"not a book row: {problem}", path="$.row")
+        json_digest(body)  # a row that cannot be digested is refused before anything is kept
         for half in pair.halves:
             self.keep_record(half)
         try:
@@ -372,13 +373,16 @@ class Book:
         for held in self.held():
             if held.capsule_id == half.capsule_id:
                 return held
-        self.keep_record(half)
+        if twin_bracket_id is not None:
+            check_id(twin_bracket_id, "twin_bracket_id", "$.twin_bracket_id", empty=True)
         body = {"book_version": BOOK_VERSION, "pair_state": "one_half_unavailable", "at": at,
                 "half": {"twin_bracket_id": twin_bracket_id, "request_digest": half.request_digest or "",
                          "node_id": half.node_id, "capsule_id": half.capsule_id}}
         problem = _held_problem({**body, "envelopes": []})
         if problem is not None:
             raise RefereeInputError(f"not a held half: {problem}", path="$.half")
+        json_digest(body)
+        self.keep_record(half)
         stored = self._append(body, HELD_HALF_TYPE)
         return next(h for h in self.held() if h.record_id == stored.record_id)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capseal.errors import CaseFileError, InputError, MalformedJSONError, RefereeInputError
+from capseal.errors import CaseFileError, InputError, MalformedJSONError, RefereeInputError, SignerError
 from capseal.record import strict_json
 
 from .bar import Recorded, parse_time
@@ -210,8 +210,9 @@ def open_seats(case: Case, book: Book) -> Iterator[dict[str, RefereeSeat]]:
                 continue
             try:
                 signer = open_signer(_key_uri(spec["key"], case.base))
-            except InputError as exc:
-                raise CaseFileError(f"the referee's key cannot be opened: {exc}", path=f"$.referee.{node}.key") from None
+            except (InputError, SignerError) as exc:
+                raise CaseFileError(f"the referee's key cannot be opened ({type(exc).__name__}: {exc})",
+                                    path=f"$.referee.{node}.key") from None
             signers.append(signer)
             seats[node] = RefereeSeat(node, signer, book.ledger, roster=case.roster, clock=lambda: case.now)
         yield seats

@@ -135,6 +135,8 @@ class Referee:
             RefereeInputError: a clock or draw the rules cannot use (nothing recorded).
             capseal.errors.LedgerError: the book could not be written.
         """
+        if not isinstance(pair, Pair):
+            raise RefereeInputError(f"consider() takes a Pair (make_pair), not {type(pair).__name__}", path="$.pair")
         key = pair.key
         spent = self.book.spent(key)
         if spent is not None:
@@ -160,7 +162,11 @@ class Referee:
             assert claimed is not None
             return RuleAnswer(claimed.row, 0, pair, claimed)
         row, report, ruling, refusal = self._call(pair, referee, tier)
-        stored = self.book.write(pair, row, called=True, at=self._now(),
+        try:
+            recorded_at = self._now()
+        except RefereeInputError:  # the outcome is recorded all the same, at the time the call was made
+            recorded_at = now
+        stored = self.book.write(pair, row, called=True, at=recorded_at,
                                  ruling_id=ruling.ruling_id if ruling is not None and report is not None and report.ok else None,
                                  statement_id=ruling.statement_id if ruling is not None and report is not None and report.ok else None)
         return RuleAnswer(row, 1, pair, stored, selection, report, ineligible, refusal)

@@ -32,6 +32,8 @@ from .vocab import not_adjudicated
 __all__ = ["Settings", "DEFAULT_BAR_DAYS", "ENV_SWITCH", "ENV_BAR_DAYS", "before_asking"]
 
 DEFAULT_BAR_DAYS = 30
+#: the largest D a bar can run for (a day count time arithmetic can hold)
+MAX_BAR_DAYS = 999_999_999
 ENV_SWITCH = "CAPSEAL_REFEREE_ADJUDICATE_DIFFERING_TWINS"
 ENV_BAR_DAYS = "CAPSEAL_REFEREE_BAR_DAYS"
 _ON = ("1", "on", "true", "yes")
@@ -54,9 +56,9 @@ class Settings:
         if switch is not None and not isinstance(switch, bool):
             raise RefereeInputError(f"adjudicate_differing_twins is true, false or null, not {switch!r:.40}",
                                     path="$.settings.adjudicate_differing_twins")
-        if days is not None and (type(days) is not int or days <= 0):
-            raise RefereeInputError(f"referee_bar_days is a positive integer (days) or null, not {days!r:.40}",
-                                    path="$.settings.referee_bar_days")
+        if days is not None and (type(days) is not int or not 0 < days <= MAX_BAR_DAYS):
+            raise RefereeInputError(f"referee_bar_days is a positive integer of days (at most {MAX_BAR_DAYS}) or null, "
+                                    f"not {str(days)[:40]!r}", path="$.settings.referee_bar_days")
 
     @property
     def on(self) -> bool:
@@ -99,7 +101,7 @@ class Settings:
         days: int | None = None
         if days_raw is not None:
             text = days_raw.strip()
-            if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+            if not (text.isascii() and text.isdigit()) or len(text) > 12 or not 0 < int(text) <= MAX_BAR_DAYS:
                 raise RefereeInputError(f"{ENV_BAR_DAYS} is a positive whole number of days, not {days_raw!r:.40}",
                                         path=f"${ENV_BAR_DAYS}")
             days = int(text)

@@ -44,9 +44,35 @@ from capseal.verify import verify
 from .vocab import ROLE_PROVIDER, SERVING_MEMBER
 
 __all__ = [
-    "Half", "HostView", "load_half", "answer_text", "answer_problem", "announced_key", "sampled_on_request",
+    "check_id", "Half", "HostView", "load_half", "answer_text", "answer_problem", "announced_key", "sampled_on_request",
     "sampled_on_ruling", "serving_facts", "seal_half", "record_parts",
 ]
+
+MAX_ID = 256
+
+
+def check_id(value: Any, what: str, path: str, *, empty: bool = False) -> str:
+    """A node id or bracket id as the rules key pairs by: a string of at most
+    ``MAX_ID`` characters, valid Unicode (no lone surrogate), without control
+    characters (NUL included); empty only when ``empty``.
+
+    Raises:
+        RefereeInputError: anything else, naming ``what`` and ``path``.
+    """
+    if not isinstance(value, str):
+        raise RefereeInputError(f"{what} is a string, not {type(value).__name__}", path=path)
+    if not value and not empty:
+        raise RefereeInputError(f"{what} is a non-empty string", path=path)
+    if len(value) > MAX_ID:
+        raise RefereeInputError(f"{what} is at most {MAX_ID} characters, not {len(value)}", path=path)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RefereeInputError(f"{what} is not valid Unicode (a lone surrogate)", path=path) from None
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
+        raise RefereeInputError(f"{what} holds a control character", path=path)
+    return value
+
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity)", re.I)
 
@@ -264,6 +290,7 @@ def load_half(
             signed by the announced key, or none announced) or
             ``answer_not_the_signed_body``.
     """
+    check_id(node_id, "node_id", f"{path}.node_id")
     capsule, envelopes = record_parts(record, f"{path}.record")
     try:
         recomputed = capsule_id(capsule)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from capseal.canonical import is_hex64, json_digest
-from capseal.errors import CanonicalizationError, PairRefusedError
+from capseal.errors import CanonicalizationError, PairRefusedError, RefereeInputError
 
 from .comparison import Comparison, compare
-from .halves import Half
+from .halves import Half, check_id
 
 __all__ = ["PairKey", "Pair", "make_pair", "pair_key_json", "pair_id_of"]
 
@@ -85,9 +85,11 @@ def make_pair(twin_bracket_id: Any, request_digest: Any, halves: Sequence[Half],
             request), ``request_not_disclosed_as_signed`` (the request given is
             not the one the digest names); or a malformed bracket or digest.
     """
-    if twin_bracket_id is not None and not isinstance(twin_bracket_id, str):
-        raise PairRefusedError(f"twin_bracket_id is a string or null, not {type(twin_bracket_id).__name__}",
-                               rule="P1", reason="not_a_pair", path="$.pair.twin_bracket_id")
+    if twin_bracket_id is not None:
+        try:
+            check_id(twin_bracket_id, "twin_bracket_id", "$.pair.twin_bracket_id", empty=True)
+        except RefereeInputError as exc:
+            raise PairRefusedError(str(exc).rsplit(" (at ", 1)[0], rule="P1", reason="not_a_pair", path=exc.path) from None
     if not (isinstance(request_digest, str) and is_hex64(request_digest) and request_digest == request_digest.lower()):
         raise PairRefusedError("request_digest is a 64-hex lowercase digest", rule="P1", reason="not_a_pair",
                                path="$.pair.request_digest")
@@ -98,6 +100,9 @@ def make_pair(twin_bracket_id: Any, request_digest: Any, halves: Sequence[Half],
         raise PairRefusedError(f"a pair has exactly two halves, this has {what}", rule="P1", reason="not_a_pair",
                                path="$.pair.halves")
     a, b = halves
+    if not (isinstance(a, Half) and isinstance(b, Half)):
+        raise PairRefusedError("a pair's halves come from load_half (checked against their servers' keys)",
+                               rule="V1", reason="half_unverified", path="$.pair.halves")
     if a.capsule_id == b.capsule_id:
         raise PairRefusedError("both halves are the same record", rule="P1", reason="not_a_pair",
                                path="$.pair.halves[1]")

@@ -24,7 +24,7 @@ from typing import Any
 from capseal.errors import RefereeInputError
 
 from .bar import Recorded, bar_until, corroborated, format_time
-from .halves import announced_key
+from .halves import announced_key, check_id
 
 __all__ = ["Candidate", "Selection", "select", "why_not", "Draw", "UniformDraw", "ScriptedDraw"]
 
@@ -62,12 +62,10 @@ class Candidate:
         extra = sorted(set(map(str, value)) - known)
         if extra:
             raise RefereeInputError(f"unknown member {extra[0]!r} in a roster entry", path=f"{path}.{extra[0]}")
-        node = value.get("node_id")
-        if not isinstance(node, str) or not node:
-            raise RefereeInputError("node_id is a non-empty string", path=f"{path}.node_id")
+        node = check_id(value.get("node_id"), "node_id", f"{path}.node_id")
         for name in ("model_hash", "weights_digest"):
-            if value.get(name) is not None and not isinstance(value.get(name), str):
-                raise RefereeInputError(f"{name} is a string or null", path=f"{path}.{name}")
+            if value.get(name) is not None:
+                check_id(value.get(name), name, f"{path}.{name}", empty=True)
         blocked = value.get("blocked", False)
         if not isinstance(blocked, bool):
             raise RefereeInputError("blocked is true or false", path=f"{path}.blocked")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import time
 import urllib.parse
@@ -30,6 +31,9 @@ from .halves import Half, answer_text
 from .vocab import CAPTURE_HTTP, CAPTURE_REPLAY
 
 __all__ = ["Reanswer", "Transport", "reanswer_request", "ReplayTransport", "HTTPTransport", "MAX_ANSWER_BYTES"]
+
+_HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
 #: an answer larger than this is refused (a hostile server cannot fill memory)
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
@@ -114,6 +118,12 @@ class HTTPTransport:
                                     path="$.base_url")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 3600:
             raise RefereeInputError(f"timeout is a number of seconds in (0, 3600), not {timeout!r:.20}", path="$.timeout")
+        if target_header is not None and not (isinstance(target_header, str) and _HEADER.fullmatch(target_header)):
+            raise RefereeInputError("target_header is an HTTP header name, or None", path="$.target_header")
+        for name, value in (headers or {}).items():
+            if not (isinstance(name, str) and isinstance(value, str) and _HEADER.fullmatch(name) and _VALUE.fullmatch(value)):
+                raise RefereeInputError("headers are names (HTTP tokens) and values (printable text, no line breaks)",
+                                        path="$.headers")
         self._parts = parts
         self.timeout = float(timeout)
         self._target = target_header

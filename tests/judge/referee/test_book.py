@@ -178,7 +178,7 @@ def test_P6_a_sigkill_while_the_book_is_written_leaves_no_half_row(world: World)
     case, key = _case_files(world)
     book_path, marker = world.tmp / "book.db", world.tmp / "call"
     rng = random.Random(19)
-    for round_ in range(4):
+    for _ in range(4):
         for old in world.tmp.glob("call.*"):
             old.unlink()
         target = Path(f"{marker}.{rng.randint(2, 4)}")

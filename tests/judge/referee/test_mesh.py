@@ -84,7 +84,8 @@ def test_inconsistent_and_unknown_tokens_are_reported_and_kept() -> None:
     assert body is None and "contradicted_party_not_a_party" in [f.code for f in findings]
     unknown = read_mesh_verdict(mesh_record(verdict="upheld", status=None))
     assert "unknown_verdict" in unknown.codes() and unknown.verdict == "upheld"  # kept as it is
-    for bad in (None, [], {"capsule": 5}, {"model_attestation": {}}):
+    bads: list[Any] = [None, [], {"capsule": 5}, {"model_attestation": {}}]
+    for bad in bads:
         assert "not_a_mesh_verdict" in read_mesh_verdict(bad).codes()
 
 

@@ -18,7 +18,6 @@ from capseal.judge.referee import transports as transports_module
 
 from .world import REANSWER, REQUEST, World
 
-
 SERVED = {"id": "cmpl-1", "object": "chat.completion", "model": "seed-model",
           "choices": [{"index": 0, "message": {"role": "assistant", "content": REANSWER}, "finish_reason": "stop"}]}
 
@@ -156,6 +155,7 @@ def test_a_referee_reached_over_http_rules_and_a_timeout_spends_the_call(world: 
     book = world.book()
     answer = world.referee(book, transport=HTTPTransport(endpoint.url, timeout=5)).consider(world.pair())
     assert answer.to_json()["row"] == {"state": "adjudicated", "referee": "node-c", "tier": 2, "verdict": "contradicted:node-b"}
+    assert answer.book_row is not None and answer.book_row.statement_id is not None
     statement = json.loads(book.ledger.entry(answer.book_row.statement_id).body)["content"]  # type: ignore[union-attr]
     assert statement["capture_method"] == "http_chat_completion"
     answer_capsule = book.ledger.get(statement["answer_capsule_id"]).capsule  # type: ignore[union-attr]

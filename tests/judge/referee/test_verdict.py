@@ -73,7 +73,8 @@ def test_V1_a_text_that_does_not_match_its_digest_is_refused(world: World) -> No
 
 def test_V2_a_providers_half_without_its_body_holds_no_answer(world: World) -> None:
     a, b = world.pair().halves
-    for body in (None, {}):
+    bodies: list[Any] = [None, {}]
+    for body in bodies:
         assert adjudicate(dataclasses.replace(a, body=body), b).no_verdict_reason == "no_requester_transcript"
     # any other half without its body is checked as {} and refused (V1)
     record = world.half("node-r", A_TEXT, role="referee")

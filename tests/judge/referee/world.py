@@ -101,7 +101,8 @@ class World:
 
     def load(self, record: Any, node: str, text: str | None = None, **kw: Any) -> Half:
         kw.setdefault("request", REQUEST)
-        return load_half(record, node_id=node, announced=kw.pop("announced", self.signer(node).public_key), text=text, **kw)
+        announced = kw.pop("announced") if "announced" in kw else self.signer(node).public_key
+        return load_half(record, node_id=node, announced=announced, text=text, **kw)
 
     def pair(self, a: str = A_TEXT, b: str = B_TEXT, *, bracket: str | None = BRACKET, nodes: tuple[str, str] = ("node-a", "node-b"),
              a_kw: Mapping[str, Any] | None = None, b_kw: Mapping[str, Any] | None = None, request: Any = None) -> Pair:
