@@ -42,7 +42,11 @@ _PAIR_STATE = {
 
 
 def add_referee_parser(sub: Any) -> None:
-    """Add ``capseal referee`` to the top-level subparsers ``sub``."""
+    """Add ``capseal referee`` to the CLI.
+
+    Args:
+        sub: the top-level subparsers (``build_parser``'s).
+    """
     ref = sub.add_parser("referee", help="twins and a referee: rule case files, re-ask pairs, show a book")
     cmds = ref.add_subparsers(dest="referee_cmd", required=True)
     p = cmds.add_parser("rule", help="run one rule case file and print the rules' answer")
@@ -88,6 +92,7 @@ def _book_at(path: str | None, key: str | None) -> Iterator[Any]:
 
 
 def cmd_rule(args: argparse.Namespace) -> int:
+    """``rule`` and ``reask``: one case through ``run_case``; returns the exit status."""
     from capseal.judge.referee import load_case, run_case
 
     try:
@@ -131,6 +136,7 @@ def cmd_rule(args: argparse.Namespace) -> int:
 
 
 def cmd_book_show(args: argparse.Namespace) -> int:
+    """``book show``: every pair's latest row and the orphans; returns the exit status."""
     from capseal.audit import KeyDirectory
     from capseal.judge.referee import Book
     from capseal.judge.referee.book import verify_entry

@@ -32,6 +32,13 @@ BUCKETS = ("corroborated", "contradicted")
 def parse_time(value: Any, path: str = "$") -> datetime:
     """An RFC 3339 UTC timestamp (``…Z``) as an aware datetime, to the second.
 
+    Args:
+        value: the timestamp.
+        path: where it is, for messages.
+
+    Returns:
+        The UTC datetime (fractions of a second dropped; a leap second read as :59).
+
     Raises:
         RefereeInputError: not such a timestamp.
     """
@@ -48,7 +55,14 @@ def parse_time(value: Any, path: str = "$") -> datetime:
 
 
 def format_time(moment: datetime) -> str:
-    """``moment`` as ``YYYY-MM-DDTHH:MM:SSZ`` (UTC, to the second)."""
+    """``moment`` as ``YYYY-MM-DDTHH:MM:SSZ`` (UTC, to the second).
+
+    Args:
+        moment: an aware datetime.
+
+    Returns:
+        The RFC 3339 UTC timestamp.
+    """
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -65,6 +79,13 @@ class Recorded:
     @classmethod
     def from_json(cls, value: Any, path: str = "$") -> Recorded:
         """A history entry ``{node_id, model_hash, bucket, recorded_at}``.
+
+        Args:
+            value: the entry (JSON).
+            path: where it is, for messages.
+
+        Returns:
+            The :class:`Recorded`.
 
         Raises:
             RefereeInputError: a member missing, unknown or of the wrong type.
@@ -89,8 +110,16 @@ _END_OF_TIME = datetime.max.replace(tzinfo=timezone.utc)
 
 
 def window_end(at: datetime, days: int) -> datetime:
-    """``at + days`` — or the end of representable time when that is past it
-    (a bar recorded near year 9999 lasts to the end)."""
+    """The end of a bar's window.
+
+    Args:
+        at: when the contradiction was recorded.
+        days: D.
+
+    Returns:
+        ``at + days``, or the end of representable time when that is past it
+        (a bar recorded near year 9999 lasts to the end).
+    """
     try:
         return at + timedelta(days=days)
     except OverflowError:
@@ -121,14 +150,35 @@ def bar_until(node: str, model: str, history: Iterable[Recorded], now: datetime,
 
 
 def barred(node: str, model: str, history: Iterable[Recorded], now: datetime, days: int) -> bool:
-    """B1: ``node`` has a contradiction for ``model`` whose window covers ``now``."""
+    """B1: whether ``node`` has a contradiction for ``model`` whose window covers ``now``.
+
+    Args:
+        node: the candidate's node id.
+        model: the twins' model hash.
+        history: this node's recorded verdicts.
+        now: this node's clock.
+        days: D.
+
+    Returns:
+        True when barred.
+    """
     return bar_until(node, model, history, now, days) is not None
 
 
 def corroborated(node: str, model: str, history: Iterable[Recorded], days: int) -> bool:
-    """S2/B5: ``node`` has a corroboration for ``model`` that counts toward tier 1:
-    any, when it was never contradicted on that model; else one recorded strictly
-    after the latest contradiction's ``t+D``."""
+    """S2/B5: whether ``node`` has a corroboration for ``model`` that counts toward
+    tier 1: any, when it was never contradicted on that model; else one recorded
+    strictly after the latest contradiction's ``t+D``.
+
+    Args:
+        node: the candidate's node id.
+        model: the twins' model hash.
+        history: this node's recorded verdicts.
+        days: D.
+
+    Returns:
+        True for tier 1.
+    """
     about = _about(history, node, model)
     lapses = [window_end(r.recorded_at, days) for r in about if r.bucket == "contradicted"]
     lapse = max(lapses) if lapses else None

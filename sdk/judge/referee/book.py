@@ -86,9 +86,11 @@ class BookRow:
 
     @property
     def pair_id(self) -> str:
+        """The pair's id (the digest of its key)."""
         return pair_id_of(self.key)
 
     def to_json(self) -> dict[str, Any]:
+        """The row as ``book show --json`` prints it."""
         out: dict[str, Any] = {"record_id": self.record_id, "seq": self.seq, "pair_id": self.pair_id,
                                "pair": pair_key_json(self.key), "capsule_ids": list(self.capsule_ids),
                                "row": dict(self.row), "called": self.called, "at": self.at,
@@ -112,6 +114,7 @@ class HeldHalf:
     at: str
 
     def to_json(self) -> dict[str, Any]:
+        """The held half as ``book show --json`` prints it."""
         return {"record_id": self.record_id, "twin_bracket_id": self.twin_bracket_id,
                 "request_digest": self.request_digest, "node_id": self.node_id, "capsule_id": self.capsule_id,
                 "pair_state": "one_half_unavailable", "at": self.at}
@@ -120,7 +123,15 @@ class HeldHalf:
 def keep_record(ledger: Ledger, half: Half) -> None:
     """Keep a half's sealed record in ``ledger`` as received (once, under the
     stream ``received:<node>``), so what cites it resolves there; the record
-    is never changed."""
+    is never changed.
+
+    Args:
+        ledger: the ledger.
+        half: the half whose record is kept.
+
+    Raises:
+        capseal.errors.LedgerError: the ledger refused the row.
+    """
     if ledger.has_record(half.capsule_id):
         return
     entry = LedgerEntry(record_id=half.capsule_id, record_type="capsule",
@@ -240,6 +251,7 @@ class Book:
         self.signer = signer
 
     def close(self) -> None:
+        """Close the ledger, when the book opened it."""
         if self._owns:
             self.ledger.close()
 
@@ -267,26 +279,48 @@ class Book:
     def rows(self) -> list[BookRow]:
         """Every book row, oldest first.
 
+        Returns:
+            The :class:`BookRow` list.
+
         Raises:
             LedgerCorruptError: a book row the book does not write.
         """
         return [_row_of(entry, body) for entry, body in self._bodies(BOOK_ROW_TYPE)]
 
     def history(self, key: PairKey) -> list[BookRow]:
-        """The rows of one pair, oldest first."""
+        """The rows of one pair, oldest first.
+
+        Args:
+            key: the pair's key.
+
+        Returns:
+            Its rows (empty for a pair the book never saw).
+        """
         return [r for r in self.rows() if r.key == key]
 
     def latest(self, key: PairKey) -> BookRow | None:
+        """The pair's latest row, or None."""
         rows = self.history(key)
         return rows[-1] if rows else None
 
     def spent(self, key: PairKey) -> BookRow | None:
-        """The latest row of a pair whose one call was made, or None (P2)."""
+        """P2: the latest row of a pair whose one call was made.
+
+        Args:
+            key: the pair's key.
+
+        Returns:
+            That row, or None when the call was not made.
+        """
         called = [r for r in self.history(key) if r.called]
         return called[-1] if called else None
 
     def held(self) -> list[HeldHalf]:
-        """Halves held without their twin (orphans), oldest first."""
+        """Halves held without their twin (orphans and those since paired), oldest first.
+
+        Returns:
+            The :class:`HeldHalf` list.
+        """
         out = []
         for entry, body in self._bodies(HELD_HALF_TYPE):
             h = body["half"]
@@ -296,7 +330,11 @@ class Book:
 
     def orphans(self) -> list[HeldHalf]:
         """Held halves whose twin has not come: no book row of their bracket
-        and request names their node."""
+        and request names their node.
+
+        Returns:
+            The :class:`HeldHalf` list.
+        """
         rows = self.rows()
         return [h for h in self.held()
                 if not any(r.key[0] == h.twin_bracket_id and r.key[1] == h.request_digest and h.node_id in r.key[2]
@@ -316,7 +354,11 @@ class Book:
         return self.ledger.append(entry)
 
     def keep_record(self, half: Half) -> None:
-        """Keep a half's sealed record in the ledger as received (see :func:`keep_record`)."""
+        """Keep a half's sealed record in the ledger as received (see :func:`keep_record`).
+
+        Args:
+            half: the half.
+        """
         keep_record(self.ledger, half)
 
     def write(self, pair: Pair, row: Mapping[str, Any], *, called: bool, at: str, in_flight: Mapping[str, Any] | None = None,
@@ -367,8 +409,16 @@ class Book:
     def hold(self, half: Half, *, twin_bracket_id: str | None, at: str) -> HeldHalf:
         """Keep a half whose twin has not come (an orphan), and its record.
 
+        Args:
+            half: the half.
+            twin_bracket_id: the host's bracket id, or None.
+            at: this node's clock.
+
         Returns:
             The stored :class:`HeldHalf` (the one already held, when it was).
+
+        Raises:
+            RefereeInputError: no signer, or a bracket id the rules cannot key by.
         """
         for held in self.held():
             if held.capsule_id == half.capsule_id:
@@ -391,7 +441,16 @@ def verify_entry(entry: StoredEntry, *, ledger: Ledger, keys: Any) -> Any:
     """``capseal.audit`` hook: a ``RecordReport`` for one ``referee:`` ledger row.
     Checks the body's shape, that the record id is its digest, the type, that
     what it names resolves (the halves, the ruling, the prior row), and the
-    book keeper's signature. Never raises."""
+    book keeper's signature. Never raises.
+
+    Args:
+        entry: the stored row.
+        ledger: the ledger it is in.
+        keys: the verifier's key directory (``trusted`` turns an unknown signer into an error).
+
+    Returns:
+        A ``capseal.audit.RecordReport``.
+    """
     from capseal.audit import RecordReport
 
     report = RecordReport(entry.seq, entry.record_id, entry.record_type, False)

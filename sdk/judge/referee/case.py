@@ -68,6 +68,9 @@ class Case:
     def halves(self) -> Pair:
         """The case's pair, each half checked (V1) against its server's announced key.
 
+        Returns:
+            The :class:`Pair`.
+
         Raises:
             PairRefusedError: a refused pair (one half, different requests, a forged half …).
         """
@@ -105,6 +108,13 @@ def _member(obj: Mapping[str, Any], name: str, kinds: tuple[type, ...], path: st
 
 def read_case(value: Any, base: Path = Path(".")) -> Case:
     """A case from its parsed JSON.
+
+    Args:
+        value: the parsed case file.
+        base: the directory ``file:`` key paths are read relative to.
+
+    Returns:
+        The :class:`Case`.
 
     Raises:
         CaseFileError: a member missing, unknown or of the wrong type; an unknown
@@ -172,6 +182,12 @@ def _read(value: Any, base: Path) -> Case:
 def load_case(path: str | Path) -> Case:
     """Read a case file.
 
+    Args:
+        path: the file.
+
+    Returns:
+        The :class:`Case`.
+
     Raises:
         CaseFileError: it cannot be read, is not JSON, or is not a case.
     """
@@ -196,6 +212,13 @@ def _key_uri(uri: str, base: Path) -> str:
 @contextlib.contextmanager
 def open_seats(case: Case, book: Book) -> Iterator[dict[str, RefereeSeat]]:
     """The case's referee seats (each ``signs: true`` referee's key opened), closed after.
+
+    Args:
+        case: the case.
+        book: the book whose ledger the seats seal into.
+
+    Returns:
+        A context manager giving the seats by node id.
 
     Raises:
         CaseFileError: a key that cannot be opened.

@@ -69,7 +69,14 @@ def token_at(text: str, index: int) -> str | None:
 
 
 def prefix_digest(shared: list[str]) -> str | None:
-    """C3: the digest of ``{"prefix_tokens": shared}``, None for no shared word."""
+    """C3: the digest of the shared words.
+
+    Args:
+        shared: the words both answers start with.
+
+    Returns:
+        The JSON digest of ``{"prefix_tokens": shared}``; None for no shared word.
+    """
     return json_digest({"prefix_tokens": list(shared)}) if shared else None
 
 

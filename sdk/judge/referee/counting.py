@@ -51,6 +51,7 @@ class Tally:
     contradicted: int
 
     def to_json(self) -> dict[str, Any]:
+        """The counts as JSON."""
         return {"node_id": self.node_id, "model_hash": self.model_hash, "corroborated": self.corroborated,
                 "contradicted": self.contradicted}
 
@@ -104,7 +105,14 @@ def counted_rulings(book: Book, roster: Iterable[Candidate],
 
 
 def tally(records: Iterable[Recorded]) -> list[Tally]:
-    """Counts per node and model, sorted by node id then model."""
+    """Counts per node and model (never a rate or a score).
+
+    Args:
+        records: counted verdicts.
+
+    Returns:
+        One :class:`Tally` per node and model, sorted by node id then model.
+    """
     counts: dict[tuple[str, str | None], list[int]] = {}
     for r in records:
         slot = counts.setdefault((r.node_id, r.model_hash), [0, 0])
@@ -132,10 +140,20 @@ class StopRouting:
             raise RefereeInputError(f"days is a positive integer, not {self.days!r:.20}", path="$.stop_routing.days")
 
     def applies(self, node_id: str, counted: Sequence[Counted], now: datetime, *, model_hash: str | None = None) -> bool:
-        """Whether routing to ``node_id`` stops at ``now`` (for one model, when given).
+        """Whether routing to ``node_id`` stops at ``now``.
 
         A contradiction counts when recorded in ``(now − days, now]``; a
-        contradiction with no named referee counts under one shared bucket."""
+        contradiction with no named referee counts under one shared bucket.
+
+        Args:
+            node_id: the node.
+            counted: the counted verdicts (with their referees).
+            now: this node's clock.
+            model_hash: only this model's contradictions, when given.
+
+        Returns:
+            True when at least ``n`` contradictions count, each referee giving at most ``n − 1``.
+        """
         since = now - timedelta(days=self.days)
         per_referee: dict[str | None, int] = {}
         for c in counted:
@@ -149,5 +167,6 @@ class StopRouting:
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> StopRouting:
+        """The rule from ``{"n", "days"}`` (refused as the constructor refuses)."""
         return cls(value.get("n"), value.get("days"))  # type: ignore[arg-type]
 

@@ -39,7 +39,11 @@ __all__ = ["Referee", "RuleAnswer", "utc_now"]
 
 
 def utc_now() -> str:
-    """This node's clock: RFC 3339 UTC, to the second."""
+    """This node's clock.
+
+    Returns:
+        Now as an RFC 3339 UTC timestamp, to the second.
+    """
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
@@ -59,10 +63,15 @@ class RuleAnswer:
 
     @property
     def counts_against(self) -> str | None:
+        """The node after ``contradicted:``, or None (P5)."""
         return counts_against(self.row)
 
     def to_json(self) -> dict[str, Any]:
-        """The rules' answer: ``{"counts_against", "referee_calls", "row"}``."""
+        """The rules' answer.
+
+        Returns:
+            ``{"counts_against", "referee_calls", "row"}``.
+        """
         return {"counts_against": self.counts_against, "referee_calls": self.referee_calls, "row": dict(self.row)}
 
 
@@ -113,12 +122,28 @@ class Referee:
         return stamp
 
     def counted(self) -> list[Counted]:
-        """The verdicts this node counts: its book's verified rulings plus ``history``."""
+        """The verdicts this node counts.
+
+        Returns:
+            ``history`` (no referee named) and its book's rulings that verify
+            under their referees' announced keys.
+        """
         return [Counted(r, None) for r in self.history] + counted_rulings(self.book, self.roster, self._checked)
 
     def hold(self, half: Half, *, twin_bracket_id: str | None) -> HeldHalf:
         """Keep a half whose twin is unavailable (an orphan: a defined state,
-        never reported as tampering) until its twin comes."""
+        never reported as tampering) until its twin comes.
+
+        Args:
+            half: the half (from ``load_half``).
+            twin_bracket_id: the host's bracket id, or None.
+
+        Returns:
+            The :class:`HeldHalf`.
+
+        Raises:
+            RefereeInputError: a clock or bracket id the rules cannot use.
+        """
         return self.book.hold(half, twin_bracket_id=twin_bracket_id, at=self._now())
 
     def consider(self, pair: Pair, *, reask: bool = False) -> RuleAnswer:

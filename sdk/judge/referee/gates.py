@@ -62,16 +62,27 @@ class Settings:
 
     @property
     def on(self) -> bool:
-        """G1: only an explicit True is on."""
+        """G1: only an explicit True is on.
+
+        Returns:
+            Whether referees are asked.
+        """
         return self.adjudicate_differing_twins is True
 
     @property
     def bar_days(self) -> int:
+        """D (30 unless set)."""
         return DEFAULT_BAR_DAYS if self.referee_bar_days is None else self.referee_bar_days
 
     @classmethod
     def from_json(cls, value: Any) -> Settings:
         """Settings from a case file's ``settings`` object.
+
+        Args:
+            value: the object, or None (all unset).
+
+        Returns:
+            The :class:`Settings`.
 
         Raises:
             RefereeInputError: not an object, an unknown setting, or a bad value.
@@ -91,6 +102,12 @@ class Settings:
         """Settings from the environment: the switch is on only for
         ``1``, ``on``, ``true`` or ``yes`` (any case); anything else, or unset, is
         off. ``CAPSEAL_REFEREE_BAR_DAYS`` is a positive integer when set.
+
+        Args:
+            environ: the environment (``os.environ``).
+
+        Returns:
+            The :class:`Settings`.
 
         Raises:
             RefereeInputError: a bar-days value that is not a positive integer.

@@ -56,6 +56,15 @@ def check_id(value: Any, what: str, path: str, *, empty: bool = False) -> str:
     ``MAX_ID`` characters, valid Unicode (no lone surrogate), without control
     characters (NUL included); empty only when ``empty``.
 
+    Args:
+        value: the id.
+        what: its name, for messages.
+        path: where it is, for messages.
+        empty: whether an empty string is allowed.
+
+    Returns:
+        The id.
+
     Raises:
         RefereeInputError: anything else, naming ``what`` and ``path``.
     """
@@ -105,26 +114,40 @@ class Half:
 
     @property
     def capsule_id(self) -> str:
+        """The half's capsule id."""
         return str(self.capsule["capsule_id"])
 
     @property
     def node_id(self) -> str:
+        """The node that served it."""
         return self.host.node_id
 
     @property
     def request_digest(self) -> str | None:
+        """The request digest its record signs."""
         effect = self.capsule.get("effect")
         value = effect.get("request_digest") if isinstance(effect, Mapping) else None
         return value if isinstance(value, str) and value else None
 
     def record_json(self) -> dict[str, Any]:
-        """The half's record as stored (``capseal-record/1``)."""
+        """The half's record as stored.
+
+        Returns:
+            ``{"record_version": "capseal-record/1", "capsule", "envelopes"}``.
+        """
         return {"record_version": "capseal-record/1", "capsule": self.capsule, "envelopes": list(self.envelopes)}
 
 
 def record_parts(record: Any, path: str = "$") -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
     """The capsule and envelopes of a sealed record: a :class:`SealedRecord`, its
     JSON (``capseal-record/1``), or a bare capsule carrying its inline signature.
+
+    Args:
+        record: the record.
+        path: where it is, for messages.
+
+    Returns:
+        ``(capsule, envelopes)``, copies.
 
     Raises:
         PairRefusedError: anything else (rule V1, ``half_forged``).
@@ -144,6 +167,13 @@ def record_parts(record: Any, path: str = "$") -> tuple[dict[str, Any], tuple[di
 def announced_key(value: Any, path: str = "$") -> Any:
     """A public key from a PEM string (or a key object), for a roster entry.
 
+    Args:
+        value: the PEM text or a public key.
+        path: where it is, for messages.
+
+    Returns:
+        The public key.
+
     Raises:
         RefereeInputError: not a PEM public key.
     """
@@ -160,8 +190,14 @@ def announced_key(value: Any, path: str = "$") -> Any:
 def serving_facts(capsule: Mapping[str, Any]) -> dict[str, Any]:
     """What a record signs of its serving: ``node_id``, ``role``, ``model_hash``,
     ``weights_digest`` (from ``x-twin-serving-v1``), ``temperature`` and ``seed``
-    (from ``decoding``) and ``generation_temperature`` (``generation_parameters``);
-    a fact the record does not carry is absent."""
+    (from ``decoding``) and ``generation_temperature`` (``generation_parameters``).
+
+    Args:
+        capsule: the record's capsule.
+
+    Returns:
+        The facts it signs; a fact it does not carry is absent.
+    """
     ma = capsule.get("model_attestation")
     ca = ma.get("compute_attestation") if isinstance(ma, Mapping) else None
     if not isinstance(ca, Mapping):
@@ -202,22 +238,42 @@ def _above_zero(value: Any, *, strings: bool) -> bool:
 
 
 def sampled_on_request(temperature: Any) -> bool:
-    """Request path (G3): sampled iff the host's temperature is a number above 0."""
+    """Request path (G3): whether the host's temperature says sampled.
+
+    Args:
+        temperature: the host's temperature for the half.
+
+    Returns:
+        True iff it is a number (not a boolean) above 0.
+    """
     return _above_zero(temperature, strings=False)
 
 
 def sampled_on_ruling(half: Half) -> bool:
-    """Ruling path (V3): sampled iff the record's decoding temperature, its
-    generation temperature or the request body's temperature is a number or a
-    numeric string above 0."""
+    """Ruling path (V3): whether the half was sampled.
+
+    Args:
+        half: the half.
+
+    Returns:
+        True iff the record's decoding temperature, its generation temperature
+        or the request body's temperature is a number or a numeric string above 0.
+    """
     request_t = half.request.get("temperature") if isinstance(half.request, Mapping) else None
     return any(_above_zero(v, strings=True) for v in (half.facts.get("temperature"),
                                                         half.facts.get("generation_temperature"), request_t))
 
 
 def answer_text(body: Any) -> str | None:
-    """The text of a served body: the body itself when it is a string, else a
-    chat completion's ``choices[0].message.content``; None when it has none."""
+    """The text of a served body.
+
+    Args:
+        body: the body served.
+
+    Returns:
+        The body itself when it is a string, else a chat completion's
+        ``choices[0].message.content``; None when it has none.
+    """
     if isinstance(body, str):
         return body
     if isinstance(body, Mapping):
@@ -231,11 +287,19 @@ def answer_text(body: Any) -> str | None:
 
 
 def answer_problem(capsule: Mapping[str, Any], body: Any, text: str | None = None) -> str | None:
-    """V1/V2 on one half's answer: ``None`` when the answer is the body its
-    record signs, ``"no_requester_transcript"`` for a provider's half that holds
-    no body (V2), else ``"answer_not_the_signed_body"`` (V1). A half without
-    its body that is not a provider's is checked against its
-    ``response_digest`` as ``{}``."""
+    """V1/V2 on one half's answer. A half without its body that is not a
+    provider's is checked against its ``response_digest`` as ``{}``.
+
+    Args:
+        capsule: the half's capsule.
+        body: the body held (None: none).
+        text: the text held beside it, when any.
+
+    Returns:
+        None when the answer is the body its record signs,
+        ``"no_requester_transcript"`` for a provider's half that holds no body
+        (V2), else ``"answer_not_the_signed_body"`` (V1).
+    """
     role = serving_facts(capsule).get("role")
     if role == ROLE_PROVIDER and (body is None or body == {}):
         return "no_requester_transcript"

@@ -63,6 +63,7 @@ class MeshVerdict(HasFindings):
 
     @property
     def verdict(self) -> str | None:
+        """The block's verdict token, as written."""
         v = self.block.get("verdict")
         return v if isinstance(v, str) else None
 

@@ -25,13 +25,27 @@ PairKey = tuple[str | None, str, tuple[str, str]]
 
 
 def pair_key_json(key: PairKey) -> dict[str, Any]:
-    """A pair key as the book writes it: ``{twin_bracket_id, request_digest, node_ids}``."""
+    """A pair key as the book writes it.
+
+    Args:
+        key: the pair key.
+
+    Returns:
+        ``{twin_bracket_id, request_digest, node_ids}``.
+    """
     bracket, request_digest, nodes = key
     return {"twin_bracket_id": bracket, "request_digest": request_digest, "node_ids": list(nodes)}
 
 
 def pair_id_of(key: PairKey) -> str:
-    """The pair's id: the JSON digest of its key (what ``book show`` prints)."""
+    """The pair's id (what ``book show`` prints).
+
+    Args:
+        key: the pair key.
+
+    Returns:
+        The JSON digest of the key's JSON form.
+    """
     return json_digest(pair_key_json(key))
 
 
@@ -47,18 +61,22 @@ class Pair:
 
     @property
     def key(self) -> PairKey:
+        """P1: ``(twin_bracket_id, request_digest, the two node ids sorted)``."""
         a, b = sorted((self.halves[0].node_id, self.halves[1].node_id))
         return (self.twin_bracket_id, self.request_digest, (a, b))
 
     @property
     def pair_id(self) -> str:
+        """The digest of the key."""
         return pair_id_of(self.key)
 
     @property
     def capsule_ids(self) -> list[str]:
+        """The halves' capsule ids, half A first."""
         return [h.capsule_id for h in self.halves]
 
     def comparison(self) -> Comparison:
+        """The halves' answers compared (C1–C4)."""
         return compare(self.halves[0].text, self.halves[1].text)
 
     @property

@@ -85,7 +85,14 @@ class Refusal:
 
 
 def split_verdict(verdict: str) -> tuple[str, str | None]:
-    """``contradicted:<node>`` → ``("contradicted", node)``; others → ``(verdict, None)``."""
+    """Split a mesh-form verdict.
+
+    Args:
+        verdict: ``corroborated``, ``inconclusive``, ``not_comparable`` or ``contradicted:<node>``.
+
+    Returns:
+        ``("contradicted", node)`` for a contradiction, else ``(verdict, None)``.
+    """
     if verdict.startswith(CONTRADICTED_PREFIX):
         return "contradicted", verdict[len(CONTRADICTED_PREFIX):]
     return verdict, None
@@ -120,6 +127,7 @@ class RefereeSeat:
         self._producer: Any = None
 
     def close(self) -> None:
+        """Close the seat's producer (its signer is the caller's to close)."""
         if self._producer is not None:
             self._producer.close()
             self._producer = None

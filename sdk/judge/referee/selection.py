@@ -43,6 +43,7 @@ class Candidate:
 
     @property
     def kid(self) -> str | None:
+        """The key id of the announced key, or None."""
         if self.announced_key is None:
             return None
         from capseal.keys import kid_for
@@ -52,6 +53,13 @@ class Candidate:
     @classmethod
     def from_json(cls, value: Any, path: str = "$") -> Candidate:
         """A roster entry ``{node_id, model_hash, weights_digest, announced_key, blocked}``.
+
+        Args:
+            value: the entry (JSON).
+            path: where it is, for messages.
+
+        Returns:
+            The :class:`Candidate`.
 
         Raises:
             RefereeInputError: a member missing, unknown or of the wrong type.
@@ -77,6 +85,16 @@ class Candidate:
 def why_not(candidate: Candidate, *, model_hash: str, weights_digest: str, twin_ids: Iterable[str],
             twin_kids: Iterable[str], history: Sequence[Recorded], now: datetime, days: int) -> str | None:
     """The first S1 rule ``candidate`` fails, or None when it is eligible.
+
+    Args:
+        candidate: the roster entry.
+        model_hash: the twins' model hash.
+        weights_digest: the twins' weights digest.
+        twin_ids: the twins' node ids.
+        twin_kids: the twins' key ids.
+        history: this node's recorded verdicts.
+        now: this node's clock.
+        days: D.
 
     Returns:
         ``model_hash_differs``, ``weights_differ``, ``is_a_twin``,
@@ -109,7 +127,13 @@ class Selection:
     pool: tuple[str, ...]
 
     def pick(self, draw: Draw) -> str | None:
-        """``pool[draw(len(pool))]``; None for an empty pool.
+        """The pick (S3).
+
+        Args:
+            draw: the random source: ``draw(n)`` is an index in ``range(n)``.
+
+        Returns:
+            ``pool[draw(len(pool))]``; None for an empty pool.
 
         Raises:
             RefereeInputError: the draw is not an index into the pool.

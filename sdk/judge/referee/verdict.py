@@ -40,7 +40,15 @@ STATUS_FOR_VERDICT = {"corroborated": "SATISFIED", "inconclusive": "UNKNOWN", "n
 
 
 def status_for_verdict(verdict: str) -> str | None:
-    """SATISFIED / UNKNOWN / CONTRADICTED for a known verdict; None for any other."""
+    """The mesh's status beside a verdict.
+
+    Args:
+        verdict: a verdict token.
+
+    Returns:
+        SATISFIED, UNKNOWN or CONTRADICTED for a known verdict; None for any
+        other (never rounded to a known one).
+    """
     if verdict.startswith("contradicted:") and len(verdict) > len("contradicted:"):
         return "CONTRADICTED"
     return STATUS_FOR_VERDICT.get(verdict)
@@ -61,7 +69,14 @@ class Outcome:
 
 
 def request_has_messages(request: Any) -> bool:
-    """Whether a request carried chat messages (a re-answer of it repeats the agreed words)."""
+    """Whether a request carried chat messages (a re-answer of it repeats the agreed words).
+
+    Args:
+        request: the disclosed request body, or None.
+
+    Returns:
+        True for a non-empty ``messages`` member.
+    """
     messages = request.get("messages") if isinstance(request, Mapping) else None
     if isinstance(messages, bool):
         return messages
@@ -161,6 +176,7 @@ def adjudicate(
     comparison = compare(a.text, b.text)
 
     def compared(verdict: str | None, reason: str | None, called: bool = False) -> Outcome:
+        """The outcome with the comparison's facts."""
         return Outcome(verdict, reason, comparison.divergence_index, comparison.prefix_digest, True, shared, called)
 
     if comparison.same:

@@ -94,7 +94,14 @@ def not_adjudicated(reason: str, because: str | None = None) -> dict[str, str]:
 
 
 def contradicted(node_id: str) -> str:
-    """The verdict naming the twin the referee did not agree with."""
+    """The verdict naming the twin the referee did not agree with.
+
+    Args:
+        node_id: that twin's node id.
+
+    Returns:
+        ``contradicted:<node_id>``.
+    """
     return CONTRADICTED_PREFIX + node_id
 
 
@@ -121,7 +128,14 @@ def adjudicated(verdict: str, referee: str, tier: int) -> dict[str, Any]:
 
 
 def counts_against(row: Mapping[str, Any] | None) -> str | None:
-    """The node a row counts against: the one after ``contradicted:``, else None."""
+    """P5: the node a row counts against.
+
+    Args:
+        row: a row, or None.
+
+    Returns:
+        The node after ``contradicted:`` in an adjudicated row, else None.
+    """
     if not isinstance(row, Mapping) or row.get("state") != STATE_ADJUDICATED:
         return None
     verdict = row.get("verdict")
@@ -131,7 +145,14 @@ def counts_against(row: Mapping[str, Any] | None) -> str | None:
 
 
 def row_problem(row: Any) -> str | None:
-    """Why ``row`` is not a row the rules write, or None when it is one."""
+    """Whether ``row`` is a row the rules write.
+
+    Args:
+        row: the value.
+
+    Returns:
+        Why it is not one, or None when it is.
+    """
     if not isinstance(row, Mapping):
         return "a row is an object"
     state = row.get("state")

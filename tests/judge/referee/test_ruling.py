@@ -204,3 +204,21 @@ def test_twins_whose_records_name_different_weights_get_a_signed_not_comparable(
     other = world.referee(world.book("s")).consider(sampled)
     assert other.row == {"state": "not_adjudicated", "reason": "not_comparable", "because": "sampled"}
     assert other.referee_calls == 1
+
+
+def test_a_referee_with_a_p256_key_seals_a_ruling_that_verifies(world: World) -> None:
+    """Not only Ed25519: a referee whose key makes plain COSE_Sign1 envelopes (ES256,
+    as a TPM or most HSM keys do) seals an answer capsule and a ruling that verify,
+    and the book's ledger verifies (the referee's epoch boundary carries its key)."""
+    from capseal.keys import FileSigner, generate_private_key, write_pkcs8
+
+    p256 = FileSigner(write_pkcs8(generate_private_key("p256"), world.tmp / "keys" / "node-c-p256.pem"))
+    world.signers["node-c"] = p256
+    book, answer = ruled(world)
+    assert p256.alg == "ES256" and answer.ruling is not None and answer.ruling.ok
+    report = verify_judgment(answer.book_row.ruling_id, book.ledger, trusted_keys=[p256.public_key])  # type: ignore[union-attr]
+    assert report.ok and report.signer_kid == p256.kid
+    path = book.ledger.path
+    book.close()
+    ledger_report = verify_ledger(path)
+    assert ledger_report.ok, [(r.record_type, r.findings) for r in ledger_report.records if not r.ok]
