@@ -23,7 +23,7 @@ from typing import Any
 
 from capseal.errors import CapsealError, RefereeInputError, RefereeUnreachableError
 
-from .bar import Recorded, parse_time
+from .bar import Recorded, format_time, parse_time
 from .book import Book, BookRow, CallClaimed, HeldHalf
 from .check import RulingReport, verify_ruling
 from .counting import Counted, StopRouting, counted_rulings
@@ -117,9 +117,8 @@ class Referee:
         return self._seats.get(node_id)
 
     def _now(self) -> str:
-        stamp = self.clock()
-        parse_time(stamp, "$.now")
-        return stamp
+        """The clock's time, to the second (verdict times are recorded to the second)."""
+        return format_time(parse_time(self.clock(), "$.now"))
 
     def counted(self) -> list[Counted]:
         """The verdicts this node counts.

@@ -172,3 +172,9 @@ def test_B5_after_a_lapse_tier_2_until_a_corroboration_strictly_after_the_latest
     assert corroborated("node-c", MODEL, [before], 30)  # never barred
     assert pool(world, [world.candidate("node-c")], [contradiction, inside]) == (2, ("node-c",))
     assert pool(world, [world.candidate("node-c")], [contradiction, after]) == (1, ("node-c",))
+
+
+def test_B1_verdict_times_are_recorded_to_the_second(world: World) -> None:
+    book = world.book()
+    answer = world.referee(book, clock=lambda: "2026-10-01T12:00:00.987654Z").consider(world.pair())
+    assert answer.book_row is not None and answer.book_row.at == "2026-10-01T12:00:00Z"
