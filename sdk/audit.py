@@ -42,7 +42,8 @@ from .verify import verify_store
 __all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS"]
 
 #: record_type prefix -> "module:function(entry, context) -> RecordReport" for non-capsule records.
-RECORD_VERIFIERS: dict[str, str] = {"judge:": "capseal.judge.verify:verify_entry"}
+RECORD_VERIFIERS: dict[str, str] = {"judge:": "capseal.judge.verify:verify_entry",
+                                    "referee:": "capseal.judge.referee.book:verify_entry"}
 
 
 @dataclass

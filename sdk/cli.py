@@ -552,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_pin_args(p)
     p.set_defaults(fn=cmd_doctor)
+
+    from ._cli_referee import add_referee_parser  # capseal referee: twins and a referee
+    add_referee_parser(sub)
     return ap
 
 

@@ -55,6 +55,11 @@ __all__ = [
     "EvidenceForkedError",
     "JudgmentError",
     "JudgmentRefusedError",
+    "RefereeError",
+    "RefereeInputError",
+    "CaseFileError",
+    "PairRefusedError",
+    "RefereeUnreachableError",
     "shown",
 ]
 
@@ -333,3 +338,44 @@ class JudgmentRefusedError(JudgmentError, InputError):
         super().__init__(f"{rule}: {message} (at {path})")
         self.rule = rule
         self.path = path
+
+
+# --------------------------------------------------------------------------- twins and a referee
+
+
+class RefereeError(JudgmentError):
+    """Base for the twin comparison and referee (``capseal.judge.referee``)."""
+
+
+class RefereeInputError(RefereeError, InputError):
+    """A value given to the referee machinery (a setting, a roster entry, a
+    history row, a draw) is not one it can use; ``path`` names where.
+    Nothing was recorded."""
+
+    def __init__(self, message: str, *, path: str = "$", hint: str | None = None) -> None:
+        super().__init__(f"{message} (at {path})", hint=hint)
+        self.path = path
+
+
+class CaseFileError(RefereeInputError):
+    """A referee case file could not be read as one (not JSON, a member
+    missing or of the wrong type, an unknown setting). Nothing was recorded."""
+
+
+class PairRefusedError(RefereeInputError):
+    """Two halves that are not a pair the rules may compare: a forged half,
+    an answer that is not the body its record signs, a half whose server
+    announced no key, one half alone, halves of different requests. ``rule``
+    names the rule (``V1``, ``P1`` …) and ``reason`` the refusal. Nothing was
+    recorded and no referee was asked."""
+
+    def __init__(self, message: str, *, rule: str, reason: str, path: str = "$") -> None:
+        super().__init__(f"{reason}: {message}", path=path)
+        self.rule = rule
+        self.reason = reason
+
+
+class RefereeUnreachableError(RefereeError):
+    """A referee's re-answer did not come (a timeout, a refused connection,
+    an error status, an answer that is not a chat completion). The pair's one
+    call is spent all the same."""

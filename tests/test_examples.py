@@ -18,6 +18,20 @@ from .secret_files import write_secret
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
+#: what examples/twins_referee.py prints for the rules' three regimes, whatever its keys
+TWINS_REFEREE = [
+    r'^operator_off_calls_nothing_and_says_so: \{"counts_against":null,"referee_calls":0,"row":\{"reason":"off",'
+    r'"state":"not_adjudicated"\}\} \(the rules\' answer: yes\)$',
+    r'^differing_pair_triggers_one_call: \{"counts_against":"node-b","referee_calls":1,"row":\{"referee":"node-c",'
+    r'"state":"adjudicated","tier":1,"verdict":"contradicted:node-b"\}\} \(the rules\' answer: yes\)$',
+    r'^no_eligible_referee: \{"counts_against":null,"referee_calls":0,"row":\{"reason":"no_eligible_referee",'
+    r'"state":"not_adjudicated"\}\} \(the rules\' answer: yes\)$',
+    r"^  ruling [0-9a-f]{64} adjudication/v1: verify_judgment ok=True signature=authored epistemic_type=adjudication; "
+    r"under node-c's announced key ok=True",
+    r"^  verify_ledger book-differing_pair_triggers_one_call\.db: ok=True",
+    r"^halves unchanged: True$",
+]
+
 #: example file -> regular expressions its output must match (each must appear)
 EXPECTED: dict[str, list[str]] = {
     "demo.py": [
@@ -37,6 +51,7 @@ EXPECTED: dict[str, list[str]] = {
         r"^hardware_evidence: None$",
         r"^ledger ok: True$",
     ],
+    "twins_referee.py": TWINS_REFEREE,
 }
 
 
@@ -172,3 +187,52 @@ def test_hardware_readme_token_steps_run_as_shown(softhsm: Any, tmp_path: Path) 
     verified = subprocess.run([CLI, "verify", "capsules.db", "--trust", "seal-key.pem"], capture_output=True, text=True,
                               timeout=120, cwd=tmp_path)
     assert verified.returncode == 0 and "2 records, 2 ok" in verified.stdout, verified.stdout + verified.stderr
+
+
+def test_twins_referee_example_with_the_referee_key_on_softhsm(softhsm: Any, tmp_path: Path) -> None:
+    """examples/twins_referee.py with node-c's key on a SoftHSM2 token (PKCS#11):
+    the three regimes give the rules' answers; the reference verifier (0.12.0)
+    accepts both halves and the referee's answer capsule with their ids; the
+    written case file replays through ``capseal referee rule`` with the token
+    key; the book verifies."""
+    import agent_action_capsule as ref
+    from agent_action_capsule.producer_envelope import verify_record_signature
+
+    from capseal.keys.provision import create_key
+    from capseal.ledger import Ledger
+
+    label = f"referee-{os.urandom(3).hex()}"
+    pin_file = write_secret(tmp_path / "token.pin", softhsm.pin)
+    uri = softhsm.uri(label) + f"&pin-source={pin_file}"
+    create_key(softhsm.uri(label), "ed25519", pin=softhsm.pin).close()
+    work = tmp_path / "work"
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "twins_referee.py"), "--workdir", str(work), "--referee-key", uri],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for pattern in TWINS_REFEREE + [r"^node-c   the referee signs with PKCS11Signer\("]:
+        assert re.search(pattern, proc.stdout, re.M), f"{pattern!r} not in output:\n{proc.stdout}"
+    assert softhsm.pin not in proc.stdout + proc.stderr
+    checked = 0
+    for ledger_file in ("node-a.db", "node-b.db", "book-differing_pair_triggers_one_call.db"):
+        with Ledger(work / ledger_file, readonly=True) as ledger:
+            for record in ledger.records():
+                capsule = record.capsule
+                serving = capsule.get("model_attestation", {}).get("compute_attestation", {}).get("x-twin-serving-v1")
+                if serving is None:
+                    continue
+                result = ref.verify(capsule)
+                assert result.ok and not [f for f in result.findings if f.severity == "error"], result.findings
+                assert ref.compute_capsule_id(dict(capsule)) == capsule["capsule_id"] == record.capsule_id
+                assert verify_record_signature(capsule) == ("authored", [])
+                checked += 1
+                if serving["role"] == "referee":
+                    assert serving["node_id"] == "node-c"
+    assert checked == 5  # two halves in their own ledgers, the same two received by the book, the referee's answer
+    case = work / "differing_pair_triggers_one_call.json"
+    replay = subprocess.run([CLI, "referee", "rule", str(case), "--json"], capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout) == {"counts_against": "node-b", "referee_calls": 1, "row": {
+        "referee": "node-c", "state": "adjudicated", "tier": 1, "verdict": "contradicted:node-b"}}
+    verified = subprocess.run([CLI, "verify", str(work / "book-differing_pair_triggers_one_call.db")], capture_output=True,
+                              text=True, timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
