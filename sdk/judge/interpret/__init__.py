@@ -1,0 +1,1 @@
+"""capseal.judge.interpret — reading verdicts, placeholder while the package is built."""
