@@ -479,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_pin_args(p)
     p.set_defaults(fn=cmd_doctor)
+
+    from ._cli_interpret import add_parser as add_interpret_parser
+    add_interpret_parser(sub)
     return ap
 
 

@@ -21,13 +21,19 @@ INCONSISTENT = "INCONSISTENT"
 class Findings:
     """The defects found so far, and whether a needed fact was missing."""
 
-    __slots__ = ("defects", "undeterminable", "part")
+    __slots__ = ("defects", "undetermined_in", "part")
 
     def __init__(self) -> None:
         self.defects: list[Defect] = []
-        self.undeterminable = False
+        #: the parts (None: the record as a whole) a needed fact was missing for
+        self.undetermined_in: set[int | None] = set()
         #: the part (case, claim, party index) being read; defects added now concern it
         self.part: int | None = None
+
+    @property
+    def undeterminable(self) -> bool:
+        """Was a fact some support check needed absent, anywhere in the record?"""
+        return bool(self.undetermined_in)
 
     def add(self, kind: str, path: str, field: str, note: str, *, part: int | None = None) -> None:
         """Record one defect (``part`` defaults to the part being read)."""
@@ -47,7 +53,14 @@ class Findings:
 
     def undetermined(self) -> None:
         """A fact a support check needs is absent (or its rule is not closed-form)."""
-        self.undeterminable = True
+        self.undetermined_in.add(self.part)
 
     def contradicted(self) -> bool:
         return any(d.kind == INCONSISTENT for d in self.defects)
+
+    def for_part(self, part: int) -> Findings:
+        """What concerns one part: the record's own defects and marks, and the part's."""
+        out = Findings()
+        out.defects = [d for d in self.defects if d.part is None or d.part == part]
+        out.undetermined_in = {p for p in self.undetermined_in if p is None or p == part}
+        return out

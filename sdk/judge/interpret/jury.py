@@ -33,7 +33,7 @@ def read_jury_verdict(verdict: Any) -> Interpretation:
     """The interpretation of one stored jury verdict map (summary left empty)."""
     found = Findings()
     if not isinstance(verdict, dict):
-        found.unparseable("verdict", "", f"a stored verdict is a JSON object, not {type(verdict).__name__}")
+        found.unparseable("verdict", "value", f"a stored verdict is a JSON object, not {type(verdict).__name__}")
         found.absent("verdict", "aggregated", "the verdict has no aggregate")
         return Interpretation(SCHEMA_VERSION, 0, None, support(found, None), None, Stage(), (), tuple(found.defects), "")
     source_version = 1 if verdict.get("decision") is not None and verdict.get("seats") is not None else 0

@@ -13,7 +13,7 @@ from typing import Any
 from .defects import Findings
 from .jury_nodes import normalise_status
 from .model import DecidedBy
-from .values import json_equal
+from .values import brief, json_equal
 
 __all__ = ["Walk", "walk_decision", "individual_statuses", "direct_attempt"]
 
@@ -68,34 +68,34 @@ def _follow(node: dict[str, Any], path: str, tier: str, decision_path: str, foun
     """Check one ``tier_outcome`` edge; the child to move into, or None to stop."""
     hit = direct_attempt(node, tier)
     if hit is None:
-        found.inconsistent(decision_path, "tier", f"the decision names tier {tier!r}, which the record does not hold")
+        found.inconsistent(decision_path, "tier", f"the decision names tier {brief(tier)}, which the record does not hold")
         return None
     j, attempt = hit
     disposition = attempt.get("disposition")
     if disposition is None:
         found.undetermined()
     elif disposition != "used":
-        found.inconsistent(decision_path, "basis", f"the adopted tier {tier!r} is recorded as {disposition!r}, not used")
+        found.inconsistent(decision_path, "basis", f"the adopted tier {brief(tier)} is recorded as {brief(disposition)}, not used")
     child = attempt.get("verdict")
     if not isinstance(child, dict):
-        found.inconsistent(decision_path, "tier", f"the adopted tier {tier!r} records no verdict")
+        found.inconsistent(decision_path, "tier", f"the adopted tier {brief(tier)} records no verdict")
         return None
     same = json_equal(node.get("aggregated"), child.get("aggregated"))
     if same is None:
         found.undetermined()  # too deep (or cyclic) to compare
     elif not same:
-        found.inconsistent(decision_path, "basis", f"the root's aggregate is not the outcome of tier {tier!r} it says it adopted")
+        found.inconsistent(decision_path, "basis", f"the root's aggregate is not the outcome of tier {brief(tier)} it says it adopted")
     statuses = individual_statuses(child)
     policy = attempt.get("policy")
     if statuses is None:
         found.undetermined()
     elif policy == "REJECT_ON_ANY_FAIL" and "fail" not in statuses:
-        found.inconsistent(decision_path, "basis", f"tier {tier!r} runs REJECT_ON_ANY_FAIL, which stops only on a fail, and none is recorded")
+        found.inconsistent(decision_path, "basis", f"tier {brief(tier)} runs REJECT_ON_ANY_FAIL, which stops only on a fail, and none is recorded")
     elif policy == "ACCEPT_ON_ALL_PASS" and not all(s == "pass" for s in statuses):
-        found.inconsistent(decision_path, "basis", f"tier {tier!r} runs ACCEPT_ON_ALL_PASS, which stops only when every judge passed")
+        found.inconsistent(decision_path, "basis", f"tier {brief(tier)} runs ACCEPT_ON_ALL_PASS, which stops only when every judge passed")
     decision = child.get("decision")
     if isinstance(decision, dict) and decision.get("kind") == "undecided":
-        found.inconsistent(decision_path, "basis", f"the adopted tier {tier!r} itself decided nothing")
+        found.inconsistent(decision_path, "basis", f"the adopted tier {brief(tier)} itself decided nothing")
     return child, f"{path}.compositeAttempts[{j}].verdict"
 
 
@@ -132,7 +132,7 @@ def walk_decision(root: dict[str, Any], found: Findings) -> Walk:
         if kind in ("own", "undecided"):
             return Walk(via(), False, node, path, kind)
         if kind != "tier":
-            found.unknown(at, "kind", f"decision kind {kind!r} is not a token this reader defines; kept as recorded")
+            found.unknown(at, "kind", f"decision kind {brief(kind)} is not a token this reader defines; kept as recorded")
             found.undetermined()
             return Walk(via(), False, node, path, kind)
         tier = decision.get("tier")
@@ -149,7 +149,7 @@ def walk_decision(root: dict[str, Any], found: Findings) -> Walk:
         if basis == "individual_rejection":
             return Walk(DecidedBy(tier, tier_path, basis), True, node, path, kind)
         if basis != "tier_outcome":
-            found.unknown(at, "basis", f"decision basis {basis!r} is not a token this reader defines; kept as recorded")
+            found.unknown(at, "basis", f"decision basis {brief(basis)} is not a token this reader defines; kept as recorded")
             found.undetermined()
             return Walk(DecidedBy(tier, tier_path, basis), False, node, path, kind)
         moved = _follow(node, path, tier, at, found)

@@ -14,7 +14,7 @@ from typing import Any
 
 from .defects import Findings
 from .model import Check, Evidence, JudgeSeat, ScoreScale
-from .values import finite, is_number, truncated_int, whole_count
+from .values import brief, finite, is_number, truncated_int, whole_count
 from .vocab import ERROR_POLICIES, KEY_SOURCES, NOT_APPLICABLE_POLICIES, REASON_FAMILY, STATUS_BY_ENUM, STATUSES
 
 __all__ = ["Judgment", "read_judgment", "read_evidence", "read_node", "Node", "normalise_status", "block_present"]
@@ -67,10 +67,8 @@ def _score(raw: Any, path: str, found: Findings) -> tuple[float | None, ScoreSca
         found.unparseable(path, "score", "the recorded scale is unusable (bounds not finite, or max not above min)")
         return None, None
     scale = ScoreScale(lo, hi)
-    try:
-        normalised = (float(value) - lo) / (hi - lo)
-    except (OverflowError, ZeroDivisionError):
-        normalised = float("nan")
+    number = finite(value)  # an infinite (or float-overflowing) value normalises to nothing
+    normalised = (number - lo) / (hi - lo) if number is not None else float("nan")
     if normalised == normalised and 0.0 <= normalised <= 1.0:
         return normalised, scale
     found.unparseable(path, "score", "the score falls outside its own recorded scale")
@@ -115,7 +113,7 @@ def read_judgment(raw: dict[str, Any], path: str, found: Findings) -> Judgment:
     else:
         status = normalise_status(status_raw)
         if status not in STATUSES:
-            found.unknown(path, "status", f"status {status_raw!r} is not a token this reader defines; kept as recorded")
+            found.unknown(path, "status", f"status {brief(status_raw)} is not a token this reader defines; kept as recorded")
     code_raw = raw.get("reasonCode")
     code: str | None = None
     if code_raw is None:
@@ -126,7 +124,7 @@ def read_judgment(raw: dict[str, Any], path: str, found: Findings) -> Judgment:
     else:
         code = code_raw
         if code not in REASON_FAMILY:
-            found.unknown(path, "reasonCode", f"reason code {code_raw!r} is not a token this reader defines; kept as recorded")
+            found.unknown(path, "reasonCode", f"reason code {brief(code_raw)} is not a token this reader defines; kept as recorded")
     reasoning_raw = raw.get("reasoning")
     reasoning: str | None = None
     if reasoning_raw is None:
@@ -177,7 +175,7 @@ def read_evidence(aggregated: dict[str, Any], path: str, found: Findings) -> Evi
                 found.unparseable(path, field, f"{key} is text, not {type(raw).__name__}")
                 continue
             if key in _VOCAB and raw not in _VOCAB[key]:
-                found.unknown(path, field, f"{key} {raw!r} is not a token this reader defines; kept as recorded")
+                found.unknown(path, field, f"{key} {brief(raw)} is not a token this reader defines; kept as recorded")
             values.append((key, raw))
         elif key in _REAL:
             number = finite(raw)
@@ -248,7 +246,7 @@ def _seated(node: dict[str, Any], path: str, seats: list[Any], found: Findings) 
         elif isinstance(source_raw, str):
             source = source_raw
             if source not in KEY_SOURCES:
-                found.unknown(at, "keySource", f"key source {source_raw!r} is not a token this reader defines; kept as recorded")
+                found.unknown(at, "keySource", f"key source {brief(source_raw)} is not a token this reader defines; kept as recorded")
         else:
             found.unparseable(at, "keySource", f"a key source is a token, not {type(source_raw).__name__}")
         judgment_path = f"{path}.individual[{i}]"

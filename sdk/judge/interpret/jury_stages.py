@@ -14,6 +14,7 @@ from typing import Any
 from .defects import Findings
 from .jury_nodes import read_node
 from .model import Stage
+from .values import brief
 from .vocab import DISPOSITION_REASONS, DISPOSITIONS, FAILURE_CODES, POLICIES, RELATIONS
 
 __all__ = ["collect_stages", "MAX_NESTING"]
@@ -32,7 +33,7 @@ def _token(attempt: dict[str, Any], member: str, known: tuple[str, ...], path: s
         found.unparseable(path, member, f"{member} is a token, not {type(raw).__name__}")
         return None
     if raw not in known:
-        found.unknown(path, member, f"{member} {raw!r} is not a token this reader defines; kept as recorded")
+        found.unknown(path, member, f"{member} {brief(raw)} is not a token this reader defines; kept as recorded")
     return raw
 
 
@@ -46,7 +47,7 @@ def _failure(attempt: dict[str, Any], path: str, found: Findings) -> str | None:
         found.unparseable(path, member, "a failure is a code, or an object with a string code")
         return None
     if code not in FAILURE_CODES:
-        found.unknown(path, member, f"failure code {code!r} is not a token this reader defines; kept as recorded")
+        found.unknown(path, member, f"failure code {brief(code)} is not a token this reader defines; kept as recorded")
     return code
 
 

@@ -16,7 +16,7 @@ from .defects import Findings
 from .jury_decision import Walk, direct_attempt, individual_statuses
 from .jury_nodes import block_present, normalise_status
 from .model import Evidence
-from .values import is_number, json_equal
+from .values import brief, is_number, json_equal
 from .vocab import REASON_FAMILY, STATUSES
 
 __all__ = ["check_support"]
@@ -30,7 +30,7 @@ def _rejection(walk: Walk, found: Findings) -> None:
     tier = decision.get("tier") if isinstance(decision, dict) else None
     hit = direct_attempt(node, tier) if isinstance(tier, str) else None
     if hit is None:
-        found.inconsistent(decision_path, "tier", f"the rejection is said to be established in tier {tier!r}, which the record does not hold")
+        found.inconsistent(decision_path, "tier", f"the rejection is said to be established in tier {brief(tier)}, which the record does not hold")
         return
     _, attempt = hit
     disposition, reason = attempt.get("disposition"), attempt.get("dispositionReason")
@@ -39,14 +39,14 @@ def _rejection(walk: Walk, found: Findings) -> None:
     else:
         if disposition != "stage_failed" or reason == "execution_failed":
             found.inconsistent(decision_path, "basis", f"a rejection stops on a stage whose reduction failed over a genuine FAIL; "
-                               f"this one is {disposition!r} / {reason!r}")
+                               f"this one is {brief(disposition)} / {brief(reason)}")
         if reason not in ("child_undecided", "undeclared_not_applicable"):
             found.undetermined()
     policy = attempt.get("policy")
     if policy is None:
         found.undetermined()
     elif policy != "REJECT_ON_ANY_FAIL":
-        found.inconsistent(decision_path, "basis", f"only a REJECT_ON_ANY_FAIL tier stops on an individual rejection; this one runs {policy!r}")
+        found.inconsistent(decision_path, "basis", f"only a REJECT_ON_ANY_FAIL tier stops on an individual rejection; this one runs {brief(policy)}")
     child = attempt.get("verdict")
     if not isinstance(child, dict):
         found.inconsistent(decision_path, "tier", "the rejecting tier records no verdict")
@@ -69,7 +69,7 @@ def _rejection(walk: Walk, found: Findings) -> None:
     elif reason == "undeclared_not_applicable":
         status = theirs.get("status")
         if isinstance(status, str) and normalise_status(status) != "not_applicable":
-            found.inconsistent(decision_path, "basis", f"an undeclared_not_applicable tier reduced to not_applicable, not {status!r}")
+            found.inconsistent(decision_path, "basis", f"an undeclared_not_applicable tier reduced to not_applicable, not {brief(status)}")
         if mine.get("reasonCode") != "stage_failed":
             found.inconsistent(decision_path, "basis", "the root of an undeclared_not_applicable rejection records reason code stage_failed")
 
@@ -87,7 +87,7 @@ def _undecided(walk: Walk, found: Findings) -> None:
     if not isinstance(code, str) or code not in REASON_FAMILY:
         found.undetermined()
     elif REASON_FAMILY[code] != "MACHINERY":
-        found.inconsistent(decision_path, "kind", f"an undecided decision is a machinery error; {code!r} is not one")
+        found.inconsistent(decision_path, "kind", f"an undecided decision is a machinery error; {brief(code)} is not one")
 
 
 def _expected(e: Evidence, aggregated: dict[str, Any]) -> tuple[str, str | None, str | None]:
@@ -151,12 +151,12 @@ def _closed_form(e: Evidence, aggregated: dict[str, Any], status: str | None, co
         found.undetermined()
     elif outcome == "tie":
         if status not in ("pass", "fail", "abstain"):
-            found.inconsistent(_ROOT, "status", f"a tied majority reduces to pass, fail or abstain, not {status!r}")
+            found.inconsistent(_ROOT, "status", f"a tied majority reduces to pass, fail or abstain, not {brief(status)}")
     else:
         if want != status:
-            found.inconsistent(_ROOT, "status", f"the root's own evidence gives {want!r}; the root records {status!r}")
+            found.inconsistent(_ROOT, "status", f"the root's own evidence gives {brief(want)}; the root records {brief(status)}")
         if want_code is not None and code is not None and want_code != code:
-            found.inconsistent(_ROOT, "reasonCode", f"the root's own evidence gives reason code {want_code!r}; the root records {code!r}")
+            found.inconsistent(_ROOT, "reasonCode", f"the root's own evidence gives reason code {brief(want_code)}; the root records {brief(code)}")
 
 
 def check_support(root: dict[str, Any], walk: Walk, evidence: Evidence | None, status: str | None, code: str | None,

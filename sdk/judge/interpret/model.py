@@ -13,7 +13,8 @@ and positions as integers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -179,7 +180,7 @@ class Defect:
     kind: str
     note: str
     #: the index of the part (case, claim, party) it concerns, when it concerns one; not serialised
-    part: int | None = field(default=None, compare=False, repr=False)
+    part: int | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "field": self.field, "kind": self.kind, "note": self.note}

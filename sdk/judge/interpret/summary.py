@@ -56,11 +56,11 @@ def _literal(text: str) -> str:
 
 def shown(text: str, *, path: bool = False) -> str:
     """A recorded value as the summary writes it: unchanged when it is plain
-    (word characters and ``. : / @ # + = -``, single spaces between; a defect
-    path also brackets, no spaces) and holds no reserved word; otherwise a JSON
+    (empty, or word characters and ``. : / @ # + = -`` with single spaces
+    between; a defect path also brackets, no spaces) and holds no reserved word; otherwise a JSON
     string literal with its quotes, parentheses, brackets and reserved words
     escaped, which ``json.loads`` reads back to the value."""
-    if (_PLAIN_PATH if path else _PLAIN).fullmatch(text) and not _RESERVED.search(text):
+    if not text or (_PLAIN_PATH if path else _PLAIN).fullmatch(text) and not _RESERVED.search(text):
         return text
     return _literal(text)
 
@@ -203,6 +203,8 @@ def summarise(i: Interpretation) -> str:
     out.append(_decided(i, capseal))
     if i.reading is not None:
         out.append(f"Reading: {i.reading} \u2014 {READING_GLOSS.get(i.reading, '')}.")
+    elif capseal:
+        out.append("Reading: none; the record gives no reading of a subject.")
     else:
         out.append("Reading: none; the root records no readable status.")
     out.append(f"Support: {i.reading_support} \u2014 {SUPPORT_GLOSS.get(i.reading_support, '')}.")

@@ -20,6 +20,8 @@ __all__ = [
     "truncated_int",
     "json_equal",
     "key_text",
+    "brief",
+    "members",
     "floats_in",
 ]
 
@@ -116,15 +118,34 @@ def json_equal(a: Any, b: Any, *, max_depth: int = MAX_DEPTH) -> bool | None:
     return True
 
 
+def brief(value: Any) -> str:
+    """A short, safe rendering of any value for a note or a check's detail: JSON
+    literals as JSON, a string quoted (cut at 60 characters), a huge integer or
+    a container by what it is; never a repr that could recurse or fail."""
+    if value is None or type(value) is bool:
+        return "null" if value is None else "true" if value else "false"
+    if type(value) is int:
+        return str(value) if abs(value) < 10**18 else "a very large integer"
+    if type(value) is float:
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value[:60] + ("…" if len(value) > 60 else ""))
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
 def key_text(key: Any) -> str:
     """A member name as it appears in a defect path (a non-string key by its repr)."""
     return key if isinstance(key, str) else repr(key)
 
 
-def floats_in(value: Any, path: str, *, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, str]]:
-    """``(path, field)`` of every float in ``value``: the path of the object
-    holding it and its member name (``name[i]`` for an element of a list held
-    at ``name``). Stops at ``max_depth`` and at cycles."""
+def members(value: Any, path: str, *, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, str, Any]]:
+    """``(path, field, value)`` of every member of ``value``, depth first: the
+    path of the object holding it and its member name (``name[i]`` for an
+    element of a list held at ``name``). Stops at ``max_depth`` and at cycles."""
     # each entry: the node, the path of the object holding it, and its name there
     stack: list[tuple[Any, str, str, int]] = [(value, path, "", 0)]
     seen: set[int] = set()
@@ -140,8 +161,12 @@ def floats_in(value: Any, path: str, *, max_depth: int = MAX_DEPTH) -> Iterator[
             entries = [(holder, f"{name}[{i}]", v) for i, v in enumerate(node)]
         children = []
         for at, field, v in entries:
-            if type(v) is float:
-                yield at, field
-            elif isinstance(v, (dict, list)):
+            yield at, field, v
+            if isinstance(v, (dict, list)):
                 children.append((v, at, field, depth + 1))
         stack.extend(reversed(children))
+
+
+def floats_in(value: Any, path: str, *, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, str]]:
+    """``(path, field)`` of every float in ``value`` (see :func:`members`)."""
+    return ((at, field) for at, field, v in members(value, path, max_depth=max_depth) if type(v) is float)
