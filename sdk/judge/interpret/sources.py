@@ -16,6 +16,7 @@ line (JSON Lines, as a referee book file). An experiment file (an object whose
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ def read_ledger(path: str | Path) -> Source:
             body = stored.get("record", stored) if isinstance(stored, dict) and "record" in stored else stored
             reading = read(stored, name=_name(body, f"#{e.seq}"), resolve=resolve, digest=e.record_id,
                            inbound=lambda d: inbound.get(d, ()))
-            out.append(SourceRecord(e.header(), stored, reading))
+            items = tuple(dataclasses.replace(i, record_id=e.record_id, record_type=e.record_type) for i in reading.items)
+            out.append(SourceRecord(e.header(), stored, Reading(reading.interpretation, items)))
     return Source(tuple(out))
 
 
