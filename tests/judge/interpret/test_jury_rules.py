@@ -134,9 +134,9 @@ def test_closed_form_missing_member_is_absent_and_undetermined() -> None:
 
 
 def test_an_error_without_a_recorded_code_is_not_a_contradiction() -> None:
-    block = {"strategy": "consensus", "errorPolicy": "propagate", "inputCount": 2, "eligibleCount": 0, "errorCount": 1}
-    verdict = {"aggregated": {"status": "error", "reasoning": "r", "checks": [], "metadata": {"aggregation": block}},
-               "individualByName": {}, "seats": [], "decision": {"kind": "own"}}
+    block: dict[str, Any] = {"strategy": "consensus", "errorPolicy": "propagate", "inputCount": 2, "eligibleCount": 0, "errorCount": 1}
+    verdict: dict[str, Any] = {"aggregated": {"status": "error", "reasoning": "r", "checks": [], "metadata": {"aggregation": block}},
+                               "individualByName": {}, "seats": [], "decision": {"kind": "own"}}
     i = interpret(verdict)
     assert i.reading_support == "SUPPORTED"
     verdict["aggregated"]["reasonCode"] = "aggregation_failed"

@@ -275,7 +275,7 @@ def test_absent_facts_read_undetermined_unnamed_contradicted_party() -> None:
 
 def test_absent_facts_read_undetermined_unpublished_answer_and_no_model_hosting() -> None:
     answer = {"verdict": "not_met", "rationale": "the amount came after the tool call"}
-    capsule = {"developer": "judge@1", "references": [], "model_attestation": {"compute_attestation": {
+    capsule: dict[str, Any] = {"developer": "judge@1", "references": [], "model_attestation": {"compute_attestation": {
         "agent_output_digest": json_digest(answer),
         "x-judgment-v1": {"rubric_digest": "1" * 64, "rubric_version": "1", "judge_parameters_digest": "2" * 64,
                           "model_hosting": "self_hosted"}}}}

@@ -14,7 +14,7 @@ from .conftest import EXAMPLE_ONE, stored
 def by_type(sealed: Any) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for record in read_source(sealed.path).records:
-        out.setdefault(record.header["record_type"], []).append(record)
+        out.setdefault((record.header or {})["record_type"], []).append(record)
     return out
 
 

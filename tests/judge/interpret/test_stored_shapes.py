@@ -3,6 +3,8 @@ the 0.17 seven-component form), with the facts upstream's tests pin for the same
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from capseal.judge import interpret
@@ -123,8 +125,7 @@ def test_a_map_of_the_wrong_shape_degrades_into_missing_facts() -> None:
 
 
 def test_a_cascade_nested_deeper_than_64_is_reported_not_followed() -> None:
-    leaf = {"aggregated": {"status": "pass", "reasoning": "r", "checks": []}}
-    node = leaf
+    node: dict[str, Any] = {"aggregated": {"status": "pass", "reasoning": "r", "checks": []}}
     for n in range(70):
         node = {"aggregated": {"status": "pass", "reasoning": "r", "checks": []},
                 "compositeAttempts": [{"name": f"t{n}", "relation": "meta_member", "disposition": "used", "verdict": node}]}

@@ -121,7 +121,7 @@ def test_shown_leaves_plain_values_and_escapes_reserved_ones() -> None:
 def test_capseal_record_summaries_name_their_form_and_parts(sealed: Any) -> None:
     from capseal.judge.interpret import read_source
 
-    text = {r.header["record_type"]: r.reading.interpretation.summary for r in read_source(sealed.path).records}
+    text = {(r.header or {})["record_type"]: r.reading.interpretation.summary for r in read_source(sealed.path).records}
     report = text["judge:evaluation-report/v1"]
     assert "'A-1009/C1' was met" in report and "'A-1009/C2' was not met" in report and "'evaluation-report/v1'" in report
     assert "a rejected part outranks the rest" in report
