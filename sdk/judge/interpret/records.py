@@ -249,7 +249,7 @@ def read_judge_record(body: dict[str, Any], *, digest: str | None = None, inboun
         return _calibration(body, found)
     if version == "close/v1":
         return _close(body, found, digest, inbound)
-    if version in SHAPES:
+    if isinstance(version, str) and version in SHAPES:
         return _no_verdict(str(version), body, found)
     found.unknown(ROOT, "record_version", f"record_version {brief(version)} is not a judge-family shape this reader defines")
     return record_reading(form=str(version) if isinstance(version, str) else "judge-record", source_version=0, root=Stage(),
