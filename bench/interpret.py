@@ -27,7 +27,17 @@ from typing import Any
 
 from capseal import Producer
 from capseal.canonical import json_digest
-from capseal.judge import Case, Claim, EvaluationReport, HumanRating, JudgePin, JudgmentStore, ResultBuilder, Target, blind_packet
+from capseal.judge import (
+    Case,
+    Claim,
+    EvaluationReport,
+    HumanRating,
+    JudgePin,
+    JudgmentStore,
+    ResultBuilder,
+    Target,
+    blind_packet,
+)
 from capseal.judge.interpret import JURY_VERDICT_ARTIFACT, read, read_source
 from capseal.keys import UnsafeEphemeralSigner
 from capseal.ledger import Ledger, LedgerEntry
