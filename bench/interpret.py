@@ -10,7 +10,7 @@ book rows, in equal shares; then prints, best of ``--rounds``:
     path ``capseal interpret LEDGER`` takes;
   * records/s of ``read`` alone over the parsed stored rows.
 
-Target (issue 20): under a second per 1,000 records (at least 1,000 records/s).
+Target: under a second per 1,000 records (at least 1,000 records/s).
 
 Usage: python bench/interpret.py [--n 10000] [--rounds 3] [--json]
 """

@@ -1,10 +1,10 @@
-"""The seed's consumer example, run over ``capseal interpret --json`` output.
+"""A consumer of readings, run over ``capseal interpret --json`` output.
 
     capseal interpret LEDGER --json > readings.json
     python examples/interpret_consumer.py readings.json      # or: ... | python examples/interpret_consumer.py -
 
-Everything from ``import json`` to ``describe`` is the example as the seed
-states it, unchanged: it reads the interpretation's fields only and never
+Everything from ``import json`` to ``describe`` is agent-judge's published
+consumer example for its interpretations, unchanged: it reads the interpretation's fields only and never
 traverses the stored record. Only the file loading at the end is this file's
 own: it reads the items of the output, describes each, and prints the tally
 and the pass rate.

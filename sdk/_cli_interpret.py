@@ -23,7 +23,14 @@ EXIT_OK, EXIT_CONTRADICTED, EXIT_ERROR = 0, 1, 2
 
 
 def add_parser(sub: Any) -> None:
-    """Register the ``interpret`` subcommand on ``build_parser()``'s subparsers."""
+    """Register the ``interpret`` subcommand.
+
+    Args:
+        sub: ``build_parser()``'s subparsers.
+
+    Returns:
+        None.
+    """
     p = sub.add_parser("interpret", help="read what every judgment record of a ledger (or a file) says")
     p.add_argument("source", metavar="LEDGER|FILE", help="a capseal ledger, or a JSON / JSON Lines file of records")
     p.add_argument("--json", action="store_true", help="machine-readable: every record and item with its interpretation")

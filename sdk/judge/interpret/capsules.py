@@ -52,14 +52,28 @@ def _compute(capsule: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
 
 
 def judgment_member(capsule: Any) -> dict[str, Any] | None:
-    """The ``x-judgment-v1`` member of a capsule, or None."""
+    """The ``x-judgment-v1`` member of a capsule, or None.
+
+    Args:
+        capsule: any value.
+
+    Returns:
+        The member object, or None when the value carries none.
+    """
     compute, _ = _compute(capsule) if isinstance(capsule, dict) else (None, "")
     member = compute.get(_MEMBER) if compute is not None else None
     return member if isinstance(member, dict) else None
 
 
 def mesh_block(value: Any) -> tuple[dict[str, Any], str] | None:
-    """The mesh adjudication block of a capsule (or the bare block) and its path, or None."""
+    """The mesh adjudication block of a capsule (or the bare block) and its path, or None.
+
+    Args:
+        value: a capsule, or the bare adjudication block.
+
+    Returns:
+        ``(block, its defect path)``, or None when the value is no mesh verdict record.
+    """
     if not isinstance(value, dict):
         return None
     if value.get("schema") == MESH_SCHEMA:
@@ -119,7 +133,15 @@ def _answer(digest: Any, resolve: Resolve | None, at: str, found: Findings) -> d
 
 
 def read_judgment_capsule(capsule: dict[str, Any], *, resolve: Resolve | None = None) -> RecordReading:
-    """One capsule carrying ``x-judgment-v1``."""
+    """One capsule carrying ``x-judgment-v1``.
+
+    Args:
+        capsule: a capsule carrying ``x-judgment-v1``.
+        resolve: the published content of a digest, or None.
+
+    Returns:
+        The capsule's RecordReading (never raises on content).
+    """
     found = Findings()
     scan_floats(capsule, found)
     _references(capsule, found)
@@ -159,7 +181,14 @@ def read_judgment_capsule(capsule: dict[str, Any], *, resolve: Resolve | None = 
 
 
 def read_mesh_verdict(value: dict[str, Any]) -> RecordReading:
-    """The mesh's verdict record (a capsule carrying the block, or the bare block)."""
+    """The mesh's verdict record (a capsule carrying the block, or the bare block).
+
+    Args:
+        value: the mesh verdict capsule, or its bare adjudication block.
+
+    Returns:
+        The record's RecordReading, one part per half.
+    """
     found = Findings()
     hit = mesh_block(value)
     block, at = hit if hit is not None else ({}, ROOT)

@@ -36,7 +36,18 @@ class Findings:
         return bool(self.undetermined_in)
 
     def add(self, kind: str, path: str, field: str, note: str, *, part: int | None = None) -> None:
-        """Record one defect (``part`` defaults to the part being read)."""
+        """Record one defect.
+
+        Args:
+            kind: ABSENT, UNPARSEABLE, UNKNOWN_VOCABULARY or INCONSISTENT.
+            path: the structure it is found in.
+            field: the member it concerns.
+            note: what is wrong, in words.
+            part: the part it concerns (default: the part being read).
+
+        Returns:
+            None.
+        """
         self.defects.append(Defect(path, field, kind, note, part if part is not None else self.part))
 
     def absent(self, path: str, field: str, note: str) -> None:

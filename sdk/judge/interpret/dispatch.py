@@ -72,7 +72,14 @@ def _finished(i: Interpretation) -> Interpretation:
 
 
 def unreadable(note: str) -> Reading:
-    """The reading of a stored value that is not JSON: no reading, one UNPARSEABLE defect, no item."""
+    """The reading of a stored value that is not JSON: no reading, one UNPARSEABLE defect, no item.
+
+    Args:
+        note: why the stored bytes are not read (names the row).
+
+    Returns:
+        A Reading with no reading, one UNPARSEABLE defect and no item.
+    """
     found = Findings()
     found.unparseable("record", "value", note)
     i = _finished(Interpretation(SCHEMA_VERSION, 0, None, support(found, None), None, Stage(stage="unreadable"), (),

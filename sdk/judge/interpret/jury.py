@@ -30,7 +30,14 @@ __all__ = ["read_jury_verdict"]
 
 
 def read_jury_verdict(verdict: Any) -> Interpretation:
-    """The interpretation of one stored jury verdict map (summary left empty)."""
+    """The interpretation of one stored jury verdict map (summary left empty).
+
+    Args:
+        verdict: a stored jury verdict map (any value: a non-object degrades into defects).
+
+    Returns:
+        Its Interpretation, summary still empty.
+    """
     found = Findings()
     if not isinstance(verdict, dict):
         found.unparseable("verdict", "value", f"a stored verdict is a JSON object, not {type(verdict).__name__}")

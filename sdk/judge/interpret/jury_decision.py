@@ -35,7 +35,14 @@ class Walk:
 
 def individual_statuses(node: dict[str, Any]) -> list[str] | None:
     """The node's individual statuses (``individual``, else the values of
-    ``individualByName``), normalised; None when they are unreadable."""
+    ``individualByName``), normalised; None when they are unreadable.
+
+    Args:
+        node: a verdict node.
+
+    Returns:
+        The normalised statuses, or None when they are unreadable.
+    """
     individual = node.get("individual")
     if isinstance(individual, list):
         entries = individual
@@ -54,7 +61,15 @@ def individual_statuses(node: dict[str, Any]) -> list[str] | None:
 
 
 def direct_attempt(node: dict[str, Any], tier: str) -> tuple[int, dict[str, Any]] | None:
-    """The first direct attempt named ``tier`` whose relation is null or ``cascade_tier``."""
+    """The first direct attempt named ``tier`` whose relation is null or ``cascade_tier``.
+
+    Args:
+        node: a verdict node.
+        tier: the tier name a decision names.
+
+    Returns:
+        ``(index, attempt)`` of the first match, or None.
+    """
     attempts = node.get("compositeAttempts")
     if not isinstance(attempts, list):
         return None
@@ -101,7 +116,15 @@ def _follow(node: dict[str, Any], path: str, tier: str, decision_path: str, foun
 
 def walk_decision(root: dict[str, Any], found: Findings) -> Walk:
     """Follow ``decision`` from the root: ``own``/``undecided`` stop, ``tier`` with
-    ``tier_outcome`` moves into that tier, ``individual_rejection`` stops there."""
+    ``tier_outcome`` moves into that tier, ``individual_rejection`` stops there.
+
+    Args:
+        root: the stored verdict.
+        found: where defects and undeterminable marks go.
+
+    Returns:
+        The Walk: who decided, whether on an individual rejection, and where the chain stopped.
+    """
     node, path = root, "verdict"
     own_path: tuple[str, ...] = ()
     last_edge: str | None = None

@@ -22,7 +22,14 @@ __all__ = ["Judgment", "read_judgment", "read_evidence", "read_node", "Node", "n
 
 def normalise_status(value: Any) -> str | None:
     """A status string as its wire token (the 0.13 enum names read as lower case);
-    an unknown string is kept raw; anything else is None."""
+    an unknown string is kept raw; anything else is None.
+
+    Args:
+        value: a recorded status.
+
+    Returns:
+        The wire token, the raw unknown string, or None for a non-string.
+    """
     if not isinstance(value, str):
         return None
     if value in STATUSES:
@@ -101,7 +108,16 @@ def _checks(raw: Any, path: str, found: Findings) -> tuple[Check, ...]:
 
 
 def read_judgment(raw: dict[str, Any], path: str, found: Findings) -> Judgment:
-    """One judgment at ``path``: status, reasonCode, reasoning, score, checks (defects in that order)."""
+    """One judgment at ``path``: status, reasonCode, reasoning, score, checks (defects in that order).
+
+    Args:
+        raw: the judgment object.
+        path: its defect path.
+        found: where defects go.
+
+    Returns:
+        The Judgment's readable facts.
+    """
     status_raw = raw.get("status")
     status: str | None
     if status_raw is None:
@@ -139,7 +155,14 @@ def read_judgment(raw: dict[str, Any], path: str, found: Findings) -> Judgment:
 
 
 def block_present(aggregated: Any) -> bool:
-    """Does the aggregate hold an evidence block (``metadata.aggregation`` non-null, of any type)?"""
+    """Does the aggregate hold an evidence block (``metadata.aggregation`` non-null, of any type)?
+
+    Args:
+        aggregated: an aggregate (any value).
+
+    Returns:
+        True when ``metadata.aggregation`` is present and non-null.
+    """
     metadata = aggregated.get("metadata") if isinstance(aggregated, dict) else None
     return isinstance(metadata, dict) and metadata.get("aggregation") is not None
 
@@ -157,7 +180,16 @@ _ORDER = (
 
 def read_evidence(aggregated: dict[str, Any], path: str, found: Findings) -> Evidence | None:
     """The evidence block of an aggregate at ``path`` (``N.aggregated``), key by key;
-    a missing key is None with no defect, a key of the wrong type None with a defect."""
+    a missing key is None with no defect, a key of the wrong type None with a defect.
+
+    Args:
+        aggregated: the aggregate object.
+        path: its defect path (``N.aggregated``).
+        found: where defects go.
+
+    Returns:
+        The Evidence, or None when there is no readable block.
+    """
     if not block_present(aggregated):
         return None
     block = aggregated["metadata"]["aggregation"]
@@ -275,7 +307,17 @@ def _unseated(node: dict[str, Any], path: str, root: bool, found: Findings) -> l
 
 
 def read_node(node: dict[str, Any], path: str, found: Findings, *, root: bool) -> Node:
-    """One verdict node at ``path``: its aggregate, evidence block and judges."""
+    """One verdict node at ``path``: its aggregate, evidence block and judges.
+
+    Args:
+        node: the verdict node object.
+        path: its defect path.
+        found: where defects go.
+        root: whether it is the root (only the root's missing seats are a defect).
+
+    Returns:
+        The Node: aggregate, evidence and judges.
+    """
     aggregated = node.get("aggregated")
     if not isinstance(aggregated, dict):
         found.absent(path, "aggregated", "the verdict has no aggregate")

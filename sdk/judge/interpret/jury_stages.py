@@ -111,7 +111,15 @@ def _collect(node: dict[str, Any], path: str, parent_path: tuple[str, ...], dept
 
 
 def collect_stages(root: dict[str, Any], found: Findings) -> tuple[Stage, ...]:
-    """Every stage of the verdict ``root`` (at path ``verdict``), in depth-first pre-order."""
+    """Every stage of the verdict ``root`` (at path ``verdict``), in depth-first pre-order.
+
+    Args:
+        root: the stored verdict object.
+        found: where defects go.
+
+    Returns:
+        Every stage in depth-first pre-order.
+    """
     out: list[Stage] = []
     _collect(root, "verdict", (), 1, found, out)
     return tuple(out)

@@ -162,7 +162,19 @@ def _closed_form(e: Evidence, aggregated: dict[str, Any], status: str | None, co
 def check_support(root: dict[str, Any], walk: Walk, evidence: Evidence | None, status: str | None, code: str | None,
                   found: Findings) -> None:
     """Run the support checks of a stored verdict whose decision walk gave ``walk``
-    (``evidence``, ``status``, ``code``: the root aggregate's, as read)."""
+    (``evidence``, ``status``, ``code``: the root aggregate's, as read).
+
+    Args:
+        root: the stored verdict object.
+        walk: the decision walk's result.
+        evidence: the root's evidence as read.
+        status: the root status as read.
+        code: the root reason code as read.
+        found: where defects and undeterminable marks go.
+
+    Returns:
+        None; the checks record their findings in ``found``.
+    """
     if walk.rejection:
         _rejection(walk, found)
     if walk.kind == "undecided":

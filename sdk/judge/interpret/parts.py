@@ -51,7 +51,21 @@ class RecordReading:
 def record_reading(*, form: str, source_version: int, root: Stage, stages: tuple[Stage, ...] = (),
                    parts: tuple[Part, ...] = (), reading: str | None, found: Findings,
                    decided_by: DecidedBy | None = None) -> RecordReading:
-    """Assemble a record's interpretation: the root names the form; support follows the defects."""
+    """Assemble a record's interpretation: the root names the form; support follows the defects.
+
+    Args:
+        form: the record's form (the root's stage name).
+        source_version: 1 when the record carries its version stamp, else 0.
+        root: the record as a whole.
+        stages: its parts as stages.
+        parts: the parts that are items.
+        reading: the record's reading.
+        found: what was found.
+        decided_by: the recorded deciding stage, if any.
+
+    Returns:
+        The RecordReading (summary still empty).
+    """
     root = dataclasses.replace(root, stage=form)
     interpretation = Interpretation(SCHEMA_VERSION, source_version, reading, support(found, reading), decided_by, root,
                                     stages, tuple(found.defects), "")
@@ -59,7 +73,15 @@ def record_reading(*, form: str, source_version: int, root: Stage, stages: tuple
 
 
 def item_of(read: RecordReading, part: Part) -> Interpretation:
-    """The interpretation of one part, rooted at it (summary still empty)."""
+    """The interpretation of one part, rooted at it (summary still empty).
+
+    Args:
+        read: the record read.
+        part: one of its parts.
+
+    Returns:
+        The part's own Interpretation (summary still empty).
+    """
     found = read.found.for_part(part.index)
     root = dataclasses.replace(part.stage, stage=read.interpretation.root.stage, relation=None, policy=None,
                                disposition=None, reason=None, failure=None, used_by_parent=None)
@@ -69,7 +91,19 @@ def item_of(read: RecordReading, part: Part) -> Interpretation:
 
 def token(raw: Any, path: str, field: str, known: tuple[str, ...], found: Findings, *, required: bool = True) -> str | None:
     """A verdict-like token: absent (ABSENT, and undeterminable when required),
-    not a string (UNPARSEABLE), or kept as recorded (UNKNOWN_VOCABULARY if unknown)."""
+    not a string (UNPARSEABLE), or kept as recorded (UNKNOWN_VOCABULARY if unknown).
+
+    Args:
+        raw: the recorded value.
+        path: the defect path.
+        field: the member name.
+        known: the tokens this reader defines.
+        found: where defects go.
+        required: whether its absence leaves the reading undetermined.
+
+    Returns:
+        The token as recorded, or None.
+    """
     if raw is None:
         if required:
             found.absent(path, field, f"the record states no {field}")
@@ -86,12 +120,27 @@ def token(raw: Any, path: str, field: str, known: tuple[str, ...], found: Findin
 
 
 def text(raw: Any) -> str | None:
-    """A recorded string member, or None."""
+    """A recorded string member, or None.
+
+    Args:
+        raw: any value.
+
+    Returns:
+        The value when it is a string, else None.
+    """
     return raw if isinstance(raw, str) else None
 
 
 def scan_floats(body: Any, found: Findings) -> None:
     """UNPARSEABLE for every float in a digest-bearing body (such a record holds
-    integers, decimal strings or micros, never floats)."""
+    integers, decimal strings or micros, never floats).
+
+    Args:
+        body: the record body.
+        found: where defects go.
+
+    Returns:
+        None; one UNPARSEABLE defect per float.
+    """
     for path, field in floats_in(body, ROOT):
         found.unparseable(path, field, "a float has no place in a digest-bearing record (integers, decimal strings or micros)")

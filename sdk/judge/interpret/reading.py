@@ -27,7 +27,15 @@ __all__ = ["jury_reading", "token_reading", "across_parts", "support"]
 
 
 def jury_reading(rejection: bool, status: str | None) -> str | None:
-    """The reading of a stored jury verdict from its root status (normalised)."""
+    """The reading of a stored jury verdict from its root status (normalised).
+
+    Args:
+        rejection: whether the decision stopped on an individual rejection.
+        status: the root status, normalised.
+
+    Returns:
+        The reading, or None.
+    """
     if rejection:
         return "REJECTED"
     if status is None:
@@ -36,12 +44,26 @@ def jury_reading(rejection: bool, status: str | None) -> str | None:
 
 
 def token_reading(status: str | None) -> str | None:
-    """The reading of a capseal verdict token (None for a token that is no verdict)."""
+    """The reading of a capseal verdict token (None for a token that is no verdict).
+
+    Args:
+        status: a capseal verdict token, or None.
+
+    Returns:
+        The reading, or None.
+    """
     return CAPSEAL_READING.get(status) if status is not None else None
 
 
 def across_parts(readings: Iterable[str | None]) -> str | None:
-    """The reading of a record from the readings of its parts (None when it has none)."""
+    """The reading of a record from the readings of its parts (None when it has none).
+
+    Args:
+        readings: the readings of the record's parts.
+
+    Returns:
+        The record's reading, or None.
+    """
     seen = list(readings)
     if not seen:
         return None
@@ -56,7 +78,15 @@ def across_parts(readings: Iterable[str | None]) -> str | None:
 
 
 def support(found: Findings, reading: str | None) -> str:
-    """``readingSupport`` from the defects found and the reading taken."""
+    """``readingSupport`` from the defects found and the reading taken.
+
+    Args:
+        found: what was found while reading.
+        reading: the reading taken.
+
+    Returns:
+        SUPPORTED, CONTRADICTED or UNDETERMINED.
+    """
     if found.contradicted():
         return "CONTRADICTED"
     if found.undeterminable or reading is None:

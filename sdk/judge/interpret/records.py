@@ -234,7 +234,16 @@ def _no_verdict(form: str, body: dict[str, Any], found: Findings) -> RecordReadi
 
 
 def read_judge_record(body: dict[str, Any], *, digest: str | None = None, inbound: Inbound | None = None) -> RecordReading:
-    """One judge-family record body (``digest``: its record digest, for the links into it)."""
+    """One judge-family record body (``digest``: its record digest, for the links into it).
+
+    Args:
+        body: a judge-family record body.
+        digest: its record digest (to look up the links into it).
+        inbound: the links into a digest, or None when not at hand.
+
+    Returns:
+        The record's RecordReading.
+    """
     found = Findings()
     version = body.get("record_version")
     scan_floats(body, found)

@@ -38,7 +38,14 @@ _VERDICTS = ("corroborated", "inconclusive", "not_comparable")
 
 
 def is_book_row(value: Any) -> bool:
-    """Is ``value`` a book entry (``book_version`` and ``row``) or a bare row (``state``)?"""
+    """Is ``value`` a book entry (``book_version`` and ``row``) or a bare row (``state``)?
+
+    Args:
+        value: any value.
+
+    Returns:
+        True for a book entry or a bare row.
+    """
     if not isinstance(value, dict):
         return False
     return "book_version" in value and "row" in value or value.get("state") in _STATES
@@ -90,7 +97,14 @@ def _adjudicated(row: dict[str, Any], at: str, nodes: list[str | None], found: F
 
 
 def read_book_row(value: dict[str, Any]) -> RecordReading:
-    """A book entry or a bare row."""
+    """A book entry or a bare row.
+
+    Args:
+        value: a book entry or a bare row.
+
+    Returns:
+        The row's RecordReading.
+    """
     found = Findings()
     entry = value if "row" in value and "state" not in value else None
     source = 0

@@ -151,7 +151,14 @@ def _aggregate(body: dict[str, Any], claims: list[Any], found: Findings) -> int:
 
 
 def read_result(body: dict[str, Any]) -> RecordReading:
-    """One Evidence Result v0 body."""
+    """One Evidence Result v0 body.
+
+    Args:
+        body: an Evidence Result body.
+
+    Returns:
+        The Result's RecordReading, one part per claim (and one for the requirements excluded).
+    """
     found = Findings()
     scan_floats(body, found)
     version = body.get("result_version")

@@ -92,6 +92,12 @@ def _wanted(entry: StoredEntry, stored: Any) -> bool:
 def read_ledger(path: str | Path) -> Source:
     """Every judgment record of the ledger at ``path`` (opened read-only).
 
+    Args:
+        path: the ledger file.
+
+    Returns:
+        The Source: every judgment record with its reading.
+
     Raises:
         LedgerError: the ledger cannot be opened or read.
     """
@@ -127,7 +133,14 @@ def read_ledger(path: str | Path) -> Source:
 
 
 def is_experiment(document: Any) -> bool:
-    """An experiment file: an object whose ``items`` are objects carrying a ``verdict`` member."""
+    """An experiment file: an object whose ``items`` are objects carrying a ``verdict`` member.
+
+    Args:
+        document: a parsed JSON value.
+
+    Returns:
+        True for an experiment document.
+    """
     items = document.get("items") if isinstance(document, dict) else None
     return isinstance(items, list) and bool(items) and all(isinstance(i, dict) and "verdict" in i for i in items)
 
@@ -135,7 +148,14 @@ def is_experiment(document: Any) -> bool:
 def reexport(document: dict[str, Any]) -> dict[str, Any]:
     """An experiment document with an ``interpretation`` beside each item's verdict
     (null for an item with no verdict). The input is not modified; the result
-    equals it in every respect except the added keys."""
+    equals it in every respect except the added keys.
+
+    Args:
+        document: an experiment document (see :func:`is_experiment`).
+
+    Returns:
+        A new document: the same, with an ``interpretation`` beside each verdict.
+    """
     items = []
     for item in document["items"]:
         verdict = item.get("verdict")
@@ -170,6 +190,12 @@ def _values(path: Path, data: bytes) -> Iterator[Any]:
 def read_file(path: str | Path) -> Source:
     """The records of a JSON, JSON-array or JSON Lines file.
 
+    Args:
+        path: a JSON, JSON-array or JSON Lines file.
+
+    Returns:
+        The Source (with ``document`` set for an experiment file).
+
     Raises:
         InputError: the file cannot be read; MalformedJSONError (an InputError): it is not JSON.
     """
@@ -190,8 +216,14 @@ def read_file(path: str | Path) -> Source:
 def read_source(path: str | Path) -> Source:
     """A ledger (by its SQLite header) or a file.
 
+    Args:
+        path: a ledger or a file.
+
+    Returns:
+        The Source.
+
     Raises:
-        InputError: the path cannot be read as either.
+        InputError: the path cannot be read as either; LedgerError: a ledger that cannot be read.
     """
     path = Path(path)
     try:

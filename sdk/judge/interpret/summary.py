@@ -59,7 +59,15 @@ def shown(text: str, *, path: bool = False) -> str:
     (empty, or word characters and ``. : / @ # + = -`` with single spaces
     between; a defect path also brackets, no spaces) and holds no reserved word; otherwise a JSON
     string literal with its quotes, parentheses, brackets and reserved words
-    escaped, which ``json.loads`` reads back to the value."""
+    escaped, which ``json.loads`` reads back to the value.
+
+    Args:
+        text: the recorded value.
+        path: whether it is a defect path (brackets allowed, no spaces).
+
+    Returns:
+        The value as the summary writes it.
+    """
     if not text or (_PLAIN_PATH if path else _PLAIN).fullmatch(text) and not _RESERVED.search(text):
         return text
     return _literal(text)
@@ -80,14 +88,28 @@ def _balanced(text: str) -> bool:
 def shown_reasoning(text: str) -> str:
     """Recorded reasoning as the summary quotes it: verbatim, unless it holds a
     single quote, a control or unpaired surrogate character, or unbalanced
-    parentheses (then as :func:`shown`'s literal)."""
+    parentheses (then as :func:`shown`'s literal).
+
+    Args:
+        text: recorded reasoning.
+
+    Returns:
+        The reasoning as the summary quotes it.
+    """
     if "'" not in text and _balanced(text) and not any(unicodedata.category(ch) in ("Cc", "Cs") for ch in text):
         return text
     return _literal(text)
 
 
 def status_phrase(status: str) -> str:
-    """How the summary says one recorded status."""
+    """How the summary says one recorded status.
+
+    Args:
+        status: a recorded status.
+
+    Returns:
+        Its phrase.
+    """
     return PHRASES.get(status) or f"{UNKNOWN_STATUS_PHRASE} {shown(status)}"
 
 
@@ -181,7 +203,14 @@ def _decided(i: Interpretation, capseal: bool) -> str:
 
 
 def summarise(i: Interpretation) -> str:
-    """The summary of an interpretation, from its fields alone (its own ``summary`` is ignored)."""
+    """The summary of an interpretation, from its fields alone (its own ``summary`` is ignored).
+
+    Args:
+        i: an interpretation.
+
+    Returns:
+        The summary text.
+    """
     capseal = i.root.stage is not None
     out: list[str] = []
     n = len(i.root.judges)

@@ -2,7 +2,7 @@
 
 Whether a reading counts against a subject, enters a denominator or moves a
 rate is the policy of whoever owns the denominator. This helper is one such
-policy, the one the seed's consumer example states, offered so a consumer need
+policy, the one ``examples/interpret_consumer.py`` states, offered so a consumer need
 not rewrite it:
 
 * ACCEPTED counts as a pass; REJECTED and UNDECIDED as non-passes;
@@ -107,5 +107,12 @@ def tally(items: Iterable[Any], *, count_unverified: bool = True) -> Tally:
 
 
 def pass_rate(t: Tally) -> Fraction | None:
-    """The pass rate of a tally: absent (None), never 0, when no item is eligible for the denominator."""
+    """The pass rate of a tally: absent (None), never 0, when no item is eligible for the denominator.
+
+    Args:
+        t: a Tally.
+
+    Returns:
+        Passes over passes and non-passes, or None when that denominator is empty.
+    """
     return t.pass_rate

@@ -31,12 +31,26 @@ MAX_DEPTH = 256
 
 
 def is_number(value: Any) -> bool:
-    """A JSON number: an int or a float, never a boolean."""
+    """A JSON number: an int or a float, never a boolean.
+
+    Args:
+        value: any value.
+
+    Returns:
+        True for an int or a float that is not a boolean.
+    """
     return type(value) is int or type(value) is float
 
 
 def finite(value: Any) -> float | None:
-    """``value`` as a finite float, or None (not a number, NaN, ±inf, or too big for a float)."""
+    """``value`` as a finite float, or None (not a number, NaN, ±inf, or too big for a float).
+
+    Args:
+        value: any value.
+
+    Returns:
+        The finite float, or None.
+    """
     if not is_number(value):
         return None
     try:
@@ -47,7 +61,14 @@ def finite(value: Any) -> float | None:
 
 
 def whole_count(value: Any) -> int | None:
-    """A count: a number with an integral value no larger than 2³¹−1 in size, else None."""
+    """A count: a number with an integral value no larger than 2³¹−1 in size, else None.
+
+    Args:
+        value: any value.
+
+    Returns:
+        The count, or None.
+    """
     if type(value) is int:
         return value if -INT32_MAX <= value <= INT32_MAX else None
     number = finite(value)
@@ -57,7 +78,14 @@ def whole_count(value: Any) -> int | None:
 
 
 def truncated_int(value: Any) -> int | None:
-    """A number truncated towards zero to an integer within 2³¹−1 in size, else None."""
+    """A number truncated towards zero to an integer within 2³¹−1 in size, else None.
+
+    Args:
+        value: any value.
+
+    Returns:
+        The integer, or None.
+    """
     if type(value) is int:
         return value if -INT32_MAX <= value <= INT32_MAX else None
     number = finite(value)
@@ -77,7 +105,16 @@ def json_equal(a: Any, b: Any, *, max_depth: int = MAX_DEPTH) -> bool | None:
     """Deep equality of two parsed JSON values, strict about types: key order is
     ignored, list order matters, and a boolean, an integer and a float are never
     equal to one another (``1`` is not ``1.0``: they are different literals).
-    None when the values nest deeper than ``max_depth`` or hold a cycle."""
+    None when the values nest deeper than ``max_depth`` or hold a cycle.
+
+    Args:
+        a: a parsed JSON value.
+        b: another.
+        max_depth: how deep to compare.
+
+    Returns:
+        True or False, or None when the values cannot be compared.
+    """
     stack: list[tuple[Any, Any, int]] = [(a, b, 0)]
     on_path: set[tuple[int, int]] = set()
     visits = 0
@@ -121,7 +158,14 @@ def json_equal(a: Any, b: Any, *, max_depth: int = MAX_DEPTH) -> bool | None:
 def brief(value: Any) -> str:
     """A short, safe rendering of any value for a note or a check's detail: JSON
     literals as JSON, a string quoted (cut at 60 characters), a huge integer or
-    a container by what it is; never a repr that could recurse or fail."""
+    a container by what it is; never a repr that could recurse or fail.
+
+    Args:
+        value: any value.
+
+    Returns:
+        A short text naming it.
+    """
     if value is None or type(value) is bool:
         return "null" if value is None else "true" if value else "false"
     if type(value) is int:
@@ -138,14 +182,30 @@ def brief(value: Any) -> str:
 
 
 def key_text(key: Any) -> str:
-    """A member name as it appears in a defect path (a non-string key by its repr)."""
+    """A member name as it appears in a defect path (a non-string key by its repr).
+
+    Args:
+        key: a member name (a string, or anything a caller put there).
+
+    Returns:
+        The name as text.
+    """
     return key if isinstance(key, str) else repr(key)
 
 
 def members(value: Any, path: str, *, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, str, Any]]:
     """``(path, field, value)`` of every member of ``value``, depth first: the
     path of the object holding it and its member name (``name[i]`` for an
-    element of a list held at ``name``). Stops at ``max_depth`` and at cycles."""
+    element of a list held at ``name``). Stops at ``max_depth`` and at cycles.
+
+    Args:
+        value: a parsed JSON value.
+        path: its own path.
+        max_depth: how deep to walk.
+
+    Returns:
+        An iterator of ``(path, field, value)``.
+    """
     # each entry: the node, the path of the object holding it, and its name there
     stack: list[tuple[Any, str, str, int]] = [(value, path, "", 0)]
     seen: set[int] = set()
@@ -168,5 +228,14 @@ def members(value: Any, path: str, *, max_depth: int = MAX_DEPTH) -> Iterator[tu
 
 
 def floats_in(value: Any, path: str, *, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, str]]:
-    """``(path, field)`` of every float in ``value`` (see :func:`members`)."""
+    """``(path, field)`` of every float in ``value`` (see :func:`members`).
+
+    Args:
+        value: a parsed JSON value.
+        path: its own path.
+        max_depth: how deep to walk.
+
+    Returns:
+        An iterator of ``(path, field)``.
+    """
     return ((at, field) for at, field, v in members(value, path, max_depth=max_depth) if type(v) is float)

@@ -26,7 +26,7 @@ __all__ = [
     "JURY_READING",
     "CAPSEAL_READING",
     "PHRASES",
-    "phrase",
+    "UNKNOWN_STATUS_PHRASE",
 ]
 
 #: judgment ``status`` wire tokens
@@ -80,7 +80,3 @@ PHRASES = {
 }
 UNKNOWN_STATUS_PHRASE = "recorded status"
 
-
-def phrase(status: str) -> str:
-    """The words for one recorded status (a token it does not know: "recorded status <token>")."""
-    return PHRASES.get(status) or f"{UNKNOWN_STATUS_PHRASE} {status}"

@@ -1,4 +1,4 @@
-"""examples/interpret_consumer.py, imported as a module (its functions are the seed's)."""
+"""examples/interpret_consumer.py, imported as a module (its tally, pass_rate and describe)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""examples/interpret_consumer.py (the seed's consumer example, only its file loading
-added) runs over ``capseal interpret --json`` output of a ledger holding evaluation
+"""examples/interpret_consumer.py (the published consumer example, only its file
+loading added) runs over ``capseal interpret --json`` output of a ledger holding evaluation
 reports, an adjudication, human ratings, a calibration summary, an Evidence Result and
 referee rows, and prints a full reading including every recorded check."""
 

@@ -1,5 +1,5 @@
-"""The serialised form (the seed's key names, in order, nulls explicit), the seed's
-``describe`` over it, the re-export, and read-only: the input is byte-equal afterwards."""
+"""The serialised form (the consumer example's key names, in order, nulls explicit), the
+example's ``describe`` over it, the re-export, and read-only: the input is byte-equal afterwards."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_nulls_are_explicit_except_a_null_score_scale() -> None:
 
 
 def describe(i: dict[str, Any]) -> list[str]:
-    """The seed's describe (the interpretation's fields only), collecting lines."""
+    """The consumer example's describe (the interpretation's fields only), collecting lines."""
     lines = []
     d = i["decidedBy"]
     lines.append(f"{i['reading']} ({i['readingSupport']}); decided by {d['stage'] if d else 'not recorded'}")
@@ -108,8 +108,8 @@ def test_a_re_exported_file_parses_equal_except_the_added_interpretation_keys() 
     assert again == original
 
 
-def test_the_seed_consumer_example_runs_over_a_re_exported_file() -> None:
-    from .examples_consumer import describe as seed_describe
+def test_the_consumer_example_runs_over_a_re_exported_file() -> None:
+    from .examples_consumer import describe as example_describe
     from .examples_consumer import pass_rate, tally
 
     document = reexport({"items": [{"itemSlug": name, "verdict": stored_verdict(name)} for name in ALL_STORED]})
@@ -117,7 +117,7 @@ def test_the_seed_consumer_example_runs_over_a_re_exported_file() -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         for item in items:
-            seed_describe(item)
+            example_describe(item)
     t = tally(items)
     assert dict(t) == {"passes": 1, "nonPasses": 4, "instrumentFailures": 3, "unverified": 3}
     assert pass_rate(t) == 0.2

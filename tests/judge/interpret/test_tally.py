@@ -1,4 +1,4 @@
-"""The consumer-side tally: the seed's policy, and never a figure capseal reports itself."""
+"""The consumer-side tally: the consumer example's policy, and never a figure capseal reports itself."""
 
 from __future__ import annotations
 
