@@ -17,9 +17,11 @@ becomes an UNPARSEABLE defect rather than an exception).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from capseal.errors import MalformedJSONError
+from capseal.record import strict_json
 
 from .capsules import Resolve, judgment_member, mesh_block, read_judgment_capsule, read_mesh_verdict
 from .defects import Findings
@@ -100,10 +102,7 @@ def _failed(exc: BaseException) -> Interpretation:
 def _unwrapped(value: Any) -> Any:
     """The JSON a value stands for: a model's body, a sealed value's record, a stored row's content."""
     if isinstance(value, (str, bytes, bytearray)):
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError, UnicodeDecodeError):
-            return value
+        value = strict_json(bytes(value) if isinstance(value, bytearray) else value, "the JSON text")
     if isinstance(value, dict):
         version = value.get("record_version")
         if version == _JUDGMENT_ROW and isinstance(value.get("record"), dict):
@@ -145,7 +144,10 @@ def _record(value: Any, resolve: Resolve | None, digest: str | None, inbound: In
 
 
 def _read(value: Any, name: str, resolve: Resolve | None, digest: str | None, inbound: Inbound | None) -> Reading:
-    body = _unwrapped(value)
+    try:
+        body = _unwrapped(value)
+    except MalformedJSONError as exc:  # JSON text read one way only: a duplicate member, NaN, bad UTF-8
+        return unreadable(str(exc))
     record = _record(body, resolve, digest, inbound)
     if record is None:
         whole = _finished(read_jury_verdict(body))

@@ -240,7 +240,7 @@ def summarise(i: Interpretation) -> str:
     if capseal:
         form = _quoted(i.root.stage or "")
         out.append(f"Source: the capseal record form {form} (sourceVersion {i.source_version})." if i.source_version
-                   else f"Source: a capseal {form} written without its version stamp (sourceVersion 0).")
+                   else f"Source: the capseal record form {form}, with no version stamp read (sourceVersion 0).")
     elif i.source_version == 1:
         out.append("Source: the seven-component form 0.17 writes (sourceVersion 1).")
     else:

@@ -125,3 +125,13 @@ def test_sealed_values_and_models_read_through_their_json(sealed: Any) -> None:
     with Ledger(sealed.path, readonly=True) as ledger:
         entry = ledger.entry(sealed.report.digest)
         assert interpret(entry).to_json() == interpret(sealed.report.body).to_json()
+
+
+def test_json_text_is_read_one_way_only() -> None:
+    """A duplicate member would read as one record to one parser and another to the
+    next: such text, NaN and bytes that are not UTF-8 read as UNPARSEABLE, no item."""
+    for text in ('{"state": "not_adjudicated", "reason": "off", "reason": "referee_unreachable"}', "NaN", b"\xff", "not json"):
+        reading = read(text)
+        assert reading.items == () and reading.interpretation.reading is None
+        assert [(d.path, d.field, d.kind) for d in reading.interpretation.defects] == [("record", "value", "UNPARSEABLE")]
+    assert interpret('{"state": "not_adjudicated", "reason": "referee_unreachable"}').reading == "NOT_ASSESSED"
