@@ -125,7 +125,9 @@ def _ref(path: Iterable[str], stage: str | None = None) -> str:
 
 
 def _outcome(status: str | None, code: str | None, reasoning: str | None) -> str:
-    text = status_phrase(status) if status is not None else "records no readable status"
+    if status is None:  # no reasoning is quoted for an unreadable status; a recorded code is still named
+        return "records no readable status" + (f" [{shown(code)}]" if code is not None else "")
+    text = status_phrase(status)
     if code is not None:
         text += f" [{shown(code)}]"
     if reasoning:

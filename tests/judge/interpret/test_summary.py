@@ -127,3 +127,11 @@ def test_capseal_record_summaries_name_their_form_and_parts(sealed: Any) -> None
     assert "a rejected part outranks the rest" in report
     result = read(sealed.result).items[1].interpretation.summary
     assert "was not evaluable [sufficiency_gap]" in result and "NOT_ASSESSED" in result
+
+
+def test_a_status_less_node_still_names_its_reason_code() -> None:
+    """The agreement contract needs every recorded code mentioned, so "records no
+    readable status" is followed by the code when one is recorded (no reasoning is quoted)."""
+    i = interpret({"aggregated": {"reasonCode": "stage_failed", "reasoning": "r", "checks": []}, "individualByName": {}})
+    assert "The root records no readable status [stage_failed] with no seated judge." in i.summary
+    assert disagreements(i) == []
