@@ -6,7 +6,8 @@ also listed as an *item*. An experiment file (items carrying a ``verdict``) is
 printed back re-exported, an ``interpretation`` beside each verdict.
 
 Exit codes: 0 when every record was read (whatever it says), 1 when one reads
-CONTRADICTED, 2 when the input could not be read.
+CONTRADICTED, 2 when the input could not be read. It reads what records say;
+whether they are authentic is ``capseal verify``'s question.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def cmd_interpret(args: argparse.Namespace) -> int:
                    "items": [item.to_json() for item in items]}
         print(json.dumps(out, indent=2, ensure_ascii=True))
     else:
+        if not records:
+            print(f"{args.source}: no judgment record")
         for r in records:
             i = r.reading.interpretation
             where = f"{r.header['seq']:>6}  {r.header['record_type']:<28} {str(r.header['record_id'])[:16]}…" if r.header else "  file"

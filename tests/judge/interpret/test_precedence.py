@@ -318,3 +318,29 @@ def test_absent_facts_read_undetermined_unknown_strategy_is_not_closed_form() ->
 def test_absent_facts_do_not_mark_a_record_whose_reading_needs_none_of_them() -> None:
     verdict = stored(EXAMPLE_ONE)
     assert interpret(verdict).reading_support == "SUPPORTED"
+
+
+# ----------------------------------------------------------------- the defect catalogue of capseal's records
+
+
+def with_legacy_citation(body: dict[str, Any]) -> dict[str, Any]:
+    body["cases"][0]["method"]["citation_purpose"] = body["cases"][0]["method"].pop("judge_purpose")
+    return body
+
+
+@pytest.mark.parametrize("body, where, kind", [
+    (vector("evidence-result/neg-recomputed-code-identity-version-string.json"),
+     ("record.claims[0].implementation.code_digest", "value"), "UNPARSEABLE"),                     # a version string as digest
+    ({**vector("judge/adjudication/pos-example-org-twin-adjudication.json"), "margin_float": 0.42},
+     ("record", "margin_float"), "UNPARSEABLE"),                                                    # a float
+    (with_legacy_citation(vector("judge/evaluation-report/pos-example-org-evaluation-report.json")),
+     ("record.cases[0].method", "citation_purpose"), "UNKNOWN_VOCABULARY"),                         # the legacy member name
+    ({**mesh("corroborated", "SATISFIED"), "disposition": {"verdict_class": "assessed"}},
+     ("record.disposition", "verdict_class"), "UNKNOWN_VOCABULARY"),                                # an unregistered verdict class
+    ({**mesh("corroborated", "SATISFIED"), "chain": {"relation": "adjudicates", "parent_capsule_id": "a" * 64}},
+     ("record.chain", "relation"), "UNKNOWN_VOCABULARY"),                                           # the legacy chain relation
+    ({**vector("judge/close/pos-example-org-close.json")}, ("record.reconcile", "peer_close"), "UNKNOWN_VOCABULARY"),
+    (vector("evidence-result/neg-untiered-claim.json"), ("record.claims[0]", "tier"), "ABSENT"),
+])
+def test_capseal_records_defect_catalogue(body: dict[str, Any], where: tuple[str, str], kind: str) -> None:
+    assert where in kinds(interpret(body), kind)
