@@ -236,3 +236,24 @@ def test_check_entries_are_read_or_dropped() -> None:
     p = "verdict.individualByName[j]"
     assert [(p, "checks[1]"), (p, "checks[3]")] == [x for x in found(i, "UNPARSEABLE") if x[1].startswith("checks[")]
     assert (f"{p}.checks[2]", "message") in found(i, "ABSENT") and (f"{p}.checks[4]", "message") in found(i, "UNPARSEABLE")
+
+
+def test_threshold_is_printed_with_the_host_float_format_inferred() -> None:
+    block = {"strategy": "average", "errorPolicy": "ignore", "threshold": 1e-05, "inputCount": 1, "eligibleCount": 1}
+    verdict = {"aggregated": {"status": "pass", "reasoning": "r", "checks": [], "score": 0.5, "metadata": {"aggregation": block}},
+               "individualByName": {}, "seats": [], "decision": {"kind": "own"}}
+    assert "Evidence: average, errors ignore, threshold 1e-05, 1 in, 1 eligible." in interpret(verdict).summary
+
+
+@pytest.mark.parametrize("decision, block_absent", [
+    ({}, True),                                   # no kind read: the root reduced itself as far as is known
+    ({"kind": 5}, True),
+    ({"kind": "tier", "tier": 5}, False),         # inferred: a tier decision, however broken, is no own reduction
+    ({"kind": "sideways"}, False),
+])
+def test_stopping_kind_of_a_broken_decision_inferred(decision: dict[str, Any], block_absent: bool) -> None:
+    verdict = {"aggregated": {"status": "pass", "reasoning": "r", "checks": []}, "individualByName": {}, "seats": [],
+               "decision": decision}
+    i = interpret(verdict)
+    assert i.reading_support == "UNDETERMINED"
+    assert (("verdict.aggregated", "metadata.aggregation") in found(i, "ABSENT")) == block_absent
