@@ -14,6 +14,10 @@ A row is ``{"state": "adjudicated", "verdict", "referee", "tier"}`` or
 * every other not_adjudicated reason (``off``, ``host_does_not_mark_twins``,
   ``twins_agree``, ``no_eligible_referee``, ``not_comparable`` with its
   ``because``): nobody ruled. No reading, and no item: it is never tallied.
+
+A book entry naming the ``adjudication/v1`` sealed for its ruling
+(``ruling_id``) reads as above but gives no items of its own: that sealed
+ruling is the verdict a consumer counts, and one ruling is counted once.
 """
 
 from __future__ import annotations
@@ -129,7 +133,8 @@ def read_book_row(value: dict[str, Any]) -> RecordReading:
         if entry is not None and called is not True:
             found.inconsistent(ROOT, "called", "an adjudicated pair was ruled on by a referee it called; the entry says called: "
                                f"{brief(called)}")
-        parts = tuple(Part(f"node {s.stage}", j, s, token_reading(s.status)) for j, s in enumerate(stages))
+        ruled_elsewhere = entry is not None and isinstance(entry.get("ruling_id"), str)
+        parts = () if ruled_elsewhere else tuple(Part(f"node {s.stage}", j, s, token_reading(s.status)) for j, s in enumerate(stages))
         return record_reading(form=form, source_version=source, root=root, stages=tuple(stages), parts=parts,
                               reading=reading, found=found)
     reason = token(row.get("reason"), at, "reason", _REASONS, found) if state == "not_adjudicated" else None

@@ -18,8 +18,12 @@ def by_type(sealed: Any) -> dict[str, list[Any]]:
     return out
 
 
+def items_of(reading: Any) -> list[tuple[str, str | None, str]]:
+    return [(i.slug, i.interpretation.reading, i.interpretation.reading_support) for i in reading.items]
+
+
 def items(record: Any) -> list[tuple[str, str | None, str]]:
-    return [(i.slug, i.interpretation.reading, i.interpretation.reading_support) for i in record.reading.items]
+    return items_of(record.reading)
 
 
 def test_the_ledger_reader_reads_every_judgment_record_and_only_those(sealed: Any) -> None:
@@ -89,8 +93,11 @@ def test_judgment_capsule_reads_its_published_answer(sealed: Any) -> None:
 
 def test_referee_rows_read_by_their_shape(sealed: Any) -> None:
     ruled, spent, off = by_type(sealed)["referee:book-row"]
-    assert [r for _, r, _ in items(ruled)] == ["ACCEPTED", "REJECTED"]
-    assert [s.path for s in ruled.reading.interpretation.stages] == [("node-a",), ("node-b",)]
+    assert ruled.reading.interpretation.reading == "REJECTED"
+    assert [(s.path, s.status) for s in ruled.reading.interpretation.stages] == [(("node-a",), "corroborated"), (("node-b",), "contradicted")]
+    assert items(ruled) == []  # it names its sealed ruling (the adjudication/v1): that is the item, counted once
+    unsealed = {k: v for k, v in ruled.original.items() if k != "ruling_id"}
+    assert [r for _, r, _ in items_of(read(unsealed))] == ["ACCEPTED", "REJECTED"]
     assert [r for _, r, _ in items(spent)] == ["NOT_ASSESSED"] and spent.reading.interpretation.root.reason_code == "referee_unreachable"
     assert off.reading.items == () and off.reading.interpretation.reading is None  # never tallied
 

@@ -7,7 +7,8 @@ not_met, and a label that is no verdict token); a calibration summary; an
 Evidence Result (met, GAP, one requirement excluded as not applicable); an
 ``x-judgment-v1`` capsule whose answer is kept as an artifact; a stored jury
 verdict kept as a ``jury-verdict`` artifact; and referee book rows appended
-as ``referee:book-row`` records (contradicted, referee_unreachable, off).
+as ``referee:book-row`` records (contradicted, naming the adjudication as its
+sealed ruling; referee_unreachable; off).
 """
 
 from __future__ import annotations
@@ -52,11 +53,12 @@ def stored_verdict(name: str) -> Any:
     return json.loads((VECTORS / name).read_text(encoding="utf-8"))
 
 
-def book_entry(row: dict[str, Any], *, called: bool, nodes: tuple[str, str] = ("node-a", "node-b"), at: str = NOW) -> dict[str, Any]:
-    """A referee book entry in the book's JSON shape."""
+def book_entry(row: dict[str, Any], *, called: bool, nodes: tuple[str, str] = ("node-a", "node-b"), at: str = NOW,
+               **extra: Any) -> dict[str, Any]:
+    """A referee book entry in the book's JSON shape (``extra``: ``ruling_id`` …)."""
     return {"book_version": BOOK_VERSION, "pair": {"twin_bracket_id": "bracket-1", "request_digest": "e" * 64,
                                                    "node_ids": list(nodes)},
-            "capsule_ids": ["a" * 64, "b" * 64], "row": row, "called": called, "at": at}
+            "capsule_ids": ["a" * 64, "b" * 64], "row": row, "called": called, "at": at, **extra}
 
 
 def append_book_row(ledger: Any, entry: dict[str, Any]) -> str:
@@ -131,7 +133,8 @@ def build(path: Path, signer: Any) -> Sealed:
         jury_text = (VECTORS / "example-0-17-cascade.verdict.json").read_text(encoding="utf-8")
         jury_artifact = store.put_text(jury_text, type=JURY_VERDICT_ARTIFACT)
         rows = [append_book_row(producer.ledger, book_entry({"state": "adjudicated", "referee": "node-c", "tier": 1,
-                                                             "verdict": "contradicted:node-b"}, called=True)),
+                                                             "verdict": "contradicted:node-b"}, called=True,
+                                                            ruling_id=adjudication.digest)),
                 append_book_row(producer.ledger, book_entry({"state": "not_adjudicated", "reason": "referee_unreachable"},
                                                             called=True, at="2026-10-01T12:00:01Z")),
                 append_book_row(producer.ledger, book_entry({"state": "not_adjudicated", "reason": "off"}, called=False,
