@@ -21,6 +21,7 @@ bench: deps
 	$(PY) bench/seal.py
 	$(PY) bench/keys.py
 	$(PY) bench/evidence.py
+	$(PY) bench/interpret.py
 
 lint: deps
 	$(VENV)/bin/ruff check sdk keys attest tests examples bench

@@ -555,6 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ._cli_referee import add_referee_parser  # capseal referee: twins and a referee
     add_referee_parser(sub)
+    from ._cli_interpret import add_parser as add_interpret_parser
+    add_interpret_parser(sub)
     return ap
 
 

@@ -60,7 +60,7 @@ def _scripts() -> list[str]:
 
 
 #: examples whose output is checked by a dedicated test file (which must name them)
-CHECKED_ELSEWHERE: dict[str, str] = {"judge_three_ways.py": "judge"}
+CHECKED_ELSEWHERE: dict[str, str] = {"judge_three_ways.py": "judge", "interpret_consumer.py": "judge"}
 
 
 def test_every_example_has_expectations() -> None:

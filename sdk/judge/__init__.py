@@ -35,6 +35,7 @@ from .extension import (
     judgment_member,
     refuse_judgment_capsule,
 )
+from .interpret import interpret, pass_rate, summarise, tally
 from .judges import (
     CaseInput,
     JudgeRequest,
@@ -85,4 +86,5 @@ __all__ = [
     "JudgmentStore", "SealedJudgment", "JudgmentReport", "verify_judgment", "verify_entry", "CONTENT_TYPE",
     "Requirement", "RulesJudge", "ModelJudge", "CaseInput", "JudgeRequest", "blind_packet", "agreement", "drift", "clause_tally",
     "EPISTEMIC_TYPES", "LINK_TYPES", "SHAPES",
+    "interpret", "summarise", "tally", "pass_rate",
 ]
