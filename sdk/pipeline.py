@@ -299,7 +299,7 @@ class SigningPipeline:
         return bool(self._live)
 
     @property
-    def _outstanding(self) -> int:
+    def outstanding(self) -> int:
         """Jobs put and not yet finished, failed or withdrawn."""
         return len(self._live)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -33,7 +34,7 @@ from typing import Any
 
 from capseal.keys import SignatureResult, Signer, SignerSelfTest
 
-from . import _at_exit, _inputs
+from . import _inputs, process
 from ._args import timeout as timeout_arg
 from ._lifecycle import Flow, rebuild_flow
 from ._version import __version__
@@ -59,6 +60,8 @@ from .vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
 __all__ = ["Producer", "PendingRecord", "epistemic_type_for_capsule", "CUSTODY_MEMBER", "SDK_NAME"]
 
 SDK_NAME = f"capseal/{__version__}"
+
+log = logging.getLogger("capseal")
 CUSTODY_MEMBER = "x-capseal-key-custody"
 
 #: Members the producer writes itself; a spec may repeat them only with the same value.
@@ -296,7 +299,8 @@ class Producer:
             if self._owns_ledger:
                 self.ledger.close()
             raise
-        _at_exit.track(self)  # what it was given is written at exit if the program does not close it
+        # what it was given is written at exit if the program does not close it
+        process.close_at_exit("producers", self, _close_at_exit)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -1107,6 +1111,24 @@ def _merge_members(key: str, built: Mapping[str, Any], value: Any) -> Mapping[st
             raise InputError(f"{key}.{member}={shown(item)} contradicts what this call records ({shown(built[member])}); "
                              "use the call's own parameters")
     return given
+
+
+def _close_at_exit(producer: Producer, deadline: float) -> None:
+    """At exit: close a producer the program left open, which makes what was
+    submitted durable, with a warning saying how much (it should have been
+    closed); records a device has not signed by ``deadline`` fail."""
+    if producer._closed:
+        return
+    where = producer.ledger.path.name
+    pipeline = producer._pipeline
+    unwritten = (pipeline.outstanding if pipeline is not None else 0) + len(producer._unwritten())
+    if unwritten:
+        log.warning("capseal: %d submitted record(s) for %s were not yet durable at exit; closing the producer "
+                    "writes them (call close() or flush() before the program ends)", unwritten, where)
+    try:
+        producer.close(timeout=max(0.0, deadline - time.monotonic()))
+    except Exception as exc:  # noqa: BLE001 - the exit goes on to the ledgers and devices
+        log.warning("capseal: closing the producer for %s at exit: %s: %s", where, type(exc).__name__, exc)
 
 
 def _strings(*, optional: bool = False, **named: Any) -> None:

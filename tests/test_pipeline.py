@@ -306,9 +306,9 @@ def test_an_interrupt_just_after_queueing_withdraws_the_job_once(tmp_path: Path)
         pipeline._to_finish = _InterruptAfterPut(pipeline._to_finish)
         with pytest.raises(KeyboardInterrupt):
             producer.submit({"action_id": "withdrawn", "action_type": "fyi"})
-        assert pipeline.drain(timeout=5) and pipeline._outstanding == 0
+        assert pipeline.drain(timeout=5) and pipeline.outstanding == 0
         later = producer.submit({"action_id": "after", "action_type": "fyi"})
-        assert pipeline.drain(timeout=5) and pipeline._outstanding == 0
+        assert pipeline.drain(timeout=5) and pipeline.outstanding == 0
         later.result(timeout=5)
     with Ledger(tmp_path / "l.db") as ledger:
         sealed = [e.action_id for e in ledger.entries()][1:]
@@ -440,7 +440,7 @@ def test_a_full_pipeline_makes_callers_wait_and_loses_nothing() -> None:
         late = threading.Thread(target=pipeline.put, args=(4,))
         late.start()
         assert _until(lambda: pipeline._waiting_for_room == 1)
-        assert pipeline._outstanding == 4  # the fifth is not in
+        assert pipeline.outstanding == 4  # the fifth is not in
         go.set()
         late.join(5)
         assert not late.is_alive()
@@ -476,7 +476,7 @@ def test_close_tells_a_caller_waiting_for_room_and_finishes_the_rest() -> None:
         closing.join(10)
         assert not closing.is_alive()
         assert finished == [0, 1]
-        assert pipeline._outstanding == 0
+        assert pipeline.outstanding == 0
     finally:
         go.set()
         pipeline.close()
@@ -500,7 +500,7 @@ def test_many_callers_waiting_for_room_all_get_in() -> None:
             assert not caller.is_alive()
         assert pipeline.drain(timeout=5)
         assert sorted(finished) == list(range(8)) and finished[:2] == [0, 1]
-        assert pipeline._waiting_for_room == 0 and pipeline._outstanding == 0
+        assert pipeline._waiting_for_room == 0 and pipeline.outstanding == 0
     finally:
         go.set()
         pipeline.close()
@@ -536,7 +536,7 @@ def test_close_with_a_timeout_gives_up_on_a_hung_device(make: Callable[[], Flaky
         for pending in pendings:
             with pytest.raises(SignerUnavailableError, match="gave up on the device 0.3 s in.*not written"):
                 pending.result(timeout=5)
-        assert pipeline._outstanding == 0
+        assert pipeline.outstanding == 0
         with Ledger(tmp_path / "l.db") as ledger:
             assert ledger.count() == 2  # the epoch boundary and "first"
         answer.set()  # the device answers at last: the threads end, and still nothing is written
@@ -579,7 +579,7 @@ def test_close_counts_exactly_when_the_device_answers_as_it_gives_up() -> None:
         t.join(5)
         assert not t.is_alive()
     assert failed == [(0, "SignerUnavailableError"), (1, "SignerUnavailableError"), (2, "SignerUnavailableError")]
-    assert finished == [] and pipeline._outstanding == 0
+    assert finished == [] and pipeline.outstanding == 0
 
 
 def _waiting_in(thread: threading.Thread, function: str, module: str = "producer.py") -> bool:
@@ -913,7 +913,7 @@ def test_a_second_interrupt_in_puts_clean_up_leaves_nothing_half_done(tmp_path: 
         with pytest.raises(KeyboardInterrupt):
             producer.submit({"action_id": "interrupted", "action_type": "fyi"})
         assert second.is_set()
-        assert pipeline._putting == 0 and pipeline._outstanding == 0
+        assert pipeline._putting == 0 and pipeline.outstanding == 0
         producer.flush(timeout=5)
         assert producer.submit({"action_id": "after", "action_type": "fyi"}).result(timeout=5).seq == 3
 
@@ -1064,7 +1064,7 @@ def test_giving_up_never_lets_the_stop_overtake_a_signed_job(monkeypatch: pytest
     pipeline.put(0)
     assert handing.wait(5)
     assert pipeline.close(timeout=0.2) == (0, 0)
-    assert done == [("ok", 0)] and pipeline._outstanding == 0
+    assert done == [("ok", 0)] and pipeline.outstanding == 0
 
 
 def test_a_close_interrupted_by_ctrl_c_is_done_by_the_next_close() -> None:
@@ -1076,7 +1076,7 @@ def test_a_close_interrupted_by_ctrl_c_is_done_by_the_next_close() -> None:
     assert not pipeline._closing.done.is_set()  # not reported as done
     go.set()
     assert pipeline.close(timeout=5) == (0, 0)  # this one finishes the job
-    assert finished == [0] and pipeline._outstanding == 0 and pipeline._closing.done.is_set()
+    assert finished == [0] and pipeline.outstanding == 0 and pipeline._closing.done.is_set()
 
 
 def test_a_producer_close_interrupted_by_ctrl_c_is_done_by_the_next_close(tmp_path: Path) -> None:
@@ -1170,7 +1170,7 @@ def test_a_close_interrupted_while_failing_what_it_gave_up_fails_the_rest_on_tak
         with pytest.raises(KeyboardInterrupt):
             pipeline.close(timeout=0.2)
         assert pipeline.close(timeout=0.2) == (3, 0)
-        assert sorted(set(failed)) == [0, 1, 2] and pipeline._outstanding == 0
+        assert sorted(set(failed)) == [0, 1, 2] and pipeline.outstanding == 0
     finally:
         go.set()
     for t in pipeline._threads:
