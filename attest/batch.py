@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from capseal._args import count, seconds
+from capseal.arguments import count, seconds
 from capseal.canonical import is_hex64
 from capseal.errors import EvidenceError, EvidenceForkedError, InputError
 from capseal.ledger import batch_root

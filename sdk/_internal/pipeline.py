@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
-from .errors import LedgerClosedError, SignerUnavailableError
+from ..errors import LedgerClosedError, SignerUnavailableError
 
 __all__ = ["CloseOnce", "CloseOutcome", "SigningPipeline"]
 
