@@ -43,11 +43,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from capseal._args import count, seconds
-from capseal._fork_copies import ForkCopies
+from capseal.arguments import count, seconds
 from capseal.canonical import is_hex64
 from capseal.errors import EvidenceError, EvidenceForkedError, InputError
 from capseal.ledger import batch_root
+from capseal.process import ForkCopies
 
 from .quoter import Quoter, quote_record, self_policy
 from .writer import write_batch

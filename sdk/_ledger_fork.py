@@ -7,8 +7,8 @@ forked process refuses every call on a ledger it inherited
 opens its own. Three things make that safe; each was a lost record or a hang:
 
 * **No SQLite call is in flight at the fork.** Before a fork, every open
-  ledger's write and read locks are taken (waiting up to :data:`FORK_WAIT` s
-  in all for a running transaction to end; a ledger's own commit callbacks,
+  ledger's write and read locks are taken (waiting, within the fork's one
+  deadline, :data:`capseal.process.FORK_WAIT` s, for a running transaction to end; a ledger's own commit callbacks,
   which run after its COMMIT, do not wait on themselves) and held across it.
   A ledger holds its write lock while it opens its connections too. A
   connection copied mid-transaction would, once let go of in the fork, roll
@@ -41,6 +41,7 @@ process-wide mutexes, copied held into the fork.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import sys
@@ -49,17 +50,15 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
-from . import _fork_interrupts
+from . import process
 from .errors import LedgerForkedError
+
+log = logging.getLogger("capseal")
 
 if TYPE_CHECKING:
     from .ledger import Ledger
 
-__all__ = ["FORK_WAIT", "register", "forget", "before_opening"]
-
-#: Seconds a fork waits, in all, for the open ledgers' transactions to end.
-#: A commit takes milliseconds; this bounds the wait behind a stuck one.
-FORK_WAIT = 10.0
+__all__ = ["register", "forget", "before_opening"]
 
 _SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", 1006)  # sqlite3.h
 _OPEN: weakref.WeakSet[Ledger] = weakref.WeakSet()
@@ -78,12 +77,21 @@ def register(ledger: Ledger) -> None:
     """Called by a Ledger holding its own (new) write lock, before it connects."""
     with _REGISTRY:
         _OPEN.add(ledger)
+    process.close_at_exit("ledgers", ledger, _close_at_exit)
 
 
-def open_ledgers() -> list[Ledger]:
-    """Every ledger opened in this process and not closed (at exit: see _at_exit)."""
-    with _REGISTRY:
-        return [ledger for ledger in _OPEN if not ledger._closed and not ledger._forked]
+def _close_at_exit(ledger: Ledger, deadline: float) -> None:
+    """At exit: what a ledger used directly (``Ledger.submit``) or shared by
+    producers still has queued is written, with a warning (the program should
+    have closed it)."""
+    if ledger._closed or ledger._forked:
+        return
+    unwritten = ledger._unfinished()
+    if unwritten:
+        log.warning("capseal: %d submitted record(s) for %s were not yet durable at exit; closing the "
+                            "ledger writes them (call close() or flush() before the program ends)",
+                            unwritten, ledger.path.name)
+    ledger.close()
 
 
 def forget(ledger: Ledger) -> None:
@@ -183,14 +191,13 @@ def _before_fork() -> None:
     wait on its own lock: SQLite is between statements there. A fork from
     that thread *inside* the transaction (a signal handler, a finaliser) does
     not wait either, and counts as not quiet. A Ctrl-C meanwhile is held back
-    until the after-fork hooks are done (:mod:`._fork_interrupts`)."""
-    _fork_interrupts.hold("ledger")
+    until the after-fork hooks are done (:mod:`capseal.process`)."""
     _fork.registry = False
     _fork.held = held = []
     _fork.between = between = []  # ledgers whose write lock this thread holds, between statements
-    _fork.registry = _REGISTRY.acquire(timeout=FORK_WAIT)
+    deadline = process.fork_deadline()
+    _fork.registry = _REGISTRY.acquire(timeout=max(0.0, deadline - time.monotonic()))
     me = threading.get_ident()
-    deadline = time.monotonic() + FORK_WAIT
     for ledger in list(_OPEN):
         write, read = ledger._fork_locks()
         if ledger._in_callbacks == me:
@@ -212,11 +219,8 @@ def _release_after_fork() -> None:
 
 
 def _after_fork_in_parent() -> None:
-    try:
-        _fork.between = []
-        _release_after_fork()
-    finally:
-        _fork_interrupts.release("ledger")
+    _fork.between = []
+    _release_after_fork()
 
 
 def _after_fork_in_child() -> None:
@@ -242,7 +246,7 @@ def _after_fork_in_child() -> None:
             if not quiet and _not_quiet is None:
                 _not_quiet = (
                     f"this process was forked while the ledger {ledger._real_path} was in use in the parent (a "
-                    f"transaction running, or the file being opened or closed: the fork waits up to {FORK_WAIT:g} s "
+                    f"transaction running, or the file being opened or closed: the fork waits up to {process.FORK_WAIT:g} s "
                     "for that to end, and this did not), so SQLite's state copied here cannot be used safely")
     finally:
         took_registry = getattr(_fork, "registry", False)
@@ -250,9 +254,7 @@ def _after_fork_in_child() -> None:
         if not took_registry:  # held at the fork by a thread that is not here
             global _REGISTRY
             _REGISTRY = threading.Lock()
-        _fork_interrupts.release("ledger")
 
 
-if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                        after_in_child=_after_fork_in_child)
+process.on_fork("ledgers", before=_before_fork, after_in_parent=_after_fork_in_parent,
+                after_in_child=_after_fork_in_child)

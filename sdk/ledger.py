@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import _ledger_fork, merkle
-from ._args import count, seconds
-from ._args import timeout as timeout_arg
+from .arguments import count, seconds
+from .arguments import timeout as timeout_arg
 from .canonical import hex_bytes
 from .errors import (
     DuplicateRecordError,

@@ -1,7 +1,7 @@
 """A program that ends without flush() or close(): what it submitted is
 written at exit, before the key backends close their devices, and the exit
 says so; a device that does not answer holds the exit for EXIT_WAIT seconds
-at most, and what it did not sign is named, never written (capseal._at_exit).
+at most, and what it did not sign is named, never written (capseal.process).
 
 Each case runs a real program in a subprocess and reads the ledger it left."""
 
@@ -23,10 +23,10 @@ PROGRAM = """
 import sys
 from capseal import Ledger, Producer
 from capseal.keys import UnsafeEphemeralSigner, open_signer
-import capseal._at_exit
+import capseal.process
 
 uri, ledger, n, shared = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "shared"
-capseal._at_exit.EXIT_WAIT = float(sys.argv[5])
+capseal.process.EXIT_WAIT = float(sys.argv[5])
 signer = UnsafeEphemeralSigner() if uri == "software" else open_signer(uri, pin=sys.stdin.readline().strip() or None)
 # a shared ledger whose group window is longer than the run: every record is still queued at exit
 target = Ledger(ledger, group_window=600.0, group_max=10**6) if shared else ledger

@@ -390,9 +390,9 @@ def test_a_fork_taken_mid_transaction_refuses_every_ledger_in_the_fork(
     why. (Letting only that file be refused, a fork that then opened another
     one hung whenever the parent's thread had been inside SQLite.)"""
 
-    from capseal import _ledger_fork
+    from capseal import process
 
-    monkeypatch.setattr(_ledger_fork, "FORK_WAIT", 0.3)
+    monkeypatch.setattr(process, "FORK_WAIT", 0.3)
     path, other = tmp_path / "l.db", tmp_path / "other.db"
     parent = Ledger(path)
     parent.append(_entry(1))

@@ -306,9 +306,9 @@ def test_an_interrupt_just_after_queueing_withdraws_the_job_once(tmp_path: Path)
         pipeline._to_finish = _InterruptAfterPut(pipeline._to_finish)
         with pytest.raises(KeyboardInterrupt):
             producer.submit({"action_id": "withdrawn", "action_type": "fyi"})
-        assert pipeline.drain(timeout=5) and pipeline._outstanding == 0
+        assert pipeline.drain(timeout=5) and pipeline.outstanding == 0
         later = producer.submit({"action_id": "after", "action_type": "fyi"})
-        assert pipeline.drain(timeout=5) and pipeline._outstanding == 0
+        assert pipeline.drain(timeout=5) and pipeline.outstanding == 0
         later.result(timeout=5)
     with Ledger(tmp_path / "l.db") as ledger:
         sealed = [e.action_id for e in ledger.entries()][1:]
@@ -322,7 +322,7 @@ def test_a_put_that_outlasts_close_is_failed_not_lost(tmp_path: Path, monkeypatc
     """close() waits only so long (here 0.2 s instead of 30 s) for a put under
     way; a job that reaches the queue after the pipeline has stopped is
     failed with a typed error, never left unresolved, and nothing is written."""
-    import capseal.pipeline as pipeline_module
+    import capseal._internal.pipeline as pipeline_module
 
     monkeypatch.setattr(pipeline_module, "_CLOSE_WAIT", 0.2)
     device = QueuedFlakyDevice()
@@ -356,7 +356,7 @@ def test_a_put_that_outlasts_close_is_failed_not_lost(tmp_path: Path, monkeypatc
 
 
 def test_a_fail_callback_that_raises_does_not_stop_the_pipeline() -> None:
-    from capseal.pipeline import SigningPipeline
+    from capseal._internal.pipeline import SigningPipeline
 
     finished: list[int] = []
 
@@ -404,7 +404,7 @@ def test_flush_with_a_timeout_says_when_records_are_not_yet_signed(tmp_path: Pat
 
 def _blocked_pipeline(depth: int) -> tuple[Any, threading.Event, list[int]]:
     """A pipeline whose device signs nothing until ``go`` is set."""
-    from capseal.pipeline import SigningPipeline
+    from capseal._internal.pipeline import SigningPipeline
 
     go = threading.Event()
     finished: list[int] = []
@@ -440,7 +440,7 @@ def test_a_full_pipeline_makes_callers_wait_and_loses_nothing() -> None:
         late = threading.Thread(target=pipeline.put, args=(4,))
         late.start()
         assert _until(lambda: pipeline._waiting_for_room == 1)
-        assert pipeline._outstanding == 4  # the fifth is not in
+        assert pipeline.outstanding == 4  # the fifth is not in
         go.set()
         late.join(5)
         assert not late.is_alive()
@@ -476,7 +476,7 @@ def test_close_tells_a_caller_waiting_for_room_and_finishes_the_rest() -> None:
         closing.join(10)
         assert not closing.is_alive()
         assert finished == [0, 1]
-        assert pipeline._outstanding == 0
+        assert pipeline.outstanding == 0
     finally:
         go.set()
         pipeline.close()
@@ -500,7 +500,7 @@ def test_many_callers_waiting_for_room_all_get_in() -> None:
             assert not caller.is_alive()
         assert pipeline.drain(timeout=5)
         assert sorted(finished) == list(range(8)) and finished[:2] == [0, 1]
-        assert pipeline._waiting_for_room == 0 and pipeline._outstanding == 0
+        assert pipeline._waiting_for_room == 0 and pipeline.outstanding == 0
     finally:
         go.set()
         pipeline.close()
@@ -536,7 +536,7 @@ def test_close_with_a_timeout_gives_up_on_a_hung_device(make: Callable[[], Flaky
         for pending in pendings:
             with pytest.raises(SignerUnavailableError, match="gave up on the device 0.3 s in.*not written"):
                 pending.result(timeout=5)
-        assert pipeline._outstanding == 0
+        assert pipeline.outstanding == 0
         with Ledger(tmp_path / "l.db") as ledger:
             assert ledger.count() == 2  # the epoch boundary and "first"
         answer.set()  # the device answers at last: the threads end, and still nothing is written
@@ -579,7 +579,7 @@ def test_close_counts_exactly_when_the_device_answers_as_it_gives_up() -> None:
         t.join(5)
         assert not t.is_alive()
     assert failed == [(0, "SignerUnavailableError"), (1, "SignerUnavailableError"), (2, "SignerUnavailableError")]
-    assert finished == [] and pipeline._outstanding == 0
+    assert finished == [] and pipeline.outstanding == 0
 
 
 def _waiting_in(thread: threading.Thread, function: str, module: str = "producer.py") -> bool:
@@ -606,7 +606,7 @@ def test_close_racing_the_first_submit_leaves_no_pipeline_running(tmp_path: Path
     with producer._epoch_lock:  # the submit stops just before it makes the pipeline
         caller = threading.Thread(target=submit)
         caller.start()
-        assert _until(lambda: _waiting_in(caller, "_submit_pipelined"))
+        assert _until(lambda: _waiting_in(caller, "_signing_pipeline"))
         closer = threading.Thread(target=producer.close)
         closer.start()
         assert _until(lambda: _waiting_in(closer, "run", "pipeline.py"))  # CloseOnce.run, at the producer's lock
@@ -674,7 +674,7 @@ def test_close_giving_up_on_the_device_lets_a_job_past_it_finish(tmp_path: Path)
 
 
 def test_close_counts_a_job_past_the_device_that_does_not_finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import capseal.pipeline as pipeline_module
+    import capseal._internal.pipeline as pipeline_module
 
     monkeypatch.setattr(pipeline_module, "_FINISHING_WAIT", 0.2)
     device = FlakyDevice()
@@ -734,7 +734,7 @@ def test_a_put_still_handing_over_when_close_gives_up_drops_its_command() -> Non
     """A put still inside begin() when close(timeout) gives up: its job is
     failed with the rest, and the command begin() queued is taken off the
     device's queue once begin() returns, so the device never signs it."""
-    from capseal.pipeline import SigningPipeline
+    from capseal._internal.pipeline import SigningPipeline
 
     device = ThreadPoolExecutor(max_workers=1)
     hung, in_begin, release_begin = threading.Event(), threading.Event(), threading.Event()
@@ -777,7 +777,7 @@ def test_close_reports_a_record_past_the_device_that_a_shared_ledger_may_still_w
     """On a ledger the producer does not own, a record still finishing when
     close(timeout) stops waiting for it is written afterwards: close() says
     it may be, not that it was lost."""
-    import capseal.pipeline as pipeline_module
+    import capseal._internal.pipeline as pipeline_module
 
     monkeypatch.setattr(pipeline_module, "_FINISHING_WAIT", 0.2)
     with Ledger(tmp_path / "l.db") as ledger:
@@ -799,7 +799,7 @@ def test_drain_waits_for_what_was_put_before_it_not_for_an_empty_pipeline() -> N
     """Another thread keeps the pipeline busy for good; drain() (so flush())
     still returns once the jobs put before it are done (it used to wait for
     an empty pipeline, which never came)."""
-    from capseal.pipeline import SigningPipeline
+    from capseal._internal.pipeline import SigningPipeline
 
     stop = threading.Event()
     highest_put = [-1]
@@ -836,7 +836,7 @@ def test_close_counts_a_put_that_lands_while_it_gives_up() -> None:
     """A put whose hand-over ends just as close(timeout) gives up on the
     device is counted with the rest (it used to sweep the queue itself,
     failing jobs with LedgerClosedError that close() never counted)."""
-    from capseal.pipeline import SigningPipeline
+    from capseal._internal.pipeline import SigningPipeline
 
     device = ThreadPoolExecutor(max_workers=1)
     hung, in_begin, release_begin = threading.Event(), threading.Event(), threading.Event()
@@ -913,7 +913,7 @@ def test_a_second_interrupt_in_puts_clean_up_leaves_nothing_half_done(tmp_path: 
         with pytest.raises(KeyboardInterrupt):
             producer.submit({"action_id": "interrupted", "action_type": "fyi"})
         assert second.is_set()
-        assert pipeline._putting == 0 and pipeline._outstanding == 0
+        assert pipeline._putting == 0 and pipeline.outstanding == 0
         producer.flush(timeout=5)
         assert producer.submit({"action_id": "after", "action_type": "fyi"}).result(timeout=5).seq == 3
 
@@ -923,7 +923,7 @@ def test_close_with_a_timeout_counts_a_put_it_stopped_waiting_for(tmp_path: Path
     (here 0.2 s for 30 s); the device is fine and the threads end in time,
     yet that record cannot be finished: it is given up and counted, not
     failed behind close()'s back."""
-    import capseal.pipeline as pipeline_module
+    import capseal._internal.pipeline as pipeline_module
 
     monkeypatch.setattr(pipeline_module, "_CLOSE_WAIT", 0.2)
     device, release, got = QueuedFlakyDevice(), threading.Event(), []
@@ -975,7 +975,7 @@ def test_close_giving_up_lets_records_the_device_already_signed_finish() -> None
     """With a signing thread, a signature already made but still waiting for
     the finishing thread is past the device: close(timeout) lets it finish
     instead of failing it as unsigned."""
-    from capseal.pipeline import SigningPipeline
+    from capseal._internal.pipeline import SigningPipeline
 
     signed: list[int] = []
     finished: list[int] = []
@@ -1035,8 +1035,8 @@ def test_giving_up_never_lets_the_stop_overtake_a_signed_job(monkeypatch: pytest
     comes behind that job, through the signing thread, so the job finishes
     (a stop put straight into the queue could overtake it, and it waited for
     ever)."""
-    import capseal.pipeline as pipeline_module
-    from capseal.pipeline import SigningPipeline
+    import capseal._internal.pipeline as pipeline_module
+    from capseal._internal.pipeline import SigningPipeline
 
     monkeypatch.setattr(pipeline_module, "_FINISHING_WAIT", 5.0)
     done: list[tuple[str, int]] = []
@@ -1064,7 +1064,7 @@ def test_giving_up_never_lets_the_stop_overtake_a_signed_job(monkeypatch: pytest
     pipeline.put(0)
     assert handing.wait(5)
     assert pipeline.close(timeout=0.2) == (0, 0)
-    assert done == [("ok", 0)] and pipeline._outstanding == 0
+    assert done == [("ok", 0)] and pipeline.outstanding == 0
 
 
 def test_a_close_interrupted_by_ctrl_c_is_done_by_the_next_close() -> None:
@@ -1076,7 +1076,7 @@ def test_a_close_interrupted_by_ctrl_c_is_done_by_the_next_close() -> None:
     assert not pipeline._closing.done.is_set()  # not reported as done
     go.set()
     assert pipeline.close(timeout=5) == (0, 0)  # this one finishes the job
-    assert finished == [0] and pipeline._outstanding == 0 and pipeline._closing.done.is_set()
+    assert finished == [0] and pipeline.outstanding == 0 and pipeline._closing.done.is_set()
 
 
 def test_a_producer_close_interrupted_by_ctrl_c_is_done_by_the_next_close(tmp_path: Path) -> None:
@@ -1121,7 +1121,7 @@ def test_a_second_producer_close_with_a_timeout_says_the_first_is_still_going(tm
 def _hung_device_pipeline(fail_hook: Callable[[int], None] | None = None) -> tuple[Any, threading.Event, list[int]]:
     """A pipeline whose device hangs until ``go``; its fail callback records
     each failed job (then calls ``fail_hook``)."""
-    from capseal.pipeline import SigningPipeline
+    from capseal._internal.pipeline import SigningPipeline
 
     go, failed = threading.Event(), []
 
@@ -1153,7 +1153,7 @@ def test_a_close_interrupted_while_it_waits_after_giving_up_keeps_its_count() ->
 
 def test_a_close_interrupted_while_failing_what_it_gave_up_fails_the_rest_on_takeover(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import capseal.pipeline as pipeline_module
+    import capseal._internal.pipeline as pipeline_module
 
     monkeypatch.setattr(pipeline_module, "_FINISHING_WAIT", 0.3)
     interrupted: list[int] = []
@@ -1170,7 +1170,7 @@ def test_a_close_interrupted_while_failing_what_it_gave_up_fails_the_rest_on_tak
         with pytest.raises(KeyboardInterrupt):
             pipeline.close(timeout=0.2)
         assert pipeline.close(timeout=0.2) == (3, 0)
-        assert sorted(set(failed)) == [0, 1, 2] and pipeline._outstanding == 0
+        assert sorted(set(failed)) == [0, 1, 2] and pipeline.outstanding == 0
     finally:
         go.set()
     for t in pipeline._threads:

@@ -624,10 +624,11 @@ def test_a_long_chain_keeps_no_bodies_alive(tmp_path: Path) -> None:
         for i in range(1, 50):
             previous = p.submit({"action_id": f"chain-{i}", "action_type": "fyi"}, parent=previous.capsule_id)
         p.flush()
-        assert first._pending is not None and previous._pending is not None
-        assert previous._pending.after == () and previous._pending.lead is None
+        assert first.append is not None and previous.append is not None
+        assert previous.append.after == () and previous.append.lead is None
         p.submit({"action_id": "unrelated", "action_type": "fyi"})  # the settled ones leave as the next arrives
-        assert len(p._recent) <= 1
+        # private: what the writer keeps findable is the memory bound this test is about
+        assert len(p._writer._recent) <= 1
 
 
 def test_a_record_of_an_epoch_rotated_away_before_its_boundary_is_refused(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
-from .errors import LedgerClosedError, SignerUnavailableError
+from ..errors import LedgerClosedError, SignerUnavailableError
 
 __all__ = ["CloseOnce", "CloseOutcome", "SigningPipeline"]
 
@@ -299,7 +299,7 @@ class SigningPipeline:
         return bool(self._live)
 
     @property
-    def _outstanding(self) -> int:
+    def outstanding(self) -> int:
         """Jobs put and not yet finished, failed or withdrawn."""
         return len(self._live)
 

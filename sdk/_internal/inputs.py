@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .canonical import is_hex64
-from .errors import InputError, LedgerError, shown
-from .record import SealedRecord
+from ..canonical import is_hex64
+from ..errors import InputError, LedgerError, shown
+from ..record import SealedRecord
 
-__all__ = ["text", "identity", "capsule_ref", "ledger_path"]
+__all__ = ["text", "texts", "identity", "capsule_ref", "ledger_path"]
 
 # C0 controls and DEL: never part of a name a person reads, and U+001F is the
 # separator of the ledger's producer stream key (operator, developer)
@@ -50,6 +50,16 @@ def text(name: str, value: Any, *, optional: bool = False) -> str | None:
     if not isinstance(value, str):
         return _refuse(name, value, "a string" + (" or None" if optional else ""))
     return _utf8(name, value)
+
+
+def texts(*, optional: bool = False, **named: Any) -> None:
+    """Each named argument is a string with a UTF-8 form (or None, when ``optional``).
+
+    Raises:
+        InputError: naming the first that is not.
+    """
+    for name, value in named.items():
+        text(name, value, optional=optional)
 
 
 def identity(name: str, value: Any) -> str:
