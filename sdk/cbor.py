@@ -79,7 +79,8 @@ def encode(value: Any) -> bytes:
 
 
 def _half_to_float(h: int) -> float:
-    return struct.unpack(">e", h.to_bytes(2, "big"))[0]
+    value: float = struct.unpack(">e", h.to_bytes(2, "big"))[0]
+    return value
 
 
 class _Reader:
