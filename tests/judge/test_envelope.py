@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
+import cbor2
 import pytest
 
-from capseal.cbor import enc_bytes, enc_text
 from capseal.cose import decode_sign1, encode_protected
 from capseal.judge.envelope import CONTENT_TYPE, HEADER_LABEL, JudgmentEnvelope, sign_judgment, verify_judgment_envelope
 from capseal.keys import UnsafeEphemeralSigner
@@ -18,6 +18,7 @@ from capseal.keys import UnsafeEphemeralSigner
 from ..cose_checks import assert_envelope_verifies_independently
 
 DIGEST, COMMITMENT = os.urandom(32), os.urandom(32)
+enc_bytes = enc_text = cbor2.dumps  # a byte string or text string in CBOR, by another encoder
 
 
 @pytest.fixture(scope="module")
