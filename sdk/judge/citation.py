@@ -21,7 +21,7 @@ from capseal.errors import JudgmentRefusedError
 
 from .rules import SCORE_MEMBER
 
-__all__ = ["Target", "Citation", "DigestRef", "Hex64", "NonEmpty", "JudgeModel", "JudgePart", "refusal_from"]
+__all__ = ["Target", "Citation", "DigestRef", "Hex64", "NonEmpty", "JudgeModel", "JudgePart", "refusal_from", "jsonish"]
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
@@ -42,6 +42,31 @@ class JudgeModel(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The JSON value, absent members left out, aliases used."""
         return self.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+def jsonish(value: Any) -> Any:
+    """A builder's arguments as the JSON they would become, models included,
+    so the refusal engine can name the rule a refused value breaks.
+
+    Args:
+        value: any value a builder was given.
+
+    Returns:
+        ``value`` with models as their JSON and containers walked; a bare
+        :class:`Target` (cited without a purpose) as a marker string that
+        fails the schema.
+    """
+    if isinstance(value, JudgeModel):
+        return value.to_json()
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True, by_alias=True)
+    if isinstance(value, Mapping):
+        return {k: jsonish(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonish(v) for v in value]
+    if isinstance(value, Target):
+        return f"<Target {value.type} — cite it through a factory that sets judge_purpose>"
+    return value
 
 
 def refusal_from(exc: ValidationError, where: str) -> JudgmentRefusedError:
@@ -130,7 +155,8 @@ class Target:
 
     Build one with :meth:`of_json`, :meth:`of_bytes`, :meth:`of_text`,
     :meth:`of_capsule`, :meth:`of_record` or ``JudgmentStore.target``; the
-    constructor is private. ``content`` keeps the cited value (JSON, bytes or
+    constructor is private (:meth:`recorded` is for digests a store or a
+    sealed record already holds). ``content`` keeps the cited value (JSON, bytes or
     text) when the Target was made from it, so a store can keep it too.
     """
 
@@ -212,8 +238,25 @@ class Target:
         return cls(type=name, digest=digest, kind="record", content=content, _seal=_SEAL)
 
     @classmethod
-    def _verified(cls, *, type: str, digest: str, kind: Any, content: Any) -> Target:
-        """For the store: a digest it has just recomputed from stored bytes."""
+    def recorded(cls, *, type: str, digest: str, kind: Any, content: Any) -> Target:
+        """A Target for a digest already recorded, not computed here: one a
+        store has just recomputed from its stored bytes
+        (``JudgmentStore.target``), or one a sealed record cites that a
+        re-run must cite again (``content`` None when no store holds it). A
+        builder citing content uses the ``of_*`` constructors instead.
+
+        Args:
+            type: the target's type (non-empty).
+            digest: the recorded digest.
+            kind: ``json``, ``bytes``, ``text``, ``capsule`` or ``record``.
+            content: the content the digest covers, or None.
+
+        Returns:
+            The Target.
+
+        Raises:
+            JudgmentRefusedError: ``type`` is empty or not a str.
+        """
         return cls(type=type, digest=digest, kind=kind, content=content, _seal=_SEAL)
 
     def canonical(self) -> bytes:

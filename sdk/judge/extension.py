@@ -40,7 +40,7 @@ from capseal.errors import JudgmentRefusedError
 
 from .citation import Hex64, JudgePart, NonEmpty, Target, computed
 from .pin import SamplingValue, bytes_of, check_sampling
-from .rules import Violation, _is_json, _json_violations, _schema_violations, raise_first
+from .rules import Violation, is_json, json_violations, raise_first, schema_violations
 from .schema import render_pointer
 
 __all__ = [
@@ -230,7 +230,7 @@ def _canonical(value: Any, where: str, out: list[Violation]) -> bool:
     its digest is not compared. Why: a float (or a non-string key) has no JCS
     digest; computing one raised inside the checker and every finding was lost
     behind ``checker_internal_error``."""
-    bad = _json_violations(value)
+    bad = json_violations(value)
     for v in bad:
         out.append(Violation(v.rule, f"{where}{v.path[1:]}", v.message, pointer="/" + where.replace(".", "/")))
     return not bad
@@ -246,11 +246,11 @@ def _check(capsule: Any, pre: Any, raw: Any) -> list[Violation]:
     if not isinstance(raw, Mapping):
         out.append(Violation("raw_files_malformed", "raw_files", f"raw_files map names to file bytes or text, not {type(raw).__name__}", pointer="/raw_files"))
         raw = {}
-    number = _json_violations(capsule)
+    number = json_violations(capsule)
     out += number
-    if not _is_json(number):
+    if not is_json(number):
         return out  # not JSON: the schema walk and the digests cannot read it
-    out += _schema_violations(capsule, _SCHEMA)
+    out += schema_violations(capsule, _SCHEMA)
     cid = capsule.get("capsule_id")
     if cid is not None and not number and cid != capsule_id(capsule):
         out.append(Violation("capsule_id_mismatch", "$.capsule_id", "capsule_id does not recompute from the capsule", pointer="/capsule_id"))
@@ -269,7 +269,7 @@ def _check(capsule: Any, pre: Any, raw: Any) -> list[Violation]:
     if isinstance(params, Mapping):
         definition = "ExpertProtocolParameters" if human else "JudgeParameters"
         if _canonical(params, "preimages.judge_parameters", out):
-            for v in _schema_violations(params, _SCHEMA, definition):
+            for v in schema_violations(params, _SCHEMA, definition):
                 out.append(Violation(v.rule, f"preimages.judge_parameters{v.path[1:]}", v.message, pointer=f"/preimages/judge_parameters{v.pointer}"))
             if member.get("judge_parameters_digest") != json_digest(params):
                 out.append(_mismatch("judge_parameters_digest_mismatch", (*MEMBER_PATH, "judge_parameters_digest"), "judge_parameters_digest"))
@@ -292,7 +292,7 @@ def _check(capsule: Any, pre: Any, raw: Any) -> list[Violation]:
             out.append(_mismatch("policy_digest_mismatch", ("preimages", "rubric", "policy_digest"), "policy_digest"))
     answer = pre.get("agent_output")
     if answer is not None and _canonical(answer, "preimages.agent_output", out):
-        for v in _schema_violations(answer, _SCHEMA, "JudgeAnswer"):
+        for v in schema_violations(answer, _SCHEMA, "JudgeAnswer"):
             out.append(Violation(v.rule, f"preimages.agent_output{v.path[1:]}", v.message, pointer=f"/preimages/agent_output{v.pointer}"))
         if compute.get("agent_output_digest") != json_digest(answer):
             out.append(_mismatch("agent_output_digest_mismatch", (*MEMBER_PATH[:2], "agent_output_digest"), "agent_output_digest"))

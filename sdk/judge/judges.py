@@ -152,7 +152,7 @@ class RulesJudge:
             if len(digests) != len(req.inputs):
                 raise JudgmentRefusedError(f"claim {claim.id!r} cites {len(digests)} inputs; the rule reads {len(req.inputs)}", rule="rule_input_missing")
             for name, digest in zip(req.inputs, digests):
-                inputs[name] = store.target(digest) if store.has(digest) else Target._verified(type="input", digest=digest, kind="json", content=None)
+                inputs[name] = store.target(digest) if store.has(digest) else Target.recorded(type="input", digest=digest, kind="json", content=None)
         return self.judge(inputs, store=store, as_of=result.generated_at)
 
 

@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 
 from capseal.errors import JudgmentRefusedError
 
-from .citation import DigestRef, Hex64, JudgeModel, JudgePart, NonEmpty, Target, listed, refusal_from
+from .citation import DigestRef, Hex64, JudgeModel, JudgePart, NonEmpty, Target, jsonish, listed, refusal_from
 from .rules import check_body, epistemic_type_of, raise_first
 from .vocab import RESULT_VERSION
 
@@ -226,9 +226,7 @@ class View(JudgePart):
 
 def _claim_refusal(exc: ValidationError, fields: dict[str, Any]) -> JudgmentRefusedError:
     """A claim the model refuses, named by the engine's rule when it has one."""
-    from .shapes import _jsonish
-
-    probe = {**_jsonish(fields)}
+    probe = {**jsonish(fields)}
     for v in check_body({"result_version": RESULT_VERSION, "generated_at": "1970-01-01T00:00:00Z", "claims": [probe],
                          "aggregate": {"coverage": {"evaluated_population": 1, "excluded_not_applicable": 0, "unknown_count": 0},
                                        "buckets": {"met": [], "not_met": [], "not_evaluable": []}}}):
@@ -253,9 +251,7 @@ class EvidenceResult(JudgeModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            from .shapes import _jsonish
-
-            raise_first(check_body({"result_version": RESULT_VERSION, **_jsonish(data)}), RESULT_VERSION)
+            raise_first(check_body({"result_version": RESULT_VERSION, **jsonish(data)}), RESULT_VERSION)
             raise refusal_from(exc, RESULT_VERSION) from None
         raise_first(check_body(self.body()), RESULT_VERSION)
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from capseal.errors import JudgmentRefusedError
 
@@ -31,6 +31,7 @@ from .citation import (
     Target,
     as_mapping,
     computed,
+    jsonish,
     listed,
     refusal_from,
 )
@@ -65,20 +66,6 @@ CaseVerdict = Literal["met", "not_met", "not_evaluable"]
 RulingVerdict = Literal["corroborated", "inconclusive", "contradicted"]
 
 
-def _jsonish(value: Any) -> Any:
-    if isinstance(value, JudgeModel):
-        return value.to_json()
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", exclude_none=True, by_alias=True)
-    if isinstance(value, Mapping):
-        return {k: _jsonish(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonish(v) for v in value]
-    if isinstance(value, Target):
-        return f"<Target {value.type} — cite it through a factory that sets judge_purpose>"
-    return value
-
-
 _Part = JudgePart
 
 
@@ -106,7 +93,7 @@ class JudgeRecord(JudgeModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raw = {"record_version": self.RECORD_VERSION, "epistemic_type": self.shape().epistemic_type, **self.FIXED, **_jsonish(data)}
+            raw = {"record_version": self.RECORD_VERSION, "epistemic_type": self.shape().epistemic_type, **self.FIXED, **jsonish(data)}
             raise_first(check_body(raw), self.RECORD_VERSION)
             raise refusal_from(exc, self.RECORD_VERSION) from None
         raise_first(check_body(self.body()), self.RECORD_VERSION)

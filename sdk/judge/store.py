@@ -49,7 +49,8 @@ from .vocab import (
     record_type_for,
 )
 
-__all__ = ["SealedJudgment", "JudgmentStore", "cited_digests", "body_of_entry", "digest_of_entry", "declared_external"]
+__all__ = ["SealedJudgment", "JudgmentStore", "cited_digests", "body_of_entry", "digest_of_entry", "declared_external",
+           "artifact_content"]
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,20 @@ def declared_external(stored: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _artifact_content(stored: Mapping[str, Any]) -> tuple[str, Any, bytes]:
-    """(kind, content, digested bytes) of an artifact row."""
+def artifact_content(stored: Mapping[str, Any]) -> tuple[str, Any, bytes]:
+    """What an artifact row holds.
+
+    Args:
+        stored: the row's stored body (:func:`body_of_entry`).
+
+    Returns:
+        ``(kind, content, digested bytes)``: ``json`` and the value with its
+        JCS bytes, ``text`` and the string with its UTF-8, or ``bytes`` twice.
+
+    Raises:
+        ValueError: an unknown encoding, or content that does not decode.
+        CanonicalizationError: a JSON artifact with no JCS form.
+    """
     encoding = stored.get("encoding")
     content = stored.get("content")
     if encoding == "json":
@@ -181,7 +194,7 @@ def digest_of_entry(entry: StoredEntry) -> str:
         return capsule_id(capsule)
     stored = body_of_entry(entry)
     if entry.record_type == ARTIFACT_RECORD_TYPE:
-        return raw_digest(_artifact_content(stored)[2])
+        return raw_digest(artifact_content(stored)[2])
     return json_digest(stored.get("record"))
 
 
@@ -225,14 +238,14 @@ class JudgmentStore:
         if recomputed != digest:
             raise JudgmentRefusedError(f"stored bytes give {recomputed}, not {digest}", rule="record_digest_mismatch")
         if entry.record_type == "capsule":
-            return Target._verified(type=type or "agent-action-capsule", digest=digest, kind="capsule", content=entry.record()["capsule"])
+            return Target.recorded(type=type or "agent-action-capsule", digest=digest, kind="capsule", content=entry.record()["capsule"])
         stored = body_of_entry(entry)
         if entry.record_type == ARTIFACT_RECORD_TYPE:
-            kind, content, _ = _artifact_content(stored)
-            return Target._verified(type=type or str(stored.get("artifact_type", "artifact")), digest=digest, kind=kind, content=content)
+            kind, content, _ = artifact_content(stored)
+            return Target.recorded(type=type or str(stored.get("artifact_type", "artifact")), digest=digest, kind=kind, content=content)
         body = stored["record"]
         name = str(body.get("record_version") or body.get("result_version")).split("/", 1)[0]
-        return Target._verified(type=type or name, digest=digest, kind="record", content=body)
+        return Target.recorded(type=type or name, digest=digest, kind="record", content=body)
 
     def value(self, digest: str) -> Any:
         """The content a digest names: a capsule dict, a judgment body, or an

@@ -46,7 +46,7 @@ from .rules import check_body, check_links, epistemic_type_of
 from .store import (
     JudgmentStore,
     SealedJudgment,
-    _artifact_content,
+    artifact_content,
     body_of_entry,
     cited_digests,
     declared_external,
@@ -191,7 +191,7 @@ def _check_artifact(entry: StoredEntry, stored: Mapping[str, Any], add: Any) -> 
     try:
         from capseal.canonical import raw_digest
 
-        digest = raw_digest(_artifact_content(stored)[2])
+        digest = raw_digest(artifact_content(stored)[2])
     except Exception as exc:
         add(Finding("record_malformed", f"artifact content unreadable: {exc}"))
         return None

@@ -51,7 +51,7 @@ from capseal.errors import DuplicateRecordError, LedgerCorruptError, MalformedJS
 from capseal.findings import Finding
 from capseal.judge.envelope import header_commitment, sign_judgment, verify_judgment_envelope
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
-from capseal.model import _timestamp
+from capseal.model import check_timestamp
 from capseal.record import dumps_canonical, epistemic_type_for_capsule, strict_json
 
 from .halves import Half, check_id
@@ -145,7 +145,7 @@ def keep_record(ledger: Ledger, half: Half) -> None:
 
 def _is_time(value: Any) -> bool:
     try:
-        _timestamp(value)
+        check_timestamp(value)
     except (ValueError, TypeError):
         return False
     return isinstance(value, str)
