@@ -9,7 +9,7 @@ which never raises). It applies, in order:
 2. the shipped JSON Schema of the body's shape, interpreted at run time
    (``schema.py``), with each failed keyword turned into a named rule
    (schema path → rule); unnamed failures keep a generic ``schema_*`` name;
-3. the rules the schemas cannot say (judging digest §10.5, issue 5 item 4):
+3. the rules the schemas cannot say:
    k ≤ n, unique case / claim ids, buckets that match verdicts, coverage counts
    traceable to claims, producer defects within their denominator, an
    adjudication's margin / margin_tau / divergence_index as decimal strings, a
@@ -70,7 +70,16 @@ class Violation:
 
 
 def raise_first(violations: Sequence[Violation], what: str = "judgment record") -> None:
-    """Raise ``JudgmentRefusedError`` for the first error-severity violation."""
+    """Refuse on the first error-severity violation, if any.
+
+    Args:
+        violations: what a check found.
+        what: what was checked (the message's start).
+
+    Raises:
+        JudgmentRefusedError: named by the first error's rule and path; the
+            message counts the others.
+    """
     errors = [v for v in violations if v.severity == "error"]
     if not errors:
         return
@@ -90,6 +99,21 @@ def _at(body: Any, path: Path) -> Any:
 
 
 def schema_violations(body: Any, schema: str, definition: str | None = None) -> list[Violation]:
+    """Every failed keyword of a shipped schema, each as a named rule.
+
+    Args:
+        body: a JSON value (the number rules already passed: a non-JSON value
+            is :func:`json_violations`' to report).
+        schema: the schema's path under ``capseal/judge/schemas``.
+        definition: one of its ``$defs`` to check against instead of the root.
+
+    Returns:
+        The violations, in schema order, each with its JSONPath and pointer.
+
+    Raises:
+        FileNotFoundError: no such schema ships.
+        KeyError: no such definition.
+    """
     out = []
     for err in validator_for(schema, definition).errors(body):
         at = _at(body, err.path)
@@ -127,11 +151,21 @@ def _number_violations(body: Any) -> list[Violation]:
 
 
 def json_violations(body: Any) -> list[Violation]:
-    """The number rules, plus the first thing in ``body`` that is not JSON at all
-    when the number rules stopped before it (at a float or an unsafe integer:
-    ``check_json`` stops at the first problem, and a non-string key behind a
-    float would reach the schema walk). A caller that finds a
-    ``non_json_value`` here runs no schema walk or digest over ``body``."""
+    """The -05 number and JSON rules over ``body``. Never raises.
+
+    It gives the first number problem, plus the first thing that is not JSON at
+    all when the number rules stopped before it (``check_json`` stops at its
+    first problem, and a non-string key behind a float would otherwise reach
+    the schema walk).
+
+    Args:
+        body: any value.
+
+    Returns:
+        The violations (``float_in_record``/``sampling_float``,
+        ``unsafe_integer``, ``non_json_value``). A caller that finds a
+        ``non_json_value`` runs no schema walk or digest over ``body``.
+    """
     out = _number_violations(body)
     if out and is_json(out):
         try:
@@ -142,6 +176,14 @@ def json_violations(body: Any) -> list[Violation]:
 
 
 def is_json(violations: Sequence[Violation]) -> bool:
+    """Did the number rules find ``body`` to be JSON throughout?
+
+    Args:
+        violations: what :func:`json_violations` returned.
+
+    Returns:
+        False when one is ``non_json_value``.
+    """
     return not any(v.rule == "non_json_value" for v in violations)
 
 
@@ -149,12 +191,18 @@ def is_json(violations: Sequence[Violation]) -> bool:
 
 
 def epistemic_type_of(body: Mapping[str, Any]) -> str | None:
-    """The epistemic type a body's *shape* fixes (None if the shape is unknown).
+    """The epistemic type a body's *shape* fixes.
 
     Judge-family shapes fix it as a schema ``const``. An Evidence Result has no
     such member: it is ``derived_metric`` when every claim was recomputed (a
     fixed function of cited inputs) and ``semantic_judgment`` as soon as one
     claim was judged — the weaker way of knowing decides, never the stronger.
+
+    Args:
+        body: a record body.
+
+    Returns:
+        The type, or None when the shape is unknown (or ``body`` is no mapping).
     """
     if not isinstance(body, Mapping):
         return None
@@ -170,7 +218,16 @@ def epistemic_type_of(body: Mapping[str, Any]) -> str | None:
 
 
 def check_body(body: Any) -> list[Violation]:
-    """Every violation of a judge-family body or an Evidence Result. Never raises."""
+    """Every violation of a judge-family body or an Evidence Result. Never raises.
+
+    Args:
+        body: the body.
+
+    Returns:
+        The violations: named rules first, then the number rules, then the
+        generic ``schema_*`` ones (``checker_internal_error`` if the check
+        itself failed).
+    """
     try:
         return _check_body(body)
     except Exception as exc:  # a checker never raises
@@ -178,7 +235,14 @@ def check_body(body: Any) -> list[Violation]:
 
 
 def refuse(body: Any) -> None:
-    """Raise ``JudgmentRefusedError`` naming the first rule ``body`` breaks."""
+    """Refuse a body that breaks a rule.
+
+    Args:
+        body: the body.
+
+    Raises:
+        JudgmentRefusedError: named by the first rule it breaks.
+    """
     raise_first(check_body(body))
 
 
@@ -218,8 +282,8 @@ def _vocabulary_first(violations: list[Violation]) -> list[Violation]:
 
 
 def _legacy_purposes(body: Any, found: list[Violation]) -> list[Violation]:
-    """A ``citation_purpose`` anywhere in a judge body is the pre-2026-10-04 name
-    (or a Capsule field in the wrong place): reported as a defect on read."""
+    """A ``citation_purpose`` anywhere in a judge body is the retired name (or a
+    Capsule field in the wrong place): reported as a defect on read."""
     seen = {v.path for v in found if v.rule == "legacy_citation_purpose"}
     out: list[Violation] = []
 
@@ -281,12 +345,12 @@ _DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", re.ASCII)
 
 def _says_nothing(text: str) -> bool:
     """True for a non-empty string with nothing to read: only whitespace
-    (Unicode's, as the judging digest's C1 splits words, U+001C–001F included)
-    and invisible control or format characters (a zero-width space, a BOM).
+    (Unicode's, U+001C–001F included) and invisible control or format
+    characters (a zero-width space, a BOM).
 
     Why: the schemas ask such fields for ``minLength: 1``, which a single
-    space meets; a rebuttal's basis is prose that must never be empty (digest
-    §3.3), and a judge named by blanks is not pinned."""
+    space meets; a rebuttal's basis is prose that must never be empty, and a
+    judge named by blanks is not pinned."""
     return bool(text) and all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
 
 
@@ -305,9 +369,9 @@ def _evaluation_report(body: Mapping[str, Any]) -> list[Violation]:
 
 
 def _adjudication_response(body: Mapping[str, Any]) -> list[Violation]:
-    # judging digest §3.3: a rebuttal's basis is non-empty prose; the schema's
-    # minLength 1 took a basis of one space (an empty one is rebuttal_basis_empty
-    # there, so a blank one is named the same)
+    # a rebuttal's basis is non-empty prose; the schema's minLength 1 takes a
+    # basis of one space (an empty one is rebuttal_basis_empty there, so a blank
+    # one is named the same)
     basis = body.get("basis")
     if isinstance(basis, str) and _says_nothing(basis):
         return [Violation("rebuttal_basis_empty", "$.basis", "basis is the prose that says why the rebuttal disputes the ruling; this one is only whitespace or invisible characters")]
@@ -316,8 +380,8 @@ def _adjudication_response(body: Mapping[str, Any]) -> list[Violation]:
 
 def _adjudication(body: Mapping[str, Any]) -> list[Violation]:
     out = _model_id(body, "basis")
-    # judging digest §3.2: the quantities are decimal strings (the schema says
-    # only "a non-empty string", so "high" or "1e5" passed it)
+    # the quantities are exact decimal strings; the schema asks only for a
+    # non-empty string, which "high" or "1e5" would meet
     for name in ("margin", "margin_tau", "divergence_index"):
         value = body.get(name)
         if isinstance(value, str) and value and _DECIMAL.fullmatch(value) is None:
@@ -438,13 +502,23 @@ def _result_rules(body: Mapping[str, Any]) -> list[Violation]:
 
 
 def check_links(epistemic_type: Any, links: Iterable[Any], body: Mapping[str, Any] | None = None) -> list[Violation]:
-    """EL -00 §4.1/§5 link rules for a store header. Never raises.
+    """The EL -00 §4.1/§5 link rules for a store header. Never raises.
 
-    Links are ``{type, target}`` with one of the six types and a 64-hex target;
-    ``adjudicates`` only on a record whose ``epistemic_type`` is ``adjudication``
-    and, given the record's ``body``, only to one of the parties it cites (an
-    adjudication covers only its parties' claims, §1: a link to anything else
-    would claim a ruling the body never made).
+    Links are ``{type, target}`` with one of the six types and a 64-hex
+    target; ``adjudicates`` only on a record whose ``epistemic_type`` is
+    ``adjudication`` and, given the record's ``body``, only to one of the
+    parties it cites (an adjudication covers only its parties' claims: a link
+    to anything else would claim a ruling the body never made).
+
+    Args:
+        epistemic_type: the record's epistemic type.
+        links: the header's links.
+        body: the record's body, when known.
+
+    Returns:
+        The violations (``epistemic_type_unknown``, ``link_malformed``,
+        ``link_type_unknown``, ``link_target_malformed``,
+        ``adjudicates_requires_adjudication``, ``adjudicates_not_a_party``).
     """
     out: list[Violation] = []
     parties = None
