@@ -36,6 +36,7 @@ from ._bookkeeping import (
     ReconcileTallies,
     SampleManifest,
 )
+from ._record import Count as Count  # the count type the shapes share, where it was
 from ._record import JudgeRecord
 from .citation import Citation, JudgePart, NonEmpty, Target, computed, listed
 from .pin import JudgePin
