@@ -202,7 +202,7 @@ class SignerSelfTest:
 
     @staticmethod
     def run(signer: Signer) -> None:
-        from capseal.envelope import signature_ok
+        from capseal.cose import signature_ok
         from capseal.errors import SignatureFailedError
 
         result = signer.sign(SignerSelfTest.MESSAGE)

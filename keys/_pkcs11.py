@@ -148,7 +148,7 @@ class PKCS11Signer(Signer):
         public, alg = self._public, self._alg
 
         def self_test() -> tuple[bytes, Callable[[bytes], bool]]:
-            from capseal.envelope import signature_ok
+            from capseal.cose import signature_ok
 
             message = b"capseal signing-process self-test " + os.urandom(16)
             return self._payload(message), lambda signature: signature_ok(alg, public, signature, message)

@@ -419,7 +419,7 @@ class TPMSigner(Signer):
         once more; SignatureFailedError if it still does not verify. The
         producer queues with :meth:`begin_sign` and checks every signature
         itself (about 0.1 ms for P-256), so it pays the check once."""
-        from capseal.envelope import signature_ok
+        from capseal.cose import signature_ok
 
         for attempt in (0, 1):
             result = self.begin_sign(data).result()

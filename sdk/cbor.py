@@ -13,7 +13,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CBORError", "Tagged", "decode_strict", "enc_head", "enc_bytes", "enc_text", "enc_int", "encode"]
+__all__ = ["CBORError", "Tagged", "decode_strict", "enc_head", "enc_bytes", "enc_text", "enc_int", "encode", "plain_map",
+           "unwrap_map"]
 
 
 class CBORError(ValueError):
@@ -78,7 +79,8 @@ def encode(value: Any) -> bytes:
 
 
 def _half_to_float(h: int) -> float:
-    return struct.unpack(">e", h.to_bytes(2, "big"))[0]
+    value: float = struct.unpack(">e", h.to_bytes(2, "big"))[0]
+    return value
 
 
 class _Reader:
@@ -162,8 +164,11 @@ class _Reader:
             return _Float(value)
         if info == 26:
             value = struct.unpack(">f", self._take(4))[0]
-            if struct.unpack(">e", struct.pack(">e", value))[0] == value:
-                raise CBORError("non-shortest float encoding")
+            try:
+                if struct.unpack(">e", struct.pack(">e", value))[0] == value:
+                    raise CBORError("non-shortest float encoding")
+            except OverflowError:  # beyond half precision's range: single is its shortest form
+                pass
             return _Float(value)
         if info == 27:
             value = struct.unpack(">d", self._take(8))[0]
@@ -203,6 +208,13 @@ def plain_map(decoded: dict[Any, Any]) -> dict[Any, Any]:
             raise CBORError(f"header label {raw!r} is not an integer or text")
         out[raw] = value
     return out
+
+
+def unwrap_map(decoded: dict[Any, Any]) -> dict[Any, Any]:
+    """Unwrap map keys whatever their type. Keys that Python holds equal
+    (1, True, 1.0) collapse into one entry, the last read winning: callers
+    that need the CBOR types use :func:`plain_map`."""
+    return {key.value if isinstance(key, _Key) else key: value for key, value in decoded.items()}
 
 
 def decode_strict(data: bytes, *, max_depth: int = 16) -> tuple[Any, int]:

@@ -11,8 +11,10 @@ Two kinds, one module:
   payload for keys that cannot make the profile; kept only in ``envelopes[]``,
   never inline, where the reference would read it as invalid.
 
-Verification never raises: it returns findings whose codes follow the reference's
-``verify_producer_envelope``.
+The COSE_Sign1 mechanics (headers, Sig_structure, strict reading, signature
+checks) are :mod:`capseal.cose`'s; this module says what a capsule envelope
+holds. Verification never raises: it returns findings whose codes follow the
+reference's ``verify_producer_envelope``.
 """
 
 from __future__ import annotations
@@ -22,13 +24,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from . import _sodium
-from .cbor import CBORError, Tagged, decode_strict, enc_bytes, enc_int, enc_text, plain_map
-from .errors import SignatureFailedError, UnsupportedAlgorithmError
+from .cose import (
+    ALG_NAME,
+    COSE_ALG,
+    MAX_SIGN1_BYTES,
+    SIGNATURE_SIZE,
+    Refusal,
+    Sign1,
+    assemble_sign1,
+    decode_sign1,
+    encode_protected,
+    sig_structure,
+    signature_ok,
+    small_order_key,
+)
+from .errors import CoseFormatError, SignatureFailedError, UnsupportedAlgorithmError
 from .findings import Finding
 
 if TYPE_CHECKING:
@@ -45,17 +58,19 @@ __all__ = [
     "profile_protected",
     "verify_profile_envelope",
     "verify_cose_sign1",
+    "MAX_ENVELOPE_BYTES",
+    "ToBeSigned",
+    "prepare_envelope",
+    "complete_envelope",
+    "signature_ok",
+    "small_order_key",
 ]
 
 CONTENT_TYPE = "application/agent-action-capsule-id"
-COSE_ALG = {"EdDSA": -8, "ES256": -7, "ES384": -35, "PS256": -37}
-_ALG_NAME = {v: k for k, v in COSE_ALG.items()}
 PROFILE = "aac-producer-envelope"
 PLAIN = "cose-sign1"
-MAX_ENVELOPE_BYTES = 4096
+MAX_ENVELOPE_BYTES = MAX_SIGN1_BYTES
 _PROFILE_LABELS = frozenset({1, 3, 4})
-_SIG1 = enc_text("Signature1")
-_EMPTY_BSTR = b"\x40"
 
 
 @dataclass(frozen=True)
@@ -68,10 +83,27 @@ class Envelope:
     cose: bytes
 
     def to_json(self) -> dict[str, str]:
+        """The envelope as a record keeps it.
+
+        Returns:
+            ``{"profile", "alg", "kid", "cose"}``, the COSE_Sign1 in hex.
+        """
         return {"profile": self.profile, "alg": self.alg, "kid": self.kid, "cose": self.cose.hex()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Envelope:
+        """Read an envelope as :meth:`to_json` wrote it.
+
+        Args:
+            data: ``{"profile", "alg", "kid", "cose"}``.
+
+        Returns:
+            The envelope (its COSE_Sign1 not yet checked).
+
+        Raises:
+            KeyError: a member is missing.
+            ValueError: ``cose`` is not hex.
+        """
         return cls(str(data["profile"]), str(data["alg"]), str(data["kid"]), bytes.fromhex(str(data["cose"])))
 
 
@@ -86,6 +118,15 @@ class EnvelopeResult:
     kid: bytes | None = None
 
     def fail(self, code: str, detail: str) -> EnvelopeResult:
+        """Record an error finding; the result is no longer ok.
+
+        Args:
+            code: the finding's code.
+            detail: what is wrong.
+
+        Returns:
+            This result.
+        """
         self.findings.append(Finding(code, detail))
         self.ok = False
         return self
@@ -93,23 +134,24 @@ class EnvelopeResult:
 
 @functools.lru_cache(maxsize=64)
 def profile_protected(public_key_raw: bytes) -> bytes:
-    """The 76-byte protected header of the AAC profile (-05 §3.1)."""
-    return b"\xa3\x01\x27\x03" + enc_text(CONTENT_TYPE) + b"\x04" + enc_bytes(public_key_raw)
+    """The protected header of the AAC profile (-05 §3.1).
+
+    Args:
+        public_key_raw: the raw 32-byte Ed25519 public key (the kid).
+
+    Returns:
+        ``{1: -8, 3: CONTENT_TYPE, 4: public_key_raw}`` in deterministic CBOR
+        (76 bytes for a 32-byte key).
+
+    Raises:
+        CoseFormatError: ``public_key_raw`` is not bytes.
+    """
+    return encode_protected({1: COSE_ALG["EdDSA"], 3: CONTENT_TYPE, 4: public_key_raw})
 
 
 @functools.lru_cache(maxsize=64)
 def _plain_protected(alg: str, kid: bytes) -> bytes:
-    # labels 1 (alg) then 4 (kid): already in canonical order
-    return b"\xa2\x01" + enc_int(COSE_ALG[alg]) + b"\x04" + enc_bytes(kid)
-
-
-def _to_be_signed(protected: bytes, payload: bytes) -> bytes:
-    """Sig_structure = ["Signature1", protected, h'', payload] (RFC 9052 §4.4)."""
-    return b"\x84" + _SIG1 + enc_bytes(protected) + _EMPTY_BSTR + enc_bytes(payload)
-
-
-def _assemble(protected: bytes, payload: bytes, signature: bytes) -> bytes:
-    return b"\xd2\x84" + enc_bytes(protected) + b"\xa0" + enc_bytes(payload) + enc_bytes(signature)
+    return encode_protected({1: COSE_ALG[alg], 4: kid})
 
 
 @dataclass(frozen=True)
@@ -126,7 +168,19 @@ class ToBeSigned:
 
 
 def prepare_envelope(signer: Signer, capsule_id_raw: bytes) -> ToBeSigned:
-    """First half of :func:`sign_envelope`: what to sign, without signing."""
+    """First half of :func:`sign_envelope`: what to sign, without signing.
+
+    Args:
+        signer: the key that will sign (its algorithm picks the profile).
+        capsule_id_raw: the raw 32-byte capsule id, the payload.
+
+    Returns:
+        The protected header, payload and Sig_structure bytes to sign.
+
+    Raises:
+        ValueError: ``capsule_id_raw`` is not 32 bytes.
+        UnsupportedAlgorithmError: the signer's algorithm has no COSE form here.
+    """
     if len(capsule_id_raw) != 32:
         raise ValueError("a capsule id is 32 raw bytes")
     alg = signer.alg
@@ -136,16 +190,32 @@ def prepare_envelope(signer: Signer, capsule_id_raw: bytes) -> ToBeSigned:
         protected, profile = profile_protected(signer.public_key_raw), PROFILE
     else:
         protected, profile = _plain_protected(alg, bytes.fromhex(signer.kid)), PLAIN
-    return ToBeSigned(profile, alg, signer.kid, protected, capsule_id_raw, _to_be_signed(protected, capsule_id_raw))
+    return ToBeSigned(profile, alg, signer.kid, protected, capsule_id_raw, sig_structure(protected, capsule_id_raw))
 
 
 def complete_envelope(signer: Signer, pending: ToBeSigned, result: SignatureResult, *, verify: bool = False) -> Envelope:
-    """Second half of :func:`sign_envelope`: check the signer's answer (key,
-    algorithm, length and — with ``verify`` — the signature itself over the
-    bytes that were signed) and assemble the COSE_Sign1."""
+    """Second half of :func:`sign_envelope`: check the signer's answer and
+    assemble the COSE_Sign1.
+
+    Args:
+        signer: the key that signed ``pending.tbs``.
+        pending: what :func:`prepare_envelope` returned.
+        result: the signer's answer.
+        verify: also check the signature over the signed bytes under the
+            signer's public key (libsodium's Ed25519 check when the system
+            has it, which accepts only what OpenSSL accepts).
+
+    Returns:
+        The envelope.
+
+    Raises:
+        SignatureFailedError: the answer names another key or algorithm, has
+            the wrong length, or (with ``verify``) does not verify; the
+            signer's cached key is forgotten first.
+    """
     if result.kid != pending.kid or result.alg != pending.alg:
         raise SignatureFailedError(f"signer {pending.kid[:16]}… changed key or algorithm during signing")
-    expected_len = {"EdDSA": 64, "ES256": 64, "ES384": 96}.get(pending.alg)
+    expected_len = SIGNATURE_SIZE.get(pending.alg)
     if expected_len is not None and len(result.signature) != expected_len:
         raise SignatureFailedError(
             f"{pending.alg} signature from {signer.describe_short()} is {len(result.signature)} bytes, expected {expected_len}"
@@ -155,7 +225,7 @@ def complete_envelope(signer: Signer, pending: ToBeSigned, result: SignatureResu
         raise SignatureFailedError(
             f"{signer.describe_short()} returned a {pending.alg} signature that does not verify under its public key"
         )
-    return Envelope(pending.profile, pending.alg, result.kid, _assemble(pending.protected, pending.payload, result.signature))
+    return Envelope(pending.profile, pending.alg, result.kid, assemble_sign1(pending.protected, pending.payload, result.signature))
 
 
 def _device_signature_ok(signer: Signer, pending: ToBeSigned, signature: bytes) -> bool:
@@ -166,7 +236,7 @@ def _device_signature_ok(signer: Signer, pending: ToBeSigned, signature: bytes) 
         check = _sodium.verifier()
         if check is not None:
             return check(signature, pending.tbs, signer.public_key_raw)
-    return _signature_ok(pending.alg, signer.public_key, signature, pending.tbs)
+    return signature_ok(pending.alg, signer.public_key, signature, pending.tbs)
 
 
 def _forget_cached_key(signer: Signer) -> None:
@@ -180,62 +250,53 @@ def _forget_cached_key(signer: Signer) -> None:
 
 def sign_envelope(signer: Signer, capsule_id_raw: bytes, *, verify: bool = False) -> Envelope:
     """Sign ``capsule_id_raw`` with ``signer``: the AAC profile for Ed25519 keys,
-    a plain COSE_Sign1 otherwise. Raises SignerError subclasses.
+    a plain COSE_Sign1 otherwise.
 
-    With ``verify=True`` the signature is checked against the signer's public
-    key over the exact bytes that were signed before the envelope is returned
-    (capseal does this for every signature from a token or TPM): a device that
-    answers with a wrong signature raises SignatureFailedError."""
+    Args:
+        signer: the key.
+        capsule_id_raw: the raw 32-byte capsule id.
+        verify: check the signature against the signer's public key over the
+            exact bytes that were signed before returning it (capseal does
+            this for every signature from a token or TPM).
+
+    Returns:
+        The envelope.
+
+    Raises:
+        ValueError: ``capsule_id_raw`` is not 32 bytes.
+        SignerError: the signer could not sign (a subclass names why);
+            SignatureFailedError for a wrong signature.
+    """
     pending = prepare_envelope(signer, capsule_id_raw)
     # checked here when verify: begin_sign skips a backend's own check in sign() (no second verify)
     result = signer.begin_sign(pending.tbs).result() if verify else signer.sign(pending.tbs)
     return complete_envelope(signer, pending, result, verify=verify)
 
 
-def _decode_sign1(data: Any, result: EnvelopeResult) -> tuple[bytes, dict[Any, Any], bytes, bytes] | None:
+def _decode_sign1(data: Any, result: EnvelopeResult) -> Sign1 | None:
     if not isinstance(data, (bytes, bytearray)):
         result.fail("envelope_malformed", "a producer envelope is bytes")
         return None
-    data = bytes(data)
-    if len(data) > MAX_ENVELOPE_BYTES:
-        result.fail("envelope_too_large", f"envelope is {len(data)} bytes; at most {MAX_ENVELOPE_BYTES}")
-        return None
     try:
-        outer, tags = decode_strict(data)
-        if not isinstance(outer, Tagged) or outer.tag != 18 or not isinstance(outer.value, list) or len(outer.value) != 4:
-            raise CBORError("top-level value must be a four-element COSE_Sign1 with tag 18")
-        if tags != 1:
-            raise CBORError("only the outer tag 18 may appear")
-        protected_bytes, unprotected, payload, signature = outer.value
-        if not isinstance(protected_bytes, bytes) or not protected_bytes:
-            raise CBORError("protected header must be a non-empty byte string")
-        protected_raw, inner_tags = decode_strict(protected_bytes)
-        if inner_tags:
-            raise CBORError("protected header must not contain a tag")
-        if not isinstance(protected_raw, dict):
-            raise CBORError("protected header is not a map")
-        protected = plain_map(protected_raw)
-        if any(type(label) is not int for label in protected):
-            raise CBORError("protected header labels must be integers")
-        if not isinstance(unprotected, dict):
-            raise CBORError("unprotected header is not a map")
-        if unprotected:
-            raise CBORError("unprotected header must be an empty map")
-        if not isinstance(payload, bytes):
-            raise CBORError("attached payload must be a byte string")
-        if not isinstance(signature, bytes):
-            raise CBORError("signature must be a byte string")
-    except CBORError as exc:
-        result.fail("envelope_malformed", str(exc))
+        return decode_sign1(data, max_bytes=MAX_ENVELOPE_BYTES)
+    except CoseFormatError as exc:
+        result.fail("envelope_too_large" if exc.rule == Refusal.TOO_LARGE else "envelope_malformed", str(exc))
         return None
-    return protected_bytes, protected, payload, signature
 
 
 def verify_profile_envelope(capsule_id: str, data: Any) -> EnvelopeResult:
     """Check one AAC profile envelope against ``capsule_id``. Never raises.
 
-    On success ``public_key`` is the authenticated raw Ed25519 key; whether that
-    key is authorized is the caller's policy (-05 §3.2)."""
+    Args:
+        capsule_id: the capsule id, 64 lowercase hex.
+        data: the COSE_Sign1 bytes.
+
+    Returns:
+        The result: ``ok``, and the findings (codes as the reference's
+        ``verify_producer_envelope``). On success ``public_key`` is the
+        authenticated raw Ed25519 key; whether that key is authorized is the
+        caller's policy (-05 §3.2).
+    """
     result = EnvelopeResult()
     try:
         return _verify_profile(capsule_id, data, result)
@@ -251,7 +312,7 @@ def _verify_profile(capsule_id: str, data: Any, result: EnvelopeResult) -> Envel
     parts = _decode_sign1(data, result)
     if parts is None:
         return result
-    protected_bytes, protected, payload, signature = parts
+    protected, payload, signature = parts.header, parts.payload, parts.signature
     alg = protected.get(1)
     if type(alg) is not int or alg != -8:
         return result.fail("envelope_algorithm_mismatch", "protected alg (label 1) must be EdDSA (-8)")
@@ -270,7 +331,7 @@ def _verify_profile(capsule_id: str, data: Any, result: EnvelopeResult) -> Envel
         return result.fail("envelope_kid_weak", "the kid is an Ed25519 key of small order: a signature under it "
                            "verifies for many messages (the neutral point's, for every message) and proves nothing")
     try:
-        ed25519.Ed25519PublicKey.from_public_bytes(key).verify(signature, _to_be_signed(protected_bytes, payload))
+        ed25519.Ed25519PublicKey.from_public_bytes(key).verify(signature, sig_structure(parts.protected, payload))
     except (InvalidSignature, ValueError):
         return result.fail("envelope_signature_invalid", "Ed25519 signature does not verify under the kid")
     result.ok, result.public_key, result.alg, result.kid = True, key, "EdDSA", key
@@ -282,14 +343,23 @@ _CRIT_UNDERSTOOD = frozenset({1, 4})
 
 
 def verify_cose_sign1(data: Any, public_key: Any, *, payload: bytes | None = None) -> EnvelopeResult:
-    """Verify a plain COSE_Sign1 (EdDSA, ES256, ES384, PS256) under ``public_key``
-    (a ``cryptography`` public key), optionally requiring ``payload``. Never raises."""
+    """Verify a plain COSE_Sign1 (EdDSA, ES256, ES384, PS256). Never raises.
+
+    Args:
+        data: the COSE_Sign1 bytes.
+        public_key: a ``cryptography`` public key.
+        payload: the payload required, or None for any.
+
+    Returns:
+        The result: ``ok``, the findings, and on success ``alg`` and ``kid``
+        (the protected kid when it is a byte string).
+    """
     result = EnvelopeResult()
     try:
         parts = _decode_sign1(data, result)
         if parts is None:
             return result
-        protected_bytes, protected, body, signature = parts
+        protected, body, signature = parts.header, parts.payload, parts.signature
         if 2 in protected:  # crit (RFC 9052 §3.1): each label listed must be one this verifier processes
             crit = protected[2]
             if not isinstance(crit, list) or not crit or any(type(c) not in (int, str) for c in crit):
@@ -299,13 +369,13 @@ def verify_cose_sign1(data: Any, public_key: Any, *, payload: bytes | None = Non
                 return result.fail("envelope_crit_unknown", f"crit marks header(s) {unknown!r} as critical, which "
                                    "capseal does not process (RFC 9052 §3.1: such a message is rejected)")
         alg_id = protected.get(1)
-        alg = _ALG_NAME.get(alg_id) if type(alg_id) is int else None
+        alg = ALG_NAME.get(alg_id) if type(alg_id) is int else None
         if alg is None:
             return result.fail("envelope_algorithm_unsupported", f"protected alg {alg_id!r} is not one capseal verifies")
         if payload is not None and body != payload:
             return result.fail("envelope_payload_mismatch", "payload must equal the raw 32-byte capsule id")
-        tbs = _to_be_signed(protected_bytes, body)
-        if not _signature_ok(alg, public_key, signature, tbs):
+        tbs = sig_structure(parts.protected, body)
+        if not signature_ok(alg, public_key, signature, tbs):
             return result.fail("envelope_signature_invalid", f"{alg} signature does not verify under the given key")
         kid = protected.get(4)
         result.ok, result.alg = True, alg
@@ -313,51 +383,3 @@ def verify_cose_sign1(data: Any, public_key: Any, *, payload: bytes | None = Non
         return result
     except Exception as exc:  # never raise
         return result.fail("envelope_malformed", f"{type(exc).__name__}: {exc}")
-
-
-_P = 2**255 - 19
-# the y-coordinates of the eight points of order 1, 2, 4 and 8 (x = 0 or its
-# negation is the top bit of an encoding), with y = p and p + 1, the two
-# non-canonical encodings below 2**255 of such a y (0 and 1) — libsodium's list
-_SMALL_ORDER_Y = frozenset({
-    0, 1, _P - 1, _P, _P + 1,
-    2707385501144840649318225287225658788936804267575313519463743609750303402022,
-    _P - 2707385501144840649318225287225658788936804267575313519463743609750303402022,
-})
-
-
-def small_order_key(raw: bytes) -> bool:
-    """Is ``raw`` the encoding of an Ed25519 point of small order?
-
-    Why refused: RFC 8032's (cofactorless) verify, as OpenSSL and the
-    reference verifier run it, accepts R = the neutral point and S = 0 under
-    the neutral point's key for every message, and a key of order 2, 4 or 8
-    for many; a "signature" by such a key proves nothing. libsodium refuses
-    them too (the same list, the sign bit ignored)."""
-    return len(raw) == 32 and int.from_bytes(raw, "little") & ((1 << 255) - 1) in _SMALL_ORDER_Y
-
-
-def _signature_ok(alg: str, key: Any, signature: bytes, tbs: bytes) -> bool:
-    try:
-        if alg == "EdDSA" and isinstance(key, ed25519.Ed25519PublicKey):
-            if small_order_key(key.public_bytes_raw()):
-                return False
-            key.verify(signature, tbs)
-        elif alg in ("ES256", "ES384") and isinstance(key, ec.EllipticCurvePublicKey):
-            size = 32 if alg == "ES256" else 48
-            if len(signature) != 2 * size or key.curve.key_size != size * 8:
-                return False
-            der = encode_dss_signature(int.from_bytes(signature[:size], "big"), int.from_bytes(signature[size:], "big"))
-            key.verify(der, tbs, ec.ECDSA(hashes.SHA256() if alg == "ES256" else hashes.SHA384()))
-        elif alg == "PS256" and isinstance(key, rsa.RSAPublicKey):
-            key.verify(signature, tbs, padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=32), hashes.SHA256())
-        else:
-            return False
-    except InvalidSignature:
-        return False
-    return True
-
-
-def signature_ok(alg: str, key: Any, signature: bytes, data: bytes) -> bool:
-    """Public helper: does ``signature`` (COSE form) over ``data`` verify?"""
-    return _signature_ok(alg, key, signature, data)

@@ -15,6 +15,7 @@ Rules every error here follows:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "AssuranceOverclaimError",
     "AssuranceMismatchError",
     "SealAbortedError",
+    "CoseFormatError",
     "SignerError",
     "KeyURIError",
     "MissingExtraError",
@@ -198,6 +200,26 @@ class SealAbortedError(CapsealError):
     def __init__(self, message: str, findings: list[Any]) -> None:
         super().__init__(message)
         self.findings = findings
+
+
+class CoseFormatError(CapsealError, ValueError):
+    """Bytes (or header values) that are not a COSE_Sign1 capseal reads or writes.
+
+    ``refusals`` holds every ``(rule, detail)`` the check found, in the order
+    it makes them (``capseal.cose.Refusal`` names the rules); ``rule`` and
+    ``str()`` are the first one's.
+    """
+
+    def __init__(self, refusals: Sequence[tuple[str, str]]) -> None:
+        if not refusals:
+            raise ValueError("a CoseFormatError names at least one refusal")
+        self.refusals: tuple[tuple[str, str], ...] = tuple((str(rule), str(detail)) for rule, detail in refusals)
+        super().__init__(self.refusals[0][1])
+
+    @property
+    def rule(self) -> str:
+        """The first refusal's rule."""
+        return self.refusals[0][0]
 
 
 # --------------------------------------------------------------------------- keys

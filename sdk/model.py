@@ -63,12 +63,26 @@ __all__ = [
     "Capsule",
     "validate_capsule",
     "is_namespaced",
+    "check_timestamp",
 ]
 
 _TS = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z$")  # [0-9]: \d takes any script's digits
 
 
-def _timestamp(value: str) -> str:
+def check_timestamp(value: str) -> str:
+    """Is ``value`` an RFC 3339 UTC timestamp as -05 writes them (``Z``, an
+    optional fraction of up to nine digits, a real calendar date)?
+
+    Args:
+        value: the text.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: it is not one (the message says why, without the value).
+        TypeError: it is not a str.
+    """
     if not _TS.fullmatch(value):  # not match: "$" also matches before a final newline
         raise ValueError("must be an RFC 3339 UTC timestamp ending in 'Z', e.g. 2026-10-01T12:00:00Z")
     leap = value[17:19] == "60"  # RFC 3339 §5.7: a leap second, the last second of a UTC day
@@ -79,6 +93,9 @@ def _timestamp(value: str) -> str:
     except ValueError:
         raise ValueError("is not a valid calendar date/time") from None
     return value
+
+
+_timestamp = check_timestamp  # the name the producer calls it by
 
 
 _NAMESPACED_RE = r"^(x-.+|[^:]+:.+|[A-Za-z0-9-]+(\.[A-Za-z0-9_-]+)+)$"

@@ -161,10 +161,10 @@ def test_a_new_key_that_fails_its_self_test_is_named_for_removal(softhsm: Any, m
     """keys create signs and verifies once; if that fails (a device pairing the
     new private key with another public key), the error names the key left on
     the token, so the operator can remove it before creating one again."""
-    import capseal.envelope
+    import capseal.cose
 
     label = f"selftest-{os.urandom(3).hex()}"
-    monkeypatch.setattr(capseal.envelope, "signature_ok", lambda *a, **k: False)
+    monkeypatch.setattr(capseal.cose, "signature_ok", lambda *a, **k: False)
     with pytest.raises(SignatureFailedError, match="is kept") as err:
         create_key(softhsm.uri(label), "p256", pin=softhsm.pin)
     assert label in str(err.value) and softhsm.pin not in str(err.value)

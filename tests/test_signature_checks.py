@@ -22,7 +22,8 @@ from scitt_cose.cose_sign1 import verify_sign1
 from capseal import Producer, SealedRecord
 from capseal.audit import KeyDirectory, check_signatures, verify_ledger
 from capseal.cbor import enc_bytes, enc_head, enc_int
-from capseal.envelope import _to_be_signed, sign_envelope, verify_cose_sign1
+from capseal.cose import sig_structure
+from capseal.envelope import sign_envelope, verify_cose_sign1
 from capseal.keys import UnsafeEphemeralSigner
 from capseal.ledger import Ledger, LedgerEntry
 from capseal.record import dumps_canonical
@@ -108,7 +109,7 @@ def test_a_critical_header_capseal_does_not_process_is_refused() -> None:
     payload = os.urandom(32)
 
     def sign1(protected: bytes) -> bytes:
-        r, s = decode_dss_signature(key.sign(_to_be_signed(protected, payload), ec.ECDSA(hashes.SHA256())))
+        r, s = decode_dss_signature(key.sign(sig_structure(protected, payload), ec.ECDSA(hashes.SHA256())))
         return (b"\xd2\x84" + enc_bytes(protected) + b"\xa0" + enc_bytes(payload)
                 + enc_bytes(r.to_bytes(32, "big") + s.to_bytes(32, "big")))
 
@@ -282,10 +283,10 @@ def _edwards_multiple_is_neutral(y: int, sign: int, n: int) -> bool:
 def test_every_listed_small_order_key_is_one_and_an_ordinary_key_is_not() -> None:
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
-    from capseal.envelope import _SMALL_ORDER_Y, small_order_key
+    from capseal.cose import SMALL_ORDER_Y, small_order_key
 
-    assert len(_SMALL_ORDER_Y) == 7  # y = 0, 1, p-1, the two of order 8, and p, p+1 (non-canonical 0 and 1)
-    for y in _SMALL_ORDER_Y:
+    assert len(SMALL_ORDER_Y) == 7  # y = 0, 1, p-1, the two of order 8, and p, p+1 (non-canonical 0 and 1)
+    for y in SMALL_ORDER_Y:
         assert _edwards_multiple_is_neutral(y, 0, 8)
         assert small_order_key(y.to_bytes(32, "little")) and small_order_key((y | 1 << 255).to_bytes(32, "little"))
     for _ in range(50):
@@ -299,12 +300,13 @@ def test_a_capsule_signed_under_the_neutral_key_is_not_authored(tmp_path: Path) 
     S = 0 under the neutral point's key for any message: a capsule anyone can
     "sign". capseal reports envelope_kid_weak and the signature invalid;
     the reference calls it authored."""
-    from capseal.envelope import _assemble, profile_protected
+    from capseal.cose import assemble_sign1
+    from capseal.envelope import profile_protected
 
     record, _ = _sealed(tmp_path / "l.db")
     neutral = bytes([1]) + bytes(31)
     protected = profile_protected(neutral)
-    cose = _assemble(protected, bytes.fromhex(record.capsule_id), neutral + bytes(32))
+    cose = assemble_sign1(protected, bytes.fromhex(record.capsule_id), neutral + bytes(32))
     forged = dict(record.capsule, signature=cose.hex(), key_id=neutral.hex())
     assert verify_record_signature(forged)[0] == "authored"  # the reference is fooled
     verdict, _, findings = check_signatures(forged, [], KeyDirectory())

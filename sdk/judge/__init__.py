@@ -1,4 +1,4 @@
-"""capseal.judge — judgment records kept apart from evidence (issue 5).
+"""capseal.judge — judgment records kept apart from evidence.
 
 Evidence says what was done, by whom, and that the bytes have not changed; a
 judgment says whether it was right. They are separate records: a judgment cites
@@ -16,11 +16,16 @@ signature, shape, type and citations — never whether it is correct.
 >>> verify_judgment(sealed, store).ok                                             # doctest: +SKIP
 True
 
-Modules: ``vocab`` (closed sets), ``schema`` (shipped schemas, interpreted),
-``rules`` (the refusal engine), ``citation`` / ``pin`` / ``links`` (what a
-record cites and how), ``shapes`` / ``result`` / ``extension`` (typed builders),
-``envelope`` / ``store`` / ``verify`` (seal, keep, check), ``judges`` (three
-ways of judging).
+Public modules (everything else here is private: its names are exported by
+these):
+
+* ``vocab`` (closed sets), ``schema`` (shipped schemas, interpreted), ``rules``
+  (the refusal engine);
+* ``citation``, ``pin``, ``links`` (what a record cites and how);
+* ``shapes``, ``result``, ``extension`` (typed builders);
+* ``envelope``, ``store``, ``verify`` (seal, keep, check);
+* ``judges`` (three ways of judging);
+* ``referee`` (a package: twins and a referee).
 """
 
 from .citation import Citation, DigestRef, Target

@@ -21,7 +21,7 @@ from capseal.errors import JudgmentRefusedError
 
 from .rules import SCORE_MEMBER
 
-__all__ = ["Target", "Citation", "DigestRef", "Hex64", "NonEmpty", "JudgeModel", "JudgePart", "refusal_from"]
+__all__ = ["Target", "Citation", "DigestRef", "Hex64", "NonEmpty", "JudgeModel", "JudgePart", "refusal_from", "jsonish"]
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
@@ -40,13 +40,51 @@ class JudgeModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON value, absent members left out, aliases used."""
+        """The JSON value, absent members left out, aliases used.
+
+        Returns:
+            The model as a JSON object.
+        """
         return self.model_dump(mode="json", exclude_none=True, by_alias=True)
 
 
+def jsonish(value: Any) -> Any:
+    """A builder's arguments as the JSON they would become, models included,
+    so the refusal engine can name the rule a refused value breaks.
+
+    Args:
+        value: any value a builder was given.
+
+    Returns:
+        ``value`` with models as their JSON and containers walked; a bare
+        :class:`Target` (cited without a purpose) as a marker string that
+        fails the schema.
+    """
+    if isinstance(value, JudgeModel):
+        return value.to_json()
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True, by_alias=True)
+    if isinstance(value, Mapping):
+        return {k: jsonish(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonish(v) for v in value]
+    if isinstance(value, Target):
+        return f"<Target {value.type} — cite it through a factory that sets judge_purpose>"
+    return value
+
+
 def refusal_from(exc: ValidationError, where: str) -> JudgmentRefusedError:
-    """The first pydantic error as a named refusal (the generic ``schema_*`` names
-    the engine uses; ``sampling_float`` / ``float_in_record`` for a float)."""
+    """The first pydantic error as a named refusal.
+
+    Args:
+        exc: pydantic's error.
+        where: what was being built (the message's start).
+
+    Returns:
+        A refusal named as the engine names it: the generic ``schema_*``
+        names, ``sampling_float`` / ``float_in_record`` for a float,
+        ``stored_rate_forbidden`` for a member that would store a rate.
+    """
     err = exc.errors(include_url=False)[0]
     loc = [str(p) for p in err["loc"]]
     path = "$" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc)
@@ -91,16 +129,39 @@ def _snapshot(value: Any) -> tuple[str, Any]:
 
 
 def listed(items: Any, what: str) -> list[Any]:
-    """``items`` as a list, or a typed refusal: a str (a single digest, which
-    iterates as its characters), a mapping, a lone Target or a non-iterable is no list."""
+    """``items`` as a list.
+
+    Args:
+        items: what a caller passed as a list.
+        what: its parameter's name (for the refusal).
+
+    Returns:
+        A new list of the items.
+
+    Raises:
+        JudgmentRefusedError: ``argument_not_a_list`` for a str (a single
+            digest, which iterates as its characters), a mapping, a lone
+            Target or a non-iterable.
+    """
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
         raise JudgmentRefusedError(f"{what} is a list, not {type(items).__name__}", rule="argument_not_a_list", path=f"$.{what}")
     return list(items)
 
 
 def computed(value: Any, what: str) -> Target:
-    """``value`` if it is a Target, else a typed refusal: a digest is computed
-    from the cited content, never typed in."""
+    """``value``, if it is a Target: a digest is computed from the cited
+    content, never typed in.
+
+    Args:
+        value: what a caller passed to cite.
+        what: its parameter's name (for the refusal).
+
+    Returns:
+        The Target.
+
+    Raises:
+        JudgmentRefusedError: ``citation_not_computed`` for anything else.
+    """
     if not isinstance(value, Target):
         raise JudgmentRefusedError(f"{what}: cite a Target computed from the cited content, not {type(value).__name__} "
                                    "(a digest is never typed in)", rule="citation_not_computed", path=f"$.{what}")
@@ -108,14 +169,37 @@ def computed(value: Any, what: str) -> Target:
 
 
 def as_mapping(value: Any, what: str) -> dict[str, Any]:
-    """``value`` as a dict, or a typed refusal naming ``what``."""
+    """``value`` as a dict.
+
+    Args:
+        value: what a caller passed as an object.
+        what: its parameter's name (for the refusal).
+
+    Returns:
+        A new dict of its members.
+
+    Raises:
+        JudgmentRefusedError: ``record_not_object`` when it is no mapping.
+    """
     if not isinstance(value, Mapping):
         raise JudgmentRefusedError(f"{what} is an object, not {type(value).__name__}", rule="record_not_object", path=f"$.{what}")
     return dict(value)
 
 
 def utf8_of(text: Any, what: str) -> bytes:
-    """``text``'s UTF-8 bytes, or a typed refusal (not a str; a lone surrogate)."""
+    """``text``'s UTF-8 bytes.
+
+    Args:
+        text: the text.
+        what: what it is for (the refusal's start).
+
+    Returns:
+        Its UTF-8 encoding.
+
+    Raises:
+        JudgmentRefusedError: ``citation_content_type`` for a value that is
+            not a str, or a str holding a lone surrogate.
+    """
     if not isinstance(text, str):
         raise JudgmentRefusedError(f"{what} takes text (str), not {type(text).__name__}", rule="citation_content_type")
     try:
@@ -130,7 +214,8 @@ class Target:
 
     Build one with :meth:`of_json`, :meth:`of_bytes`, :meth:`of_text`,
     :meth:`of_capsule`, :meth:`of_record` or ``JudgmentStore.target``; the
-    constructor is private. ``content`` keeps the cited value (JSON, bytes or
+    constructor is private (:meth:`recorded` is for digests a store or a
+    sealed record already holds). ``content`` keeps the cited value (JSON, bytes or
     text) when the Target was made from it, so a store can keep it too.
     """
 
@@ -165,28 +250,81 @@ class Target:
 
     @classmethod
     def of_json(cls, value: Any, *, type: str) -> Target:
-        """A JSON value: digest = SHA-256 of its JCS bytes (floats refused).
-        ``content`` is a copy parsed back from those bytes: a caller changing
-        its dict afterwards changes neither the Target nor what a store keeps."""
+        """A JSON value: digest = SHA-256 of its JCS bytes.
+
+        ``content`` is a copy parsed back from those bytes: a caller changing its
+        dict afterwards changes neither the Target nor what a store keeps.
+
+        Args:
+            value: the JSON value.
+            type: what it is (``rubric``, ``refund-request`` …).
+
+        Returns:
+            The Target.
+
+        Raises:
+            CanonicalizationError: a value with no JCS form (a float, an unsafe
+                integer, a non-JSON value).
+            JudgmentRefusedError: ``citation_type_missing`` for an empty ``type``.
+        """
         digest, content = _snapshot(value)
         return cls(type=type, digest=digest, kind="json", content=content, _seal=_SEAL)
 
     @classmethod
     def of_bytes(cls, data: bytes, *, type: str) -> Target:
-        """Raw bytes (a prompt file, an axes file): digest = SHA-256 of the bytes."""
+        """Raw bytes (a prompt file, an axes file): digest = SHA-256 of the bytes.
+
+        Args:
+            data: the bytes.
+            type: what they are.
+
+        Returns:
+            The Target.
+
+        Raises:
+            JudgmentRefusedError: ``citation_content_type`` for a value that is
+                not bytes; ``citation_type_missing`` for an empty ``type``.
+        """
         if not isinstance(data, (bytes, bytearray)):
             raise JudgmentRefusedError("of_bytes takes bytes; use of_text or of_json for other values", rule="citation_content_type")
         return cls(type=type, digest=raw_digest(bytes(data)), kind="bytes", content=bytes(data), _seal=_SEAL)
 
     @classmethod
     def of_text(cls, text: str, *, type: str) -> Target:
-        """Text, digested as its UTF-8 bytes (what a file holding it would give)."""
+        """Text, digested as its UTF-8 bytes (what a file holding it would give).
+
+        Args:
+            text: the text.
+            type: what it is.
+
+        Returns:
+            The Target.
+
+        Raises:
+            JudgmentRefusedError: ``citation_content_type`` for a value that is
+                not a str or holds a lone surrogate; ``citation_type_missing`` for
+        an empty ``type``.
+        """
         return cls(type=type, digest=raw_digest(utf8_of(text, "of_text")), kind="text", content=text, _seal=_SEAL)
 
     @classmethod
     def of_capsule(cls, capsule: Any, *, type: str = "agent-action-capsule") -> Target:
-        """A -05 capsule (a dict or a ``SealedRecord``): digest = its recomputed
-        capsule id, which must equal the one it carries."""
+        """A -05 capsule: digest = its recomputed capsule id, which must equal the
+        one it carries.
+
+        Args:
+            capsule: a capsule dict or a ``SealedRecord``.
+            type: what it is cited as.
+
+        Returns:
+            The Target.
+
+        Raises:
+            JudgmentRefusedError: ``citation_content_type`` for anything else;
+                ``capsule_id_mismatch`` when the carried id is not the recomputed
+                one.
+            CanonicalizationError: a capsule with no JCS form.
+        """
         body = getattr(capsule, "capsule", capsule)
         if not isinstance(body, Mapping):
             raise JudgmentRefusedError("of_capsule takes a capsule dict or a SealedRecord", rule="citation_content_type")
@@ -199,8 +337,20 @@ class Target:
 
     @classmethod
     def of_record(cls, record: Any, *, type: str | None = None) -> Target:
-        """A judgment record (a ``SealedJudgment``, a builder model, or a body
-        dict): digest = SHA-256 of the body's JCS bytes."""
+        """A judgment record: digest = SHA-256 of the body's JCS bytes.
+
+        Args:
+            record: a ``SealedJudgment``, a builder model, or a body dict.
+            type: what it is cited as (default: its version's name, such as
+                ``evaluation-report``).
+
+        Returns:
+            The Target.
+
+        Raises:
+            JudgmentRefusedError: ``citation_content_type`` for anything else.
+            CanonicalizationError: a body with no JCS form.
+        """
         body = record.body if hasattr(record, "body") and isinstance(record.body, Mapping) else record
         if hasattr(body, "body") and callable(body.body):
             body = body.body()
@@ -212,12 +362,37 @@ class Target:
         return cls(type=name, digest=digest, kind="record", content=content, _seal=_SEAL)
 
     @classmethod
-    def _verified(cls, *, type: str, digest: str, kind: Any, content: Any) -> Target:
-        """For the store: a digest it has just recomputed from stored bytes."""
+    def recorded(cls, *, type: str, digest: str, kind: Any, content: Any) -> Target:
+        """A Target for a digest already recorded, not computed here: one a
+        store has just recomputed from its stored bytes
+        (``JudgmentStore.target``), or one a sealed record cites that a
+        re-run must cite again (``content`` None when no store holds it). A
+        builder citing content uses the ``of_*`` constructors instead.
+
+        Args:
+            type: the target's type (non-empty).
+            digest: the recorded digest.
+            kind: ``json``, ``bytes``, ``text``, ``capsule`` or ``record``.
+            content: the content the digest covers, or None.
+
+        Returns:
+            The Target.
+
+        Raises:
+            JudgmentRefusedError: ``type`` is empty or not a str.
+        """
         return cls(type=type, digest=digest, kind=kind, content=content, _seal=_SEAL)
 
     def canonical(self) -> bytes:
-        """The bytes the digest covers (for a JSON value, its JCS form)."""
+        """The bytes the digest covers.
+
+        Returns:
+            For a JSON value, a capsule or a record, its JCS form; for text, its
+            UTF-8; for bytes, the bytes.
+
+        Raises:
+            CanonicalizationError: JSON content with no JCS form.
+        """
         if self.kind in ("json", "capsule", "record"):
             return canonical_bytes(self.content)
         if self.kind == "text":
@@ -234,10 +409,33 @@ class DigestRef(JudgePart):
 
     @classmethod
     def of(cls, target: Target) -> DigestRef:
+        """The digest of a Target, with no purpose.
+
+        Args:
+            target: the Target.
+
+        Returns:
+            ``{digest_alg: "SHA-256", digest}``.
+
+        Raises:
+            JudgmentRefusedError: ``citation_not_computed`` for anything but a Target.
+        """
         return cls(digest_alg="SHA-256", digest=computed(target, "target").digest)
 
     @classmethod
     def of_bytes(cls, data: bytes) -> DigestRef:
+        """The digest of raw bytes, with no purpose.
+
+        Args:
+            data: the bytes (``bytes``, ``bytearray`` or ``memoryview``).
+
+        Returns:
+            ``{digest_alg: "SHA-256", digest}``.
+
+        Raises:
+            JudgmentRefusedError: ``citation_content_type`` for anything else (an
+                int would otherwise be that many zero bytes).
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):  # bytes(3) would be three zero bytes
             raise JudgmentRefusedError(f"DigestRef.of_bytes takes bytes, not {type(data).__name__}",
                                        rule="citation_content_type")
@@ -254,6 +452,18 @@ class Citation(JudgePart):
 
     @classmethod
     def to(cls, target: Target, purpose: str) -> Citation:
-        """The citation of ``target`` for a field whose purpose is ``purpose``."""
+        """The citation of ``target`` for a field whose purpose is ``purpose``.
+
+        Args:
+            target: what is cited.
+            purpose: the field's ``judge_purpose``.
+
+        Returns:
+            ``{type, digest_alg, digest, judge_purpose}``.
+
+        Raises:
+            JudgmentRefusedError: ``citation_not_computed`` for anything but a
+                Target; a schema rule for an empty purpose.
+        """
         target = computed(target, purpose)
         return cls(type=target.type, digest_alg="SHA-256", digest=target.digest, judge_purpose=purpose)

@@ -8,7 +8,7 @@ role label), ``agent_output_digest`` is the digest of the judge's answer
 ``{verdict, rationale}``, and ``references[]`` holds exactly one
 ``judged_from`` (and optionally a ``calibrated_against``).
 
-Digest rules implemented (judgment-extension-v1 README, *proposed*):
+Digest rules implemented (judgment-extension-v1, *proposed*):
 ``rubric_digest = json_digest(rubric)``; ``judge_parameters_digest =
 json_digest(parameters)`` where the parameters are
 ``{instruction_template_digest, prompt_digest, axes_digest, sampling_params,
@@ -30,7 +30,7 @@ the model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -40,7 +40,7 @@ from capseal.errors import JudgmentRefusedError
 
 from .citation import Hex64, JudgePart, NonEmpty, Target, computed
 from .pin import SamplingValue, bytes_of, check_sampling
-from .rules import Violation, _is_json, _json_violations, _schema_violations, raise_first
+from .rules import Violation, is_json, json_violations, raise_first, schema_violations
 from .schema import render_pointer
 
 __all__ = [
@@ -90,8 +90,26 @@ class ModelJudgeParameters(JudgePart):
         cls, *, instruction_template: Mapping[str, Any], prompt: bytes | str, axes: bytes | str,
         sampling_params: Mapping[str, Any], min_confidence_micros: int | None = None, judge_batch: int | None = None,
     ) -> ModelJudgeParameters:
-        """Every digest computed here: the template as JSON, prompt and axes as raw
-        bytes (text as its UTF-8 bytes; any other type is refused, never coerced)."""
+        """How a model judge was asked, every digest computed here.
+
+        Args:
+            instruction_template: the instruction template (JSON, digested as
+                its JCS bytes).
+            prompt: the prompt's bytes (text as its UTF-8 bytes).
+            axes: the axes file's bytes, likewise.
+            sampling_params: the sampling settings (int, str or bool values).
+            min_confidence_micros: the confidence floor in millionths, or None.
+            judge_batch: how many cases were judged in one call, or None.
+
+        Returns:
+            The parameters.
+
+        Raises:
+            JudgmentRefusedError: a template that is not an object, a file given
+                as anything but bytes or text (never coerced), a float or other
+                refused sampling value, or a schema rule.
+            CanonicalizationError: a template with no JCS form.
+        """
         fields: dict[str, Any] = {
             "instruction_template_digest": json_digest(_json_object(instruction_template, "instruction_template")),
             "prompt_digest": raw_digest(bytes_of(prompt, "prompt", path="$.prompt_digest")),
@@ -113,6 +131,19 @@ class ExpertProtocolParameters(JudgePart):
 
     @classmethod
     def of(cls, *, protocol: str, packet: Mapping[str, Any]) -> ExpertProtocolParameters:
+        """How a human expert was asked.
+
+        Args:
+            protocol: the protocol's name.
+            packet: the packet shown (JSON, digested as its JCS bytes).
+
+        Returns:
+            The parameters.
+
+        Raises:
+            JudgmentRefusedError: a packet that is not an object, or a schema rule.
+            CanonicalizationError: a packet with no JCS form.
+        """
         return cls(protocol=protocol, packet_digest=json_digest(_json_object(packet, "packet")))
 
 
@@ -136,7 +167,25 @@ def judgment_member(
     *, rubric: Mapping[str, Any], rubric_version: str,
     parameters: ModelJudgeParameters | ExpertProtocolParameters, model_hosting: str | None = None,
 ) -> JudgmentMember:
-    """Build the member; digests come from the rubric and parameters themselves."""
+    """Build the ``x-judgment-v1`` member; its digests come from the rubric and
+    parameters themselves.
+
+    Args:
+        rubric: the published rubric (a non-empty JSON object).
+        rubric_version: its version.
+        parameters: how the judge was asked.
+        model_hosting: ``hosted`` or ``self_hosted`` for a model judge; None
+            for a human expert.
+
+    Returns:
+        The member.
+
+    Raises:
+        JudgmentRefusedError: ``model_hosting_required`` /
+            ``model_hosting_forbidden``, ``rubric_empty``, a value of the wrong
+            type, or a schema rule.
+        CanonicalizationError: a rubric with no JCS form.
+    """
     _typed(parameters, (ModelJudgeParameters, ExpertProtocolParameters), "parameters")
     rubric = _json_object(rubric, "rubric")
     if isinstance(parameters, ModelJudgeParameters) and model_hosting is None:
@@ -159,9 +208,26 @@ def judgment_capsule_spec(
     *, action_id: str, judge: str, member: JudgmentMember, answer: JudgeAnswer,
     judged_from: Target, calibrated_against: Target | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """``(developer, spec)`` for ``Producer(developer=…).seal(spec)``: the judge is
-    the capsule's ``developer``; the spec carries the member, the answer digest
-    and exactly one ``judged_from`` reference."""
+    """What a producer seals for a judgment capsule.
+
+    The judge is the capsule's ``developer``; the spec carries the member, the
+    answer's digest and exactly one ``judged_from`` reference.
+
+    Args:
+        action_id: the capsule's action id.
+        judge: ``model_id``, ``model_id@version`` or a rater role label.
+        member: the ``x-judgment-v1`` member.
+        answer: the judge's answer.
+        judged_from: what was judged.
+        calibrated_against: a calibration it was checked against, or None.
+
+    Returns:
+        ``(developer, spec)`` for ``Producer(developer=…).seal(spec)``.
+
+    Raises:
+        JudgmentRefusedError: ``judge_identity_malformed``, a member or answer
+            of the wrong type, or a citation that is not a Target.
+    """
     if not isinstance(judge, str) or not judge or judge.count("@") > 1:
         raise JudgmentRefusedError("the judge is model_id or model_id@version, or a rater role label", rule="judge_identity_malformed", path="$.developer")
     _typed(member, JudgmentMember, "member")
@@ -198,11 +264,20 @@ def _mismatch(rule: str, path: tuple[str, ...], what: str) -> Violation:
 def check_judgment_capsule(
     capsule: Mapping[str, Any], *, preimages: Mapping[str, Any] | None = None, raw_files: Mapping[str, str | bytes] | None = None,
 ) -> list[Violation]:
-    """Check a judgment capsule: the extension schema, its capsule id, and — given
-    the published ``preimages`` (``rubric``, ``judge_parameters``, ``agent_output``,
-    ``instruction_template``, ``packet``) and ``raw_files`` (``prompt``, ``axes``,
-    ``policy``) — every digest. Never raises; each violation names its rule and
-    carries a JSON pointer."""
+    """Check a judgment capsule. Never raises.
+
+    Args:
+        capsule: the capsule.
+        preimages: the published ``rubric``, ``judge_parameters``,
+            ``agent_output``, ``instruction_template`` and ``packet``, as
+            far as known.
+        raw_files: the published ``prompt``, ``axes`` and ``policy`` files.
+
+    Returns:
+        Every violation of the extension schema, the capsule id and — for
+        each preimage or file given — the digest it must recompute to; each
+        names its rule and carries a JSON pointer.
+    """
     try:
         return _check(capsule, preimages or {}, raw_files or {})
     except Exception as exc:  # never raise
@@ -210,7 +285,15 @@ def check_judgment_capsule(
 
 
 def refuse_judgment_capsule(capsule: Mapping[str, Any], **kw: Any) -> None:
-    """Raise ``JudgmentRefusedError`` for the first rule a judgment capsule breaks."""
+    """Refuse a judgment capsule that breaks a rule.
+
+    Args:
+        capsule: the capsule.
+        **kw: ``preimages`` and ``raw_files``, as :func:`check_judgment_capsule`.
+
+    Raises:
+        JudgmentRefusedError: for the first rule it breaks.
+    """
     raise_first(check_judgment_capsule(capsule, **kw), "judgment capsule")
 
 
@@ -228,9 +311,9 @@ def _canonical(value: Any, where: str, out: list[Violation]) -> bool:
     """Can ``value`` (a published preimage) be canonicalized? If not, its number
     and JSON violations are reported under ``where`` and False is returned, so
     its digest is not compared. Why: a float (or a non-string key) has no JCS
-    digest; computing one raised inside the checker and every finding was lost
-    behind ``checker_internal_error``."""
-    bad = _json_violations(value)
+    digest, and computing one would raise inside the checker, hiding every
+    other finding behind ``checker_internal_error``."""
+    bad = json_violations(value)
     for v in bad:
         out.append(Violation(v.rule, f"{where}{v.path[1:]}", v.message, pointer="/" + where.replace(".", "/")))
     return not bad
@@ -246,11 +329,11 @@ def _check(capsule: Any, pre: Any, raw: Any) -> list[Violation]:
     if not isinstance(raw, Mapping):
         out.append(Violation("raw_files_malformed", "raw_files", f"raw_files map names to file bytes or text, not {type(raw).__name__}", pointer="/raw_files"))
         raw = {}
-    number = _json_violations(capsule)
+    number = json_violations(capsule)
     out += number
-    if not _is_json(number):
+    if not is_json(number):
         return out  # not JSON: the schema walk and the digests cannot read it
-    out += _schema_violations(capsule, _SCHEMA)
+    out += schema_violations(capsule, _SCHEMA)
     cid = capsule.get("capsule_id")
     if cid is not None and not number and cid != capsule_id(capsule):
         out.append(Violation("capsule_id_mismatch", "$.capsule_id", "capsule_id does not recompute from the capsule", pointer="/capsule_id"))
@@ -269,11 +352,11 @@ def _check(capsule: Any, pre: Any, raw: Any) -> list[Violation]:
     if isinstance(params, Mapping):
         definition = "ExpertProtocolParameters" if human else "JudgeParameters"
         if _canonical(params, "preimages.judge_parameters", out):
-            for v in _schema_violations(params, _SCHEMA, definition):
+            for v in schema_violations(params, _SCHEMA, definition):
                 out.append(Violation(v.rule, f"preimages.judge_parameters{v.path[1:]}", v.message, pointer=f"/preimages/judge_parameters{v.pointer}"))
             if member.get("judge_parameters_digest") != json_digest(params):
                 out.append(_mismatch("judge_parameters_digest_mismatch", (*MEMBER_PATH, "judge_parameters_digest"), "judge_parameters_digest"))
-        inner = (
+        inner: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
             ("instruction_template_digest", "instruction_template", lambda v: json_digest(v)),
             ("packet_digest", "packet", lambda v: json_digest(v)),
         )
@@ -292,7 +375,7 @@ def _check(capsule: Any, pre: Any, raw: Any) -> list[Violation]:
             out.append(_mismatch("policy_digest_mismatch", ("preimages", "rubric", "policy_digest"), "policy_digest"))
     answer = pre.get("agent_output")
     if answer is not None and _canonical(answer, "preimages.agent_output", out):
-        for v in _schema_violations(answer, _SCHEMA, "JudgeAnswer"):
+        for v in schema_violations(answer, _SCHEMA, "JudgeAnswer"):
             out.append(Violation(v.rule, f"preimages.agent_output{v.path[1:]}", v.message, pointer=f"/preimages/agent_output{v.pointer}"))
         if compute.get("agent_output_digest") != json_digest(answer):
             out.append(_mismatch("agent_output_digest_mismatch", (*MEMBER_PATH[:2], "agent_output_digest"), "agent_output_digest"))

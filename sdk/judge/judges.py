@@ -80,7 +80,20 @@ class Requirement:
 
 
 class RulesJudge:
-    """Tier ``recomputed``: a fixed function of cited inputs, no model, no human."""
+    """Tier ``recomputed``: a fixed function of cited inputs, no model, no human.
+
+    Args:
+        name: the judge's name (its code identity's name).
+        contract_ref: the contract its requirements come from.
+        requirements: one :class:`Requirement` per requirement, each once.
+        grade: its claims' grade; only ``self-attested`` (nothing else backs a
+            hash capseal computed of its own source).
+
+    Raises:
+        JudgmentRefusedError: a grade above ``self-attested``
+            (``claim_grade_without_proof``) or unknown, a requirement of the
+            wrong type, or one given twice (``claim_id_duplicate``).
+    """
 
     def __init__(self, *, name: str, contract_ref: str, requirements: Sequence[Requirement], grade: str = "self-attested") -> None:
         if grade not in GRADES:
@@ -103,14 +116,39 @@ class RulesJudge:
         self.grade = grade
 
     def implementation(self, requirement: Requirement, captured_at: str) -> Any:
-        """The code identity of this judge and one requirement's rule, read from
-        source now (None when the rule's source cannot be read)."""
+        """The code identity of this judge and one requirement's rule.
+
+        Args:
+            requirement: the requirement.
+            captured_at: when it is read (RFC 3339 UTC).
+
+        Returns:
+            The identity read from the source files now, or None when a source
+            cannot be read.
+        """
         return code_identity(RulesJudge, requirement.rule, name=self.name, captured_at=captured_at)
 
     def judge(self, inputs: Mapping[str, Target], *, store: JudgmentStore, as_of: str) -> EvidenceResult:
-        """Judge every requirement over ``inputs`` (name → Target). A missing input
-        gives sufficiency GAP (verdict ``not_evaluable``), never a guess; a rule
-        whose code cannot be named is withheld and counted, never relabelled."""
+        """Judge every requirement over ``inputs``.
+
+        A missing input gives sufficiency GAP (verdict ``not_evaluable``), never
+        a guess; a rule whose code cannot be named is withheld and counted, never
+        relabelled.
+
+        Args:
+            inputs: input name → Target.
+            store: where the inputs' content is read.
+            as_of: the result's ``generated_at`` (RFC 3339 UTC).
+
+        Returns:
+            The Evidence Result.
+
+        Raises:
+            JudgmentRefusedError: ``rule_input_missing`` for an input a
+                requirement needs that is not given, ``rule_outcome_unknown`` for a
+                rule that returns another token, or a rule of the Result's shape.
+            Exception: whatever a requirement's rule raises.
+        """
         builder = ResultBuilder(generated_at=as_of)
         for ref, req in self.requirements.items():
             missing = [n for n in req.inputs if n not in inputs]
@@ -140,8 +178,25 @@ class RulesJudge:
 
     def recompute(self, record: SealedJudgment | EvidenceResult | Mapping[str, Any], *, store: JudgmentStore) -> EvidenceResult:
         """Re-run the rules over exactly what ``record`` cites (resolved from the
-        store by digest) at its own ``generated_at``. Equal record digests mean
-        the same code over the same inputs gave the same claims."""
+        store by digest) at its own ``generated_at``.
+
+        Equal record digests mean the same code over the same inputs gave the
+        same claims.
+
+        Args:
+            record: the Evidence Result (a ``SealedJudgment``, an
+                ``EvidenceResult`` or its body).
+            store: where its inputs are resolved.
+
+        Returns:
+            The recomputed Evidence Result.
+
+        Raises:
+            JudgmentRefusedError: not an Evidence Result
+                (``record_not_object``, ``record_version_mismatch``), a claim with
+                no rule here or with another number of inputs
+                (``rule_input_missing``), or as :meth:`judge`.
+        """
         result = _evidence_result(record)
         inputs: dict[str, Target] = {}
         for claim in result.claims:
@@ -152,7 +207,7 @@ class RulesJudge:
             if len(digests) != len(req.inputs):
                 raise JudgmentRefusedError(f"claim {claim.id!r} cites {len(digests)} inputs; the rule reads {len(req.inputs)}", rule="rule_input_missing")
             for name, digest in zip(req.inputs, digests):
-                inputs[name] = store.target(digest) if store.has(digest) else Target._verified(type="input", digest=digest, kind="json", content=None)
+                inputs[name] = store.target(digest) if store.has(digest) else Target.recorded(type="input", digest=digest, kind="json", content=None)
         return self.judge(inputs, store=store, as_of=result.generated_at)
 
 
@@ -205,8 +260,19 @@ class ModelJudge:
     confidence — are not recorded) or a bare verdict string. A verdict outside
     met / not_met / not_evaluable is refused, never coerced.
 
-    ``prompt`` is what the pin was made from: its text (digested as UTF-8) or its
-    bytes; either way its digest must be the pin's ``prompt_digest``."""
+    Args:
+        pin: the judge's pin.
+        prompt: what the pin was made from: its text (digested as UTF-8) or
+            its bytes; either way its digest must be the pin's
+            ``prompt_digest``.
+        call: the judge model, request → answer.
+        contract_ref: the contract its reports judge against.
+
+    Raises:
+        JudgmentRefusedError: ``judge_unpinned`` (no JudgePin),
+            ``prompt_digest_mismatch``, ``judge_call_not_callable``, or a
+            prompt that is neither text nor bytes.
+    """
 
     def __init__(self, *, pin: JudgePin, prompt: str | bytes, call: JudgeCall, contract_ref: str) -> None:
         if not isinstance(pin, JudgePin):
@@ -222,7 +288,20 @@ class ModelJudge:
         self.contract_ref = contract_ref
 
     def verdict(self, case: CaseInput, *, store: JudgmentStore) -> str:
-        """Ask the model about one case; returns its verdict token."""
+        """Ask the model about one case.
+
+        Args:
+            case: the case.
+            store: where its acts and rubric are read.
+
+        Returns:
+            The verdict token.
+
+        Raises:
+            JudgmentRefusedError: ``judge_answer_not_a_verdict``; a digest the
+                store does not resolve.
+            Exception: whatever the injected callable raises.
+        """
         request = JudgeRequest(
             model_id=self.pin.model_id, prompt=self.prompt, sampling=MappingProxyType(dict(self.pin.sampling)),
             case_id=case.case_id, rubric=_frozen(store.value(case.method.digest)),
@@ -235,8 +314,22 @@ class ModelJudge:
         return str(verdict)
 
     def judge(self, cases: Sequence[CaseInput], *, record_id: str, generated_at: str, store: JudgmentStore) -> EvaluationReport:
-        """An ``evaluation-report/v1`` with one case per input, every case citing
-        its acts (``grounds``) and its rubric (``method``)."""
+        """An ``evaluation-report/v1`` with one case per input, every case citing its
+        acts (``grounds``) and its rubric (``method``).
+
+        Args:
+            cases: the cases.
+            record_id: the report's id.
+            generated_at: when (RFC 3339 UTC).
+            store: where the cases' acts and rubrics are read.
+
+        Returns:
+            The report (not yet sealed).
+
+        Raises:
+            JudgmentRefusedError: as :meth:`verdict`, or a rule of the shape.
+            Exception: whatever the injected callable raises.
+        """
         return EvaluationReport(
             record_id=record_id, generated_at=generated_at, contract_ref=self.contract_ref, judge_pin=self.pin,
             cases=[Case.of(c.case_id, self.verdict(c, store=store), acts=c.acts, method=c.method) for c in cases],
@@ -248,7 +341,20 @@ class ModelJudge:
 
 def blind_packet(*, case_id: str, acts: Sequence[Target], criterion: Any) -> dict[str, Any]:
     """What a rater is shown: the case, the acts by digest, the criterion — and,
-    by construction, not the model's verdict (``model_verdict_shown: false``)."""
+    by construction, not the model's verdict (``model_verdict_shown: false``).
+
+    Args:
+        case_id: the case (non-empty).
+        acts: the acts, as Targets.
+        criterion: what the rater judges against (JSON).
+
+    Returns:
+        The packet, a JSON object to cite with ``Target.of_json``.
+
+    Raises:
+        JudgmentRefusedError: an empty case id, acts that are not a list of
+            Targets.
+    """
     if not isinstance(case_id, str) or not case_id:
         raise JudgmentRefusedError("a blind packet names its case by a non-empty case_id", rule="schema_too_short", path="$.case_id")
     acts = listed(acts, "acts")
@@ -263,9 +369,23 @@ class _Tally:
 
 
 def agreement(judge: Mapping[str, str], humans: Iterable[tuple[str, str]]) -> KOfN:
-    """Agreement k of n: over every (case_id, human label) whose case the judge
-    also decided, k counts equal labels. A human label that is not a verdict
-    token is not comparable and stays out of n; nothing becomes a rate here."""
+    """Agreement k of n between a judge and human raters.
+
+    Over every (case_id, human label) whose case the judge also decided, k
+    counts equal labels. A human label that is not a verdict token is not
+    comparable and stays out of n; nothing becomes a rate here.
+
+    Args:
+        judge: case id → the judge's verdict.
+        humans: (case id, label) pairs.
+
+    Returns:
+        The count pair.
+
+    Raises:
+        JudgmentRefusedError: a judge map that is not a mapping, or a pair
+            that is not one.
+    """
     judge = as_mapping(judge, "judge")
     tally = _Tally()
     for i, pair in enumerate(listed(humans, "humans")):
@@ -280,11 +400,36 @@ def agreement(judge: Mapping[str, str], humans: Iterable[tuple[str, str]]) -> KO
 
 
 def drift(first: Mapping[str, str], rerun: Mapping[str, str]) -> KOfN:
-    """Drift k of n: of the cases judged twice under the same pin, k changed verdict."""
+    """Drift k of n: of the cases judged twice under the same pin, k changed
+    verdict.
+
+    Args:
+        first: case id → verdict of the first run.
+        rerun: case id → verdict of the second.
+
+    Returns:
+        The count pair.
+
+    Raises:
+        JudgmentRefusedError: either is not a mapping.
+    """
     first, rerun = as_mapping(first, "first"), as_mapping(rerun, "rerun")
     both = [c for c in first if c in rerun]
     return KOfN.of(sum(1 for c in both if first[c] != rerun[c]), len(both))
 
 
 def clause_tally(clause_ref: str, *, agreement: KOfN, drift: KOfN) -> ClauseTally:
+    """One clause's agreement and drift, for a ``calibration-summary/v1``.
+
+    Args:
+        clause_ref: the clause.
+        agreement: its agreement (:func:`agreement`).
+        drift: its drift (:func:`drift`).
+
+    Returns:
+        The tally.
+
+    Raises:
+        JudgmentRefusedError: a rule of the tally's shape.
+    """
     return ClauseTally(clause_ref=clause_ref, agreement=agreement, drift=drift)

@@ -33,23 +33,63 @@ class Link(JudgePart):
 
     @classmethod
     def to(cls, type: str, target: Any) -> Link:
-        """A link of ``type`` to ``target``: a Target, a sealed judgment, a
-        ``SealedRecord`` (capsule), a stored entry, or a 64-hex digest read from
-        the store header of the record linked to."""
+        """A link of ``type`` to ``target``.
+
+        Args:
+            type: one of the six link types.
+            target: a Target, a sealed judgment, a ``SealedRecord`` (capsule), a
+                stored entry, or a 64-hex digest read from the store header of
+                the record linked to.
+
+        Returns:
+            The link.
+
+        Raises:
+            JudgmentRefusedError: ``link_type_unknown`` or
+                ``link_target_malformed``.
+        """
         digest = digest_of(target)
         raise_first(check_links("adjudication", [{"type": type, "target": digest}]))
         return cls(type=type, target=digest)  # type: ignore[arg-type]
 
     def header(self) -> dict[str, str]:
+        """The link as a store header holds it.
+
+        Returns:
+            ``{type, target}``.
+        """
         return {"type": self.type, "target": self.target}
 
 
 def link(type: str, target: Any) -> Link:
-    """Shorthand for :meth:`Link.to`."""
+    """Shorthand for :meth:`Link.to`.
+
+    Args:
+        type: one of the six link types.
+        target: what :meth:`Link.to` takes.
+
+    Returns:
+        The link.
+
+    Raises:
+        JudgmentRefusedError: as :meth:`Link.to`.
+    """
     return Link.to(type, target)
 
 
 def digest_of(target: Any) -> str:
+    """The digest a link to ``target`` points at.
+
+    Args:
+        target: a Target, anything with a 64-hex ``digest``, ``capsule_id``
+            or ``record_id``, or a 64-hex digest.
+
+    Returns:
+        The digest.
+
+    Raises:
+        JudgmentRefusedError: ``link_target_malformed`` for anything else.
+    """
     if isinstance(target, Target):
         return target.digest
     for attr in ("digest", "capsule_id", "record_id"):
@@ -63,7 +103,18 @@ def digest_of(target: Any) -> str:
 
 def link_header(item: Any, path: str) -> dict[str, Any]:
     """The header form ``{type, target}`` of a Link or a link dict (checked by
-    :func:`check_links` after), or a typed refusal for anything else."""
+    :func:`check_links` after).
+
+    Args:
+        item: a Link or a ``{type, target}`` mapping.
+        path: where it is (for the refusal).
+
+    Returns:
+        A new dict.
+
+    Raises:
+        JudgmentRefusedError: ``link_target_malformed`` for anything else.
+    """
     if isinstance(item, Link):
         return item.header()
     if isinstance(item, Mapping):
@@ -74,9 +125,22 @@ def link_header(item: Any, path: str) -> dict[str, Any]:
 
 def validate_links(epistemic_type: str, links: Iterable[Link | dict[str, Any]],
                    body: Mapping[str, Any] | None = None) -> tuple[dict[str, str], ...]:
-    """The header form of ``links`` for a record of ``epistemic_type``; refuses a
-    link of an unknown type, a malformed target, a duplicate, and ``adjudicates``
-    on anything but an adjudication record (EL -00 §5)."""
+    """The header form of ``links`` for a record of ``epistemic_type``.
+
+    Args:
+        epistemic_type: the record's epistemic type.
+        links: Links or ``{type, target}`` dicts.
+        body: the record's body, when known (an ``adjudicates`` link must
+            point at one of its parties).
+
+    Returns:
+        The links' header forms, in order.
+
+    Raises:
+        JudgmentRefusedError: a link of an unknown type, a malformed target,
+            a duplicate, or ``adjudicates`` on anything but an adjudication
+            record or to anything but one of its parties (EL -00 §5).
+    """
     out = [link_header(item, f"$.links[{i}]") for i, item in enumerate(listed(links, "links"))]
     raise_first(check_links(epistemic_type, out, body))
     seen: set[tuple[str, str]] = set()

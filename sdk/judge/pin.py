@@ -31,9 +31,21 @@ SamplingValue = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 
 
 def decimal_string(value: float | int | str | Decimal) -> str:
-    """The exact decimal a float was written as (``0.7`` → ``"0.7"``), never in
-    exponent form. Uses the shortest repr that round-trips, so what a person
-    typed is what is stored."""
+    """The exact decimal a number was written as, never in exponent form.
+
+    A float gives the shortest repr that round-trips (``0.7`` → ``"0.7"``), so
+    what a person typed is what is stored.
+
+    Args:
+        value: a float, an int, a decimal string or a ``Decimal``.
+
+    Returns:
+        The decimal string (``"0"`` for zero and minus zero).
+
+    Raises:
+        JudgmentRefusedError: ``sampling_float`` for NaN or an infinity;
+            ``sampling_value_type`` for a bool or text that is no decimal.
+    """
     if isinstance(value, bool):
         raise JudgmentRefusedError("a boolean is not a number", rule="sampling_value_type")
     if isinstance(value, float):
@@ -54,8 +66,19 @@ def decimal_string(value: float | int | str | Decimal) -> str:
 
 
 def micros(value: float | int | str | Decimal) -> int:
-    """``value`` × 10⁶ as an exact integer (``0.7`` → ``700000``); refuses a value
-    with more than six decimals rather than rounding it."""
+    """``value`` × 10⁶ as an exact integer (``0.7`` → ``700000``).
+
+    Args:
+        value: what :func:`decimal_string` takes.
+
+    Returns:
+        The integer.
+
+    Raises:
+        JudgmentRefusedError: ``sampling_float`` for a value with more than six
+            decimals (never rounded) and as :func:`decimal_string`;
+            ``unsafe_integer`` beyond ±(2^53−1).
+    """
     scaled = Decimal(decimal_string(value)) * 1_000_000
     if scaled != scaled.to_integral_value():
         raise JudgmentRefusedError(f"{value!r} has more than six decimals; store it with decimal_string()", rule="sampling_float")
@@ -66,7 +89,21 @@ def micros(value: float | int | str | Decimal) -> int:
 
 
 def check_sampling(sampling: Mapping[str, Any], path: str = "$.sampling") -> dict[str, Any]:
-    """Sampling settings as int / str / bool only; a float is refused by name."""
+    """Sampling settings as int / str / bool only.
+
+    Args:
+        sampling: name → value.
+        path: where they are (for the refusal).
+
+    Returns:
+        A new dict of the settings.
+
+    Raises:
+        JudgmentRefusedError: ``sampling_float`` for a float (the message
+            gives its :func:`decimal_string` and :func:`micros` forms);
+            ``sampling_value_type`` for a name that is not a non-empty str or
+            a value of another type; ``unsafe_integer`` beyond ±(2^53−1).
+    """
     if not isinstance(sampling, Mapping):
         raise JudgmentRefusedError("sampling is an object of name → int | str | bool", rule="sampling_value_type", path=path)
     out: dict[str, Any] = {}
@@ -117,8 +154,24 @@ class JudgePin(JudgePart):
         axes: bytes | str | Target | None = None,
         weights: bytes | Target | None = None,
     ) -> JudgePin:
-        """Pin a judge. ``prompt``/``axes``/``weights`` are the published files'
-        bytes (text is taken as its UTF-8 bytes) or Targets computed from them."""
+        """Pin a judge.
+
+        Args:
+            model_id: the judge's model (non-blank).
+            prompt: the published prompt's bytes (text is taken as its UTF-8
+                bytes) or a Target computed from them.
+            sampling: the sampling settings (:func:`check_sampling`).
+            axes: the axes file, likewise, or None.
+            weights: the weights file's bytes or Target, or None.
+
+        Returns:
+            The pin, every digest computed from bytes.
+
+        Raises:
+            JudgmentRefusedError: ``judge_unpinned`` for a blank model id or a
+                file given as anything but its bytes, text or Target; as
+                :func:`check_sampling`.
+        """
         if not isinstance(model_id, str) or not model_id.strip():
             raise JudgmentRefusedError("a judge is pinned by a non-empty model_id", rule="judge_unpinned", path="$.model_id")
         fields: dict[str, Any] = {
@@ -133,14 +186,31 @@ class JudgePin(JudgePart):
         return cls(**fields)
 
     def target(self) -> Target:
-        """The pin as a citable JSON value (a calibration summary cites it)."""
+        """The pin as a citable JSON value (a calibration summary cites it).
+
+        Returns:
+            The Target of the pin's JSON.
+        """
         return Target.of_json(self.to_json(), type="judge-pin")
 
 
 def bytes_of(value: Any, what: str, *, path: str = "$") -> bytes:
-    """The bytes a published file's digest covers: ``bytes``/``bytearray``/
-    ``memoryview`` as they are, text as its UTF-8 bytes. Anything else is
-    refused by name — ``bytes(5)`` would silently be five zero bytes."""
+    """The bytes a published file's digest covers.
+
+    Args:
+        value: ``bytes``/``bytearray``/``memoryview`` (taken as they are) or
+            text (its UTF-8 bytes).
+        what: what the file is (for the refusal).
+        path: where it is (for the refusal).
+
+    Returns:
+        The bytes.
+
+    Raises:
+        JudgmentRefusedError: ``citation_content_type`` for anything else
+            (``bytes(5)`` would silently be five zero bytes) or text with a
+            lone surrogate.
+    """
     if isinstance(value, str):
         return utf8_of(value, f"the {what}")
     if isinstance(value, (bytes, bytearray, memoryview)):

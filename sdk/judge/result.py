@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 
 from capseal.errors import JudgmentRefusedError
 
-from .citation import DigestRef, Hex64, JudgeModel, JudgePart, NonEmpty, Target, listed, refusal_from
+from .citation import DigestRef, Hex64, JudgeModel, JudgePart, NonEmpty, Target, jsonish, listed, refusal_from
 from .rules import check_body, epistemic_type_of, raise_first
 from .vocab import RESULT_VERSION
 
@@ -74,24 +74,32 @@ class Implementation(JudgePart):
 
 
 class ProofRef(JudgePart):
+    """A proof behind a claim's grade: a receipt or an inclusion proof, by digest."""
+
     kind: Literal["inclusion_proof", "receipt"]
     digest_alg: Literal["SHA-256"]
     digest: Hex64
 
 
 class DisclosureCarrier(JudgePart):
+    """Evidence the producer holds and may show, by digest, under a status."""
+
     kind: Literal["disclosure"]
     status: Literal["SATISFIED", "INSUFFICIENT", "NOT_FOUND", "CONTRADICTED", "NOT_APPLICABLE", "UNKNOWN"]
     evidence: list[DigestRef]
 
 
 class AnalysisCarrier(JudgePart):
+    """A presentation by analysis: a status and a summary."""
+
     kind: Literal["analysis"]
     status: NonEmpty
     summary: NonEmpty
 
 
 class StoryCarrier(JudgePart):
+    """A presentation as a story: a status and a narrative."""
+
     kind: Literal["story"]
     status: NonEmpty
     narrative: NonEmpty
@@ -144,9 +152,32 @@ class Claim(JudgeModel):
         presentation: DisclosureCarrier | AnalysisCarrier | StoryCarrier | None = None,
         implementation: Implementation | None = None,
     ) -> Claim:
-        """A claim whose evidence digests come from Targets. Without an explicit
-        ``presentation`` the evidence is disclosed by digest under the status
-        the sufficiency implies (GAP → NOT_FOUND)."""
+        """A claim whose evidence digests come from Targets.
+
+        Without an explicit ``presentation`` the evidence is disclosed by digest
+        under the status the sufficiency implies (GAP → NOT_FOUND).
+
+        Args:
+            id: the claim's id (unique within its Result).
+            contract_ref: the contract version.
+            requirement_ref: the requirement judged.
+            tier: ``recomputed`` or ``judged``.
+            grade: ``self-attested``, or a higher grade with ``proofs``.
+            sufficiency: ``SATISFIED``, ``INSUFFICIENT``, ``GAP`` or ``UNKNOWN``.
+            verdict: ``met``, ``not_met`` or ``not_evaluable`` (as the
+                sufficiency allows).
+            evidence: the cited evidence, as Targets.
+            proofs: receipts or inclusion proofs behind the grade.
+            presentation: how the evidence is shown, or None for the default.
+            implementation: the code identity, for a recomputed claim.
+
+        Returns:
+            The claim.
+
+        Raises:
+            JudgmentRefusedError: a rule of the claim's schema (named as the
+                refusal engine names it), or ``claim_grade_without_proof``.
+        """
         refs = [DigestRef.of(t) for t in listed(evidence, "evidence")]
         fields: dict[str, Any] = {
             "id": id, "contract_ref": contract_ref, "requirement_ref": requirement_ref, "tier": tier, "grade": grade,
@@ -176,7 +207,20 @@ _STATUS_FOR = {"SATISFIED": "SATISFIED", "INSUFFICIENT": "INSUFFICIENT", "GAP": 
 
 
 def presentation_for(sufficiency: str, evidence: Sequence[DigestRef]) -> DisclosureCarrier:
-    """The disclosure carrier for evidence the producer holds and may show by digest."""
+    """The disclosure carrier for evidence the producer holds and may show by
+    digest.
+
+    Args:
+        sufficiency: the claim's sufficiency (GAP → NOT_FOUND; an unknown
+            one → UNKNOWN, which the claim's own check names).
+        evidence: the evidence's digests.
+
+    Returns:
+        The carrier.
+
+    Raises:
+        JudgmentRefusedError: ``evidence`` is not a list.
+    """
     status = _STATUS_FOR.get(sufficiency, "UNKNOWN") if isinstance(sufficiency, str) else "UNKNOWN"  # the claim's own check names a bad one
     return DisclosureCarrier(kind="disclosure", status=status, evidence=listed(evidence, "evidence"))  # type: ignore[arg-type]
 
@@ -194,12 +238,16 @@ def _claim_violations(claim: Claim) -> list[Any]:
 
 
 class ProducerDefects(JudgePart):
+    """Rows the producer attempted and withheld (their code could not be named), of how many."""
+
     count: Count
     denominator: Count
     as_of: NonEmpty
 
 
 class Coverage(JudgePart):
+    """How many requirements were evaluated, excluded as not applicable, and left unknown."""
+
     evaluated_population: Count
     excluded_not_applicable: Count
     unknown_count: Count
@@ -207,17 +255,23 @@ class Coverage(JudgePart):
 
 
 class Buckets(JudgePart):
+    """The claim ids by verdict; each claim in exactly one."""
+
     met: list[NonEmpty]
     not_met: list[NonEmpty]
     not_evaluable: list[NonEmpty]
 
 
 class Aggregate(JudgePart):
+    """A Result's coverage and buckets, each traceable to its claims."""
+
     coverage: Coverage
     buckets: Buckets
 
 
 class View(JudgePart):
+    """How a Result is presented (``presentation/v1``): producer name, logo, title."""
+
     spec_version: Literal["presentation/v1"]
     producer_name: NonEmpty = None  # type: ignore[assignment]
     logo_data_url: NonEmpty = None  # type: ignore[assignment]
@@ -226,9 +280,7 @@ class View(JudgePart):
 
 def _claim_refusal(exc: ValidationError, fields: dict[str, Any]) -> JudgmentRefusedError:
     """A claim the model refuses, named by the engine's rule when it has one."""
-    from .shapes import _jsonish
-
-    probe = {**_jsonish(fields)}
+    probe = {**jsonish(fields)}
     for v in check_body({"result_version": RESULT_VERSION, "generated_at": "1970-01-01T00:00:00Z", "claims": [probe],
                          "aggregate": {"coverage": {"evaluated_population": 1, "excluded_not_applicable": 0, "unknown_count": 0},
                                        "buckets": {"met": [], "not_met": [], "not_evaluable": []}}}):
@@ -253,13 +305,16 @@ class EvidenceResult(JudgeModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            from .shapes import _jsonish
-
-            raise_first(check_body({"result_version": RESULT_VERSION, **_jsonish(data)}), RESULT_VERSION)
+            raise_first(check_body({"result_version": RESULT_VERSION, **jsonish(data)}), RESULT_VERSION)
             raise refusal_from(exc, RESULT_VERSION) from None
         raise_first(check_body(self.body()), RESULT_VERSION)
 
     def body(self) -> dict[str, Any]:
+        """The Result as sealed (JSON), ``result_version`` included.
+
+        Returns:
+            The body.
+        """
         return {"result_version": RESULT_VERSION, **self.to_json()}
 
     @property
@@ -272,10 +327,27 @@ class EvidenceResult(JudgeModel):
         return RESULT_VERSION
 
     def target(self) -> Target:
+        """This Result as something another record can cite.
+
+        Returns:
+            Its Target.
+        """
         return Target.of_record(self.body(), type="evidence-result")
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> EvidenceResult:
+        """Read a stored Result: the refusal engine first (named rules), then the
+        model.
+
+        Args:
+            body: the body, ``result_version`` included.
+
+        Returns:
+            The Result.
+
+        Raises:
+            JudgmentRefusedError: the first rule the body breaks.
+        """
         raise_first(check_body(body), RESULT_VERSION)
         return cls(**{k: v for k, v in body.items() if k != "result_version"})
 
@@ -292,6 +364,18 @@ class ResultBuilder:
         self.recomputed_attempted = 0
 
     def add(self, claim: Claim) -> Claim:
+        """Add a claim.
+
+        Args:
+            claim: the claim (:meth:`Claim.of`).
+
+        Returns:
+            The claim.
+
+        Raises:
+            JudgmentRefusedError: not a Claim, ``claim_grade_without_proof``, or
+                ``claim_id_duplicate``.
+        """
         if not isinstance(claim, Claim):
             raise JudgmentRefusedError(f"a Result collects Claims (Claim.of(...)), not {type(claim).__name__}", rule="schema_type_mismatch", path="$.claims")
         _refuse_unbacked_grade(claim)
@@ -309,10 +393,24 @@ class ResultBuilder:
         self.withheld += 1
 
     def exclude_not_applicable(self, count: int = 1) -> None:
-        """Requirements judged NOT_APPLICABLE: counted, never a claim."""
+        """Requirements judged NOT_APPLICABLE: counted, never a claim.
+
+        Args:
+            count: how many.
+        """
         self.excluded_not_applicable += count
 
     def build(self) -> EvidenceResult:
+        """The Result: the claims, their coverage and buckets, and the withheld rows
+        as producer defects.
+
+        Returns:
+            The Evidence Result.
+
+        Raises:
+            JudgmentRefusedError: a rule of the Result's shape (no claims at all
+                is ``claims_empty``).
+        """
         coverage: dict[str, Any] = {
             "evaluated_population": len(self.claims),
             "excluded_not_applicable": self.excluded_not_applicable,
@@ -335,13 +433,30 @@ class ResultBuilder:
 
 
 def git_blob_id(data: bytes) -> str:
-    """The git (SHA-1) object id of a blob holding ``data``."""
+    """The git (SHA-1) object id of a blob holding ``data``.
+
+    Args:
+        data: the blob's bytes.
+
+    Returns:
+        40 lowercase hex.
+    """
     return hashlib.sha1(b"blob %d\x00" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
 def git_tree_id(files: dict[str, bytes]) -> str:
-    """The git (SHA-1) id of a flat tree of regular files ``{name: bytes}`` —
-    what ``git write-tree`` gives for a directory holding exactly those files."""
+    """The git (SHA-1) id of a flat tree of regular files, as ``git write-tree``
+    gives for a directory holding exactly those files.
+
+    Args:
+        files: file name → bytes.
+
+    Returns:
+        40 lowercase hex.
+
+    Raises:
+        ValueError: a name that is empty or holds ``/``.
+    """
     entries = b""
     for name in sorted(files, key=lambda n: n.encode("utf-8")):
         if "/" in name or not name:
@@ -370,17 +485,29 @@ def _module_source(obj: Any) -> tuple[str, bytes] | None:
 
 
 def code_identity(*code: Any, name: str, captured_at: str, grade: str = "self-attested") -> Implementation | None:
-    """The code identity of the modules defining ``code`` (functions, classes or
-    modules), read from their source files *now* — at check time, never at
-    install time: an editable tree can change with no version change.
+    """The code identity of the modules defining ``code``, read from their source
+    files *now*: at check time, never at install time (an editable tree can
+    change with no version change).
 
     The value is the git-tree id of a flat tree holding each module's source
-    under ``<module name>.py``; rows computed by the same code carry the same id
-    (comparability). It is capseal's own hash of the source, so it is graded
-    ``self-attested``: ``grade`` is refused above that — ``witnessed`` or
-    ``countersigned`` needs a build attestation over the digest, which this
-    function does not have. Returns ``None`` when any source cannot be read: the
-    caller then withholds the row and counts it, it never relabels it ``judged``."""
+    under ``<module name>.py``; rows computed by the same code carry the same
+    id (comparability). It is capseal's own hash of the source, so it is
+    graded ``self-attested``: ``witnessed`` or ``countersigned`` needs a build
+    attestation over the digest, which this function does not have.
+
+    Args:
+        *code: functions, classes or modules.
+        name: the implementation's name.
+        captured_at: when it is read (RFC 3339 UTC).
+        grade: ``self-attested`` only.
+
+    Returns:
+        The identity, or None when any source cannot be read (the caller then
+        withholds the row and counts it; it never relabels it ``judged``).
+
+    Raises:
+        JudgmentRefusedError: ``code_identity_overgraded`` for any other grade.
+    """
     if grade != "self-attested":
         raise JudgmentRefusedError(
             f"code_identity computes capseal's own hash of the source, a self-attested identity (comparability only); "

@@ -7,10 +7,9 @@ which never raises). It applies, in order:
    a float under ``sampling`` is ``sampling_float`` (use ``pin.decimal_string`` or
    ``pin.micros``), elsewhere ``float_in_record``;
 2. the shipped JSON Schema of the body's shape, interpreted at run time
-   (``schema.py``), with each failed keyword turned into a named rule through
-   ``_NAMED`` (schema path → rule); unnamed failures keep a generic
-   ``schema_*`` name;
-3. the rules the schemas cannot say (judging digest §10.5, issue 5 item 4):
+   (``schema.py``), with each failed keyword turned into a named rule
+   (schema path → rule); unnamed failures keep a generic ``schema_*`` name;
+3. the rules the schemas cannot say:
    k ≤ n, unique case / claim ids, buckets that match verdicts, coverage counts
    traceable to claims, producer defects within their denominator, an
    adjudication's margin / margin_tau / divergence_index as decimal strings, a
@@ -36,7 +35,8 @@ from typing import Any, Literal
 from capseal.canonical import MAX_DEPTH, check_json, check_structure, is_hex64
 from capseal.errors import CanonicalizationError, FloatInDigestError, JudgmentRefusedError, UnsafeIntegerError
 
-from .schema import Path, SchemaError, render_path, render_pointer, validator_for
+from ._rule_names import SCORE_MEMBER, rule_name
+from .schema import Path, render_path, render_pointer, validator_for
 from .vocab import EPISTEMIC_TYPES, LINK_TYPES, RESULT_SCHEMA, RESULT_VERSION, SHAPES
 
 __all__ = [
@@ -46,6 +46,9 @@ __all__ = [
     "check_links",
     "raise_first",
     "epistemic_type_of",
+    "schema_violations",
+    "json_violations",
+    "is_json",
     "SCORE_MEMBER",
 ]
 
@@ -67,144 +70,22 @@ class Violation:
 
 
 def raise_first(violations: Sequence[Violation], what: str = "judgment record") -> None:
-    """Raise ``JudgmentRefusedError`` for the first error-severity violation."""
+    """Refuse on the first error-severity violation, if any.
+
+    Args:
+        violations: what a check found.
+        what: what was checked (the message's start).
+
+    Raises:
+        JudgmentRefusedError: named by the first error's rule and path; the
+            message counts the others.
+    """
     errors = [v for v in violations if v.severity == "error"]
     if not errors:
         return
     first = errors[0]
     more = f" (+{len(errors) - 1} more: {', '.join(sorted({v.rule for v in errors[1:]}))})" if len(errors) > 1 else ""
     raise JudgmentRefusedError(f"{what} refused: {first.message}{more}", rule=first.rule, path=first.path)
-
-
-# --------------------------------------------------------------------------- naming
-
-#: A member name that would store a score, rate or confidence (family §8, §9).
-SCORE_MEMBER = re.compile(r"(^|_)(rate|rates|confidence|score|scores|scoring|percent|percentage|probability|ratio)(_|$)", re.I)
-
-# (schema-path regex, member or None, rule). First match wins.
-_NAMED: tuple[tuple[re.Pattern[str], str | None, str], ...] = tuple(
-    (re.compile(p), m, r)
-    for p, m, r in (
-        # family-wide
-        (r"/properties/epistemic_type/const$", None, "epistemic_type_fixed_by_shape"),
-        (r"/properties/record_version/const$", None, "record_version_mismatch"),
-        (r"Citation/allOf/1/properties/judge_purpose/const$", None, "judge_purpose_mismatch"),
-        (r"^#/\$defs/Citation/additionalProperties$", "citation_purpose", "legacy_citation_purpose"),
-        (r"^#/\$defs/HexDigest/pattern$", None, "digest_malformed"),
-        (r"^#/\$defs/DigestRef/properties/digest_alg/const$", None, "digest_alg_not_sha256"),
-        (r"^#/\$defs/Citation/properties/digest_alg/const$", None, "digest_alg_not_sha256"),
-        (r"/format$", None, "timestamp_not_rfc3339"),
-        (r"^#/\$defs/ContractRef/pattern$", None, "contract_ref_unversioned"),
-        (r"^#/\$defs/SamplingParams/additionalProperties/type$", None, "sampling_value_type"),
-        (r"^#/\$defs/Basis/required$", None, "judge_unpinned"),
-        (r"^#/\$defs/Basis/properties/model_id/minLength$", None, "judge_unpinned"),
-        # evaluation-report/v1
-        (r"^#/\$defs/Case/required$", "method", "case_method_required"),
-        (r"^#/\$defs/Case/required$", "acts", "case_acts_required"),
-        (r"^#/\$defs/Case/properties/acts/minItems$", None, "case_acts_required"),
-        (r"^#/\$defs/Case/properties/verdict/enum$", None, "case_verdict_unknown"),
-        (r"^#/\$defs/EvaluationReport/properties/cases/minItems$", None, "cases_empty"),
-        # adjudication/v1
-        (r"^#/\$defs/Adjudication/allOf/0/then/required$", None, "contradicted_party_required"),
-        (r"^#/\$defs/Adjudication/allOf/0/else/not$", None, "contradicted_party_forbidden"),
-        (r"^#/\$defs/Adjudication/properties/parties/(min|max)Items$", None, "parties_count"),
-        # adjudication-response/v1
-        (r"^#/\$defs/AdjudicationResponse/allOf/0/then/allOf/\d/not$", "verdict", "delivery_receipt_forbids_verdict"),
-        (r"^#/\$defs/AdjudicationResponse/allOf/0/then/allOf/\d/not$", "basis", "delivery_receipt_forbids_basis"),
-        (r"^#/\$defs/AdjudicationResponse/allOf/1/then/required$", None, "ack_requires_verdict"),
-        (r"^#/\$defs/AdjudicationResponse/allOf/1/then/not$", None, "ack_forbids_basis"),
-        (r"^#/\$defs/AdjudicationResponse/allOf/2/then/required$", "verdict", "rebuttal_requires_verdict"),
-        (r"^#/\$defs/AdjudicationResponse/allOf/2/then/required$", "basis", "rebuttal_requires_basis"),
-        (r"^#/\$defs/AdjudicationResponse/properties/basis/minLength$", None, "rebuttal_basis_empty"),
-        # human-rating/v1
-        (r"^#/\$defs/HumanRating/properties/blind/const$", None, "rating_not_blind"),
-        (r"^#/\$defs/HumanRating/required$", "blind", "rating_not_blind"),
-        (r"^#/\$defs/PrincipalRef/minLength$", None, "rater_ref_identifying"),
-        # calibration-summary/v1
-        (r"^#/\$defs/KOfN/additionalProperties$", None, "stored_rate_forbidden"),
-        (r"^#/\$defs/KOfN/", None, "k_of_n_not_counts"),
-        (r"^#/\$defs/CalibrationSummary/properties/clauses/minItems$", None, "clauses_empty"),
-        # sample-manifest/v1
-        (r"^#/\$defs/SampleManifest/properties/cases/minItems$", None, "sample_cases_empty"),
-        # contract-compile/v1
-        (r"^#/\$defs/ContractCompile/required$", "human_approval", "human_approval_required"),
-        (r"^#/\$defs/ContractCompile/properties/compiled_skill/minItems$", None, "compiled_skill_empty"),
-        # close/v1
-        (r"^#/\$defs/Close/allOf/0/then/required$", None, "reconcile_peer_close_link_required"),
-        (r"^#/\$defs/Close/allOf/0/then/properties/x-evidence-links/contains$", None, "reconcile_peer_close_link_required"),
-        (r"^#/\$defs/Reconcile/additionalProperties$", "peer_close", "peer_close_retired"),
-        (r"^#/\$defs/EvidenceLinkType/enum$", None, "link_type_unknown"),
-        (r"^#/\$defs/ReconcileTallies/required$", None, "reconcile_tallies_incomplete"),
-        # evidence-result-v0
-        (r"^#/\$defs/Claim/required$", "tier", "claim_tier_required"),
-        (r"^#/\$defs/Claim/required$", "contract_ref", "contract_ref_required"),
-        (r"^#/\$defs/Claim/required$", "sufficiency", "claim_sufficiency_required"),
-        (r"^#/\$defs/Claim/required$", "verdict", "claim_verdict_required"),
-        (r"^#/\$defs/Claim/required$", "evidence", "claim_evidence_required"),
-        (r"^#/\$defs/Verdict/enum$", None, "claim_verdict_unknown"),
-        (r"^#/\$defs/Claim/allOf/0/else/properties/verdict/const$", None, "verdict_requires_sufficiency"),
-        (r"^#/\$defs/Claim/allOf/0/then/properties/verdict/enum$", None, "satisfied_verdict_not_evaluable"),
-        (r"^#/\$defs/Claim/allOf/1/", None, "claim_type_body_mismatch"),
-        (r"^#/\$defs/Claim/allOf/2/", None, "contested_close_met"),
-        (r"^#/\$defs/Claim/allOf/3/then/required$", None, "recomputed_code_identity_required"),
-        (r"^#/\$defs/Claim/allOf/3/then/properties/implementation/", None, "recomputed_code_identity_unknown"),
-        (r"^#/\$defs/CodeDigest/", None, "code_digest_not_git_object"),
-        (r"^#/\$defs/Implementation/required$", "grade", "implementation_grade_required"),
-        (r"^#/\$defs/Implementation/allOf/0/then/properties/grade/const$", None, "unknown_code_identity_overgraded"),
-        (r"^#/\$defs/DisclosedStatus/enum$", None, "disclosure_under_withheld"),
-        (r"^#/\$defs/ClaimType/enum$", None, "claim_type_unrecognized"),
-        (r"^#/\$defs/Tier/enum$", None, "claim_tier_unknown"),
-        (r"^#/\$defs/Aggregate/required$", "coverage", "coverage_required"),
-        (r"^#/\$defs/Aggregate/required$", "buckets", "buckets_required"),
-        (r"^#/\$defs/Buckets/required$", None, "buckets_incomplete"),
-        (r"^#/\$defs/Coverage/required$", None, "coverage_incomplete"),
-        (r"^#/\$defs/CloseClaim/allOf/0/then/required$", None, "close_peer_required"),
-        (r"^#/\$defs/EvidenceResult/properties/claims/minItems$", None, "claims_empty"),
-        # judgment-extension-v1 (x-judgment-v1)
-        (r"^#/\$defs/JudgmentCapsule/properties/references/contains$", None, "judged_from_count"),
-        (r"^#/\$defs/JudgmentMember/additionalProperties$", None, "judgment_member_closed"),
-    )
-)
-
-_GENERIC = {
-    "required": "schema_required_member_missing",
-    "additionalProperties": "schema_unknown_member",
-    "type": "schema_type_mismatch",
-    "const": "schema_const_mismatch",
-    "enum": "schema_enum_mismatch",
-    "pattern": "schema_pattern_mismatch",
-    "minLength": "schema_too_short",
-    "minItems": "schema_too_short",
-    "minProperties": "schema_too_short",
-    "maxLength": "schema_too_long",
-    "maxItems": "schema_too_long",
-    "minimum": "schema_below_minimum",
-    "maximum": "schema_above_maximum",
-    "not": "schema_forbidden_member",
-    "contains": "schema_contains",
-    "oneOf": "schema_one_of",
-    "anyOf": "schema_any_of",
-    "format": "timestamp_not_rfc3339",
-    "false": "schema_false",
-}
-
-
-def _name(err: SchemaError, instance_at: Any) -> str:
-    for pattern, member, rule in _NAMED:
-        if (member is None or member == err.member) and pattern.search(err.schema_path):
-            if rule == "sampling_value_type" and isinstance(instance_at, float):
-                return "sampling_float"
-            return rule
-    if err.keyword == "additionalProperties" and err.member is not None:
-        if SCORE_MEMBER.search(err.member):
-            return "stored_rate_forbidden"
-        if err.member == "x-evidence-links":
-            return "evidence_links_close_only"
-        if err.member == "citation_purpose":
-            return "legacy_citation_purpose"
-    if err.keyword == "required" and err.member == "judge_purpose" and isinstance(instance_at, Mapping) and "citation_purpose" in instance_at:
-        return "legacy_citation_purpose"
-    return _GENERIC.get(err.keyword, f"schema_{err.keyword}")
 
 
 def _at(body: Any, path: Path) -> Any:
@@ -217,12 +98,27 @@ def _at(body: Any, path: Path) -> Any:
     return node
 
 
-def _schema_violations(body: Any, schema: str, definition: str | None = None) -> list[Violation]:
+def schema_violations(body: Any, schema: str, definition: str | None = None) -> list[Violation]:
+    """Every failed keyword of a shipped schema, each as a named rule.
+
+    Args:
+        body: a JSON value (the number rules already passed: a non-JSON value
+            is :func:`json_violations`' to report).
+        schema: the schema's path under ``capseal/judge/schemas``.
+        definition: one of its ``$defs`` to check against instead of the root.
+
+    Returns:
+        The violations, in schema order, each with its JSONPath and pointer.
+
+    Raises:
+        FileNotFoundError: no such schema ships.
+        KeyError: no such definition.
+    """
     out = []
     for err in validator_for(schema, definition).errors(body):
         at = _at(body, err.path)
         full = (*err.path, err.member) if err.keyword in ("required", "additionalProperties", "not") and err.member else err.path
-        out.append(Violation(_name(err, at), render_path(full), err.message, pointer=render_pointer(full)))
+        out.append(Violation(rule_name(err, at), render_path(full), err.message, pointer=render_pointer(full)))
     return out
 
 
@@ -254,14 +150,24 @@ def _number_violations(body: Any) -> list[Violation]:
     return []
 
 
-def _json_violations(body: Any) -> list[Violation]:
-    """The number rules, plus the first thing in ``body`` that is not JSON at all
-    when the number rules stopped before it (at a float or an unsafe integer:
-    ``check_json`` stops at the first problem, and a non-string key behind a
-    float would reach the schema walk). A caller that finds a
-    ``non_json_value`` here runs no schema walk or digest over ``body``."""
+def json_violations(body: Any) -> list[Violation]:
+    """The -05 number and JSON rules over ``body``. Never raises.
+
+    It gives the first number problem, plus the first thing that is not JSON at
+    all when the number rules stopped before it (``check_json`` stops at its
+    first problem, and a non-string key behind a float would otherwise reach
+    the schema walk).
+
+    Args:
+        body: any value.
+
+    Returns:
+        The violations (``float_in_record``/``sampling_float``,
+        ``unsafe_integer``, ``non_json_value``). A caller that finds a
+        ``non_json_value`` runs no schema walk or digest over ``body``.
+    """
     out = _number_violations(body)
-    if out and _is_json(out):
+    if out and is_json(out):
         try:
             check_structure(body, max_depth=MAX_DEPTH)
         except CanonicalizationError as exc:
@@ -269,7 +175,15 @@ def _json_violations(body: Any) -> list[Violation]:
     return out
 
 
-def _is_json(violations: Sequence[Violation]) -> bool:
+def is_json(violations: Sequence[Violation]) -> bool:
+    """Did the number rules find ``body`` to be JSON throughout?
+
+    Args:
+        violations: what :func:`json_violations` returned.
+
+    Returns:
+        False when one is ``non_json_value``.
+    """
     return not any(v.rule == "non_json_value" for v in violations)
 
 
@@ -277,12 +191,18 @@ def _is_json(violations: Sequence[Violation]) -> bool:
 
 
 def epistemic_type_of(body: Mapping[str, Any]) -> str | None:
-    """The epistemic type a body's *shape* fixes (None if the shape is unknown).
+    """The epistemic type a body's *shape* fixes.
 
     Judge-family shapes fix it as a schema ``const``. An Evidence Result has no
     such member: it is ``derived_metric`` when every claim was recomputed (a
     fixed function of cited inputs) and ``semantic_judgment`` as soon as one
     claim was judged — the weaker way of knowing decides, never the stronger.
+
+    Args:
+        body: a record body.
+
+    Returns:
+        The type, or None when the shape is unknown (or ``body`` is no mapping).
     """
     if not isinstance(body, Mapping):
         return None
@@ -298,7 +218,16 @@ def epistemic_type_of(body: Mapping[str, Any]) -> str | None:
 
 
 def check_body(body: Any) -> list[Violation]:
-    """Every violation of a judge-family body or an Evidence Result. Never raises."""
+    """Every violation of a judge-family body or an Evidence Result. Never raises.
+
+    Args:
+        body: the body.
+
+    Returns:
+        The violations: named rules first, then the number rules, then the
+        generic ``schema_*`` ones (``checker_internal_error`` if the check
+        itself failed).
+    """
     try:
         return _check_body(body)
     except Exception as exc:  # a checker never raises
@@ -306,20 +235,27 @@ def check_body(body: Any) -> list[Violation]:
 
 
 def refuse(body: Any) -> None:
-    """Raise ``JudgmentRefusedError`` naming the first rule ``body`` breaks."""
+    """Refuse a body that breaks a rule.
+
+    Args:
+        body: the body.
+
+    Raises:
+        JudgmentRefusedError: named by the first rule it breaks.
+    """
     raise_first(check_body(body))
 
 
 def _check_body(body: Any) -> list[Violation]:
     if not isinstance(body, Mapping):
         return [Violation("record_not_object", "$", "a judgment record is a JSON object")]
-    out = _json_violations(body)
-    if not _is_json(out):
+    out = json_violations(body)
+    if not is_json(out):
         # not JSON (a non-string key, a non-JSON value, nesting deeper than the
         # store writes): the schema walk would fail on it, so this is the answer
         return out
     if "result_version" in body and "record_version" not in body:
-        out += _vocabulary_first(_schema_violations(body, RESULT_SCHEMA))
+        out += _vocabulary_first(schema_violations(body, RESULT_SCHEMA))
         out += _result_rules(body)
         return _ordered(out)
     version = body.get("record_version")
@@ -327,7 +263,7 @@ def _check_body(body: Any) -> list[Violation]:
     if shape is None:
         out.append(Violation("record_version_unknown", "$.record_version", f"{version!r} is not one of {sorted(SHAPES)} or {RESULT_VERSION!r}"))
         return out
-    out += _schema_violations(body, shape.schema)
+    out += schema_violations(body, shape.schema)
     extra = _SHAPE_RULES.get(shape.record_version)
     if extra is not None:
         out += extra(body)
@@ -346,8 +282,8 @@ def _vocabulary_first(violations: list[Violation]) -> list[Violation]:
 
 
 def _legacy_purposes(body: Any, found: list[Violation]) -> list[Violation]:
-    """A ``citation_purpose`` anywhere in a judge body is the pre-2026-10-04 name
-    (or a Capsule field in the wrong place): reported as a defect on read."""
+    """A ``citation_purpose`` anywhere in a judge body is the retired name (or a
+    Capsule field in the wrong place): reported as a defect on read."""
     seen = {v.path for v in found if v.rule == "legacy_citation_purpose"}
     out: list[Violation] = []
 
@@ -409,12 +345,12 @@ _DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", re.ASCII)
 
 def _says_nothing(text: str) -> bool:
     """True for a non-empty string with nothing to read: only whitespace
-    (Unicode's, as the judging digest's C1 splits words, U+001C–001F included)
-    and invisible control or format characters (a zero-width space, a BOM).
+    (Unicode's, U+001C–001F included) and invisible control or format
+    characters (a zero-width space, a BOM).
 
     Why: the schemas ask such fields for ``minLength: 1``, which a single
-    space meets; a rebuttal's basis is prose that must never be empty (digest
-    §3.3), and a judge named by blanks is not pinned."""
+    space meets; a rebuttal's basis is prose that must never be empty, and a
+    judge named by blanks is not pinned."""
     return bool(text) and all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
 
 
@@ -433,9 +369,9 @@ def _evaluation_report(body: Mapping[str, Any]) -> list[Violation]:
 
 
 def _adjudication_response(body: Mapping[str, Any]) -> list[Violation]:
-    # judging digest §3.3: a rebuttal's basis is non-empty prose; the schema's
-    # minLength 1 took a basis of one space (an empty one is rebuttal_basis_empty
-    # there, so a blank one is named the same)
+    # a rebuttal's basis is non-empty prose; the schema's minLength 1 takes a
+    # basis of one space (an empty one is rebuttal_basis_empty there, so a blank
+    # one is named the same)
     basis = body.get("basis")
     if isinstance(basis, str) and _says_nothing(basis):
         return [Violation("rebuttal_basis_empty", "$.basis", "basis is the prose that says why the rebuttal disputes the ruling; this one is only whitespace or invisible characters")]
@@ -444,8 +380,8 @@ def _adjudication_response(body: Mapping[str, Any]) -> list[Violation]:
 
 def _adjudication(body: Mapping[str, Any]) -> list[Violation]:
     out = _model_id(body, "basis")
-    # judging digest §3.2: the quantities are decimal strings (the schema says
-    # only "a non-empty string", so "high" or "1e5" passed it)
+    # the quantities are exact decimal strings; the schema asks only for a
+    # non-empty string, which "high" or "1e5" would meet
     for name in ("margin", "margin_tau", "divergence_index"):
         value = body.get(name)
         if isinstance(value, str) and value and _DECIMAL.fullmatch(value) is None:
@@ -566,13 +502,23 @@ def _result_rules(body: Mapping[str, Any]) -> list[Violation]:
 
 
 def check_links(epistemic_type: Any, links: Iterable[Any], body: Mapping[str, Any] | None = None) -> list[Violation]:
-    """EL -00 §4.1/§5 link rules for a store header. Never raises.
+    """The EL -00 §4.1/§5 link rules for a store header. Never raises.
 
-    Links are ``{type, target}`` with one of the six types and a 64-hex target;
-    ``adjudicates`` only on a record whose ``epistemic_type`` is ``adjudication``
-    and, given the record's ``body``, only to one of the parties it cites (an
-    adjudication covers only its parties' claims, §1: a link to anything else
-    would claim a ruling the body never made).
+    Links are ``{type, target}`` with one of the six types and a 64-hex
+    target; ``adjudicates`` only on a record whose ``epistemic_type`` is
+    ``adjudication`` and, given the record's ``body``, only to one of the
+    parties it cites (an adjudication covers only its parties' claims: a link
+    to anything else would claim a ruling the body never made).
+
+    Args:
+        epistemic_type: the record's epistemic type.
+        links: the header's links.
+        body: the record's body, when known.
+
+    Returns:
+        The violations (``epistemic_type_unknown``, ``link_malformed``,
+        ``link_type_unknown``, ``link_target_malformed``,
+        ``adjudicates_requires_adjudication``, ``adjudicates_not_a_party``).
     """
     out: list[Violation] = []
     parties = None

@@ -12,8 +12,8 @@ schema that needs more is noticed, not silently half-checked.
 
 Two deliberate differences from a stock validator:
 
-* ``format: date-time`` is *enforced* (RFC 3339), because the schemas cannot
-  enforce it and the SDK must (judging digest §2);
+* ``format: date-time`` is *enforced* (RFC 3339): the schemas cannot
+  enforce it, and a record's times must be real times;
 * every error carries the *schema path* of the failing keyword, which is how
   ``rules.py`` names the rule a record breaks.
 
@@ -81,7 +81,15 @@ class SchemaError:
 
 
 def render_path(path: Path) -> str:
-    """``$.cases[0].method``; odd member names in brackets (``$["x-evidence-links"]``)."""
+    """A path as a JSONPath, odd member names in brackets.
+
+    Args:
+        path: member names and indexes.
+
+    Returns:
+        ``$.cases[0].method``, or ``$["x-evidence-links"]`` for a name that is
+        not an identifier.
+    """
     out = "$"
     for part in path:
         if isinstance(part, int):
@@ -94,7 +102,14 @@ def render_path(path: Path) -> str:
 
 
 def render_pointer(path: Path) -> str:
-    """RFC 6901 JSON pointer of a path (``/cases/0/method``)."""
+    """A path as an RFC 6901 JSON pointer.
+
+    Args:
+        path: member names and indexes.
+
+    Returns:
+        ``/cases/0/method``.
+    """
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
@@ -172,7 +187,16 @@ def _ecma_pattern(pattern: str) -> re.Pattern[str]:
 
 
 def is_rfc3339(value: str) -> bool:
-    """RFC 3339 ``date-time`` (what JSON Schema's ``format: date-time`` means)."""
+    """Is ``value`` an RFC 3339 ``date-time`` (what JSON Schema's
+    ``format: date-time`` means)?
+
+    Args:
+        value: the text.
+
+    Returns:
+        True for a real calendar date and time with a ``Z`` or numeric
+        offset (a leap second allowed).
+    """
     m = _RFC3339.match(value)
     if m is None:
         return False
@@ -219,7 +243,15 @@ def _json_equal(a: Any, b: Any) -> bool:
 
 
 class Validator:
-    """Validate instances against one schema document (never raises on instances)."""
+    """Validate instances against one schema document (never raises on instances).
+
+    Args:
+        schema: the schema document.
+
+    Raises:
+        ValueError: it uses a keyword the interpreter does not cover, or is
+            not an object or a boolean where a schema belongs.
+    """
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
@@ -256,10 +288,25 @@ class Validator:
         return node, ref
 
     def errors(self, instance: Any) -> list[SchemaError]:
-        """Every failed keyword, in schema order."""
+        """Every failed keyword, in schema order. Never raises.
+
+        Args:
+            instance: the JSON value.
+
+        Returns:
+            The errors, each with its schema path (empty when valid).
+        """
         return list(self._walk(instance, self.schema, (), "#"))
 
     def is_valid(self, instance: Any) -> bool:
+        """Does ``instance`` meet the schema? Stops at the first failure. Never raises.
+
+        Args:
+            instance: the JSON value.
+
+        Returns:
+            True when no keyword fails.
+        """
         return next(iter(self._walk(instance, self.schema, (), "#")), None) is None
 
     def _walk(self, inst: Any, schema: Any, path: Path, sp: str) -> Iterator[SchemaError]:
@@ -339,6 +386,16 @@ class Validator:
                 yield SchemaError("contains", path, f"{sp}/contains", f"must contain {want} matching item(s), has {hits}")
 
     def is_valid_against(self, inst: Any, schema: Any) -> bool:
+        """Does ``inst`` meet ``schema``, a part of this validator's schema (its
+        ``$ref`` resolved against the whole)? Never raises.
+
+        Args:
+            inst: the JSON value.
+            schema: a subschema.
+
+        Returns:
+            True when no keyword fails.
+        """
         return next(iter(self._walk(inst, schema, (), "#")), None) is None
 
     def _combinators(self, inst: Any, schema: dict[str, Any], path: Path, sp: str) -> Iterator[SchemaError]:
@@ -380,14 +437,37 @@ def _load_text(name: str) -> str:
 
 
 def load_schema(name: str) -> dict[str, Any]:
-    """A shipped schema by its path under ``capseal/judge/schemas`` (a fresh copy)."""
+    """A shipped schema, by its path under ``capseal/judge/schemas``.
+
+    Args:
+        name: e.g. ``judge/close-v1.json``.
+
+    Returns:
+        A fresh copy of the schema.
+
+    Raises:
+        FileNotFoundError: no such schema ships.
+    """
     value: dict[str, Any] = json.loads(_load_text(name))
     return value
 
 
 @functools.cache
 def validator_for(name: str, definition: str | None = None) -> Validator:
-    """A cached validator for a shipped schema, or for one of its ``$defs``."""
+    """A cached validator for a shipped schema, or for one of its ``$defs``.
+
+    Args:
+        name: the schema's path, as :func:`load_schema`.
+        definition: a ``$defs`` member to validate against instead of the root.
+
+    Returns:
+        The validator.
+
+    Raises:
+        FileNotFoundError: no such schema ships.
+        KeyError: no such definition.
+        ValueError: the schema uses a keyword the interpreter does not cover.
+    """
     schema = load_schema(name)
     if definition is not None:
         schema = {"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
@@ -395,9 +475,13 @@ def validator_for(name: str, definition: str | None = None) -> Validator:
 
 
 def parity() -> list[str]:
-    """Three-way ``epistemic_type`` parity (judge-record-family-v1 §0): each schema's
-    ``const`` equals ``SHAPES`` and lies in the vendored Evidence Layer set, and the
-    vendored set equals ``EPISTEMIC_TYPES``. Returns problems (empty when equal)."""
+    """Three-way ``epistemic_type`` parity (judge-record-family-v1 §0): each
+    schema's ``const`` equals ``SHAPES`` and lies in the vendored Evidence
+    Layer set, and the vendored set equals ``EPISTEMIC_TYPES``.
+
+    Returns:
+        The problems found (empty when all three agree).
+    """
     problems: list[str] = []
     vendored = load_schema("vendor/epistemic-types.json").get("values")
     if vendored != list(EPISTEMIC_TYPES):

@@ -10,34 +10,37 @@ same way (the engine first, so a refusal names its rule).
 
 The ``of``/``ruling``/``ack`` … factories take :class:`~capseal.judge.citation.Target`
 objects and fix each citation's ``judge_purpose`` from the field it fills.
+
+The verdict records are defined here; the base class (``JudgeRecord``) and the
+bookkeeping records (calibration, sample, compile, close) in private modules of
+their own, exported from here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from fractions import Fraction
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field
 
 from capseal.errors import JudgmentRefusedError
 
-from .citation import (
-    Citation,
-    DigestRef,
-    JudgeModel,
-    JudgePart,
-    NonEmpty,
-    Target,
-    as_mapping,
-    computed,
-    listed,
-    refusal_from,
+from ._bookkeeping import (
+    CalibrationSummary,
+    ClauseTally,
+    Close,
+    ContractCompile,
+    KOfN,
+    Period,
+    Reconcile,
+    ReconcileTallies,
+    SampleManifest,
 )
-from .links import Link
+from ._record import Count as Count  # the count type the shapes share, where it was
+from ._record import JudgeRecord
+from .citation import Citation, JudgePart, NonEmpty, Target, computed, listed
 from .pin import JudgePin
 from .rules import check_body, raise_first
-from .vocab import SHAPES, Shape
 
 __all__ = [
     "JudgeRecord",
@@ -59,93 +62,14 @@ __all__ = [
     "parse_record",
 ]
 
-Count = Annotated[int, Field(ge=0, le=2**53 - 1)]
-R = TypeVar("R", bound="JudgeRecord")
 CaseVerdict = Literal["met", "not_met", "not_evaluable"]
 RulingVerdict = Literal["corroborated", "inconclusive", "contradicted"]
-
-
-def _jsonish(value: Any) -> Any:
-    if isinstance(value, JudgeModel):
-        return value.to_json()
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", exclude_none=True, by_alias=True)
-    if isinstance(value, Mapping):
-        return {k: _jsonish(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonish(v) for v in value]
-    if isinstance(value, Target):
-        return f"<Target {value.type} — cite it through a factory that sets judge_purpose>"
-    return value
-
-
-_Part = JudgePart
-
-
-class JudgeRecord(JudgeModel):
-    """Base of the eight shapes: ``record_id`` plus class-fixed version and type."""
-
-    RECORD_VERSION: ClassVar[str] = ""
-    FIXED: ClassVar[dict[str, Any]] = {}
-
-    record_id: NonEmpty
-
-    def __init__(self, **data: Any) -> None:
-        for member, rule in (("record_version", "record_version_fixed_by_shape"), ("epistemic_type", "epistemic_type_fixed_by_shape")):
-            if member in data:
-                raise JudgmentRefusedError(
-                    f"{member} comes from the shape ({self.shape().record_version}: {getattr(self.shape(), member)}); it is never set by a caller",
-                    rule=rule,
-                    path=f"$.{member}",
-                )
-        for member, value in self.FIXED.items():
-            if member in data:
-                if data[member] is not value:
-                    raise JudgmentRefusedError(f"{member} is fixed to {value!r} in {self.RECORD_VERSION}", rule="rating_not_blind" if member == "blind" else "schema_const_mismatch", path=f"$.{member}")
-                data = {k: v for k, v in data.items() if k != member}
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raw = {"record_version": self.RECORD_VERSION, "epistemic_type": self.shape().epistemic_type, **self.FIXED, **_jsonish(data)}
-            raise_first(check_body(raw), self.RECORD_VERSION)
-            raise refusal_from(exc, self.RECORD_VERSION) from None
-        raise_first(check_body(self.body()), self.RECORD_VERSION)
-
-    @classmethod
-    def shape(cls) -> Shape:
-        return SHAPES[cls.RECORD_VERSION]
-
-    @property
-    def epistemic_type(self) -> str:
-        """Fixed by the shape at commit; there is no setter."""
-        return self.shape().epistemic_type
-
-    @property
-    def record_version(self) -> str:
-        return self.RECORD_VERSION
-
-    def body(self) -> dict[str, Any]:
-        """The record body as sealed (JSON), ``record_version``/``epistemic_type`` included."""
-        return {"record_version": self.RECORD_VERSION, "epistemic_type": self.shape().epistemic_type, **self.FIXED, **self.to_json()}
-
-    def target(self) -> Target:
-        """This record as something another record can cite or link to."""
-        return Target.of_record(self.body(), type=self.shape().name)
-
-    @classmethod
-    def from_body(cls: type[R], body: Mapping[str, Any]) -> R:
-        """Read a body: the refusal engine first (named rules), then the model."""
-        raise_first(check_body(body), cls.RECORD_VERSION or "judgment record")
-        if body.get("record_version") != cls.RECORD_VERSION:
-            raise JudgmentRefusedError(f"{body.get('record_version')!r} is not {cls.RECORD_VERSION}", rule="record_version_mismatch", path="$.record_version")
-        fields = {k: v for k, v in body.items() if k not in ("record_version", "epistemic_type", *cls.FIXED)}
-        return cls(**fields)
 
 
 # --------------------------------------------------------------------------- evaluation-report/v1
 
 
-class Case(_Part):
+class Case(JudgePart):
     """One case: verdict over cited acts (``grounds``) against a cited rubric (``method``)."""
 
     case_id: NonEmpty
@@ -155,6 +79,21 @@ class Case(_Part):
 
     @classmethod
     def of(cls, case_id: str, verdict: CaseVerdict | str, *, acts: Sequence[Target], method: Target | None) -> Case:
+        """One case of an evaluation report.
+
+        Args:
+            case_id: the case's id.
+            verdict: ``met``, ``not_met`` or ``not_evaluable``.
+            acts: the acts it rests on (cited as ``grounds``), at least one.
+            method: the rubric it was judged against (cited as ``method``).
+
+        Returns:
+            The case.
+
+        Raises:
+            JudgmentRefusedError: ``case_acts_required``, ``case_method_required``,
+                a citation that is not a Target, or a schema rule.
+        """
         acts = listed(acts, "acts")
         if not acts:
             raise JudgmentRefusedError(f"case {case_id!r} cites no act; every case cites the acts it rests on", rule="case_acts_required", path="$.acts")
@@ -208,8 +147,29 @@ class Adjudication(JudgeRecord):
         margin_tau: str | None = None,
         divergence_index: str | None = None,
     ) -> Adjudication:
-        """A ruling; ``contradicted`` must be one of ``parties`` (its digest is
-        written as ``contradicted_party``)."""
+        """A ruling over one or two cited parties.
+
+        Args:
+            record_id: the record's id.
+            adjudicated_at: when (RFC 3339 UTC).
+            verdict: ``corroborated``, ``inconclusive`` or ``contradicted``.
+            basis: the pinned judge that ruled.
+            parties: the records ruled on (one or two).
+            contradicted: for ``contradicted``, the party it contradicts (one of
+                ``parties``; written as ``contradicted_party``).
+            referee: the referee's own record, when one ruled.
+            margin: exact decimal strings, when measured.
+            margin_tau: likewise.
+            divergence_index: likewise.
+
+        Returns:
+            The record.
+
+        Raises:
+            JudgmentRefusedError: ``contradicted_party_not_a_party``, or a rule of
+                the shape (a missing or forbidden contradicted party, a referee
+                that is a party, a quantity that is no decimal string …).
+        """
         parties = listed(parties, "parties")
         fields: dict[str, Any] = {
             "record_id": record_id,
@@ -243,14 +203,56 @@ class AdjudicationResponse(JudgeRecord):
 
     @classmethod
     def delivery_receipt(cls, *, record_id: str, responded_at: str, adjudication: Target) -> AdjudicationResponse:
+        """A party's receipt of an adjudication: no verdict, no basis.
+
+        Args:
+            record_id: the record's id.
+            responded_at: when (RFC 3339 UTC).
+            adjudication: the adjudication received.
+
+        Returns:
+            The record.
+
+        Raises:
+            JudgmentRefusedError: a rule of the shape.
+        """
         return cls(record_id=record_id, responded_at=responded_at, kind="delivery_receipt", adjudication=Citation.to(adjudication, "responds_to"))
 
     @classmethod
     def ack(cls, *, record_id: str, responded_at: str, adjudication: Target, verdict: RulingVerdict) -> AdjudicationResponse:
+        """A party's acknowledgement of an adjudication's verdict.
+
+        Args:
+            record_id: the record's id.
+            responded_at: when (RFC 3339 UTC).
+            adjudication: the adjudication acknowledged.
+            verdict: the verdict acknowledged.
+
+        Returns:
+            The record.
+
+        Raises:
+            JudgmentRefusedError: a rule of the shape.
+        """
         return cls(record_id=record_id, responded_at=responded_at, kind="ack", adjudication=Citation.to(adjudication, "responds_to"), verdict=verdict)
 
     @classmethod
     def rebuttal(cls, *, record_id: str, responded_at: str, adjudication: Target, verdict: RulingVerdict, basis: str) -> AdjudicationResponse:
+        """A party's rebuttal of an adjudication.
+
+        Args:
+            record_id: the record's id.
+            responded_at: when (RFC 3339 UTC).
+            adjudication: the adjudication disputed.
+            verdict: the verdict the party holds instead.
+            basis: why, in prose (never blank).
+
+        Returns:
+            The record.
+
+        Raises:
+            JudgmentRefusedError: ``rebuttal_basis_empty``, or a rule of the shape.
+        """
         return cls(
             record_id=record_id, responded_at=responded_at, kind="rebuttal",
             adjudication=Citation.to(adjudication, "responds_to"), verdict=verdict, basis=basis,
@@ -276,18 +278,40 @@ class HumanRating(JudgeRecord):
 
     @classmethod
     def of(cls, *, record_id: str, rated_at: str, rater_ref: str, case: Target, label: str) -> HumanRating:
-        """``case`` is the blind packet the rater was shown (see ``judges.blind_packet``):
-        a JSON object that does not carry the model's verdict. A judgment record, a
-        packet with ``model_verdict_shown`` other than ``false`` or a member naming a
-        verdict is refused — the record says ``blind: true``, so it must be."""
+        """A blind rating of one case.
+
+        Args:
+            record_id: the record's id.
+            rated_at: when (RFC 3339 UTC).
+            rater_ref: an opaque reference to the rater (never a name or an email).
+            case: the blind packet the rater was shown (``judges.blind_packet``):
+                a JSON object that does not carry the model's verdict.
+            label: the rater's label.
+
+        Returns:
+            The record (``blind: true``, so the case must be blind).
+
+        Raises:
+            JudgmentRefusedError: ``rated_case_not_blind`` for a judgment record, a
+                packet with ``model_verdict_shown`` other than ``false`` or a member
+                naming a verdict; ``rater_ref_identifying``; a rule of the shape.
+        """
         refuse_unless_blind(computed(case, "case"))
         return cls(record_id=record_id, rated_at=rated_at, rater_ref=rater_ref, case=Citation.to(case, "rated_case"), label=label)
 
 
 def refuse_unless_blind(case: Target) -> None:
     """Refuse a rated case whose content is not a blind packet (family §3.4: a
-    non-blind rating needs another shape). ``HumanRating.of`` and the store's
-    ``seal`` (for a case it holds) call it."""
+    non-blind rating needs another shape).
+
+    ``HumanRating.of`` and the store's ``seal`` (for a case it holds) call it.
+
+    Args:
+        case: the rated case's Target.
+
+    Raises:
+        JudgmentRefusedError: ``rated_case_not_blind``.
+    """
     content = case.content
 
     def refuse(message: str) -> JudgmentRefusedError:
@@ -317,150 +341,6 @@ def refuse_unless_blind(case: Target) -> None:
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
 
 
-# --------------------------------------------------------------------------- calibration-summary/v1
-
-
-class KOfN(_Part):
-    """A count pair, never a ratio; ``k ≤ n``."""
-
-    k: Count
-    n: Count
-
-    @classmethod
-    def of(cls, k: int, n: int) -> KOfN:
-        if type(k) is int and type(n) is int and k > n:
-            raise JudgmentRefusedError(f"k={k} exceeds n={n}", rule="k_exceeds_n", path="$.k")
-        return cls(k=k, n=n)
-
-    def rate(self) -> Fraction | None:
-        """k/n computed at read time; ``None`` (absent, not 0) when n = 0."""
-        return Fraction(self.k, self.n) if self.n else None
-
-
-class ClauseTally(_Part):
-    clause_ref: NonEmpty
-    agreement: KOfN
-    drift: KOfN
-
-
-class CalibrationSummary(JudgeRecord):
-    """``calibration-summary/v1`` (derived_metric): per-clause agreement and drift, k of n."""
-
-    RECORD_VERSION: ClassVar[str] = "calibration-summary/v1"
-
-    computed_at: NonEmpty
-    judge_pin: Citation
-    clauses: Annotated[list[ClauseTally], Field(min_length=1)]
-
-    @classmethod
-    def of(cls, *, record_id: str, computed_at: str, judge_pin: Target | JudgePin, clauses: Sequence[ClauseTally]) -> CalibrationSummary:
-        pin = judge_pin.target() if isinstance(judge_pin, JudgePin) else judge_pin
-        return cls(record_id=record_id, computed_at=computed_at, judge_pin=Citation.to(pin, "calibrates"), clauses=listed(clauses, "clauses"))
-
-
-# --------------------------------------------------------------------------- sample-manifest/v1, contract-compile/v1
-
-
-class SampleManifest(JudgeRecord):
-    """``sample-manifest/v1`` (producer_claim): which cases, under which policy."""
-
-    RECORD_VERSION: ClassVar[str] = "sample-manifest/v1"
-
-    generated_at: NonEmpty
-    policy: Citation
-    stratification: dict[str, Count]
-    cases: Annotated[list[NonEmpty], Field(min_length=1)]
-
-    @classmethod
-    def of(cls, *, record_id: str, generated_at: str, policy: Target, stratification: Mapping[str, int], cases: Sequence[str]) -> SampleManifest:
-        return cls(record_id=record_id, generated_at=generated_at, policy=Citation.to(policy, "sampling_policy"),
-                   stratification=as_mapping(stratification, "stratification"), cases=listed(cases, "cases"))
-
-
-class ContractCompile(JudgeRecord):
-    """``contract-compile/v1`` (producer_claim): a compile, with its human approval cited."""
-
-    RECORD_VERSION: ClassVar[str] = "contract-compile/v1"
-
-    compiled_at: NonEmpty
-    contract_ref: NonEmpty
-    contract: Citation
-    compiled_skill: Annotated[list[Citation], Field(min_length=1)]
-    human_approval: Citation
-
-    @classmethod
-    def of(
-        cls, *, record_id: str, compiled_at: str, contract_ref: str, contract: Target,
-        compiled_skill: Sequence[Target], human_approval: Target | None,
-    ) -> ContractCompile:
-        if human_approval is None:
-            raise JudgmentRefusedError("a compile never self-certifies: cite the human approval record", rule="human_approval_required", path="$.human_approval")
-        return cls(
-            record_id=record_id, compiled_at=compiled_at, contract_ref=contract_ref,
-            contract=Citation.to(contract, "compiles_contract"),
-            compiled_skill=[Citation.to(t, "compiled_skill") for t in listed(compiled_skill, "compiled_skill")],
-            human_approval=Citation.to(human_approval, "approves"),
-        )
-
-
-# --------------------------------------------------------------------------- close/v1
-
-
-class Period(_Part):
-    start: NonEmpty
-    end: NonEmpty
-
-
-class ReconcileTallies(_Part):
-    matched: Count
-    a_only: Count
-    b_only: Count
-    conflicting: Count
-    insufficient: Count
-    unresolved: Count
-
-
-class Reconcile(_Part):
-    tallies: ReconcileTallies
-    status: Literal["AGREED", "UNILATERAL", "CONTESTED"]
-
-
-class Close(JudgeRecord):
-    """``close/v1`` (producer_claim). With ``reconcile`` it carries exactly one
-    ``cites`` link to the peer's Close in ``x-evidence-links`` (family §0a)."""
-
-    RECORD_VERSION: ClassVar[str] = "close/v1"
-
-    closed_at: NonEmpty
-    period: Period
-    counts_by_kind: dict[str, Count]
-    head: DigestRef
-    reconcile: Reconcile = None  # type: ignore[assignment]
-    evidence_links: list[Link] = Field(default=None, alias="x-evidence-links")  # type: ignore[assignment, arg-type]
-
-    @classmethod
-    def of(
-        cls, *, record_id: str, closed_at: str, period: tuple[str, str], counts_by_kind: Mapping[str, int],
-        head: Target, reconcile: Reconcile | None = None, peer_close: Target | None = None,
-    ) -> Close:
-        if isinstance(period, (str, bytes, Mapping)) or not isinstance(period, Sequence) or len(period) != 2:
-            got = f"{type(period).__name__} of {len(period)}" if isinstance(period, Sequence) else type(period).__name__
-            raise JudgmentRefusedError(f"period is a (start, end) pair of timestamps, not {got}", rule="close_period_malformed", path="$.period")
-        fields: dict[str, Any] = {
-            "record_id": record_id, "closed_at": closed_at, "period": Period(start=period[0], end=period[1]),
-            "counts_by_kind": as_mapping(counts_by_kind, "counts_by_kind"), "head": DigestRef.of(computed(head, "head")),
-        }
-        if reconcile is not None:
-            fields["reconcile"] = reconcile
-        if peer_close is not None:
-            fields["x-evidence-links"] = [Link.to("cites", peer_close)]
-        return cls(**fields)
-
-    def links(self) -> list[Link]:
-        """The links this Close carries in its body (mirrored in the store header)."""
-        return list(self.evidence_links or [])
-
-
 SHAPE_MODELS: dict[str, type[JudgeRecord]] = {
     m.RECORD_VERSION: m
     for m in (EvaluationReport, Adjudication, AdjudicationResponse, HumanRating, CalibrationSummary, SampleManifest, ContractCompile, Close)
@@ -468,7 +348,18 @@ SHAPE_MODELS: dict[str, type[JudgeRecord]] = {
 
 
 def parse_record(body: Mapping[str, Any]) -> JudgeRecord:
-    """Read any judge-family body into its typed model (refusing by rule name)."""
+    """Read any judge-family body into its typed model.
+
+    Args:
+        body: the body.
+
+    Returns:
+        The record's model.
+
+    Raises:
+        JudgmentRefusedError: the first rule it breaks, or
+            ``record_version_unknown``.
+    """
     raise_first(check_body(body))
     model = SHAPE_MODELS.get(str(body.get("record_version")))
     if model is None:

@@ -31,11 +31,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capseal.canonical import MAX_DEPTH, canonical_bytes, capsule_id, check_json, is_hex64, json_digest, raw_digest
+from capseal.canonical import MAX_DEPTH, check_json, is_hex64, json_digest, raw_digest
 from capseal.errors import DuplicateRecordError, JudgmentRefusedError
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
-from capseal.record import dumps_canonical, strict_json
+from capseal.record import dumps_canonical
 
+from ._rows import artifact_content, body_of_entry, cited_digests, declared_external, digest_of_entry
 from .citation import Target, computed, listed
 from .envelope import JudgmentEnvelope, header_commitment, sign_judgment
 from .links import Link, digest_of, link_header, validate_links
@@ -49,7 +50,8 @@ from .vocab import (
     record_type_for,
 )
 
-__all__ = ["SealedJudgment", "JudgmentStore", "cited_digests", "body_of_entry", "digest_of_entry", "declared_external"]
+__all__ = ["SealedJudgment", "JudgmentStore", "cited_digests", "body_of_entry", "digest_of_entry", "declared_external",
+           "artifact_content"]
 
 
 @dataclass(frozen=True)
@@ -74,123 +76,52 @@ class SealedJudgment:
         return self.digest
 
     def target(self) -> Target:
+        """This record as something another record can cite or link to.
+
+        Returns:
+            Its Target (digest recomputed from the body).
+
+        Raises:
+            CanonicalizationError: a body with no JCS form (a sealed one has one).
+        """
         return Target.of_record(self.body)
 
     def header(self) -> dict[str, Any]:
+        """The record's store header.
+
+        Returns:
+            ``{seq, record_id, record_type, epistemic_type, links, nonce}``.
+        """
         return {
             "seq": self.seq, "record_id": self.digest, "record_type": self.record_type,
             "epistemic_type": self.epistemic_type, "links": [dict(x) for x in self.links], "nonce": self.nonce,
         }
 
     def to_json(self) -> dict[str, Any]:
+        """The record as a row's reader sees it.
+
+        Returns:
+            ``{header, record, envelopes}``, with ``external`` when it was sealed
+            citing another store.
+        """
         out: dict[str, Any] = {"header": self.header(), "record": self.body, "envelopes": [e.to_json() for e in self.envelopes]}
         if self.external:
             out["external"] = list(self.external)
         return out
 
 
-def cited_digests(body: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """``(cited, referenced)`` digests in a body, each as ``(path, digest)``.
-
-    *Cited*: every judge citation ``{type, digest_alg, digest, judge_purpose}``,
-    every ``x-evidence-links`` target and every Evidence Result ``evidence[]`` /
-    ``close_ref`` / ``peer_close_ref`` digest — these must resolve in the store.
-    *Referenced*: other digest refs (a pin's prompt/axes/weights, a Close's head,
-    proofs) — preimages a store may or may not publish."""
-    cited: list[tuple[str, str]] = []
-    referenced: list[tuple[str, str]] = []
-
-    def walk(node: Any, path: str, parent_key: str) -> None:
-        if isinstance(node, dict):
-            digest = node.get("digest")
-            if isinstance(digest, str) and node.get("digest_alg") == "SHA-256":
-                if "judge_purpose" in node or parent_key in ("evidence", "close_ref", "peer_close_ref"):
-                    cited.append((path, digest))
-                else:
-                    referenced.append((path, digest))
-            target = node.get("target")
-            if parent_key == "x-evidence-links" and isinstance(target, str):
-                cited.append((f"{path}.target", target))
-            for k, v in node.items():
-                walk(v, f"{path}.{k}" if k.isidentifier() else f'{path}["{k}"]', k)
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(v, f"{path}[{i}]", parent_key)
-
-    walk(body, "$", "")
-    return cited, referenced
-
-
-def body_of_entry(entry: StoredEntry) -> dict[str, Any]:
-    """The stored JSON of a judge row (``capseal-judgment/1`` or ``capseal-artifact/1``).
-
-    Read one way only (``strict_json``): a member held twice reads as one record
-    to a parser keeping the last (Python's) and as another to one keeping the
-    first, so it is refused, as are NaN/Infinity and nesting too deep to read
-    (a ``MalformedJSONError``, which is a ValueError) — the store writes none."""
-    value = strict_json(entry.body, "the stored judge row")
-    if not isinstance(value, dict):
-        raise ValueError("stored judge row is not a JSON object")
-    return value
-
-
-def declared_external(stored: Mapping[str, Any]) -> tuple[str, ...]:
-    """The digests a stored judgment row was sealed citing or linking to in
-    another store (its ``external`` member; none when absent).
-
-    Args:
-        stored: the row's JSON (``capseal-judgment/1``).
-
-    Returns:
-        The digests, sorted.
-
-    Raises:
-        ValueError: ``external`` is not a non-empty, sorted list of distinct
-            64-hex digests (the only form the store writes).
-    """
-    if "external" not in stored:
-        return ()
-    value = stored["external"]
-    if (not isinstance(value, list) or not value or not all(isinstance(d, str) and is_hex64(d) for d in value)
-            or value != sorted(set(value))):
-        raise ValueError("the row's external member is not a sorted list of distinct 64-hex digests")
-    return tuple(value)
-
-
-def _artifact_content(stored: Mapping[str, Any]) -> tuple[str, Any, bytes]:
-    """(kind, content, digested bytes) of an artifact row."""
-    encoding = stored.get("encoding")
-    content = stored.get("content")
-    if encoding == "json":
-        return "json", content, canonical_bytes(content)
-    if encoding == "utf-8" and isinstance(content, str):
-        return "text", content, content.encode("utf-8")
-    if encoding == "base64" and isinstance(content, str):
-        data = base64.b64decode(content, validate=True)
-        return "bytes", data, data
-    raise ValueError(f"artifact encoding {encoding!r} is not json, utf-8 or base64")
-
-
-def digest_of_entry(entry: StoredEntry) -> str:
-    """Recompute a stored row's digest from its bytes (capsule id, record digest
-    or artifact content digest). Raises ValueError on malformed rows."""
-    if entry.record_type == "capsule":
-        capsule = entry.record().get("capsule")
-        if not isinstance(capsule, dict):
-            raise ValueError("capsule row has no capsule")
-        return capsule_id(capsule)
-    stored = body_of_entry(entry)
-    if entry.record_type == ARTIFACT_RECORD_TYPE:
-        return raw_digest(_artifact_content(stored)[2])
-    return json_digest(stored.get("record"))
-
-
 class JudgmentStore:
     """Seal judgment records into a ledger with any capseal signer, and read them.
 
-    ``ledger`` is a :class:`Ledger` or a path; ``signer`` is any
-    ``capseal.keys.Signer`` (software, PKCS#11, TPM). A store opened without a
-    signer reads and verifies only."""
+    Args:
+        ledger: a :class:`Ledger`, or a path to open one at (closed with the
+            store).
+        signer: any ``capseal.keys.Signer`` (software, PKCS#11, TPM); None
+            opens a store that reads and verifies only.
+
+    Raises:
+        LedgerError: the ledger at the path cannot be opened.
+    """
 
     def __init__(self, ledger: Ledger | str, signer: Any = None) -> None:
         self._owns = not isinstance(ledger, Ledger)
@@ -198,6 +129,7 @@ class JudgmentStore:
         self.signer = signer
 
     def close(self) -> None:
+        """Close the ledger if the store opened it (one passed in stays open)."""
         if self._owns:
             self.ledger.close()
 
@@ -210,14 +142,50 @@ class JudgmentStore:
     # ------------------------------------------------------------------ reading
 
     def has(self, digest: str) -> bool:
-        """Does ``digest`` resolve to a record (capsule, judgment or artifact) here?"""
+        """Does ``digest`` resolve to a record (capsule, judgment or artifact) here?
+
+        Args:
+            digest: 64 lowercase hex.
+
+        Returns:
+            True when a row has it as its record id (False for anything that is
+            not a digest).
+
+        Raises:
+            LedgerError: the ledger cannot be read (closed, damaged).
+        """
         return is_hex64(digest) and self.ledger.entry(digest) is not None
 
     def entry(self, digest: str) -> StoredEntry | None:
+        """The ledger row a digest names.
+
+        Args:
+            digest: 64 lowercase hex.
+
+        Returns:
+            The row, or None (also for anything that is not a digest).
+
+        Raises:
+            LedgerError: the ledger cannot be read (closed, damaged).
+        """
         return self.ledger.entry(digest) if is_hex64(digest) else None
 
     def target(self, digest: str, *, type: str | None = None) -> Target:
-        """A Target for a stored record, its digest *recomputed* from the stored bytes."""
+        """A Target for a stored record, its digest *recomputed* from the stored bytes.
+
+        Args:
+            digest: the record's digest.
+            type: what it is cited as (default: from the row).
+
+        Returns:
+            The Target, with the row's content.
+
+        Raises:
+            JudgmentRefusedError: ``citation_unresolved`` (no such row) or
+                ``record_digest_mismatch`` (its bytes give another digest).
+            ValueError: a malformed row.
+            LedgerError: the ledger cannot be read (closed, damaged).
+        """
         entry = self.entry(digest)
         if entry is None:
             raise JudgmentRefusedError(f"{digest} does not resolve in this store", rule="citation_unresolved")
@@ -225,28 +193,59 @@ class JudgmentStore:
         if recomputed != digest:
             raise JudgmentRefusedError(f"stored bytes give {recomputed}, not {digest}", rule="record_digest_mismatch")
         if entry.record_type == "capsule":
-            return Target._verified(type=type or "agent-action-capsule", digest=digest, kind="capsule", content=entry.record()["capsule"])
+            return Target.recorded(type=type or "agent-action-capsule", digest=digest, kind="capsule", content=entry.record()["capsule"])
         stored = body_of_entry(entry)
         if entry.record_type == ARTIFACT_RECORD_TYPE:
-            kind, content, _ = _artifact_content(stored)
-            return Target._verified(type=type or str(stored.get("artifact_type", "artifact")), digest=digest, kind=kind, content=content)
+            kind, content, _ = artifact_content(stored)
+            return Target.recorded(type=type or str(stored.get("artifact_type", "artifact")), digest=digest, kind=kind, content=content)
         body = stored["record"]
         name = str(body.get("record_version") or body.get("result_version")).split("/", 1)[0]
-        return Target._verified(type=type or name, digest=digest, kind="record", content=body)
+        return Target.recorded(type=type or name, digest=digest, kind="record", content=body)
 
     def value(self, digest: str) -> Any:
-        """The content a digest names: a capsule dict, a judgment body, or an
-        artifact's JSON value / text / bytes."""
+        """The content a digest names.
+
+        Args:
+            digest: the record's digest.
+
+        Returns:
+            A capsule dict, a judgment body, or an artifact's JSON value, text or
+            bytes.
+
+        Raises:
+            JudgmentRefusedError: as :meth:`target`.
+            ValueError: a malformed row.
+        """
         return self.target(digest).content
 
     def get(self, digest: str) -> SealedJudgment | None:
-        """A sealed judgment record by digest (None for capsules, artifacts, misses)."""
+        """A sealed judgment record by digest.
+
+        Args:
+            digest: the record's digest.
+
+        Returns:
+            The record, or None for a capsule, an artifact or a miss.
+
+        Raises:
+            ValueError: a malformed row.
+            LedgerError: the ledger cannot be read (closed, damaged).
+        """
         entry = self.entry(digest)
         if entry is None or not entry.record_type.startswith(RECORD_TYPE_PREFIX) or entry.record_type == ARTIFACT_RECORD_TYPE:
             return None
         return self._sealed(entry)
 
     def judgments(self) -> Iterator[SealedJudgment]:
+        """Every sealed judgment record, in ledger order.
+
+        Returns:
+            An iterator of records (capsules and artifacts left out).
+
+        Raises:
+            ValueError: a malformed row (when it is reached).
+            LedgerError: the ledger cannot be read (closed, damaged).
+        """
         for entry in self.ledger.entries():
             if entry.record_type.startswith(RECORD_TYPE_PREFIX) and entry.record_type != ARTIFACT_RECORD_TYPE:
                 yield self._sealed(entry)
@@ -270,8 +269,22 @@ class JudgmentStore:
         return self.signer
 
     def put(self, target: Target) -> Target:
-        """Keep a Target's content (JSON, text or bytes) as a signed artifact so
-        citations of it resolve here. Idempotent: the same content is kept once."""
+        """Keep a Target's content (JSON, text or bytes) as a signed artifact, so
+        citations of it resolve here. Idempotent: the same content is kept once.
+
+        Args:
+            target: the content, as a Target.
+
+        Returns:
+            The Target.
+
+        Raises:
+            JudgmentRefusedError: not a Target, a capsule or record Target not
+                held here (``artifact_kind``), content changed since the Target was
+                made (``record_digest_mismatch``), or ``signer_missing``.
+            SignerError: the signer could not sign; nothing was kept.
+            LedgerError: the ledger refused the row.
+        """
         target = computed(target, "target")
         if target.kind not in ("json", "text", "bytes"):
             if self.has(target.digest):
@@ -297,21 +310,80 @@ class JudgmentStore:
         return target
 
     def put_json(self, value: Any, *, type: str) -> Target:
+        """Keep a JSON value as an artifact (:meth:`put` of ``Target.of_json``).
+
+        Args:
+            value: the JSON value.
+            type: what it is.
+
+        Returns:
+            Its Target.
+
+        Raises:
+            CanonicalizationError: a value with no JCS form.
+            JudgmentRefusedError: as :meth:`put`.
+            SignerError: the signer could not sign; nothing was kept.
+        """
         return self.put(Target.of_json(value, type=type))
 
     def put_text(self, text: str, *, type: str) -> Target:
+        """Keep text as an artifact (:meth:`put` of ``Target.of_text``).
+
+        Args:
+            text: the text.
+            type: what it is.
+
+        Returns:
+            Its Target.
+
+        Raises:
+            JudgmentRefusedError: not a str, or as :meth:`put`.
+            SignerError: the signer could not sign; nothing was kept.
+        """
         return self.put(Target.of_text(text, type=type))
 
     def put_bytes(self, data: bytes, *, type: str) -> Target:
+        """Keep bytes as an artifact (:meth:`put` of ``Target.of_bytes``).
+
+        Args:
+            data: the bytes.
+            type: what they are.
+
+        Returns:
+            Their Target.
+
+        Raises:
+            JudgmentRefusedError: not bytes, or as :meth:`put`.
+            SignerError: the signer could not sign; nothing was kept.
+        """
         return self.put(Target.of_bytes(data, type=type))
 
     def seal(self, record: Any, *, links: Iterable[Link | dict[str, str]] = (), external: Iterable[str] = ()) -> SealedJudgment:
         """Check, sign and append one judgment record; returns once it is durable.
 
-        ``record`` is a builder model (``EvaluationReport`` …, ``EvidenceResult``)
-        or a body dict. Order: refusal engine → epistemic type from the shape →
-        link rules → every cited digest and link target resolves (or is listed
-        in ``external``) → sign → append. Any refusal leaves the store as it was."""
+        Order: refusal engine → epistemic type from the shape → link rules →
+        every cited digest and link target resolves (or is listed in
+        ``external``) → sign → append. Any refusal leaves the store as it was.
+
+        Args:
+            record: a builder model (``EvaluationReport`` …, ``EvidenceResult``)
+                or a body dict.
+            links: store-header links (Links or ``{type, target}``); a Close's
+                body links are mirrored here.
+            external: digests it may cite or link to that live in another store
+                (kept in its row and signed).
+
+        Returns:
+            The sealed record.
+
+        Raises:
+            JudgmentRefusedError: the rule the record, a link or a citation
+                breaks (``citation_unresolved``, ``link_target_unresolved``,
+                ``link_to_self``, ``rated_case_not_blind``,
+                ``record_already_sealed``, ``signer_missing`` …).
+            SignerError: the signer could not sign; nothing was appended.
+            LedgerError: the ledger refused the row.
+        """
         body = record.body() if hasattr(record, "body") and callable(record.body) else record
         if not isinstance(body, Mapping):
             raise JudgmentRefusedError("a judgment record is a JSON object", rule="record_not_object")
@@ -353,18 +425,38 @@ class JudgmentStore:
         stored: dict[str, Any] = {"record_version": JUDGMENT_STORE_VERSION, "record": body}
         if declared:
             stored["external"] = declared
-        return self._append(stored, digest, record_type, epistemic_type, links_t)
+        sealed = self._append(stored, digest, record_type, epistemic_type, links_t)
+        assert isinstance(sealed, SealedJudgment)  # a judgment row, not an artifact's
+        return sealed
 
     def supersede(self, old: SealedJudgment | str, record: Any, *, links: Iterable[Link | dict[str, str]] = (), external: Iterable[str] = ()) -> SealedJudgment:
         """Correct ``old`` (a wrong type, a wrong verdict) the only way the Evidence
-        Layer allows: a new record with a ``supersedes`` link to it. ``old`` is
-        left as it is and still verifies."""
+        Layer allows: a new record with a ``supersedes`` link to it.
+
+        ``old`` is left as it is and still verifies.
+
+        Args:
+            old: the record to correct, or its digest.
+            record: the correcting record.
+            links: further links.
+            external: as :meth:`seal`.
+
+        Returns:
+            The new record.
+
+        Raises:
+            JudgmentRefusedError: ``old`` is no judgment record here
+                (``link_target_unresolved``), or as :meth:`seal`.
+            SignerError: the signer could not sign; nothing was appended.
+            LedgerError: the ledger refused the row.
+        """
         old_digest = digest_of(old)
         if self.get(old_digest) is None:
             raise JudgmentRefusedError(f"{old_digest[:16]}… is no judgment record in this store", rule="link_target_unresolved")
         return self.seal(record, links=[Link.to("supersedes", old_digest), *links], external=external)
 
-    def _append(self, stored: dict[str, Any], digest: str, record_type: str, epistemic_type: str, links: tuple[dict[str, str], ...]) -> Any:
+    def _append(self, stored: dict[str, Any], digest: str, record_type: str, epistemic_type: str,
+                links: tuple[dict[str, str], ...]) -> StoredEntry | SealedJudgment:
         # every record capseal writes nests at most MAX_DEPTH deep, so any verifier can read it back
         check_json(stored, max_depth=MAX_DEPTH)
         signer = self._require_signer()

@@ -46,7 +46,7 @@ from .rules import check_body, check_links, epistemic_type_of
 from .store import (
     JudgmentStore,
     SealedJudgment,
-    _artifact_content,
+    artifact_content,
     body_of_entry,
     cited_digests,
     declared_external,
@@ -71,6 +71,12 @@ class JudgmentReport(HasFindings):
     pinned: bool = False  # signed by one of the trusted keys (never when none were given)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON (the CLI's and the audit's form).
+
+        Returns:
+            ``{ok, record_id, record_type, epistemic_type, signature, signer_kid,
+            signer_pinned, findings, note}``.
+        """
         return {
             "ok": self.ok, "record_id": self.record_id, "record_type": self.record_type,
             "epistemic_type": self.epistemic_type, "signature": self.signature, "signer_kid": self.signer_kid,
@@ -146,7 +152,19 @@ def _compare_copy(record: SealedJudgment, entry: StoredEntry, report: JudgmentRe
 
 
 def verify_entry(entry: StoredEntry, *, ledger: Ledger, keys: Any) -> Any:
-    """``capseal.audit`` hook: a ``RecordReport`` for one ``judge:`` ledger row."""
+    """The hook ``capseal.audit.verify_ledger`` calls for each ``judge:`` row.
+    Never raises.
+
+    Args:
+        entry: the ledger row.
+        ledger: the ledger holding it and what it cites.
+        keys: the audit's ``KeyDirectory`` (the caller's trusted keys).
+
+    Returns:
+        A ``capseal.audit.RecordReport``: ``ok`` when intact, well-formed,
+        resolving and signed (``verifier_internal_error`` if the check itself
+        failed).
+    """
     from capseal.audit import RecordReport
 
     try:
@@ -191,7 +209,7 @@ def _check_artifact(entry: StoredEntry, stored: Mapping[str, Any], add: Any) -> 
     try:
         from capseal.canonical import raw_digest
 
-        digest = raw_digest(_artifact_content(stored)[2])
+        digest = raw_digest(artifact_content(stored)[2])
     except Exception as exc:
         add(Finding("record_malformed", f"artifact content unreadable: {exc}"))
         return None

@@ -93,7 +93,7 @@ SHAPES: dict[str, Shape] = {
 }
 
 #: Evidence Result v0: not a judge-family shape (no epistemic_type member); its
-#: store type is derived from its claims' tiers (see ``result.result_epistemic_type``).
+#: store type is derived from its claims' tiers (see ``rules.epistemic_type_of``).
 RESULT_VERSION = "evidence-result-v0"
 RESULT_RECORD_TYPE = RECORD_TYPE_PREFIX + "evidence-result/v0"
 RESULT_SCHEMA = "evidence-result-v0.json"
@@ -111,7 +111,17 @@ GRADES = ("self-attested", "witnessed", "countersigned")
 
 
 def record_type_for(record_version: str) -> str:
-    """Store ``record_type`` for a body's ``record_version`` / ``result_version``."""
+    """The store ``record_type`` for a body's version.
+
+    Args:
+        record_version: a body's ``record_version`` or ``result_version``.
+
+    Returns:
+        ``judge:<version>``.
+
+    Raises:
+        KeyError: no shape has that version.
+    """
     if record_version == RESULT_VERSION:
         return RESULT_RECORD_TYPE
     shape = SHAPES.get(record_version)
@@ -121,7 +131,14 @@ def record_type_for(record_version: str) -> str:
 
 
 def shape_for_record_type(record_type: str) -> Shape | None:
-    """The judge-family shape a store ``record_type`` names, or None."""
+    """The judge-family shape a store ``record_type`` names.
+
+    Args:
+        record_type: a store header's record type.
+
+    Returns:
+        The shape, or None for any other record type.
+    """
     if not record_type.startswith(RECORD_TYPE_PREFIX):
         return None
     return SHAPES.get(record_type[len(RECORD_TYPE_PREFIX):])

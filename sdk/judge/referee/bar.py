@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from capseal.errors import RefereeInputError
-from capseal.model import _timestamp
+from capseal.model import check_timestamp
 
 __all__ = ["BUCKETS", "Recorded", "parse_time", "format_time", "bar_until", "barred", "corroborated"]
 
@@ -45,7 +45,7 @@ def parse_time(value: Any, path: str = "$") -> datetime:
     if not isinstance(value, str):
         raise RefereeInputError(f"a time is an RFC 3339 UTC timestamp string, not {type(value).__name__}", path=path)
     try:
-        _timestamp(value)
+        check_timestamp(value)
     except ValueError as exc:
         raise RefereeInputError(f"{value[:40]!r} {exc}", path=path) from None
     second = value[:19]

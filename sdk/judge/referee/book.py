@@ -51,7 +51,7 @@ from capseal.errors import DuplicateRecordError, LedgerCorruptError, MalformedJS
 from capseal.findings import Finding
 from capseal.judge.envelope import header_commitment, sign_judgment, verify_judgment_envelope
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
-from capseal.model import _timestamp
+from capseal.model import check_timestamp
 from capseal.record import dumps_canonical, epistemic_type_for_capsule, strict_json
 
 from .halves import Half, check_id
@@ -90,7 +90,13 @@ class BookRow:
         return pair_id_of(self.key)
 
     def to_json(self) -> dict[str, Any]:
-        """The row as ``book show --json`` prints it."""
+        """The row as ``book show --json`` prints it.
+
+        Returns:
+            ``{record_id, seq, pair_id, pair, capsule_ids, row, called, at,
+            pair_state}``, with ``in_flight``, ``ruling_id`` and ``statement_id``
+            when set.
+        """
         out: dict[str, Any] = {"record_id": self.record_id, "seq": self.seq, "pair_id": self.pair_id,
                                "pair": pair_key_json(self.key), "capsule_ids": list(self.capsule_ids),
                                "row": dict(self.row), "called": self.called, "at": self.at,
@@ -114,7 +120,12 @@ class HeldHalf:
     at: str
 
     def to_json(self) -> dict[str, Any]:
-        """The held half as ``book show --json`` prints it."""
+        """The held half as ``book show --json`` prints it.
+
+        Returns:
+            ``{record_id, twin_bracket_id, request_digest, node_id, capsule_id,
+            pair_state, at}``.
+        """
         return {"record_id": self.record_id, "twin_bracket_id": self.twin_bracket_id,
                 "request_digest": self.request_digest, "node_id": self.node_id, "capsule_id": self.capsule_id,
                 "pair_state": "one_half_unavailable", "at": self.at}
@@ -145,7 +156,7 @@ def keep_record(ledger: Ledger, half: Half) -> None:
 
 def _is_time(value: Any) -> bool:
     try:
-        _timestamp(value)
+        check_timestamp(value)
     except (ValueError, TypeError):
         return False
     return isinstance(value, str)
@@ -295,11 +306,24 @@ class Book:
 
         Returns:
             Its rows (empty for a pair the book never saw).
+
+        Raises:
+            LedgerCorruptError: a book row the book does not write.
         """
         return [r for r in self.rows() if r.key == key]
 
     def latest(self, key: PairKey) -> BookRow | None:
-        """The pair's latest row, or None."""
+        """The pair's latest row.
+
+        Args:
+            key: the pair's key.
+
+        Returns:
+            That row, or None for a pair the book never saw.
+
+        Raises:
+            LedgerCorruptError: a book row the book does not write.
+        """
         rows = self.history(key)
         return rows[-1] if rows else None
 
@@ -311,6 +335,9 @@ class Book:
 
         Returns:
             That row, or None when the call was not made.
+
+        Raises:
+            LedgerCorruptError: a book row the book does not write.
         """
         called = [r for r in self.history(key) if r.called]
         return called[-1] if called else None
@@ -320,6 +347,9 @@ class Book:
 
         Returns:
             The :class:`HeldHalf` list.
+
+        Raises:
+            LedgerCorruptError: a held-half record the book does not write.
         """
         out = []
         for entry, body in self._bodies(HELD_HALF_TYPE):
@@ -329,11 +359,14 @@ class Book:
         return out
 
     def orphans(self) -> list[HeldHalf]:
-        """Held halves whose twin has not come: no book row of their bracket
-        and request names their node.
+        """Held halves whose twin has not come: no book row of their bracket and
+        request names their node.
 
         Returns:
             The :class:`HeldHalf` list.
+
+        Raises:
+            LedgerCorruptError: a record the book does not write.
         """
         rows = self.rows()
         return [h for h in self.held()

@@ -61,6 +61,12 @@ class RulingReport(HasFindings):
     findings: list[Finding] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON.
+
+        Returns:
+            ``{ok, statement_id, ruling_id, referee, tier, verdict, because,
+            findings, note}``.
+        """
         return {"ok": self.ok, "statement_id": self.statement_id, "ruling_id": self.ruling_id, "referee": self.referee,
                 "tier": self.tier, "verdict": self.verdict, "because": self.because,
                 "findings": [f.to_dict() for f in self.findings],

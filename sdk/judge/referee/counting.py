@@ -51,7 +51,11 @@ class Tally:
     contradicted: int
 
     def to_json(self) -> dict[str, Any]:
-        """The counts as JSON."""
+        """The counts as JSON.
+
+        Returns:
+            ``{node_id, model_hash, corroborated, contradicted}``.
+        """
         return {"node_id": self.node_id, "model_hash": self.model_hash, "corroborated": self.corroborated,
                 "contradicted": self.contradicted}
 
@@ -70,6 +74,9 @@ def counted_rulings(book: Book, roster: Iterable[Candidate],
 
     Returns:
         The counted verdicts, in book order.
+
+    Raises:
+        LedgerCorruptError: a book row the book does not write.
     """
     roster = list(roster)
     keys = {c.node_id: c.announced_key for c in roster}
@@ -167,6 +174,16 @@ class StopRouting:
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> StopRouting:
-        """The rule from ``{"n", "days"}`` (refused as the constructor refuses)."""
+        """The rule from its JSON form.
+
+        Args:
+            value: ``{"n", "days"}``.
+
+        Returns:
+            The rule.
+
+        Raises:
+            RefereeInputError: as the constructor refuses.
+        """
         return cls(value.get("n"), value.get("days"))  # type: ignore[arg-type]
 

@@ -126,6 +126,9 @@ class Referee:
         Returns:
             ``history`` (no referee named) and its book's rulings that verify
             under their referees' announced keys.
+
+        Raises:
+            LedgerCorruptError: a book row the book does not write.
         """
         return [Counted(r, None) for r in self.history] + counted_rulings(self.book, self.roster, self._checked)
 

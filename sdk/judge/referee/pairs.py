@@ -76,7 +76,11 @@ class Pair:
         return [h.capsule_id for h in self.halves]
 
     def comparison(self) -> Comparison:
-        """The halves' answers compared (C1–C4)."""
+        """The halves' answers compared (C1–C4).
+
+        Returns:
+            The :class:`Comparison`.
+        """
         return compare(self.halves[0].text, self.halves[1].text)
 
     @property
