@@ -23,5 +23,5 @@ echo "lower bounds: ${differ[*]}; testing the fast paths at the lower bounds in 
 [ -x .venv-lower/bin/python ] || "${PYTHON:-python3}" -m venv .venv-lower
 .venv-lower/bin/python -m pip install -q -c "$bounds" -e ".[test,pkcs11,tpm]"
 .venv-lower/bin/python -m pytest -q -p no:cacheprovider \
-  tests/test_canonical.py tests/test_pkcs11_fast.py tests/test_pkcs11_signer.py tests/test_pkcs11_signing_process.py \
+  tests/core/test_canonical.py tests/test_pkcs11_fast.py tests/test_pkcs11_signer.py tests/test_pkcs11_signing_process.py \
   tests/test_tpm_signer.py tests/test_tpm_device.py

@@ -32,17 +32,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from capseal.keys import SignatureResult, Signer, SignerSelfTest
+from capseal.keys import Signer, SignerSelfTest
 
 from . import process
 from ._internal import inputs, lifecycle, sealing
-from ._internal.lifecycle import NOT_GIVEN, Flow, Flows, rebuild_flow
+from ._internal.device import DeviceSealing
+from ._internal.lifecycle import NOT_GIVEN, Flow, Flows
 from ._internal.pipeline import CloseOnce, CloseOutcome, SigningPipeline
 from ._internal.sealing import CUSTODY_MEMBER, Identity, Prepared
 from ._internal.writer import OrderedWriter, PendingRecord
 from ._version import __version__
 from .arguments import timeout as timeout_arg
-from .canonical import is_hex64
 from .errors import DuplicateRecordError, InputError, LedgerClosedError, LedgerError, SignerUnavailableError, shown
 from .ledger import Ledger
 from .record import SealedRecord, epistemic_type_for_capsule
@@ -91,44 +91,12 @@ class Producer:
         SignerError: the signer's self-test failed.
     """
 
-    def __init__(
-        self,
-        operator: str,
-        developer: str,
-        signer: Signer,
-        ledger: str | os.PathLike[str] | Ledger,
-        *,
-        epoch_id: str | None = None,
-        model_id: str | None = None,
-        provider: str | None = None,
-        clock: Callable[[], str] = sealing.utc_now,
-        verify_signatures: str = "device",
-        cite_epoch: bool = False,
-        continue_epoch: bool = False,
-    ) -> None:
-        inputs.identity("operator", operator)
-        inputs.identity("developer", developer)
-        if verify_signatures not in ("device", "always"):
-            raise InputError("verify_signatures is 'device' (tokens and TPMs) or 'always'")
-        if not callable(clock):
-            raise InputError("clock is a function returning an RFC 3339 UTC timestamp")
-        sealing.check_clock(clock)
-        # only the type is named: a key URI passed here may carry its PIN
-        if not isinstance(signer, Signer):
-            raise InputError(f"signer is a capseal.keys.Signer, not a {type(signer).__name__} "
-                             "(capseal.keys.open_signer(uri) opens one from a key URI)")
-        if not isinstance(ledger, (str, os.PathLike, Ledger)):
-            raise InputError(f"ledger is a file path or a capseal.Ledger, not a {type(ledger).__name__}")
-        ledger_path = None if isinstance(ledger, Ledger) else inputs.ledger_path(ledger)
-        _check_epoch_id(epoch_id)
-        if continue_epoch and epoch_id is not None:
-            raise InputError("give epoch_id (a new epoch) or continue_epoch=True (the last one), not both")
-        if (model_id is None) != (provider is None):
-            raise InputError("model_id and provider are given together or not at all "
-                             "(model_attestation holds both or neither)")
-        inputs.texts(optional=True, model_id=model_id, provider=provider)
-        if isinstance(ledger, Ledger) and ledger._forked:  # before the signer's self-test
-            raise ledger._fork_error("Producer()")
+    def __init__(self, operator: str, developer: str, signer: Signer, ledger: str | os.PathLike[str] | Ledger, *,
+                 epoch_id: str | None = None, model_id: str | None = None, provider: str | None = None,
+                 clock: Callable[[], str] = sealing.utc_now, verify_signatures: str = "device",
+                 cite_epoch: bool = False, continue_epoch: bool = False) -> None:
+        ledger_path = inputs.producer_arguments(operator, developer, signer, ledger, epoch_id, model_id, provider, clock,
+                               verify_signatures, continue_epoch)
         self.operator, self.developer, self.signer = operator, developer, signer
         self.cite_epoch = cite_epoch
         self._identity = Identity(operator, developer)
@@ -137,7 +105,6 @@ class Producer:
         self._model = (model_id, provider)
         self._flows = Flows()
         self._closed = False
-        self._pipeline: SigningPipeline | None = None
         self._epoch_lock = threading.Lock()
         self._closing = CloseOnce(self._epoch_lock)  # see close()
         # everything given is checked before a ledger file is made: the signer,
@@ -149,6 +116,8 @@ class Producer:
         self._owns_ledger = ledger_path is not None
         self.ledger = Ledger(ledger_path) if ledger_path is not None else _as_ledger(ledger)
         self._writer = OrderedWriter(self.ledger, f"{operator}\x1f{developer}", self._epoch_lock)
+        self._device = DeviceSealing(signer, self._writer, verify=self._check_every_signature, lock=self._epoch_lock,
+                                     closed=lambda: self._closed)
         try:
             if not (continue_epoch and self._continue_epoch()):
                 self._prepare_epoch(first_epoch)
@@ -197,7 +166,7 @@ class Producer:
         Raises:
             InputError: a bad id, or one opened before (the open epoch stays open).
         """
-        _check_epoch_id(epoch_id)
+        inputs.epoch(epoch_id)
         self.flush()
         return self._prepare_epoch(self._new_epoch_id() if epoch_id is None else epoch_id)
 
@@ -366,37 +335,17 @@ class Producer:
         return self._writer.keep_findable(pending)
 
     def _submit_pipelined(self, spec: dict[str, Any], parent: PendingRecord | None = None) -> PendingRecord:
-        """Steps 1 and 2 here; the signature on the pipeline's signing thread
-        (a TPM: queued on its own worker); steps 4 and 5 on its finishing thread."""
+        """Steps 1 and 2 here, the rest on the device's signing pipeline."""
         if self._closed:
             raise LedgerClosedError("this producer is closed")
         prepared = self._prepare(spec)
         pending = PendingRecord(prepared.capsule_id)
-        self._signing_pipeline().put((prepared, pending, parent))
+        self._device.put(prepared, pending, parent)
         return self._writer.keep_findable(pending)  # once queued (a put that failed left nothing to wait for)
 
-    def _signing_pipeline(self) -> SigningPipeline:
-        if self._pipeline is None:
-            with self._epoch_lock:
-                if self._closed:  # close() ran meanwhile: nobody would close a pipeline made now
-                    raise LedgerClosedError("this producer is closed")
-                if self._pipeline is None:
-                    signer = self.signer
-                    queued = getattr(signer, "queues_signatures", False)
-                    self._pipeline = SigningPipeline(
-                        signer.kid[:16],
-                        sign=None if queued else (lambda job: signer.sign(job[0].tbs.tbs)),
-                        begin=(lambda job: signer.begin_sign(job[0].tbs.tbs)) if queued else None,
-                        finish=self._finish_pipelined,
-                        fail=lambda job, exc: job[1].fail(exc),
-                    )
-        return self._pipeline
-
-    def _finish_pipelined(self, job: tuple[Prepared, PendingRecord, PendingRecord | None],
-                          signature: SignatureResult) -> None:
-        prepared, pending, parent = job
-        record = sealing.complete(self.signer, prepared, signature, verify=self._check_every_signature)
-        pending.resolve(record, self._writer.enqueue(record, wake=True, parent=parent))
+    @property
+    def _pipeline(self) -> SigningPipeline | None:
+        return self._device.pipeline
 
     # ------------------------------------------------------------------ observers and closing
 
@@ -487,11 +436,7 @@ class Producer:
             action_type: ``decide`` or ``fyi``.
             extra: other capsule members (a block the call builds is merged member by member).
 
-        Returns:
-            The sealed record, once durable.
-
-        Raises:
-            as :meth:`seal`.
+        Returns the sealed record once durable; raises as :meth:`seal`.
         """
         spec, flow = lifecycle.planned(action_id, effect_type=effect_type, request=request,
                                        irreversibility_class=irreversibility_class, external_ref=external_ref,
@@ -608,37 +553,9 @@ class Producer:
         return self._seal(spec, self._writer.parent_known(spec))
 
     def _flow(self, parent: Parent, name: str = "parent") -> Flow:
-        """The flow ``parent`` belongs to: this producer's own, or rebuilt from
-        its capsule exactly as the producer that sealed it held it."""
+        """The flow ``parent`` belongs to (see :func:`lifecycle.flow_of`)."""
         self._refuse_if_forked("Producer: sealing a lifecycle capsule")
-        pid = _id_of(parent, name)
-        flow = self._flows.get(pid)
-        if flow is not None:
-            return flow
-        if isinstance(parent, SealedRecord):
-            self._writer.known(pid)  # a record of another ledger: refused as a chain to it is
-            return rebuild_flow(parent.capsule, self._stored_capsule)
-        capsule = self._stored_capsule(pid)
-        if capsule is None:
-            raise InputError(f"{name} {pid} is not in this producer's ledger")
-        return rebuild_flow(capsule, self._stored_capsule)
-
-    def _stored_capsule(self, capsule_id: str) -> dict[str, Any] | None:
-        record = self.ledger.get(capsule_id) if is_hex64(capsule_id) else None
-        return None if record is None else record.capsule
-
-
-def _check_epoch_id(epoch_id: Any) -> None:
-    """None (a new id is made) or a producer name (:func:`inputs.identity`).
-
-    Raises:
-        InputError: anything else.
-    """
-    if epoch_id is not None:
-        try:
-            inputs.identity("epoch_id", epoch_id)
-        except InputError as exc:
-            raise InputError(f"epoch_id is a non-empty string, or None for a new one ({exc})") from None
+        return lifecycle.flow_of(parent, _id_of(parent, name), name, self._flows, self._writer.known, self.ledger.get)
 
 
 def _as_ledger(ledger: object) -> Ledger:

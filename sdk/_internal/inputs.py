@@ -12,11 +12,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from capseal.keys import Signer
+
 from ..canonical import is_hex64
 from ..errors import InputError, LedgerError, shown
+from ..ledger import Ledger
 from ..record import SealedRecord
+from . import sealing
 
-__all__ = ["text", "texts", "identity", "capsule_ref", "ledger_path"]
+__all__ = ["text", "texts", "identity", "capsule_ref", "ledger_path", "epoch", "producer_arguments"]
 
 # C0 controls and DEL: never part of a name a person reads, and U+001F is the
 # separator of the ledger's producer stream key (operator, developer)
@@ -103,6 +107,54 @@ def ledger_path(value: Any) -> Path:
     if "\x00" in raw:
         raise LedgerError(f"ledger path {shown(raw)} holds a NUL byte, which no file name can")
     return Path(raw)
+
+
+def producer_arguments(operator: Any, developer: Any, signer: Any, ledger: Any, epoch_id: Any, model_id: Any, provider: Any,
+             clock: Any, verify_signatures: Any, continue_epoch: bool) -> Path | None:
+    """Every argument of :class:`Producer` checked before anything is made.
+
+    Returns:
+        The ledger path to open, or None for a :class:`Ledger` given.
+
+    Raises:
+        InputError, LedgerError, LedgerForkedError: as the class says.
+    """
+    identity("operator", operator)
+    identity("developer", developer)
+    if verify_signatures not in ("device", "always"):
+        raise InputError("verify_signatures is 'device' (tokens and TPMs) or 'always'")
+    if not callable(clock):
+        raise InputError("clock is a function returning an RFC 3339 UTC timestamp")
+    sealing.check_clock(clock)
+    if not isinstance(signer, Signer):  # only the type is named: a key URI passed here may carry its PIN
+        raise InputError(f"signer is a capseal.keys.Signer, not a {type(signer).__name__} "
+                         "(capseal.keys.open_signer(uri) opens one from a key URI)")
+    if not isinstance(ledger, (str, os.PathLike, Ledger)):
+        raise InputError(f"ledger is a file path or a capseal.Ledger, not a {type(ledger).__name__}")
+    path = None if isinstance(ledger, Ledger) else ledger_path(ledger)
+    epoch(epoch_id)
+    if continue_epoch and epoch_id is not None:
+        raise InputError("give epoch_id (a new epoch) or continue_epoch=True (the last one), not both")
+    if (model_id is None) != (provider is None):
+        raise InputError("model_id and provider are given together or not at all "
+                         "(model_attestation holds both or neither)")
+    texts(optional=True, model_id=model_id, provider=provider)
+    if isinstance(ledger, Ledger) and ledger._forked:  # before the signer's self-test
+        raise ledger._fork_error("Producer()")
+    return path
+
+
+def epoch(epoch_id: Any) -> None:
+    """None (a new id is made) or a producer name (:func:`identity`).
+
+    Raises:
+        InputError: anything else.
+    """
+    if epoch_id is not None:
+        try:
+            identity("epoch_id", epoch_id)
+        except InputError as exc:
+            raise InputError(f"epoch_id is a non-empty string, or None for a new one ({exc})") from None
 
 
 def _refuse(name: str, value: Any, what: str) -> Any:

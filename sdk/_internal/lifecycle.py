@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..canonical import json_digest
+from ..canonical import is_hex64, json_digest
 from ..errors import InputError, shown
 from .inputs import texts
 
@@ -152,6 +152,40 @@ class Flows:
     def forget(self, capsule_id: str) -> None:
         with self._lock:
             self._flows.pop(capsule_id, None)
+
+
+def flow_of(parent: Any, parent_id: str, name: str, flows: Flows, known: Callable[[str], object],
+            get: Callable[[str], Any]) -> Flow:
+    """The flow ``parent`` belongs to: this producer's own, or rebuilt from its
+    capsule exactly as the producer that sealed it held it.
+
+    Args:
+        parent: a SealedRecord, or the capsule id ``parent_id``.
+        parent_id: its capsule id (checked).
+        name: the argument's name, for errors.
+        flows: this producer's flows.
+        known: raises InputError for a record neither in the ledger nor on its way.
+        get: the ledger's stored record with an id, or None.
+
+    Raises:
+        InputError: a parent this producer's ledger does not hold.
+    """
+    flow = flows.get(parent_id)
+    if flow is not None:
+        return flow
+
+    def stored(capsule_id: str) -> Mapping[str, Any] | None:
+        record = get(capsule_id) if is_hex64(capsule_id) else None
+        return None if record is None else record.capsule
+
+    capsule = getattr(parent, "capsule", None)
+    if capsule is not None:  # a SealedRecord: a record of another ledger is refused as a chain to it is
+        known(parent_id)
+        return rebuild_flow(capsule, stored)
+    found = stored(parent_id)
+    if found is None:
+        raise InputError(f"{name} {parent_id} is not in this producer's ledger")
+    return rebuild_flow(found, stored)
 
 
 # ---------------------------------------------------------------------------- the specs of lifecycle calls

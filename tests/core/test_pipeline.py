@@ -606,7 +606,7 @@ def test_close_racing_the_first_submit_leaves_no_pipeline_running(tmp_path: Path
     with producer._epoch_lock:  # the submit stops just before it makes the pipeline
         caller = threading.Thread(target=submit)
         caller.start()
-        assert _until(lambda: _waiting_in(caller, "_signing_pipeline"))
+        assert _until(lambda: _waiting_in(caller, "_signing_pipeline", "device.py"))
         closer = threading.Thread(target=producer.close)
         closer.start()
         assert _until(lambda: _waiting_in(closer, "run", "pipeline.py"))  # CloseOnce.run, at the producer's lock

@@ -28,7 +28,7 @@ from capseal.errors import LedgerForkedError, SignerForkedError
 from capseal.keys import UnsafeEphemeralSigner, open_signer
 from capseal.ledger import LedgerEntry
 
-from .forking import ForkedChild, attempt, held_elsewhere, in_child
+from ..forking import ForkedChild, attempt, held_elsewhere, in_child
 
 KEY = 0x81000C01  # a handle of our own on the shared session swtpm
 FYI = {"action_type": "fyi"}

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from .secret_files import write_secret
+from ..secret_files import write_secret
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 #: what examples/twins_referee.py prints for the rules' three regimes, whatever its keys
 TWINS_REFEREE = [
@@ -64,7 +64,7 @@ CHECKED_ELSEWHERE: dict[str, str] = {"judge_three_ways.py": "judge", "interpret_
 
 
 def test_every_example_has_expectations() -> None:
-    tests_dir = Path(__file__).parent
+    tests_dir = Path(__file__).parent.parent
     for name in _scripts():
         if name in EXPECTED:
             continue

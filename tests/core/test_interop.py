@@ -28,7 +28,7 @@ from capseal import Producer
 from capseal.canonical import LOCAL_ONLY_FIELDS, canonical_bytes
 from capseal.keys import UnsafeEphemeralSigner
 
-from . import matrix
+from .. import matrix
 
 
 @pytest.fixture(scope="module")

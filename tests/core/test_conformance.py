@@ -23,7 +23,7 @@ from agent_action_capsule.producer_envelope import verify_producer_envelope as r
 import capseal
 from capseal.envelope import verify_profile_envelope
 
-VEC = Path(__file__).parent / "vectors"
+VEC = Path(__file__).parent.parent / "vectors"
 CAPSULE_DIR = VEC / "capsule-vectors" / "vectors" / "capsule"
 OLD_DIR = VEC / "capsule-vectors" / "test-vectors"
 ENVELOPE_DIR = VEC / "producer-envelope"

@@ -25,7 +25,7 @@ import pytest
 
 from capseal import __version__
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
