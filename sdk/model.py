@@ -95,9 +95,6 @@ def check_timestamp(value: str) -> str:
     return value
 
 
-_timestamp = check_timestamp  # the name the producer calls it by
-
-
 _NAMESPACED_RE = r"^(x-.+|[^:]+:.+|[A-Za-z0-9-]+(\.[A-Za-z0-9_-]+)+)$"
 _is_namespaced = re.compile(_NAMESPACED_RE).fullmatch  # as pydantic's pattern: no final newline
 Namespaced = Annotated[str, StringConstraints(pattern=_NAMESPACED_RE)]
@@ -129,7 +126,7 @@ CitationPurpose = (
 
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-Timestamp = Annotated[str, AfterValidator(_timestamp)]
+Timestamp = Annotated[str, AfterValidator(check_timestamp)]
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 SafeInt = Annotated[int, Field(ge=-(2**53 - 1), le=2**53 - 1)]
 

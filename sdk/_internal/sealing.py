@@ -28,7 +28,7 @@ from ..assurance import derive_assurance, enforce_claim
 from ..canonical import MAX_DEPTH, canonical_bytes
 from ..envelope import PROFILE, ToBeSigned, complete_envelope, prepare_envelope
 from ..errors import InputError, SealAbortedError, shown
-from ..model import _timestamp, validate_capsule
+from ..model import check_timestamp, validate_capsule
 from ..record import SealedRecord
 from ..verify import verify_for_seal
 from ..vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
@@ -288,7 +288,7 @@ def check_clock(clock: Callable[[], str]) -> None:
     """
     stamp = read_clock(clock)
     try:
-        _timestamp(stamp)
+        check_timestamp(stamp)
     except ValueError as exc:
         raise InputError(f"clock() returned {shown(stamp, 40)}, which {exc}") from None
 
