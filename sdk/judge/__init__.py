@@ -25,7 +25,9 @@ these):
 * ``shapes``, ``result``, ``extension`` (typed builders);
 * ``envelope``, ``store``, ``verify`` (seal, keep, check);
 * ``judges`` (three ways of judging);
-* ``referee`` (a package: twins and a referee).
+* ``referee`` (a package: twins and a referee);
+* ``interpret`` (a package: what a verdict means, read-only, for every record
+  here and for stored jury verdicts).
 """
 
 from .citation import Citation, DigestRef, Target
