@@ -18,6 +18,7 @@ record; pass ``trusted_keys`` to turn an unknown signer into an error.
 from __future__ import annotations
 
 import importlib
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 
+from . import _ledger_audit
 from .canonical import capsule_id, hex_bytes, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
 from .errors import LedgerCorruptError, MalformedJSONError
@@ -240,14 +242,23 @@ def verify_ledger(
     evidence: bool = False,
     evidence_trust: Any = None,
 ) -> LedgerReport:
-    """Verify a whole ledger file. Never raises; ``ok`` gates everything."""
+    """Verify a whole ledger file. Never raises; ``ok`` gates everything.
+    A file that is damaged, empty or not a capseal ledger is reported as such
+    (``ledger_corrupt``, ``ledger_empty``, ``ledger_not_capseal``), every
+    record that can still be read is verified; ``ledger_unreadable`` says
+    only that it could not be read here (missing, locked, no permission, a
+    format this capseal does not read)."""
     report = LedgerReport(path=str(path), ok=False)
+    empty = _ledger_audit.empty_finding(path)
+    if empty is not None:
+        report.findings.append(empty)
+        return report
     try:
-        with Ledger(path, readonly=True) as ledger:
+        with _ledger_audit.AuditLedger(path, readonly=True) as ledger:
             with ledger.snapshot():
                 _verify_open_ledger(ledger, report, KeyDirectory(trusted_keys), evidence, evidence_trust)
     except Exception as exc:  # never raise: report why it could not run
-        report.findings.append(Finding("ledger_unreadable", f"{type(exc).__name__}: {exc}"))
+        report.findings.append(_ledger_audit.failure_finding(exc))
         report.ok = False
         return report
     report.ok = not any(f.severity == "error" for f in report.findings) and all(r.ok for r in report.records)
@@ -255,10 +266,11 @@ def verify_ledger(
 
 
 def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory, evidence: bool, evidence_trust: Any) -> None:
-    for problem in ledger.check_chain():
+    for problem in ledger.check_chain():  # rows SQLite cannot read are among these
         report.findings.append(Finding("ledger_chain_broken", problem))
-    entries: list[StoredEntry] = list(ledger.entries())
-    capsule_entries = [e for e in entries if e.record_type == "capsule"]
+    entries: list[StoredEntry] = list(ledger.entries(damaged=[]))
+    report.findings.extend(_ledger_audit.file_findings(ledger, entries))
+    capsule_entries = [e for e in entries if e.record_type == "capsule" and e.damage is None]
     capsules: list[dict[str, Any]] = []
     bodies: dict[int, dict[str, Any]] = {}
     for e in capsule_entries:
@@ -291,14 +303,21 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
         rr.findings.extend(sig_findings)
         if verdict == "unclaimed":
             rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
+        rr.findings.extend(_ledger_audit.column_findings(e, body, capsule=True))
         by_seq[e.seq] = rr
     if evidence:
         _check_evidence(ledger, capsule_entries, by_seq, evidence_trust)
     for e in entries:
+        if e.damage is not None:
+            report.records.append(RecordReport(e.seq, e.record_id, e.record_type, False,
+                                               [Finding("record_unreadable", f"the row is damaged ({e.damage})")]))
+            continue
         if e.record_type == "capsule":
             rr = by_seq[e.seq]
         else:
             rr = _verify_other(e, ledger, keys)
+            if any(e.record_type.startswith(prefix) for prefix in RECORD_VERIFIERS):  # capseal writes no lookup columns for these
+                rr.findings.extend(_ledger_audit.column_findings(e, None, capsule=False))
         body_problem = _ambiguous_body(e.body)
         if body_problem is not None:
             rr.findings.append(Finding("record_body_not_canonical", body_problem))
@@ -354,7 +373,7 @@ def _check_evidence(ledger: Ledger, entries: list[StoredEntry], by_seq: dict[int
         rr = by_seq[e.seq]
         try:
             record = ledger.get(e.record_id)
-        except (LedgerCorruptError, ValueError, RecursionError) as exc:  # an edited row: this record fails, the others are read
+        except (LedgerCorruptError, ValueError, RecursionError, sqlite3.DatabaseError) as exc:  # an edited row: this record fails, the others are read
             rr.evidence = "unreadable"
             rr.findings.append(Finding("evidence_unreadable", str(exc)))
             continue

@@ -54,10 +54,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from . import _ledger_fork, merkle
+from . import _ledger_fork, _ledger_head, merkle
 from ._args import count, seconds
 from ._args import timeout as timeout_arg
-from .canonical import hex_bytes
+from .canonical import hex_bytes, is_hex64
 from .errors import (
     DuplicateRecordError,
     InputError,
@@ -66,7 +66,9 @@ from .errors import (
     LedgerCorruptError,
     LedgerError,
     LedgerForkedError,
+    LedgerFormatError,
     MalformedJSONError,
+    NotALedgerError,
 )
 from .record import SealedRecord, dumps_canonical
 
@@ -132,6 +134,43 @@ CREATE TRIGGER IF NOT EXISTS evidence_members_no_delete BEFORE DELETE ON evidenc
 """
 
 
+def _from_body(path: str) -> str:
+    """SQL for the member at JSON ``path`` of a row's body (NULL when the body
+    is not JSON: a damaged body fails its own row, never every lookup)."""
+    body = "CAST(body AS TEXT)"
+    return f"(CASE WHEN json_valid({body}) THEN json_extract({body}, '{path}') END)"
+
+
+# a capsule row's lookup values, read from its hashed body, never from the
+# action_id/stream/tag columns (which the row hash does not cover): the
+# producer's refusals (an action id or epoch id used before) and its epoch
+# chain rest on these. The indexes are added to older files on their first
+# write-open (an index only: a capseal without it reads and writes the file)
+_CAPSULE_ACTION_ID = _from_body("$.capsule.action_id")
+_CAPSULE_STREAM = f"({_from_body('$.capsule.operator')} || char(31) || {_from_body('$.capsule.developer')})"
+_CAPSULE_BOUNDARY = f"record_type = 'capsule' AND {_from_body('$.capsule.disposition.verdict_class')} = 'epoch_boundary'"
+_BOUNDARY_TAG = "epoch_boundary"
+
+
+def _capsule_columns(record: Any) -> tuple[str | None, str | None, str | None]:
+    """The action_id, stream and tag a capsule row's columns hold when its
+    body is ``record`` (what the expressions above read from the body; what
+    capseal's producer writes): what a verifier and an import check the
+    columns against."""
+    capsule = record.get("capsule") if isinstance(record, dict) else None
+    capsule = capsule if isinstance(capsule, dict) else {}
+    action_id, operator, developer = (capsule.get(k) for k in ("action_id", "operator", "developer"))
+    disposition = capsule.get("disposition")
+    boundary = isinstance(disposition, dict) and disposition.get("verdict_class") == _BOUNDARY_TAG
+    return (action_id if isinstance(action_id, str) else None,
+            f"{operator}\x1f{developer}" if isinstance(operator, str) and isinstance(developer, str) else None,
+            _BOUNDARY_TAG if boundary else None)
+_SCHEMA += f"""
+CREATE UNIQUE INDEX IF NOT EXISTS records_capsule_action_id ON records({_CAPSULE_ACTION_ID}) WHERE record_type = 'capsule';
+CREATE INDEX IF NOT EXISTS records_capsule_boundary ON records({_CAPSULE_STREAM}, seq) WHERE {_CAPSULE_BOUNDARY};
+"""
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """What a writer hands the ledger. ``body`` is canonical JSON bytes."""
@@ -148,7 +187,12 @@ class LedgerEntry:
 
 @dataclass(frozen=True)
 class StoredEntry:
-    """A row as stored: the store header, the body and the hash chain."""
+    """A row as stored: the store header, the body and the hash chain.
+
+    ``damage`` (set only by a reading that goes on past damage, see
+    :meth:`Ledger.entries`) says why the row is not one capseal writes (a
+    column edited at the SQL level to another type); such a row's other
+    members are placeholders (text members "", an empty body)."""
 
     seq: int
     record_id: str
@@ -162,6 +206,7 @@ class StoredEntry:
     action_id: str | None = None
     stream: str | None = None
     tag: str | None = None
+    damage: str | None = field(default=None, compare=False)
 
     def header(self) -> dict[str, Any]:
         """The EL -00 §4 store header of this record."""
@@ -239,6 +284,19 @@ def _stored_blob(value: Any, what: str) -> bytes:
     if type(value) is not bytes:
         raise LedgerCorruptError(f"{what} is damaged (its body is stored as {_sql_kind(value)}, not a blob)")
     return value
+
+
+def _record_damage(row: Sequence[Any]) -> str | None:
+    """Why a record row read from the file is not one capseal writes (a
+    member edited at the SQL level to another type), or None."""
+    body = row[9]
+    if type(body) is not bytes:
+        return f"its body is stored as {_sql_kind(body)}, not a blob"
+    text = ("record_id", 1), ("record_type", 2), ("epistemic_type", 3), ("nonce", 5), ("prev_hash", 10), ("row_hash", 11)
+    bad = [f"{name} ({_sql_kind(row[i])})" for name, i in text if type(row[i]) is not str]
+    bad += [f"{name} ({_sql_kind(row[i])})" for name, i in (("action_id", 6), ("stream", 7), ("tag", 8))
+            if row[i] is not None and type(row[i]) is not str]
+    return f"not stored as text: {', '.join(bad)}" if bad else None
 
 
 def _evidence_entry(row: Sequence[Any]) -> EvidenceEntry:
@@ -470,6 +528,16 @@ def _batch_header(eid: int) -> dict[str, Any]:
     return {"eid": eid, "kind": "batch"}
 
 
+def _schema_objects(db: sqlite3.Connection) -> list[str]:
+    """The names of (up to five of) the tables, indexes, views and triggers in the file."""
+    return [str(r[0]) for r in db.execute("SELECT name FROM sqlite_master LIMIT 5").fetchall()]
+
+
+def _sqlite_code(exc: sqlite3.Error) -> int:
+    """SQLite's primary result code of ``exc`` (0 where this Python does not say)."""
+    return int(getattr(exc, "sqlite_errorcode", 0)) & 0xFF
+
+
 def _format_of(db: sqlite3.Connection) -> str | None:
     """The ``meta`` format of an existing ledger file, None for a new file."""
     try:
@@ -600,6 +668,10 @@ class Ledger:
     refuses every call (LedgerForkedError).
     """
 
+    # read on past damage (a file shorter than its header says, a damaged
+    # schema): only the audit's read-only reader (capseal._ledger_audit) sets it
+    _lenient_reads = False
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -649,6 +721,8 @@ class Ledger:
         self._forked = False  # set in a forked process (see _ledger_fork)
         # the file as SQLite resolves the path now (the current directory may change)
         self._real_path = os.path.realpath(self.path)
+        self._side = _ledger_head.SideFile(self._real_path)  # written after each commit (see _ledger_head)
+        self._ledger_id: str | None = None  # read with the chain head, before the first write
         _ledger_fork.before_opening(self._real_path)  # in a forked process: the parent's connections to it first
         try:
             with self._write_lock:  # a fork waits for the connections to be made (see _ledger_fork)
@@ -690,40 +764,60 @@ class Ledger:
                               hint="The ledger's directory must exist and be writable, and the path must "
                                    "name a file, not a directory.") from None
         try:
+            if self._lenient_reads:  # an audit reads on past damage: a file shorter than its header says is still read
+                db.execute("PRAGMA writable_schema=ON")
+            # the objects first, then the format: a creator writes its schema and format row in one
+            # transaction, so objects without a format row are another application's
+            objects = _schema_objects(db)
+            found = _format_of(db)
+            if objects and found is None:
+                raise NotALedgerError(
+                    f"{self.path} is not a capseal ledger: it is an SQLite database of something else (it holds "
+                    f"{', '.join(objects)}); nothing was written to it",
+                    hint="Give capseal a new file, an empty one, or a capseal ledger.")
+            if found is not None and found != LEDGER_FORMAT:  # refused before the schema below touches it
+                raise LedgerFormatError(f"{self.path} is a {found} ledger; this capseal reads {LEDGER_FORMAT} "
+                                        "(export it with the capseal that wrote it, then import the export)")
+            if self.readonly and not objects:
+                raise LedgerError(f"{self.path} holds no ledger yet (an empty file: one being created?)")
             if not self.readonly:
-                found = _format_of(db)
-                if found is not None and found != LEDGER_FORMAT:  # refused before the schema below touches it
-                    raise LedgerCorruptError(f"{self.path} is a {found} ledger; this capseal reads {LEDGER_FORMAT} "
-                                             "(export it with the capseal that wrote it, then import the export)")
                 _use_wal(db, time.monotonic() + self._lock_timeout)
                 db.execute(f"PRAGMA synchronous={synchronous}")
                 db.execute("PRAGMA foreign_keys=ON")
                 if found is None:  # the schema and the format row in ONE transaction: a reader sees all or nothing
                     db.executescript("BEGIN IMMEDIATE;" + _SCHEMA +
-                                     f"INSERT OR IGNORE INTO meta(key, value) VALUES ('format', '{LEDGER_FORMAT}'); COMMIT;")
-                else:  # IF NOT EXISTS: writes nothing, unless an index or append-only trigger was dropped
+                                     f"INSERT OR IGNORE INTO meta(key, value) VALUES ('format', '{LEDGER_FORMAT}');"
+                                     f"INSERT OR IGNORE INTO meta(key, value) VALUES ('ledger_id', '{os.urandom(16).hex()}');"
+                                     "COMMIT;")
+                    # into the main file now: a -wal lost later still leaves the ledger's id, so its
+                    # head file can tell what was lost (a busy checkpoint does nothing, and is harmless)
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                else:  # IF NOT EXISTS: writes nothing, unless an index or append-only trigger is missing
                     db.executescript(_SCHEMA)
-                row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-            else:
-                if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
-                    db.close()
-                    raise LedgerError(f"{self.path} holds no ledger yet (an empty file: one being created?)")
-                row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
         except sqlite3.DatabaseError as exc:
             db.close()
-            if _is_busy(exc):
-                raise LedgerBusyError(
-                    f"{self.path} stayed locked by another connection for {self._lock_timeout:g} s ({exc}); "
-                    "nothing was opened or written: retry once the other process is done with it") from None
-            raise LedgerCorruptError(f"{self.path} is not a capseal ledger ({exc})") from None
+            raise self._open_failure(exc) from None
         except LedgerError:
             db.close()
             raise
-        if row is None or row[0] != LEDGER_FORMAT:
-            db.close()
-            what = f"a {row[0]} ledger" if row is not None else "not a capseal ledger"
-            raise LedgerCorruptError(f"{self.path} is {what}; this capseal reads {LEDGER_FORMAT}")
         return db
+
+    def _open_failure(self, exc: sqlite3.DatabaseError) -> LedgerError:
+        """The typed error for an SQLite error met while opening the file."""
+        if _is_busy(exc):
+            return LedgerBusyError(
+                f"{self.path} stayed locked by another connection for {self._lock_timeout:g} s ({exc}); "
+                "nothing was opened or written: retry once the other process is done with it")
+        if _sqlite_code(exc) == 26 or "file is not a database" in str(exc):  # SQLITE_NOTADB
+            return NotALedgerError(f"{self.path} is not a capseal ledger: not an SQLite database, or its header "
+                                   f"is damaged ({exc}); nothing was written to it")
+        if "no such function" in str(exc):
+            return LedgerError(f"{self.path}: this Python's SQLite {sqlite3.sqlite_version} lacks the JSON functions "
+                               f"a capseal ledger's indexes use ({exc}); SQLite 3.38 or later has them built in")
+        if isinstance(exc, sqlite3.IntegrityError):  # building the action-id index of an older file
+            return LedgerCorruptError(f"{self.path} is damaged: two of its capsules carry one action_id ({exc}); "
+                                      "nothing was written: `capseal verify` names them")
+        return LedgerCorruptError(f"{self.path} is damaged ({exc})")
 
     def close(self) -> None:
         """Drain what was submitted (it becomes durable), then close.
@@ -758,6 +852,7 @@ class Ledger:
                 # takes the ledger off its list
                 last = not self._snaps
             self._db.close()
+            self._side.close()
         if last:
             _ledger_fork.forget(self)
 
@@ -858,8 +953,12 @@ class Ledger:
         return first, second
 
     def has_action_id(self, action_id: str) -> bool:
-        """Whether a record with this action_id is already in the file."""
-        return bool(self._query("SELECT 1 FROM records WHERE action_id=? LIMIT 1", (action_id,)))
+        """Whether a record with this action_id is already in the file: a
+        capsule whose body carries it (the ``action_id`` column, outside the
+        row hash, is not read for capsules), or another record given it."""
+        return bool(self._query(
+            f"SELECT 1 FROM records WHERE record_type = 'capsule' AND {_CAPSULE_ACTION_ID} = ?1 UNION ALL "
+            "SELECT 1 FROM records WHERE action_id = ?1 AND record_type <> 'capsule' LIMIT 1", (action_id,)))
 
     def has_record(self, record_id: str) -> bool:
         """Whether a record with this id is already in the file (reads no body)."""
@@ -1031,6 +1130,7 @@ class Ledger:
             if self._head is None:
                 row = db.execute("SELECT seq, row_hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
                 self._head = (row[0], row[1]) if row else (0, _GENESIS.hex())
+                self._check_head(db, "records", self._head)
             seq, prev = self._head
             staged: list[tuple[PendingAppend, StoredEntry]] = []
             mark: tuple[int, str, int] | None = None  # (seq, prev, staged) before a pair's lead
@@ -1062,7 +1162,11 @@ class Ledger:
                             raise _StaleHead from None
                         what = "action_id" if "action_id" in text else "record_id"
                         value = e.action_id if what == "action_id" else e.record_id
-                        refusal = DuplicateRecordError(f"{what} {value!r} is already in {self.path.name}")
+                        if value is None:  # the derived index: the action id its capsule's body carries
+                            refusal = DuplicateRecordError(f"its capsule's action_id is already in {self.path.name} "
+                                                           f"(record {e.record_id[:16]}…)")
+                        else:
+                            refusal = DuplicateRecordError(f"{what} {value!r} is already in {self.path.name}")
                 if refusal is not None:
                     p.error = refusal
                     if mark is not None:  # a pair's lead (nothing to undo) or its follower (undo the lead)
@@ -1083,6 +1187,8 @@ class Ledger:
                 if lead is not None and mark is not None:
                     db.execute("RELEASE pair")
                     mark = None
+            if staged:  # the head commits with its rows (see _ledger_head)
+                db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (f"{seq} {prev}",))
             db.execute("COMMIT")
         except _StaleHead:
             db.execute("ROLLBACK")
@@ -1099,12 +1205,43 @@ class Ledger:
                 pass
             raise
         self._head = (seq, prev)
+        if staged:
+            self._side.write("records", self._ledger_id, seq, prev)
         for p, stored in staged:
             p.stored = stored
         st = self.stats
         st.commits += 1
         st.records += len(staged)
         st.largest_group = max(st.largest_group, len(batch))
+
+    def _check_head(self, db: sqlite3.Connection, kind: str, last: tuple[int, Any]) -> None:
+        """Before the first write to a chain (in its transaction): refuse
+        (LedgerCorruptError, nothing written) a chain that falls short of a
+        head the ledger recorded, in ``meta`` or in its side file, or whose
+        last row's hash is damaged: appending would cover the loss up."""
+        def query(sql: str, args: tuple[Any, ...]) -> list[Any]:
+            return db.execute(sql, args).fetchall()
+
+        self._ledger_id = _ledger_head.ledger_id(query, create=True)
+        problems: list[str] = []
+        if not is_hex64(last[1]):
+            problems.append(f"the last row's row_hash is damaged ({str(last[1])[:70]!r})")
+        heads, damaged = _ledger_head.meta_heads(query)
+        problems += damaged
+        # read under the write lock: it names no commit this transaction cannot see (an unreadable slot is overwritten)
+        heads += [head for ident, head in _ledger_head.side_heads(self._real_path)[0] if ident == self._ledger_id]
+        for head in heads:
+            if head.kind == kind:
+                shortfall = _ledger_head.shortfall(head, last[0], lambda n: _ledger_head.row_hash_at(query, kind, n))
+                if shortfall is not None:
+                    problems.append(shortfall[1])
+        if problems:
+            raise LedgerCorruptError(
+                f"{self.path}: {'; '.join(problems)}; nothing was written",
+                hint=f"`capseal verify {self.path}` reports what is missing. Appending is refused because it would "
+                     "hide the loss; to go on from what is left, export this ledger and import the export into a "
+                     f"new file (if the loss is known and accepted, as after a restore from a backup, moving "
+                     f"{self._side.path} aside is enough when only it records the lost rows).")
 
     def _begin_write(self, db: sqlite3.Connection, what: str) -> None:
         """BEGIN IMMEDIATE, waiting up to ``lock_timeout`` for another
@@ -1182,9 +1319,13 @@ class Ledger:
                     more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
                     raise LedgerError(f"no record {missing[0]}{more} in {self.path.name}; no evidence written")
                 head = db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
+                self._check_head(db, "evidence", (head[0], head[1]) if head else (0, _GENESIS.hex()))
                 eid, prev = (head[0] + 1, head[1]) if head else (1, _GENESIS.hex())
                 yield db, seqs, eid, prev
+                last = db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
+                db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('evidence_head', ?)", (f"{last[0]} {last[1]}",))
                 db.execute("COMMIT")
+                self._side.write("evidence", self._ledger_id, last[0], last[1])
             except BaseException:
                 try:
                     db.execute("ROLLBACK")
@@ -1212,6 +1353,8 @@ class Ledger:
             db = sqlite3.connect(_readonly_uri(self._real_path), uri=True, isolation_level=None,
                                  check_same_thread=False, timeout=self._lock_timeout)
             self._snaps.add(db)
+            if self._lenient_reads:
+                db.execute("PRAGMA writable_schema=ON")
         try:
             self._snap.db = db
             with self._read_lock:
@@ -1243,11 +1386,25 @@ class Ledger:
                                       f"{self._lock_timeout:g} s ({exc})") from None
 
     @staticmethod
-    def _stored(row: Sequence[Any]) -> StoredEntry:
+    def _stored(row: Sequence[Any], *, tolerant: bool = False) -> StoredEntry:
+        """A record row as read. One whose columns are not of the types capseal
+        writes is LedgerCorruptError naming it, or with ``tolerant`` an entry
+        with ``damage`` set (placeholders for the rest)."""
+        damage = _record_damage(row)
+        if damage is not None:
+            if not tolerant:
+                raise LedgerCorruptError(f"record {row[0]} is damaged ({damage})")
+
+            def text(value: Any) -> str:
+                return value if type(value) is str else ""
+
+            return StoredEntry(seq=row[0], record_id=text(row[1]), record_type=text(row[2]),
+                               epistemic_type=text(row[3]), links=(), nonce=text(row[5]), body=b"",
+                               prev_hash=text(row[10]), row_hash=text(row[11]), damage=damage)
         return StoredEntry(
             seq=row[0], record_id=row[1], record_type=row[2], epistemic_type=row[3],
             links=_links(row[4]), nonce=row[5], action_id=row[6], stream=row[7], tag=row[8],
-            body=_stored_blob(row[9], f"record {row[0]}"), prev_hash=row[10], row_hash=row[11],
+            body=row[9], prev_hash=row[10], row_hash=row[11],
         )
 
     _COLS = "seq, record_id, record_type, epistemic_type, links, nonce, action_id, stream, tag, body, prev_hash, row_hash"
@@ -1255,28 +1412,104 @@ class Ledger:
     def count(self) -> int:
         return int(self._query("SELECT count(*) FROM records")[0][0])
 
-    def entries(self, *, batch: int = 2000) -> Iterator[StoredEntry]:
-        """Every record row in seq order."""
-        last = 0
-        while True:
-            rows = self._query(f"SELECT {self._COLS} FROM records WHERE seq > ? ORDER BY seq LIMIT ?", (last, batch))
-            if not rows:
-                return
-            for row in rows:
-                yield self._stored(row)
-            last = rows[-1][0]
+    def entries(self, *, batch: int = 2000, damaged: list[str] | None = None) -> Iterator[StoredEntry]:
+        """Every record row in seq order.
 
-    def evidence_entries(self, *, batch: int = 500) -> Iterator[EvidenceEntry]:
-        """Every evidence row (slot rows and batch rows) in eid order."""
+        Without ``damaged``, a row that is not one capseal writes is
+        LedgerCorruptError and a page SQLite cannot read its error. With a
+        list, reading goes on past both (what a verifier needs): such a row
+        comes back with ``damage`` set, and each stretch of rows SQLite cannot
+        read is skipped and described in ``damaged``."""
+        sql = f"SELECT {self._COLS} FROM records WHERE seq > ? ORDER BY seq LIMIT ?"
+        for row in self._rows(sql, batch, damaged, "seq"):
+            yield self._stored(row, tolerant=damaged is not None)
+
+    def evidence_entries(self, *, batch: int = 500, damaged: list[str] | None = None) -> Iterator[EvidenceEntry]:
+        """Every evidence row (slot rows and batch rows) in eid order;
+        ``damaged`` as for :meth:`entries` (a row of other types always comes
+        back with ``damage`` set)."""
+        sql = "SELECT eid, record_seq, record_id, body, prev_hash, row_hash FROM evidence WHERE eid > ? ORDER BY eid LIMIT ?"
+        for row in self._rows(sql, batch, damaged, "evidence"):
+            yield _evidence_entry(row)
+
+    def _rows(self, sql: str, batch: int, damaged: list[str] | None, what: str) -> Iterator[Any]:
+        """The rows of ``sql`` (keyed ``> ?`` in order, ``LIMIT ?``) in batches;
+        with ``damaged``, past what SQLite cannot read (see :meth:`entries`)."""
         last = 0
         while True:
-            rows = self._query("SELECT eid, record_seq, record_id, body, prev_hash, row_hash FROM evidence"
-                               " WHERE eid > ? ORDER BY eid LIMIT ?", (last, batch))
-            if not rows:
+            if damaged is None:
+                rows, error = self._query(sql, (last, batch)), None
+            else:
+                rows, error = self._read_up_to_damage(sql, last, batch)
+            yield from rows
+            if rows:
+                last = rows[-1][0]
+            if error is None:
+                if len(rows) < batch:
+                    return
+                continue
+            assert damaged is not None
+            resume, found = self._past_damage(sql, last)
+            if resume is None or found is None:
+                damaged.append(f"{what} {last}: the rows after it cannot be read ({error})")
                 return
-            for row in rows:
-                yield _evidence_entry(row)
-            last = rows[-1][0]
+            damaged.append(f"{what} {last}: the rows after it cannot be read ({error}); read on from {what} {found}")
+            last = resume
+
+    def _read_one(self, sql: str, after: int) -> tuple[Any, str | None]:
+        """The first row keyed ``> after`` (None: none), or None and why it cannot be read."""
+        try:
+            rows = self._query(sql, (after, 1))
+        except sqlite3.DatabaseError as exc:  # busy is LedgerBusyError by now: never taken for damage
+            return None, str(exc)[:200]
+        if rows and rows[0][0] <= after:  # a damaged page can give rows out of order (rowid 0 from zeroes)
+            return None, "rows out of order (a damaged page)"
+        return (rows[0] if rows else None), None
+
+    def _read_up_to_damage(self, sql: str, last: int, batch: int) -> tuple[list[Any], str | None]:
+        """Up to ``batch`` rows keyed ``> last``, stopping before the first one
+        SQLite cannot read (then its error, else None). Whole batches while
+        they read; one row at a time through a batch that does not."""
+        try:
+            rows = self._query(sql, (last, batch))
+            if all(b[0] > a[0] for a, b in zip([(last,), *rows], rows)):
+                return rows, None
+        except sqlite3.DatabaseError:
+            pass
+        rows = []
+        while len(rows) < batch:
+            row, error = self._read_one(sql, rows[-1][0] if rows else last)
+            if error is not None:
+                return rows, error
+            if row is None:
+                break
+            rows.append(row)
+        return rows, None
+
+    def _past_damage(self, sql: str, last: int) -> tuple[int | None, int | None]:
+        """After a read error past key ``last``: the smallest ``resume`` found
+        (doubling, then halving) from which reading rows keyed ``> resume``
+        works, and the first key there (None: none); ``(None, None)`` when no
+        such point exists. Probes, never scans: each is one B-tree descent."""
+        def probe(after: int) -> tuple[bool, int | None]:
+            row, error = self._read_one(sql, after)
+            return error is None, (None if row is None else row[0])
+
+        lo, hi = 0, 1
+        ok, key = probe(last + hi)
+        while not ok:
+            if hi >= 1 << 62:
+                return None, None
+            lo, hi = hi, hi * 2
+            ok, key = probe(last + hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            ok, found = probe(last + mid)
+            if ok:
+                hi, key = mid, found
+            else:
+                lo = mid
+        return last + hi, key
 
     def entry(self, record_id: str) -> StoredEntry | None:
         rows = self._query(f"SELECT {self._COLS} FROM records WHERE record_id=?", (record_id,))
@@ -1345,43 +1578,66 @@ class Ledger:
                     yield rec.with_evidence(state)
 
     def last_tagged(self, tag: str, stream: str) -> StoredEntry | None:
-        rows = self._query(
-            f"SELECT {self._COLS} FROM records WHERE tag=? AND stream=? ORDER BY seq DESC LIMIT 1", (tag, stream)
-        )
+        """The last record given ``tag`` in ``stream``. For the epoch-boundary
+        tag, the last epoch-boundary capsule whose body names the stream's
+        operator and developer (``operator`` U+001F ``developer``, as a
+        Producer names its stream), never read from the tag and stream
+        columns (outside the row hash)."""
+        if tag == _BOUNDARY_TAG:
+            rows = self._query(f"SELECT {self._COLS} FROM records WHERE {_CAPSULE_BOUNDARY} AND {_CAPSULE_STREAM} = ? "
+                               "ORDER BY seq DESC LIMIT 1", (stream,))
+        else:
+            rows = self._query(f"SELECT {self._COLS} FROM records WHERE tag=? AND stream=? ORDER BY seq DESC LIMIT 1",
+                               (tag, stream))
         return self._stored(rows[0]) if rows else None
 
     # ------------------------------------------------------------------ integrity
 
     def check_chain(self) -> list[str]:
-        """Recompute both hash chains; returns problems (empty when intact)."""
+        """Recompute both hash chains; returns problems (empty when intact).
+        What the file holds never raises here: a row SQLite cannot read, a
+        column of another type or a hash that is not hex is a problem of its
+        own, and the rows around it are still checked."""
         with self.snapshot():
             return self._check_chain()
 
     def _check_chain(self) -> list[str]:
         problems: list[str] = []
+        damaged: list[str] = []
         prev, expected_seq = _GENESIS.hex(), 1
         seq_of: dict[str, int] = {}
-        for stored in self.entries():
-            seq_of[stored.record_id] = stored.seq
+        for stored in self.entries(damaged=damaged):
             if stored.seq != expected_seq:
                 problems.append(f"seq {stored.seq}: expected {expected_seq} (gap or reorder)")
-            if stored.prev_hash != prev:
+            prev, expected_seq, prev_hash = stored.row_hash, stored.seq + 1, prev
+            if stored.damage is not None:  # this row only: the rest of the chain is still checked
+                problems.append(f"seq {stored.seq}: damaged row ({stored.damage})")
+                continue
+            if stored.record_id in seq_of:  # the unique index let it in: it is damaged
+                problems.append(f"seq {stored.seq}: record {stored.record_id[:16]}… is stored twice "
+                                f"(first at seq {seq_of[stored.record_id]})")
+            seq_of.setdefault(stored.record_id, stored.seq)
+            if stored.prev_hash != prev_hash:
                 problems.append(f"seq {stored.seq}: prev_hash does not match the previous row")
-            if _row_hash(stored.prev_hash, stored.header(), stored.body) != stored.row_hash:
+            if not (is_hex64(stored.prev_hash) and is_hex64(stored.row_hash)):
+                problems.append(f"seq {stored.seq}: damaged row (its prev_hash or row_hash is not 64 hex digits)")
+            elif _row_hash(stored.prev_hash, stored.header(), stored.body) != stored.row_hash:
                 problems.append(f"seq {stored.seq}: row_hash does not match its header and body")
-            prev, expected_seq = stored.row_hash, stored.seq + 1
+        problems += damaged
+        damaged = []
         prev = _GENESIS.hex()
         members: set[tuple[int, int, int]] = set()
-        for ev in self.evidence_entries():
+        for ev in self.evidence_entries(damaged=damaged):
+            prev_hash, prev = prev, ev.row_hash
             if ev.damage is not None:  # this row only: the rest of the chain is still checked
                 problems.append(f"evidence {ev.eid}: damaged row ({ev.damage})")
-                prev = ev.row_hash
                 if ev.record_seq is not None and ev.record_id is not None:
                     members.add((ev.record_seq, ev.eid, -1))
                 continue
-            if ev.prev_hash != prev or _row_hash(ev.prev_hash, ev.header(), ev.body) != ev.row_hash:
+            if not (is_hex64(ev.prev_hash) and is_hex64(ev.row_hash)):
+                problems.append(f"evidence {ev.eid}: damaged row (its prev_hash or row_hash is not 64 hex digits)")
+            elif ev.prev_hash != prev_hash or _row_hash(ev.prev_hash, ev.header(), ev.body) != ev.row_hash:
                 problems.append(f"evidence {ev.eid}: hash chain broken")
-            prev = ev.row_hash
             if ev.record_id is not None:
                 if seq_of.get(ev.record_id) != ev.record_seq:
                     problems.append(f"evidence {ev.eid}: record {ev.record_id} is not at seq {ev.record_seq}")
@@ -1397,7 +1653,12 @@ class Ledger:
             if unknown:
                 problems.append(f"evidence {ev.eid}: names {len(unknown)} record(s) the ledger lacks")
             members.update((seq_of[rid], ev.eid, i) for i, rid in enumerate(batch.leaves) if rid in seq_of)
-        indexed = {(r[0], r[1], r[2]) for r in self._query("SELECT record_seq, eid, leaf_index FROM evidence_members")}
+        problems += damaged
+        try:
+            indexed = {(r[0], r[1], r[2]) for r in self._query("SELECT record_seq, eid, leaf_index FROM evidence_members")}
+        except sqlite3.DatabaseError as exc:
+            problems.append(f"evidence index: cannot be read ({str(exc)[:200]})")
+            return problems
         if indexed != members:
             problems.append(f"evidence index: {len(indexed - members)} row(s) not backed by the evidence chain, "
                             f"{len(members - indexed)} missing")
@@ -1476,6 +1737,7 @@ class Ledger:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         prev, eprev = _GENESIS.hex(), _GENESIS.hex()
+        last_seq = last_eid = 0
         try:
             for lineno, line in enumerate(src, 1):
                 try:
@@ -1493,13 +1755,17 @@ class Ledger:
                         header = {k: h[k] for k in ("seq", "record_id", "record_type", "epistemic_type", "links", "nonce")}
                         if h["prev_hash"] != prev or _row_hash(prev, header, body) != h["row_hash"]:
                             raise LedgerCorruptError(f"line {lineno}: hash chain broken at seq {h['seq']}")
+                        columns = (h.get("action_id"), h.get("stream"), h.get("tag"))
+                        if h["record_type"] == "capsule" and columns != _capsule_columns(item["record"]):
+                            raise LedgerCorruptError(f"line {lineno}: seq {h['seq']}: its action_id, stream and tag "
+                                                     "are not the ones its capsule gives")
                         db.execute(
                             f"INSERT INTO records({self._COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                             (h["seq"], h["record_id"], h["record_type"], h["epistemic_type"],
                              dumps_canonical(h["links"]).decode(), h["nonce"], h.get("action_id"), h.get("stream"),
                              h.get("tag"), body, h["prev_hash"], h["row_hash"]),
                         )
-                        prev = h["row_hash"]
+                        prev, last_seq = h["row_hash"], h["seq"]
                     else:
                         batch = item["kind"] == "evidence-batch"
                         body = dumps_canonical(item["batch" if batch else "evidence"])
@@ -1525,11 +1791,14 @@ class Ledger:
                              h["prev_hash"], h["row_hash"]),
                         )
                         _insert_members(db, members)
-                        eprev = h["row_hash"]
+                        eprev, last_eid = h["row_hash"], h["eid"]
                 except (KeyError, TypeError, ValueError) as exc:
                     raise MalformedJSONError(f"line {lineno}: missing or malformed field {exc}") from None
                 except sqlite3.IntegrityError as exc:
                     raise LedgerCorruptError(f"line {lineno}: {exc}") from None
+            for key, position, row_hash in (("head", last_seq, prev), ("evidence_head", last_eid, eprev)):
+                if position:  # the heads, as appending them would have recorded (see _ledger_head)
+                    db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, f"{position} {row_hash}"))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
