@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from . import _ledger_head
+from ._ledger_columns import capsule_columns
 from .errors import LedgerBusyError, LedgerCorruptError, LedgerFormatError, NotALedgerError
 from .findings import Finding
-from .ledger import Ledger, StoredEntry, _capsule_columns, _is_busy
+from .ledger import Ledger, StoredEntry, _is_busy
 
 __all__ = ["AuditLedger", "empty_finding", "failure_finding", "file_findings", "column_findings"]
 
@@ -135,7 +136,7 @@ def column_findings(entry: StoredEntry, record: Any, *, capsule: bool) -> list[F
     """``ledger_column_mismatch`` when a row's ``action_id``, ``stream`` or
     ``tag`` column (outside its row hash) is not what its body gives: for a
     capsule, the values its producer wrote; for another record, none."""
-    expected = _capsule_columns(record) if capsule else (None, None, None)
+    expected = capsule_columns(record) if capsule else (None, None, None)
     found = (entry.action_id, entry.stream, entry.tag)
     bad = [f"{name} {got!r} where its body gives {want!r}"
            for name, got, want in zip(("action_id", "stream", "tag"), found, expected) if got != want]

@@ -33,7 +33,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SUFFIX", "Head", "SideFile", "meta_heads", "ledger_id", "side_heads", "row_hash_at", "shortfall"]
+from .canonical import is_hex64
+
+__all__ = ["SUFFIX", "Head", "SideFile", "meta_heads", "problems_before_write", "ledger_id", "side_heads", "row_hash_at", "shortfall"]
 
 #: the side file's name: the ledger's, with this added
 SUFFIX = "-head"
@@ -188,3 +190,25 @@ def shortfall(head: Head, last: int, hash_at: Callable[[int], Any]) -> tuple[str
         return "rewritten", (f"{what} {head.position} is not the row {head.source} recorded there: "
                              "the chain was rewritten from that row on")
     return None
+
+
+def problems_before_write(query: Query, path: str, ident: str | None, kind: str, last: tuple[int, Any]) -> list[str]:
+    """Why ``kind``'s chain, whose last row is ``last`` (position, row hash),
+    must not be appended to: a damaged last row hash, a damaged ``meta``
+    head, or a head (in ``meta``, or in the side file of the ledger at
+    ``path`` with id ``ident``) the chain falls short of. Call it inside the
+    write transaction, holding the write lock: the side file then names no
+    commit the transaction cannot see. An unreadable side file slot is no
+    reason (the write overwrites it)."""
+    problems: list[str] = []
+    if not is_hex64(last[1]):
+        problems.append(f"the last row's row_hash is damaged ({str(last[1])[:70]!r})")
+    heads, damaged = meta_heads(query)
+    problems += damaged
+    heads += [head for owner, head in side_heads(path)[0] if owner == ident]
+    for head in heads:
+        if head.kind == kind:
+            found = shortfall(head, last[0], lambda n: row_hash_at(query, kind, n))
+            if found is not None:
+                problems.append(found[1])
+    return problems

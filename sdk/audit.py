@@ -3,6 +3,10 @@
 ``verify_ledger(path)`` runs, for a capseal ledger:
   * the ledger's own integrity: both hash chains (records and evidence), seq
     continuity, header/body agreement (record id = capsule id, epistemic type);
+  * the file's (:mod:`._ledger_audit`): SQLite's integrity check, each chain
+    against the head the ledger recorded (rows lost from its end), the lookup
+    columns against the bodies; a damaged file is reported as such, with every
+    record that can still be read;
   * Class-1 verification of each capsule with the store-level checks (parent
     existence, concurrent supersedes, duplicates) — see ``verify.py``;
   * each signature: the inline AAC profile envelope (``signature``/``key_id``)

@@ -3,16 +3,38 @@
 What it promises:
   * **append-only**: triggers refuse UPDATE and DELETE; every row is hash-chained
     to the one before it, so an edit of a row's header or body made behind
-    SQLite's back is detectable. What the unkeyed chain cannot show: rows
-    deleted from the end, or a chain rebuilt after a deletion (that needs a
-    signed head kept elsewhere, e.g. a transparency receipt); nor an edit of
-    the lookup columns outside the row hash (``action_id``, ``stream``,
-    ``tag``), which ``verify_ledger`` does not read as evidence;
+    SQLite's back is detectable;
+  * **a head it knows**: each chain's head (last seq or eid, and row hash) is
+    kept in ``meta`` by the transaction that appends, and in a side file
+    ``<ledger>-head`` after each commit (:mod:`._ledger_head`). Rows deleted
+    from the end, a file cut short, and a ``-wal`` lost before it was
+    checkpointed are found by ``verify_ledger``, and the next append is
+    refused (LedgerCorruptError, nothing written) rather than cover the loss
+    up. What no head kept beside the file shows: a deletion made together
+    with a rewrite of both heads, a chain rebuilt with its heads, or a lost
+    ``-wal`` whose side file went with it (the main file copied alone):
+    those need a signed head kept elsewhere (e.g. a transparency receipt);
+  * **lookups read the hashed body**: the ``action_id``, ``stream`` and
+    ``tag`` columns are outside the row hash, so a capsule's action id, and
+    the epoch boundaries of an operator and developer, are indexed from its
+    body instead: an edit of those columns misleads no refusal, ``verify_ledger``
+    reports it, and an import refuses it. (For other record types the
+    ``action_id`` column is what the writer gave);
+  * **damage is reported, never raised or passed**: ``check_chain`` and
+    ``entries(damaged=…)`` read on past rows SQLite cannot read and columns of
+    another type, each named; ``verify_ledger`` also runs SQLite's integrity
+    check. Appends trust SQLite's indexes: a record-id index damaged so that
+    it misses a record lets that record in again (a capsule is still refused
+    by its action id), which ``check_chain`` and the integrity check report;
+  * **its own files only**: a file that is neither a capseal ledger nor empty
+    (another application's database, not SQLite at all) is refused with
+    NotALedgerError before anything is written to it;
   * **durable on acknowledgement**: ``append`` returns only after the COMMIT that
     holds the row has been fsynced (WAL, ``synchronous=FULL``). A process killed
     with SIGKILL loses nothing it acknowledged and leaves no torn row;
   * **group commit**: concurrent writers (threads) share one transaction and
-    one fsync. The first waiting thread leads and commits everything queued;
+    one fsync (the head goes in that transaction; the side file is one write
+    after it). The first waiting thread leads and commits everything queued;
     a lone writer pays no thread hand-off;
   * **one record per id**: ``record_id`` (the capsule id) and a capsule's
     ``action_id`` are unique; a duplicate is refused with DuplicateRecordError
@@ -29,7 +51,9 @@ What it promises:
     writing it once per record cost the sealing path ~10 % of its throughput.
 
 Export to JSON Lines and import back are byte-identical (``export_jsonl`` of an
-imported ledger equals the file it was imported from).
+imported ledger equals the file it was imported from). The format stays
+``capseal-ledger/2``: the body-read indexes are added to an older file on its
+first write-open, and a capseal without them reads and appends to it as before.
 
 A Ledger belongs to the process that opened it. In a process forked from that
 one without exec, every operation raises LedgerForkedError before it touches
@@ -54,7 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from . import _ledger_fork, _ledger_head, merkle
+from . import _ledger_columns, _ledger_fork, _ledger_head, _ledger_scan, merkle
 from ._args import count, seconds
 from ._args import timeout as timeout_arg
 from .canonical import hex_bytes, is_hex64
@@ -131,49 +155,17 @@ CREATE TRIGGER IF NOT EXISTS evidence_members_no_update BEFORE UPDATE ON evidenc
     BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS evidence_members_no_delete BEFORE DELETE ON evidence_members
     BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
-"""
-
-
-def _from_body(path: str) -> str:
-    """SQL for the member at JSON ``path`` of a row's body (NULL when the body
-    is not JSON: a damaged body fails its own row, never every lookup)."""
-    body = "CAST(body AS TEXT)"
-    return f"(CASE WHEN json_valid({body}) THEN json_extract({body}, '{path}') END)"
-
-
-# a capsule row's lookup values, read from its hashed body, never from the
-# action_id/stream/tag columns (which the row hash does not cover): the
-# producer's refusals (an action id or epoch id used before) and its epoch
-# chain rest on these. The indexes are added to older files on their first
-# write-open (an index only: a capseal without it reads and writes the file)
-_CAPSULE_ACTION_ID = _from_body("$.capsule.action_id")
-_CAPSULE_STREAM = f"({_from_body('$.capsule.operator')} || char(31) || {_from_body('$.capsule.developer')})"
-_CAPSULE_BOUNDARY = f"record_type = 'capsule' AND {_from_body('$.capsule.disposition.verdict_class')} = 'epoch_boundary'"
-_BOUNDARY_TAG = "epoch_boundary"
-
-
-def _capsule_columns(record: Any) -> tuple[str | None, str | None, str | None]:
-    """The action_id, stream and tag a capsule row's columns hold when its
-    body is ``record`` (what the expressions above read from the body; what
-    capseal's producer writes): what a verifier and an import check the
-    columns against."""
-    capsule = record.get("capsule") if isinstance(record, dict) else None
-    capsule = capsule if isinstance(capsule, dict) else {}
-    action_id, operator, developer = (capsule.get(k) for k in ("action_id", "operator", "developer"))
-    disposition = capsule.get("disposition")
-    boundary = isinstance(disposition, dict) and disposition.get("verdict_class") == _BOUNDARY_TAG
-    return (action_id if isinstance(action_id, str) else None,
-            f"{operator}\x1f{developer}" if isinstance(operator, str) and isinstance(developer, str) else None,
-            _BOUNDARY_TAG if boundary else None)
-_SCHEMA += f"""
-CREATE UNIQUE INDEX IF NOT EXISTS records_capsule_action_id ON records({_CAPSULE_ACTION_ID}) WHERE record_type = 'capsule';
-CREATE INDEX IF NOT EXISTS records_capsule_boundary ON records({_CAPSULE_STREAM}, seq) WHERE {_CAPSULE_BOUNDARY};
-"""
+""" + _ledger_columns.INDEXES  # a capsule's lookups, read from its hashed body
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """What a writer hands the ledger. ``body`` is canonical JSON bytes."""
+    """What a writer hands the ledger. ``body`` is canonical JSON bytes.
+
+    ``action_id``, ``stream`` and ``tag`` are stored as given, outside the row
+    hash; for a capsule (``record_type`` "capsule") they are what its body
+    gives (a verifier and an import check that), and the ledger's lookups
+    read the body, not them."""
 
     record_id: str
     record_type: str
@@ -957,7 +949,7 @@ class Ledger:
         capsule whose body carries it (the ``action_id`` column, outside the
         row hash, is not read for capsules), or another record given it."""
         return bool(self._query(
-            f"SELECT 1 FROM records WHERE record_type = 'capsule' AND {_CAPSULE_ACTION_ID} = ?1 UNION ALL "
+            f"SELECT 1 FROM records WHERE record_type = 'capsule' AND {_ledger_columns.ACTION_ID} = ?1 UNION ALL "
             "SELECT 1 FROM records WHERE action_id = ?1 AND record_type <> 'capsule' LIMIT 1", (action_id,)))
 
     def has_record(self, record_id: str) -> bool:
@@ -1215,26 +1207,15 @@ class Ledger:
         st.largest_group = max(st.largest_group, len(batch))
 
     def _check_head(self, db: sqlite3.Connection, kind: str, last: tuple[int, Any]) -> None:
-        """Before the first write to a chain (in its transaction): refuse
-        (LedgerCorruptError, nothing written) a chain that falls short of a
-        head the ledger recorded, in ``meta`` or in its side file, or whose
-        last row's hash is damaged: appending would cover the loss up."""
+        """Before the first write to a chain (in its transaction, under the
+        write lock): refuse (LedgerCorruptError, nothing written) a chain that
+        falls short of a head the ledger recorded, or whose last row hash is
+        damaged: appending would cover the loss up."""
         def query(sql: str, args: tuple[Any, ...]) -> list[Any]:
             return db.execute(sql, args).fetchall()
 
         self._ledger_id = _ledger_head.ledger_id(query, create=True)
-        problems: list[str] = []
-        if not is_hex64(last[1]):
-            problems.append(f"the last row's row_hash is damaged ({str(last[1])[:70]!r})")
-        heads, damaged = _ledger_head.meta_heads(query)
-        problems += damaged
-        # read under the write lock: it names no commit this transaction cannot see (an unreadable slot is overwritten)
-        heads += [head for ident, head in _ledger_head.side_heads(self._real_path)[0] if ident == self._ledger_id]
-        for head in heads:
-            if head.kind == kind:
-                shortfall = _ledger_head.shortfall(head, last[0], lambda n: _ledger_head.row_hash_at(query, kind, n))
-                if shortfall is not None:
-                    problems.append(shortfall[1])
+        problems = _ledger_head.problems_before_write(query, self._real_path, self._ledger_id, kind, last)
         if problems:
             raise LedgerCorruptError(
                 f"{self.path}: {'; '.join(problems)}; nothing was written",
@@ -1421,7 +1402,7 @@ class Ledger:
         comes back with ``damage`` set, and each stretch of rows SQLite cannot
         read is skipped and described in ``damaged``."""
         sql = f"SELECT {self._COLS} FROM records WHERE seq > ? ORDER BY seq LIMIT ?"
-        for row in self._rows(sql, batch, damaged, "seq"):
+        for row in _ledger_scan.rows(self._query, sql, batch, damaged, "seq"):
             yield self._stored(row, tolerant=damaged is not None)
 
     def evidence_entries(self, *, batch: int = 500, damaged: list[str] | None = None) -> Iterator[EvidenceEntry]:
@@ -1429,87 +1410,8 @@ class Ledger:
         ``damaged`` as for :meth:`entries` (a row of other types always comes
         back with ``damage`` set)."""
         sql = "SELECT eid, record_seq, record_id, body, prev_hash, row_hash FROM evidence WHERE eid > ? ORDER BY eid LIMIT ?"
-        for row in self._rows(sql, batch, damaged, "evidence"):
+        for row in _ledger_scan.rows(self._query, sql, batch, damaged, "evidence"):
             yield _evidence_entry(row)
-
-    def _rows(self, sql: str, batch: int, damaged: list[str] | None, what: str) -> Iterator[Any]:
-        """The rows of ``sql`` (keyed ``> ?`` in order, ``LIMIT ?``) in batches;
-        with ``damaged``, past what SQLite cannot read (see :meth:`entries`)."""
-        last = 0
-        while True:
-            if damaged is None:
-                rows, error = self._query(sql, (last, batch)), None
-            else:
-                rows, error = self._read_up_to_damage(sql, last, batch)
-            yield from rows
-            if rows:
-                last = rows[-1][0]
-            if error is None:
-                if len(rows) < batch:
-                    return
-                continue
-            assert damaged is not None
-            resume, found = self._past_damage(sql, last)
-            if resume is None or found is None:
-                damaged.append(f"{what} {last}: the rows after it cannot be read ({error})")
-                return
-            damaged.append(f"{what} {last}: the rows after it cannot be read ({error}); read on from {what} {found}")
-            last = resume
-
-    def _read_one(self, sql: str, after: int) -> tuple[Any, str | None]:
-        """The first row keyed ``> after`` (None: none), or None and why it cannot be read."""
-        try:
-            rows = self._query(sql, (after, 1))
-        except sqlite3.DatabaseError as exc:  # busy is LedgerBusyError by now: never taken for damage
-            return None, str(exc)[:200]
-        if rows and rows[0][0] <= after:  # a damaged page can give rows out of order (rowid 0 from zeroes)
-            return None, "rows out of order (a damaged page)"
-        return (rows[0] if rows else None), None
-
-    def _read_up_to_damage(self, sql: str, last: int, batch: int) -> tuple[list[Any], str | None]:
-        """Up to ``batch`` rows keyed ``> last``, stopping before the first one
-        SQLite cannot read (then its error, else None). Whole batches while
-        they read; one row at a time through a batch that does not."""
-        try:
-            rows = self._query(sql, (last, batch))
-            if all(b[0] > a[0] for a, b in zip([(last,), *rows], rows)):
-                return rows, None
-        except sqlite3.DatabaseError:
-            pass
-        rows = []
-        while len(rows) < batch:
-            row, error = self._read_one(sql, rows[-1][0] if rows else last)
-            if error is not None:
-                return rows, error
-            if row is None:
-                break
-            rows.append(row)
-        return rows, None
-
-    def _past_damage(self, sql: str, last: int) -> tuple[int | None, int | None]:
-        """After a read error past key ``last``: the smallest ``resume`` found
-        (doubling, then halving) from which reading rows keyed ``> resume``
-        works, and the first key there (None: none); ``(None, None)`` when no
-        such point exists. Probes, never scans: each is one B-tree descent."""
-        def probe(after: int) -> tuple[bool, int | None]:
-            row, error = self._read_one(sql, after)
-            return error is None, (None if row is None else row[0])
-
-        lo, hi = 0, 1
-        ok, key = probe(last + hi)
-        while not ok:
-            if hi >= 1 << 62:
-                return None, None
-            lo, hi = hi, hi * 2
-            ok, key = probe(last + hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            ok, found = probe(last + mid)
-            if ok:
-                hi, key = mid, found
-            else:
-                lo = mid
-        return last + hi, key
 
     def entry(self, record_id: str) -> StoredEntry | None:
         rows = self._query(f"SELECT {self._COLS} FROM records WHERE record_id=?", (record_id,))
@@ -1583,8 +1485,8 @@ class Ledger:
         operator and developer (``operator`` U+001F ``developer``, as a
         Producer names its stream), never read from the tag and stream
         columns (outside the row hash)."""
-        if tag == _BOUNDARY_TAG:
-            rows = self._query(f"SELECT {self._COLS} FROM records WHERE {_CAPSULE_BOUNDARY} AND {_CAPSULE_STREAM} = ? "
+        if tag == _ledger_columns.BOUNDARY_TAG:
+            rows = self._query(f"SELECT {self._COLS} FROM records WHERE {_ledger_columns.BOUNDARY} AND {_ledger_columns.STREAM} = ? "
                                "ORDER BY seq DESC LIMIT 1", (stream,))
         else:
             rows = self._query(f"SELECT {self._COLS} FROM records WHERE tag=? AND stream=? ORDER BY seq DESC LIMIT 1",
@@ -1756,7 +1658,7 @@ class Ledger:
                         if h["prev_hash"] != prev or _row_hash(prev, header, body) != h["row_hash"]:
                             raise LedgerCorruptError(f"line {lineno}: hash chain broken at seq {h['seq']}")
                         columns = (h.get("action_id"), h.get("stream"), h.get("tag"))
-                        if h["record_type"] == "capsule" and columns != _capsule_columns(item["record"]):
+                        if h["record_type"] == "capsule" and columns != _ledger_columns.capsule_columns(item["record"]):
                             raise LedgerCorruptError(f"line {lineno}: seq {h['seq']}: its action_id, stream and tag "
                                                      "are not the ones its capsule gives")
                         db.execute(

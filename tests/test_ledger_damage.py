@@ -229,3 +229,15 @@ def test_evidence_deleted_from_the_end_is_found(tmp_path: Path) -> None:
     code, report = _verify(path)
     assert code == 1 and "ledger_tail_missing" in _codes(report), report
     assert any("evidence chain ends at evidence 1" in f["detail"] for f in report["findings"])
+
+
+def test_a_ledger_made_anew_where_one_was_deleted_is_not_held_to_its_head(tmp_path: Path) -> None:
+    """The head file names the ledger it was written for: a ledger deleted
+    without its head file, and made anew at that path, is a new ledger."""
+    path = tmp_path / "l.db"
+    _fill(path, 4)
+    path.unlink()
+    assert Path(f"{path}-head").exists()
+    _fill(path, 1)
+    code, report = _verify(path)
+    assert code == 0 and _codes(report) == set(), report
