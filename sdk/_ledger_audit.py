@@ -60,8 +60,14 @@ class AuditLedger(Ledger):
 
 
 def empty_finding(path: str | Path) -> Finding | None:
-    """``ledger_empty`` for a ledger file of 0 bytes with no ``-wal`` beside
-    it (nothing in it can be read), else None."""
+    """Whether the file holds nothing to read.
+
+    Args:
+        path: the ledger file.
+
+    Returns:
+        ``ledger_empty`` for a file of 0 bytes with no ``-wal`` beside it, else None.
+    """
     try:
         if os.path.getsize(path) == 0 and not os.path.exists(f"{path}-wal"):
             return Finding("ledger_empty", f"{path} is 0 bytes: it holds no ledger (truncated to nothing?)")
@@ -71,7 +77,15 @@ def empty_finding(path: str | Path) -> Finding | None:
 
 
 def failure_finding(exc: BaseException) -> Finding:
-    """The finding for a ledger that could not be opened or read through."""
+    """The finding for a ledger that could not be opened or read through.
+
+    Args:
+        exc: what opening or reading it raised.
+
+    Returns:
+        ``ledger_not_capseal``, ``ledger_corrupt`` (the file's fault) or
+        ``ledger_unreadable`` (nothing said about the file).
+    """
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, (LedgerFormatError, LedgerBusyError)):
         return Finding("ledger_unreadable", text)
@@ -83,8 +97,16 @@ def failure_finding(exc: BaseException) -> Finding:
 
 
 def file_findings(ledger: Ledger, entries: Iterable[StoredEntry]) -> list[Finding]:
-    """SQLite's integrity check and the heads of both chains, against the
-    record rows read (``entries``). Never raises for what the file holds."""
+    """SQLite's integrity check, and the heads of both chains. Never raises
+    for what the file holds.
+
+    Args:
+        ledger: the ledger, inside its snapshot.
+        entries: the record rows read (as far as they could be).
+
+    Returns:
+        The findings (empty when the file is sound).
+    """
     return _integrity(ledger) + _heads(ledger, {e.seq: e.row_hash for e in entries})
 
 
@@ -133,9 +155,17 @@ def _heads(ledger: Ledger, records: dict[int, Any]) -> list[Finding]:
 
 
 def column_findings(entry: StoredEntry, record: Any, *, capsule: bool) -> list[Finding]:
-    """``ledger_column_mismatch`` when a row's ``action_id``, ``stream`` or
-    ``tag`` column (outside its row hash) is not what its body gives: for a
-    capsule, the values its producer wrote; for another record, none."""
+    """Whether a row's lookup columns (outside its row hash) were edited.
+
+    Args:
+        entry: the row.
+        record: its parsed body.
+        capsule: a capsule row (its columns are what the body gives); else the
+            columns are empty (capseal writes none for other records).
+
+    Returns:
+        ``ledger_column_mismatch`` naming each edited column, or nothing.
+    """
     expected = capsule_columns(record) if capsule else (None, None, None)
     found = (entry.action_id, entry.stream, entry.tag)
     bad = [f"{name} {got!r} where its body gives {want!r}"

@@ -34,10 +34,16 @@ BOUNDARY_TAG = "epoch_boundary"
 
 
 def capsule_columns(record: Any) -> tuple[str | None, str | None, str | None]:
-    """The action_id, stream and tag a capsule row's columns hold when its
-    body is ``record`` (what the expressions above read from the body; what
-    capseal's producer writes): what a verifier and an import check the
-    columns against."""
+    """What a capsule row's lookup columns hold (as the expressions above
+    read them from its body, and as capseal's producer writes them): what a
+    verifier and an import check the columns against.
+
+    Args:
+        record: the row's parsed body (a sealed record).
+
+    Returns:
+        ``(action_id, stream, tag)``, each None where the body gives none.
+    """
     capsule = record.get("capsule") if isinstance(record, dict) else None
     capsule = capsule if isinstance(capsule, dict) else {}
     action_id, operator, developer = (capsule.get(k) for k in ("action_id", "operator", "developer"))

@@ -65,9 +65,15 @@ def _what(kind: str) -> str:
 
 
 def ledger_id(query: Query, *, create: bool = False) -> str | None:
-    """The ledger's id (32 hex digits, made when it was created), or None for
-    a ledger made before ledgers had one. With ``create`` (inside a write
-    transaction) a missing id is made."""
+    """The ledger's id (32 hex digits, made when it was created).
+
+    Args:
+        query: runs SQL on the ledger's connection.
+        create: make a missing id (inside a write transaction).
+
+    Returns:
+        The id, or None for a ledger made before ledgers had one (unless made now).
+    """
     rows = query("SELECT value FROM meta WHERE key='ledger_id'", ())
     if rows and type(rows[0][0]) is str:
         return str(rows[0][0])
@@ -79,8 +85,15 @@ def ledger_id(query: Query, *, create: bool = False) -> str | None:
 
 
 def meta_heads(query: Query) -> tuple[list[Head], list[str]]:
-    """The heads recorded in ``meta``, and a description of each one that is
-    damaged (not ``<position> <row hash>``)."""
+    """The heads recorded in ``meta``.
+
+    Args:
+        query: runs SQL on the ledger's connection.
+
+    Returns:
+        The heads, and a description of each one that is damaged (not
+        ``<position> <row hash>``).
+    """
     heads: list[Head] = []
     damaged: list[str] = []
     for kind, key in _META_KEY.items():
@@ -103,14 +116,20 @@ def _slot(kind: str, ident: str, position: int, row_hash: str) -> bytes:
 
 
 def side_heads(path: str) -> tuple[list[tuple[str, Head]], list[str]]:
-    """The heads in the side file of the ledger at ``path``, each with the
-    ledger id it was written for (only those of the ledger's own id count),
-    and a description of each slot that is unreadable (torn, or edited). A
-    missing file gives nothing.
+    """The heads in the side file of the ledger at ``path``.
 
     Read it before the transaction the heads are checked in begins (or while
     holding the write lock): it is written after each commit, so it then
-    names nothing that transaction cannot see."""
+    names nothing that transaction cannot see.
+
+    Args:
+        path: the ledger file's real path.
+
+    Returns:
+        Each head with the ledger id it was written for (only those of the
+        ledger's own id count), and a description of each slot that is
+        unreadable (torn, or edited); nothing for a missing file.
+    """
     side = path + SUFFIX
     try:
         with open(side, "rb") as fh:
@@ -167,17 +186,34 @@ class SideFile:
 
 
 def row_hash_at(query: Query, kind: str, position: int) -> Any:
-    """The stored row hash of ``kind``'s row at ``position`` (None: no such row)."""
+    """The stored row hash of a chain's row.
+
+    Args:
+        query: runs SQL on the ledger's connection.
+        kind: "records" or "evidence".
+        position: the row's seq or eid.
+
+    Returns:
+        The stored value, or None when there is no such row.
+    """
     table, key = _TABLE[kind]
     rows = query(f"SELECT row_hash FROM {table} WHERE {key}=?", (position,))
     return rows[0][0] if rows else None
 
 
 def shortfall(head: Head, last: int, hash_at: Callable[[int], Any]) -> tuple[str, str] | None:
-    """How the chain, whose last row is at ``last`` (0: none), falls short of
-    ``head``: ``("missing", why)`` when rows are gone from its end,
-    ``("rewritten", why)`` when the row at the head is another one; None when
-    it reaches the head. ``hash_at(position)`` is the stored row hash there."""
+    """How a chain falls short of a head it recorded.
+
+    Args:
+        head: the recorded head.
+        last: the position of the chain's last row (0: none).
+        hash_at: the stored row hash at a position (None: no such row).
+
+    Returns:
+        ``("missing", why)`` when rows are gone from its end, ``("rewritten",
+        why)`` when the row at the head is another one; None when it reaches
+        the head.
+    """
     what = _what(head.kind)
     if last < head.position:
         ends = f"ends at {what} {last}" if last else "holds no rows"
@@ -193,13 +229,22 @@ def shortfall(head: Head, last: int, hash_at: Callable[[int], Any]) -> tuple[str
 
 
 def problems_before_write(query: Query, path: str, ident: str | None, kind: str, last: tuple[int, Any]) -> list[str]:
-    """Why ``kind``'s chain, whose last row is ``last`` (position, row hash),
-    must not be appended to: a damaged last row hash, a damaged ``meta``
-    head, or a head (in ``meta``, or in the side file of the ledger at
-    ``path`` with id ``ident``) the chain falls short of. Call it inside the
-    write transaction, holding the write lock: the side file then names no
-    commit the transaction cannot see. An unreadable side file slot is no
-    reason (the write overwrites it)."""
+    """Why a chain must not be appended to. Call it inside the write
+    transaction, holding the write lock: the side file then names no commit
+    the transaction cannot see.
+
+    Args:
+        query: runs SQL on the writing connection.
+        path: the ledger file's real path (its side file is beside it).
+        ident: the ledger's id.
+        kind: "records" or "evidence".
+        last: the chain's last row, (position, row hash).
+
+    Returns:
+        The reasons: a damaged last row hash, a damaged ``meta`` head, a head
+        (in ``meta`` or the side file) the chain falls short of. An unreadable
+        side file slot is none (the write overwrites it).
+    """
     problems: list[str] = []
     if not is_hex64(last[1]):
         problems.append(f"the last row's row_hash is damaged ({str(last[1])[:70]!r})")

@@ -25,10 +25,23 @@ Query = Callable[[str, tuple[Any, ...]], list[Any]]
 
 
 def rows(query: Query, sql: str, batch: int, damaged: list[str] | None, what: str) -> Iterator[Any]:
-    """The rows of ``sql`` (keyed by its first column, ``WHERE key > ?``, in
-    key order, ``LIMIT ?``) in batches of ``batch``. Without ``damaged``, an
-    SQLite error is raised; with a list, each stretch of rows that cannot be
-    read is skipped and described there (``what`` names the key in it)."""
+    """The rows of a keyed query, in batches.
+
+    Args:
+        query: the ledger's query function.
+        sql: a SELECT whose first column is the key, ``WHERE key > ?``, in
+            key order, ``LIMIT ?``.
+        batch: rows per query.
+        damaged: None to raise SQLite's errors; or a list, to skip each
+            stretch of rows that cannot be read and describe it there.
+        what: the key's name in those descriptions ("seq", "evidence").
+
+    Returns:
+        An iterator of the rows read, in key order.
+
+    Raises:
+        sqlite3.DatabaseError: without ``damaged``, a page SQLite cannot read.
+    """
     last = 0
     while True:
         if damaged is None:

@@ -947,7 +947,17 @@ class Ledger:
     def has_action_id(self, action_id: str) -> bool:
         """Whether a record with this action_id is already in the file: a
         capsule whose body carries it (the ``action_id`` column, outside the
-        row hash, is not read for capsules), or another record given it."""
+        row hash, is not read for capsules), or another record given it.
+
+        Args:
+            action_id: the action id looked for.
+
+        Returns:
+            True when such a record is stored.
+
+        Raises:
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
         return bool(self._query(
             f"SELECT 1 FROM records WHERE record_type = 'capsule' AND {_ledger_columns.ACTION_ID} = ?1 UNION ALL "
             "SELECT 1 FROM records WHERE action_id = ?1 AND record_type <> 'capsule' LIMIT 1", (action_id,)))
@@ -1396,19 +1406,41 @@ class Ledger:
     def entries(self, *, batch: int = 2000, damaged: list[str] | None = None) -> Iterator[StoredEntry]:
         """Every record row in seq order.
 
-        Without ``damaged``, a row that is not one capseal writes is
-        LedgerCorruptError and a page SQLite cannot read its error. With a
-        list, reading goes on past both (what a verifier needs): such a row
-        comes back with ``damage`` set, and each stretch of rows SQLite cannot
-        read is skipped and described in ``damaged``."""
+        Args:
+            batch: rows read per query.
+            damaged: None (the default) to stop at damage; or a list, to read
+                on past it (what a verifier needs): a row that is not one
+                capseal writes then comes back with ``damage`` set, and each
+                stretch of rows SQLite cannot read is skipped and described in
+                the list.
+
+        Returns:
+            An iterator of StoredEntry.
+
+        Raises:
+            LedgerCorruptError: without ``damaged``, a row of other types.
+            sqlite3.DatabaseError: without ``damaged``, a page SQLite cannot read.
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
         sql = f"SELECT {self._COLS} FROM records WHERE seq > ? ORDER BY seq LIMIT ?"
         for row in _ledger_scan.rows(self._query, sql, batch, damaged, "seq"):
             yield self._stored(row, tolerant=damaged is not None)
 
     def evidence_entries(self, *, batch: int = 500, damaged: list[str] | None = None) -> Iterator[EvidenceEntry]:
-        """Every evidence row (slot rows and batch rows) in eid order;
-        ``damaged`` as for :meth:`entries` (a row of other types always comes
-        back with ``damage`` set)."""
+        """Every evidence row (slot rows and batch rows) in eid order.
+
+        Args:
+            batch: rows read per query.
+            damaged: as for :meth:`entries` (a row of other types comes back
+                with ``damage`` set either way).
+
+        Returns:
+            An iterator of EvidenceEntry.
+
+        Raises:
+            sqlite3.DatabaseError: without ``damaged``, a page SQLite cannot read.
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
         sql = "SELECT eid, record_seq, record_id, body, prev_hash, row_hash FROM evidence WHERE eid > ? ORDER BY eid LIMIT ?"
         for row in _ledger_scan.rows(self._query, sql, batch, damaged, "evidence"):
             yield _evidence_entry(row)
@@ -1480,11 +1512,22 @@ class Ledger:
                     yield rec.with_evidence(state)
 
     def last_tagged(self, tag: str, stream: str) -> StoredEntry | None:
-        """The last record given ``tag`` in ``stream``. For the epoch-boundary
-        tag, the last epoch-boundary capsule whose body names the stream's
-        operator and developer (``operator`` U+001F ``developer``, as a
-        Producer names its stream), never read from the tag and stream
-        columns (outside the row hash)."""
+        """The last record given ``tag`` in ``stream``.
+
+        Args:
+            tag: the tag; for ``"epoch_boundary"``, the last epoch-boundary
+                capsule whose body names the stream's operator and developer
+                is found, never read from the tag and stream columns (outside
+                the row hash).
+            stream: ``operator`` U+001F ``developer``, as a Producer names its stream.
+
+        Returns:
+            The StoredEntry, or None.
+
+        Raises:
+            LedgerCorruptError: the row found is not one capseal writes.
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
         if tag == _ledger_columns.BOUNDARY_TAG:
             rows = self._query(f"SELECT {self._COLS} FROM records WHERE {_ledger_columns.BOUNDARY} AND {_ledger_columns.STREAM} = ? "
                                "ORDER BY seq DESC LIMIT 1", (stream,))
@@ -1496,10 +1539,19 @@ class Ledger:
     # ------------------------------------------------------------------ integrity
 
     def check_chain(self) -> list[str]:
-        """Recompute both hash chains; returns problems (empty when intact).
+        """Recompute both hash chains, in one snapshot of the file.
+
         What the file holds never raises here: a row SQLite cannot read, a
-        column of another type or a hash that is not hex is a problem of its
-        own, and the rows around it are still checked."""
+        column of another type, a hash that is not hex or a record stored
+        twice is a problem of its own, and the rows around it are still
+        checked.
+
+        Returns:
+            The problems found, one sentence each (empty when intact).
+
+        Raises:
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
         with self.snapshot():
             return self._check_chain()
 
