@@ -1621,9 +1621,14 @@ class Ledger:
     # ------------------------------------------------------------------ export / import
 
     def export_jsonl(self, out: IO[bytes]) -> int:
-        """Write every row as one JSON line (records, then evidence). Returns lines."""
+        """Write every row as one JSON line (records, then evidence). Returns lines.
+        A page SQLite cannot read is LedgerCorruptError (what was written
+        before it is no whole export: ``capseal verify`` says what is left)."""
         with self.snapshot():
-            return self._export_jsonl(out)
+            try:
+                return self._export_jsonl(out)
+            except sqlite3.DatabaseError as exc:
+                raise LedgerCorruptError(f"{self.path} is damaged ({exc}); the export is not whole") from None
 
     def _export_jsonl(self, out: IO[bytes]) -> int:
         n = 0

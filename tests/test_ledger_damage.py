@@ -241,3 +241,18 @@ def test_a_ledger_made_anew_where_one_was_deleted_is_not_held_to_its_head(tmp_pa
     _fill(path, 1)
     code, report = _verify(path)
     assert code == 0 and _codes(report) == set(), report
+
+
+def test_exporting_a_damaged_ledger_is_a_typed_error(tmp_path: Path) -> None:
+    """`capseal ledger export` of a ledger with a damaged page said "internal error"."""
+    path = tmp_path / "l.db"
+    _fill(path, 30)
+    with open(path, "r+b") as fh:  # the header of a page in the middle of the records
+        fh.seek(path.stat().st_size // 2 // 4096 * 4096)
+        fh.write(b"\xff" * 16)
+    code, report = _verify(path)
+    assert code == 1 and report["counts"]["ok"] > 20, report  # the other records are still verified
+    proc = subprocess.run([CLI, "ledger", "export", str(path), "-o", str(tmp_path / "e.jsonl")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
+    assert "is damaged" in proc.stderr and "the export is not whole" in proc.stderr
