@@ -3,6 +3,10 @@
 ``verify_ledger(path)`` runs, for a capseal ledger:
   * the ledger's own integrity: both hash chains (records and evidence), seq
     continuity, header/body agreement (record id = capsule id, epistemic type);
+  * the file's (:mod:`._ledger_audit`): SQLite's integrity check, each chain
+    against the head the ledger recorded (rows lost from its end), the lookup
+    columns against the bodies; a damaged file is reported as such, with every
+    record that can still be read;
   * Class-1 verification of each capsule with the store-level checks (parent
     existence, concurrent supersedes, duplicates) — see ``verify.py``;
   * each signature: the inline AAC profile envelope (``signature``/``key_id``)
@@ -23,6 +27,7 @@ pinned key signed an error (``signer_not_trusted``).
 from __future__ import annotations
 
 import importlib
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +35,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 
+from . import _ledger_audit
 from .canonical import capsule_id, hex_bytes, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
 from .errors import InputError, LedgerCorruptError, MalformedJSONError
@@ -303,6 +309,12 @@ def verify_ledger(
 ) -> LedgerReport:
     """Verify a whole ledger file. Never raises; ``ok`` gates everything.
 
+    A file that is damaged, empty or not a capseal ledger is reported as such
+    (``ledger_corrupt``, ``ledger_empty``, ``ledger_not_capseal``), and every
+    record that can still be read is verified; ``ledger_unreadable`` says
+    only that it could not be read here (missing, locked, no permission, a
+    format this capseal does not read).
+
     Args:
         path: the ledger file.
         trusted_keys: the signing keys the caller pins (public keys, PEMs,
@@ -314,10 +326,13 @@ def verify_ledger(
 
     Returns:
         A :class:`LedgerReport`; unusable trusted keys are its
-        ``trusted_keys_unusable`` finding, an unreadable file its
-        ``ledger_unreadable`` finding.
+        ``trusted_keys_unusable`` finding.
     """
     report = LedgerReport(path=str(path), ok=False)
+    empty = _ledger_audit.empty_finding(path)
+    if empty is not None:
+        report.findings.append(empty)
+        return report
     try:
         keys = KeyDirectory(trusted_keys)
     except InputError as exc:  # the caller's anchors, never blamed on the ledger
@@ -325,11 +340,11 @@ def verify_ledger(
         return report
     report.anchors = len(keys.trusted or ())
     try:
-        with Ledger(path, readonly=True) as ledger:
+        with _ledger_audit.AuditLedger(path, readonly=True) as ledger:
             with ledger.snapshot():
                 _verify_open_ledger(ledger, report, keys, evidence, evidence_trust)
     except Exception as exc:  # never raise: report why it could not run
-        report.findings.append(Finding("ledger_unreadable", f"{type(exc).__name__}: {exc}"))
+        report.findings.append(_ledger_audit.failure_finding(exc))
         report.ok = False
         return report
     report.ok = not any(f.severity == "error" for f in report.findings) and all(r.ok for r in report.records)
@@ -337,10 +352,11 @@ def verify_ledger(
 
 
 def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory, evidence: bool, evidence_trust: Any) -> None:
-    for problem in ledger.check_chain():
+    for problem in ledger.check_chain():  # rows SQLite cannot read are among these
         report.findings.append(Finding("ledger_chain_broken", problem))
-    entries: list[StoredEntry] = list(ledger.entries())
-    capsule_entries = [e for e in entries if e.record_type == "capsule"]
+    entries: list[StoredEntry] = list(ledger.entries(damaged=[]))
+    report.findings.extend(_ledger_audit.file_findings(ledger, entries))
+    capsule_entries = [e for e in entries if e.record_type == "capsule" and e.damage is None]
     capsules: list[dict[str, Any]] = []
     bodies: dict[int, dict[str, Any]] = {}
     for e in capsule_entries:
@@ -377,14 +393,21 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
         rr.findings.extend(sig_findings)
         if verdict == "unclaimed":
             rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
+        rr.findings.extend(_ledger_audit.column_findings(e, body, capsule=True))
         by_seq[e.seq] = rr
     if evidence:
         _check_evidence(ledger, capsule_entries, by_seq, evidence_trust)
     for e in entries:
+        if e.damage is not None:
+            report.records.append(RecordReport(e.seq, e.record_id, e.record_type, False,
+                                               [Finding("record_unreadable", f"the row is damaged ({e.damage})")]))
+            continue
         if e.record_type == "capsule":
             rr = by_seq[e.seq]
         else:
             rr = _verify_other(e, ledger, keys)
+            if any(e.record_type.startswith(prefix) for prefix in RECORD_VERIFIERS):  # capseal writes no lookup columns for these
+                rr.findings.extend(_ledger_audit.column_findings(e, None, capsule=False))
         body_problem = _ambiguous_body(e.body)
         if body_problem is not None:
             rr.findings.append(Finding("record_body_not_canonical", body_problem))
@@ -459,7 +482,7 @@ def _check_evidence(ledger: Ledger, entries: list[StoredEntry], by_seq: dict[int
         rr = by_seq[e.seq]
         try:
             record = ledger.get(e.record_id)
-        except (LedgerCorruptError, ValueError, RecursionError) as exc:  # an edited row: this record fails, the others are read
+        except (LedgerCorruptError, ValueError, RecursionError, sqlite3.DatabaseError) as exc:  # an edited row: this record fails, the others are read
             rr.evidence = "unreadable"
             rr.findings.append(Finding("evidence_unreadable", str(exc)))
             continue

@@ -155,12 +155,17 @@ def _check_batch(producer: Any, items: list[dict[str, Any]], source: str) -> Non
 # ---------------------------------------------------------------------------- verify
 
 
-def _is_sqlite(path: Path) -> bool:
+def _is_ledger_file(path: Path) -> bool:
+    """Whether ``path`` is verified as a ledger: SQLite's header, or bytes no
+    JSON document has (none at all, or a NUL byte in the first 4 KiB), which a
+    truncated or header-damaged ledger has; such a file is reported as a
+    damaged ledger, not as malformed JSON."""
     try:
         with path.open("rb") as fh:
-            return fh.read(16) == b"SQLite format 3\x00"
+            head = fh.read(4096)
     except OSError:
         return False
+    return head.startswith(b"SQLite format 3\x00") or not head or b"\x00" in head
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -186,7 +191,7 @@ def _verify_target(args: argparse.Namespace, target: str, trusted: list[Any], ev
     path = Path(target)
     if not path.exists() and target != "-":
         raise _CLIError(f"no such file: {target}")
-    if target != "-" and _is_sqlite(path):
+    if target != "-" and _is_ledger_file(path):
         report = verify_ledger(path, trusted_keys=trusted, evidence=args.evidence, evidence_trust=evidence_trust)
         if not args.json:
             _print_ledger_report(report, verbose=args.verbose)
@@ -322,30 +327,55 @@ def _print_ledger_report(report: Any, *, verbose: bool) -> None:
 
 
 def cmd_ledger_show(args: argparse.Namespace) -> int:
+    """Exit 1 when ``--id`` names no record, or a row is damaged (each shown as such)."""
     from .ledger import Ledger
 
+    damaged: list[str] = []
     with Ledger(args.ledger, readonly=True) as ledger:
+        if args.id:
+            found = ledger.entry(args.id)
+            entries = [found] if found is not None else []
+        else:
+            entries = list(ledger.entries(damaged=damaged))
         rows = []
-        for e in ledger.entries():
-            if args.id and e.record_id != args.id:
-                continue
-            item: dict[str, Any] = {"header": e.header(), "record": e.record()}
-            if e.record_type == "capsule":
+        for e in entries:
+            item: dict[str, Any] = {"header": e.header()}
+            try:
+                item["record"] = None if e.damage else e.record()
+            except (ValueError, RecursionError) as exc:
+                item["record"] = None
+                item["damage"] = f"its body is not JSON ({exc})"
+            if e.damage:
+                item["damage"] = e.damage
+            if e.record_type == "capsule" and "damage" not in item:
                 item["hardware_evidence"] = ledger.current_evidence(e.record_id)
             rows.append(item)
+    missing = bool(args.id) and not rows
+    bad = damaged + [f"seq {item['header']['seq']}: {item['damage']}" for item in rows if "damage" in item]
     if args.json:
         _emit(rows)
-        return EXIT_OK
-    for item in rows:
-        h = item["header"]
-        rec = item["record"]
-        cap = rec.get("capsule", {}) if isinstance(rec, dict) else {}
-        verdict = (cap.get("disposition") or {}).get("verdict_class", "")
-        status = (cap.get("effect") or {}).get("status", "")
-        ev = "evidence" if item.get("hardware_evidence") else "no-evidence"
-        print(f"{h['seq']:>6}  {h['record_type']:<10} {h['record_id'][:16]}…  {h['epistemic_type']:<15} "
-              f"{cap.get('action_id', ''):<32} {status:<10} {verdict:<14} {ev if h['record_type'] == 'capsule' else ''}")
-    return EXIT_OK
+    else:
+        for item in rows:
+            _print_ledger_row(item)
+    if missing:
+        print(f"capseal: no record {args.id} in {args.ledger}", file=sys.stderr)
+    for problem in bad:
+        print(f"capseal: damaged: {problem} (capseal verify reports the ledger in full)", file=sys.stderr)
+    return EXIT_NOT_OK if missing or bad else EXIT_OK
+
+
+def _print_ledger_row(item: dict[str, Any]) -> None:
+    h = item["header"]
+    if "damage" in item:
+        print(f"{h['seq']:>6}  {h['record_type']:<10} DAMAGED: {item['damage']}")
+        return
+    rec = item["record"]
+    cap = rec.get("capsule", {}) if isinstance(rec, dict) else {}
+    verdict = (cap.get("disposition") or {}).get("verdict_class", "")
+    status = (cap.get("effect") or {}).get("status", "")
+    ev = "evidence" if item.get("hardware_evidence") else "no-evidence"
+    print(f"{h['seq']:>6}  {h['record_type']:<10} {h['record_id'][:16]}…  {h['epistemic_type']:<15} "
+          f"{cap.get('action_id', ''):<32} {status:<10} {verdict:<14} {ev if h['record_type'] == 'capsule' else ''}")
 
 
 def cmd_ledger_export(args: argparse.Namespace) -> int:
@@ -357,7 +387,12 @@ def cmd_ledger_export(args: argparse.Namespace) -> int:
         else:
             with open(args.output, "wb") as fh:
                 n = ledger.export_jsonl(fh)
-    print(f"exported {n} lines", file=sys.stderr)
+    to_stdout = args.output in (None, "-")
+    if args.json:  # the summary on stdout, unless the export itself went there
+        summary = json.dumps({"ledger": args.ledger, "output": args.output or "-", "lines": n})
+        print(summary, file=sys.stderr if to_stdout else sys.stdout)
+    else:
+        print(f"exported {n} lines", file=sys.stderr)
     return EXIT_OK
 
 
@@ -365,7 +400,11 @@ def cmd_ledger_import(args: argparse.Namespace) -> int:
     from .ledger import Ledger
 
     with open(args.jsonl, "rb") as fh, Ledger.import_jsonl(fh, args.ledger) as ledger:
-        print(f"imported {ledger.count()} records into {args.ledger}", file=sys.stderr)
+        n = ledger.count()
+    if args.json:
+        _emit({"ledger": args.ledger, "source": args.jsonl, "records": n})
+    else:
+        print(f"imported {n} records into {args.ledger}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -504,10 +543,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = ledger.add_parser("export", help="export to JSON Lines")
     p.add_argument("ledger")
     p.add_argument("-o", "--output", help="output file (default stdout)")
+    p.add_argument("--json", action="store_true", help="a JSON summary (on stderr when the export goes to stdout)")
     p.set_defaults(fn=cmd_ledger_export)
     p = ledger.add_parser("import", help="build a new ledger from a JSON Lines export")
     p.add_argument("jsonl")
     p.add_argument("ledger")
+    p.add_argument("--json", action="store_true", help="a JSON summary")
     p.set_defaults(fn=cmd_ledger_import)
 
     keys = sub.add_parser("keys", help="provision signing keys").add_subparsers(dest="keys_cmd", required=True)

@@ -50,6 +50,8 @@ __all__ = [
     "DuplicateRecordError",
     "LedgerCorruptError",
     "LedgerBusyError",
+    "NotALedgerError",
+    "LedgerFormatError",
     "ForkedProcessError",
     "LedgerForkedError",
     "SignerForkedError",
@@ -300,6 +302,16 @@ class LedgerCorruptError(LedgerError):
 class LedgerBusyError(LedgerError):
     """Another connection kept the ledger file locked past the lock timeout
     (the file may be fine: a lock is not damage). Nothing was written."""
+
+
+class NotALedgerError(LedgerCorruptError):
+    """The file is not a capseal ledger: another application's SQLite
+    database, or not SQLite at all (or its header is damaged). Nothing was
+    written to it."""
+
+
+class LedgerFormatError(LedgerCorruptError):
+    """A capseal ledger of a format this capseal does not read or write."""
 
 
 # --------------------------------------------------------------------------- fork
