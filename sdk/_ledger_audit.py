@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _ledger_head
-from ._ledger_columns import capsule_columns
+from ._ledger_columns import row_columns
 from .errors import LedgerBusyError, LedgerCorruptError, LedgerFormatError, NotALedgerError
 from .findings import Finding
 from .ledger import Ledger, StoredEntry, _is_busy
@@ -154,19 +154,17 @@ def _heads(ledger: Ledger, records: dict[int, Any]) -> list[Finding]:
     return findings
 
 
-def column_findings(entry: StoredEntry, record: Any, *, capsule: bool) -> list[Finding]:
+def column_findings(entry: StoredEntry, record: Any) -> list[Finding]:
     """Whether a row's lookup columns (outside its row hash) were edited.
 
     Args:
         entry: the row.
-        record: its parsed body.
-        capsule: a capsule row (its columns are what the body gives); else the
-            columns are empty (capseal writes none for other records).
+        record: its parsed body (the columns must be what it gives: :func:`row_columns`).
 
     Returns:
         ``ledger_column_mismatch`` naming each edited column, or nothing.
     """
-    expected = capsule_columns(record) if capsule else (None, None, None)
+    expected = row_columns(entry.record_type, record)
     found = (entry.action_id, entry.stream, entry.tag)
     bad = [f"{name} {got!r} where its body gives {want!r}"
            for name, got, want in zip(("action_id", "stream", "tag"), found, expected) if got != want]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ACTION_ID", "STREAM", "BOUNDARY", "BOUNDARY_TAG", "INDEXES", "capsule_columns"]
+__all__ = ["ACTION_ID", "STREAM", "BOUNDARY", "BOUNDARY_TAG", "INDEXES", "capsule_columns", "row_columns"]
 
 
 def _from_body(path: str) -> str:
@@ -52,6 +52,25 @@ def capsule_columns(record: Any) -> tuple[str | None, str | None, str | None]:
     return (action_id if isinstance(action_id, str) else None,
             f"{operator}\x1f{developer}" if isinstance(operator, str) and isinstance(developer, str) else None,
             BOUNDARY_TAG if boundary else None)
+
+
+def row_columns(record_type: str, record: Any) -> tuple[str | None, str | None, str | None]:
+    """What any row's lookup columns hold, read from its body: a capsule's as
+    :func:`capsule_columns`; another record's ``action_id`` is the body's own
+    top-level ``action_id`` (a writer that keys a record by one, as the
+    referee's book does, puts it in the hashed body), and it has no stream or tag.
+
+    Args:
+        record_type: the row's record type.
+        record: its parsed body.
+
+    Returns:
+        ``(action_id, stream, tag)``, each None where the body gives none.
+    """
+    if record_type == "capsule":
+        return capsule_columns(record)
+    action_id = record.get("action_id") if isinstance(record, dict) else None
+    return (action_id if isinstance(action_id, str) else None, None, None)
 
 
 #: the indexes the lookups use (``has_action_id``; ``last_tagged`` for epoch boundaries)

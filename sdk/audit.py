@@ -41,9 +41,9 @@ from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
 from .errors import InputError, LedgerCorruptError, MalformedJSONError
 from .findings import Finding
 from .ledger import Ledger, StoredEntry
-from .record import dumps_canonical, epistemic_type_for_capsule, strict_json
+from .record import RECEIVED_CAPSULE, dumps_canonical, epistemic_type_for_capsule, strict_json
 from .trust import trusted_keys
-from .verify import verify_store
+from .verify import verify, verify_store
 
 __all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS"]
 
@@ -357,43 +357,24 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
     entries: list[StoredEntry] = list(ledger.entries(damaged=[]))
     report.findings.extend(_ledger_audit.file_findings(ledger, entries))
     capsule_entries = [e for e in entries if e.record_type == "capsule" and e.damage is None]
-    capsules: list[dict[str, Any]] = []
-    bodies: dict[int, dict[str, Any]] = {}
-    for e in capsule_entries:
-        try:
-            body = e.record()
-        except (ValueError, RecursionError):  # unreadable: this record fails, the others are still read
-            body = {}
-        bodies[e.seq] = body
-        capsule = body.get("capsule") if isinstance(body, dict) else None
-        capsules.append(capsule if isinstance(capsule, dict) else {})
-        custody = _custody_of(capsules[-1])
+    received_entries = [e for e in entries if e.record_type == RECEIVED_CAPSULE and e.damage is None]
+    bodies = {e.seq: _capsule_body(e) for e in capsule_entries + received_entries}
+    capsules = [_capsule_of(bodies[e.seq]) for e in capsule_entries]
+    for capsule in capsules:
+        custody = _custody_of(capsule)
         if custody is not None:
             keys.learn_from_custody(custody)
-    results = verify_store(capsules)
     signed_custody: dict[str, Mapping[str, Any]] = {}
     by_seq: dict[int, RecordReport] = {}
-    for e, capsule, result in zip(capsule_entries, capsules, results):
-        rr = RecordReport(seq=e.seq, record_id=e.record_id, record_type=e.record_type, ok=True, findings=list(result.findings))
-        rr.findings.extend(_custody_findings(_custody_of(capsule), keys))
-        if not result.ok:
-            rr.ok = False
-        if capsule.get("capsule_id") != e.record_id or not is_hex64(e.record_id):
-            rr.findings.append(Finding("header_mismatch", "the store header's record_id is not the capsule's id"))
-        if e.epistemic_type != epistemic_type_for_capsule(capsule):  # EL -00 §4.1: fixed at commit, never upgraded
-            rr.findings.append(Finding("header_mismatch", f"the store header's epistemic_type {e.epistemic_type!r} is not "
-                                       f"the capsule's ({epistemic_type_for_capsule(capsule)!r})"))
-        body = bodies.get(e.seq, {})
-        envelopes = body.get("envelopes", []) if isinstance(body, dict) else []
-        verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)
-        rr.signature, rr.signer_kid = verdict, kid
-        custody = _custody_of(capsule)
-        if verdict == "authored" and kid is not None and isinstance(custody, Mapping) and custody.get("kid") == kid:
-            signed_custody.setdefault(kid, custody)  # what a key says of itself, under its own signature
-        rr.findings.extend(sig_findings)
-        if verdict == "unclaimed":
-            rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
-        rr.findings.extend(_ledger_audit.column_findings(e, body, capsule=True))
+    # this ledger's own capsules are checked as one store (chains, parents); a capsule kept
+    # as received from another producer is checked on its own (its chain is in its producer's ledger)
+    checked = list(zip(capsule_entries, capsules, verify_store(capsules)))
+    checked += [(e, _capsule_of(bodies[e.seq]), verify(_capsule_of(bodies[e.seq]))) for e in received_entries]
+    for e, capsule, result in checked:
+        rr = _capsule_report(e, capsule, bodies[e.seq], result, keys, signed_custody)
+        if e.record_type == RECEIVED_CAPSULE:
+            rr.findings.append(Finding("capsule_received", "kept as received from another producer, checked on its "
+                                       "own: its chain is in its producer's ledger", severity="info"))
         by_seq[e.seq] = rr
     if evidence:
         _check_evidence(ledger, capsule_entries, by_seq, evidence_trust)
@@ -402,12 +383,12 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
             report.records.append(RecordReport(e.seq, e.record_id, e.record_type, False,
                                                [Finding("record_unreadable", f"the row is damaged ({e.damage})")]))
             continue
-        if e.record_type == "capsule":
+        if e.record_type in ("capsule", RECEIVED_CAPSULE):
             rr = by_seq[e.seq]
         else:
             rr = _verify_other(e, ledger, keys)
-            if any(e.record_type.startswith(prefix) for prefix in RECORD_VERIFIERS):  # capseal writes no lookup columns for these
-                rr.findings.extend(_ledger_audit.column_findings(e, None, capsule=False))
+            if any(e.record_type.startswith(prefix) for prefix in RECORD_VERIFIERS):  # records capseal writes
+                rr.findings.extend(_ledger_audit.column_findings(e, _parsed(e.body)))
         body_problem = _ambiguous_body(e.body)
         if body_problem is not None:
             rr.findings.append(Finding("record_body_not_canonical", body_problem))
@@ -432,6 +413,51 @@ def _signers(records: list[RecordReport], keys: KeyDirectory, custody: dict[str,
                 custody={k: c[k] for k in ("backend", "key_store", "software_device") if k in c})
         s.records += 1
     return list(out.values())
+
+
+def _capsule_body(entry: StoredEntry) -> dict[str, Any]:
+    try:
+        body = entry.record()
+    except (ValueError, RecursionError):  # unreadable: this record fails, the others are still read
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _capsule_of(body: Mapping[str, Any]) -> dict[str, Any]:
+    capsule = body.get("capsule")
+    return capsule if isinstance(capsule, dict) else {}
+
+
+def _capsule_report(e: StoredEntry, capsule: dict[str, Any], body: Mapping[str, Any], result: Any,
+                    keys: KeyDirectory, signed_custody: dict[str, Mapping[str, Any]]) -> RecordReport:
+    """One capsule row's report: its Class-1 ``result``, store header, signatures and lookup columns."""
+    rr = RecordReport(seq=e.seq, record_id=e.record_id, record_type=e.record_type, ok=result.ok,
+                      findings=list(result.findings))
+    rr.findings.extend(_custody_findings(_custody_of(capsule), keys))
+    if capsule.get("capsule_id") != e.record_id or not is_hex64(e.record_id):
+        rr.findings.append(Finding("header_mismatch", "the store header's record_id is not the capsule's id"))
+    if e.epistemic_type != epistemic_type_for_capsule(capsule):  # EL -00 §4.1: fixed at commit, never upgraded
+        rr.findings.append(Finding("header_mismatch", f"the store header's epistemic_type {e.epistemic_type!r} is not "
+                                   f"the capsule's ({epistemic_type_for_capsule(capsule)!r})"))
+    envelopes = body.get("envelopes", [])
+    verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)
+    rr.signature, rr.signer_kid = verdict, kid
+    custody = _custody_of(capsule)
+    if verdict == "authored" and kid is not None and isinstance(custody, Mapping) and custody.get("kid") == kid:
+        signed_custody.setdefault(kid, custody)  # what a key says of itself, under its own signature
+    rr.findings.extend(sig_findings)
+    if verdict == "unclaimed":
+        rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
+    rr.findings.extend(_ledger_audit.column_findings(e, body))
+    return rr
+
+
+def _parsed(body: bytes) -> Any:
+    """A stored body as JSON, or None when it is not (its own finding says so)."""
+    try:
+        return strict_json(body, "the stored body")
+    except MalformedJSONError:
+        return None
 
 
 def _ambiguous_body(body: bytes) -> str | None:

@@ -79,6 +79,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import _ledger_columns, _ledger_fork, _ledger_head, _ledger_scan, merkle
+from ._ledger_columns import row_columns
 from .arguments import count, seconds
 from .arguments import timeout as timeout_arg
 from .canonical import hex_bytes, is_hex64
@@ -96,7 +97,7 @@ from .errors import (
 )
 from .record import SealedRecord, dumps_canonical
 
-__all__ = ["Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "LEDGER_FORMAT", "batch_root", "batch_slot"]
+__all__ = ["Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "LEDGER_FORMAT", "batch_root", "batch_slot", "row_columns"]
 
 LEDGER_FORMAT = "capseal-ledger/2"
 _GENESIS = bytes(32)
@@ -1724,9 +1725,9 @@ class Ledger:
                         if h["prev_hash"] != prev or _row_hash(prev, header, body) != h["row_hash"]:
                             raise LedgerCorruptError(f"line {lineno}: hash chain broken at seq {h['seq']}")
                         columns = (h.get("action_id"), h.get("stream"), h.get("tag"))
-                        if h["record_type"] == "capsule" and columns != _ledger_columns.capsule_columns(item["record"]):
+                        if columns != _ledger_columns.row_columns(h["record_type"], item["record"]):
                             raise LedgerCorruptError(f"line {lineno}: seq {h['seq']}: its action_id, stream and tag "
-                                                     "are not the ones its capsule gives")
+                                                     "are not the ones its body gives")
                         db.execute(
                             f"INSERT INTO records({self._COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                             (h["seq"], h["record_id"], h["record_type"], h["epistemic_type"],

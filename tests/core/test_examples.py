@@ -198,6 +198,7 @@ def test_twins_referee_example_with_the_referee_key_on_softhsm(softhsm: Any, tmp
     import agent_action_capsule as ref
     from agent_action_capsule.producer_envelope import verify_record_signature
 
+    from capseal import SealedRecord
     from capseal.keys.provision import create_key
     from capseal.ledger import Ledger
 
@@ -214,8 +215,9 @@ def test_twins_referee_example_with_the_referee_key_on_softhsm(softhsm: Any, tmp
     assert softhsm.pin not in proc.stdout + proc.stderr
     checked = 0
     for ledger_file in ("node-a.db", "node-b.db", "book-differing_pair_triggers_one_call.db"):
-        with Ledger(work / ledger_file, readonly=True) as ledger:
-            for record in ledger.records():
+        with Ledger(work / ledger_file, readonly=True) as ledger:  # its own capsules and those kept as received
+            rows = [e for e in ledger.entries() if e.record_type in ("capsule", "capsule:received")]
+            for record in (SealedRecord.from_json(e.record()) for e in rows):
                 capsule = record.capsule
                 serving = capsule.get("model_attestation", {}).get("compute_attestation", {}).get("x-twin-serving-v1")
                 if serving is None:
