@@ -32,7 +32,7 @@ from capseal.errors import DeviceError, KeyURIError, SignerUnavailableError, Uns
 from ._base import PendingSignature, SignatureResult, Signer, alg_for_public_key, kid_for
 from ._pkcs11_calls import run
 from ._pkcs11_fast import FastSign
-from ._pkcs11_helper import SigningProcess
+from ._pkcs11_helper import ANSWER_TIMEOUT, SigningProcess
 from ._pkcs11_keys import (
     SignMechanism,
     enabled_extra_usages,
@@ -48,7 +48,7 @@ from ._pkcs11_keys import (
 )
 from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token, usable_pin
 from ._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
-from ._registry import SecretsHandler
+from ._registry import SecretsHandler, check_options
 from .custody import SOFTWARE_TOKEN_MANUFACTURERS, custody_statement
 
 __all__ = [
@@ -95,7 +95,9 @@ class PKCS11Signer(Signer):
         secrets_handler: SecretsHandler | None = None,
         module_allowlist: Any = None,
         signing_process: bool = False,
+        timeout: float | None = ANSWER_TIMEOUT,
     ) -> None:
+        answer_timeout = _timeout(timeout)
         parsed = _parse(uri)
         self._uri = parsed.without_pin()  # first: describe_short() works even if the rest fails
         ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
@@ -126,6 +128,7 @@ class PKCS11Signer(Signer):
         self._fast = FastSign.create(ts.module.real, self._mech.mechanism, self._mech.param, self._mech.size,
                                      software_token=in_process)
         self._process: SigningProcess | None = None
+        self._answer_timeout = answer_timeout
         if signing_process:
             try:
                 self._process = self._start_process(ts, pair)
@@ -153,7 +156,7 @@ class PKCS11Signer(Signer):
             message = b"capseal signing-process self-test " + os.urandom(16)
             return self._payload(message), lambda signature: signature_ok(alg, public, signature, message)
 
-        return SigningProcess(config, ts, self_test, self._where)
+        return SigningProcess(config, ts, self_test, self._where, answer_timeout=self._answer_timeout)
 
     @classmethod
     def from_uri(
@@ -164,15 +167,36 @@ class PKCS11Signer(Signer):
         secrets_handler: SecretsHandler | None = None,
         module_allowlist: Any = None,
         signing_process: bool = False,
-        **_options: Any,
+        timeout: float | None = ANSWER_TIMEOUT,
+        **options: Any,
     ) -> PKCS11Signer:
-        """``open_signer`` entry point. ``module_allowlist`` (a list of paths or a
-        colon-separated string) restricts which modules may be loaded, on top
-        of ``CAPSEAL_PKCS11_MODULES``. ``signing_process``: make the
-        signatures in a child process of their own (``_pkcs11_helper``: faster
-        under load; Ed25519 and ECDSA keys)."""
+        """``open_signer`` entry point.
+
+        Args:
+            uri: the key's RFC 7512 ``pkcs11:`` URI.
+            pin: the token's user PIN (else the URI's pin-value or pin-source, else ``secrets_handler``).
+            secrets_handler: asked for the PIN when none is given otherwise.
+            module_allowlist: a list of module paths or a colon-separated string; restricts which modules may
+                be loaded, on top of ``CAPSEAL_PKCS11_MODULES``.
+            signing_process: make the signatures in a child process of their own (``_pkcs11_helper``:
+                faster under load; Ed25519 and ECDSA keys).
+            timeout: seconds a signature may wait for the signing process while it runs without answering
+                (the token hangs) before it fails with SignerUnavailableError; None: no limit.
+            options: none other; any is refused.
+
+        Returns:
+            The signer, logged in.
+
+        Raises:
+            UnknownOptionError: an option this backend does not take (a misspelling is named, and the valid
+                options listed).
+            InputError: ``timeout`` is not a positive number of seconds or None.
+            KeyURIError, TokenNotFoundError, KeyNotFoundError, PinIncorrectError, PinLockedError,
+            SignerUnavailableError, DeviceError, UnsupportedAlgorithmError: see the module docstring.
+        """
+        check_options("open_signer for a pkcs11: key", options, _SIGNER_OPTIONS)
         return cls(uri, pin=pin, secrets_handler=secrets_handler, module_allowlist=module_allowlist,
-                   signing_process=signing_process)
+                   signing_process=signing_process, timeout=timeout)
 
     # ------------------------------------------------------------------ Signer
 
@@ -287,6 +311,21 @@ class PKCS11Signer(Signer):
         self._release()
 
 
+#: What ``open_signer`` takes for a pkcs11: key.
+_SIGNER_OPTIONS = ("pin", "secrets_handler", "module_allowlist", "signing_process", "timeout")
+
+
+def _timeout(value: object) -> float | None:
+    """``timeout=``: None (no limit) or a positive number of seconds."""
+    from capseal._args import timeout as timeout_arg
+    from capseal.errors import InputError
+
+    seconds = timeout_arg(value)
+    if seconds is not None and seconds <= 0:  # 0 would give up on every signature at once
+        raise InputError("timeout is a positive number of seconds or None (no limit), not 0")
+    return seconds
+
+
 def check_sign_mechanism(alg: str, mechanisms: set[Any] | None, where: str, outcome: str) -> SignMechanism:
     """``mechanism_for(alg, mechanisms)``, its refusal naming the token and key
     (``where``) and what it means (``outcome``). Why: the bare "the token has
@@ -320,7 +359,7 @@ def create_key(
     secrets_handler: SecretsHandler | None = None,
     module_allowlist: Any = None,
     rsa_bits: int = 3072,
-    **_opts: Any,
+    **options: Any,
 ) -> PKCS11Signer:
     """Generate a key pair on the token and open it (``capseal keys create``).
 
@@ -329,7 +368,11 @@ def create_key(
     the call refused if the token did not honour them. ``object`` (CKA_LABEL)
     is required; ``id`` (CKA_ID) is taken from the URI or made random. A key
     that already uses the label or id is never overwritten.
+
+    Raises:
+        UnknownOptionError: an option not taken here (valid: pin, secrets_handler, module_allowlist, rsa_bits).
     """
+    check_options("keys create for a pkcs11: key", options, ("pin", "secrets_handler", "module_allowlist", "rsa_bits"))
     parsed = _parse(uri)
     if parsed.type not in (None, "private"):
         raise KeyURIError("capseal keys create makes a private key: drop type= or use type=private")
@@ -402,10 +445,15 @@ def list_keys(
     pin: str | None = None,
     secrets_handler: SecretsHandler | None = None,
     module_allowlist: Any = None,
-    **_opts: Any,
+    **options: Any,
 ) -> list[dict[str, Any]]:
     """Private keys on the token (filtered by the URI's object/id), each with
-    its URI, algorithm, kid and custody attributes (``capseal keys list``)."""
+    its URI, algorithm, kid and custody attributes (``capseal keys list``).
+
+    Raises:
+        UnknownOptionError: an option not taken here (valid: pin, secrets_handler, module_allowlist).
+    """
+    check_options("keys list for a pkcs11: token", options, ("pin", "secrets_handler", "module_allowlist"))
     parsed = _parse(uri)
     ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
     try:

@@ -10,16 +10,17 @@ Users may register their own schemes.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import re
 from collections.abc import Callable
 from typing import Any
 
-from capseal.errors import KeyURIError, MissingExtraError
+from capseal.errors import KeyURIError, MissingExtraError, UnknownOptionError
 
 from ._base import Signer
 
-__all__ = ["SIGNER_FOR_URI_SCHEME", "open_signer", "register_scheme", "redact_uri", "SecretsHandler"]
+__all__ = ["SIGNER_FOR_URI_SCHEME", "open_signer", "register_scheme", "redact_uri", "SecretsHandler", "check_options"]
 
 #: Called with a prompt (e.g. "PIN for token 'agents'") and returns the secret.
 SecretsHandler = Callable[[str], str]
@@ -42,6 +43,26 @@ _SECRET_QUERY = re.compile(r"(?i)([?&;]pin-value=)[^&;#]*")
 def redact_uri(uri: str) -> str:
     """The URI with any ``pin-value`` attribute replaced by ``***``."""
     return _SECRET_QUERY.sub(r"\1***", uri)
+
+
+def check_options(what: str, options: dict[str, Any], valid: tuple[str, ...]) -> None:
+    """Refuse any of ``options`` (keyword arguments a backend was given
+    beyond those it names) with UnknownOptionError naming it, the closest
+    valid spelling, and every valid option (``valid``, which includes the
+    ones the backend took itself). ``what`` names the call, e.g.
+    "open_signer for a pkcs11: key".
+
+    Raises:
+        UnknownOptionError: when ``options`` is not empty.
+    """
+    if not options:
+        return
+    names = sorted(str(name) for name in options)
+    guesses = [difflib.get_close_matches(name, valid, n=1, cutoff=0.6) for name in names]
+    said = ", ".join(f"{name!r}" + (f" (did you mean {guess[0]!r}?)" if guess else "")
+                     for name, guess in zip(names, guesses))
+    plural = "s" if len(names) > 1 else ""
+    raise UnknownOptionError(f"{what}: unknown option{plural} {said}; the valid options are {', '.join(sorted(valid))}")
 
 
 def register_scheme(scheme: str, loader: Any) -> None:

@@ -29,11 +29,13 @@ from capseal.errors import (
 from ._base import SignatureResult, Signer, alg_for_public_key
 from ._files import MAX_KEY_FILE, FileTooLargeError, exposure, read_capped
 from ._pin import text_problem
+from ._registry import check_options
 from .custody import custody_statement
 
 __all__ = ["SoftwareSigner", "FileSigner", "UnsafeEphemeralSigner", "generate_private_key", "write_pkcs8"]
 
 _ALGS = ("EdDSA", "ES256", "ES384", "PS256")
+_PRIVATE_KEY_TYPES = (ed25519.Ed25519PrivateKey, ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)
 
 
 def generate_private_key(alg: str) -> Any:
@@ -82,10 +84,32 @@ def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | None
 
 
 class SoftwareSigner(Signer):
-    """A private key held by ``cryptography`` in this process."""
+    """A private key held by ``cryptography`` in this process.
 
-    def __init__(self, private_key: Any, *, uri: str, key_store: str, extra: dict[str, Any] | None = None) -> None:
-        self._key = private_key
+    >>> signer = SoftwareSigner(ed25519.Ed25519PrivateKey.generate())   # doctest: +SKIP
+    """
+
+    def __init__(self, private_key: Any, *, uri: str = "memory:", key_store: str = "memory",
+                 extra: dict[str, Any] | None = None) -> None:
+        """Sign with ``private_key``.
+
+        Args:
+            private_key: a ``cryptography`` Ed25519, EC (P-256, P-384) or RSA (2048 bits or more) private key.
+            uri: how the key is named in messages and custody statements (default ``memory:``: a key
+                held only by this process, which no URI opens again).
+            key_store: the custody statement's ``key_store`` (default ``memory``).
+            extra: more custody statement members.
+
+        Raises:
+            UnsupportedAlgorithmError: ``private_key`` is not such a key.
+        """
+        if not isinstance(private_key, _PRIVATE_KEY_TYPES):
+            # named: it was an AttributeError from private_key.public_key(), or a PEM taken for a key
+            raise UnsupportedAlgorithmError(
+                f"private_key is a {type(private_key).__name__}, not a cryptography private key (Ed25519, EC P-256/"
+                "P-384 or RSA); load a PEM with cryptography's serialization.load_pem_private_key, or open it "
+                "with open_signer('file:/path/key.pem')")
+        self._key: Any = private_key
         self._public = private_key.public_key()
         self._alg = alg_for_public_key(self._public)
         self._uri = uri
@@ -183,7 +207,24 @@ class FileSigner(SoftwareSigner):
         )
 
     @classmethod
-    def from_uri(cls, uri: str, *, pin: str | None = None, secrets_handler: Any = None, **_: Any) -> FileSigner:
+    def from_uri(cls, uri: str, *, pin: str | None = None, secrets_handler: Any = None, **options: Any) -> FileSigner:
+        """``open_signer`` entry point for ``file:/path.pem``.
+
+        Args:
+            uri: the key file's ``file:`` URI (an absolute path).
+            pin: the passphrase of an encrypted PEM.
+            secrets_handler: asked for the passphrase when the PEM is encrypted and no ``pin`` is given.
+            options: none are taken; any is refused.
+
+        Returns:
+            The signer.
+
+        Raises:
+            UnknownOptionError: for an option a file key does not take.
+            KeyURIError, KeyNotFoundError, PinIncorrectError, SecretFileExposedError,
+            UnsupportedAlgorithmError: see :class:`FileSigner`.
+        """
+        check_options("open_signer for a file: key", options, _FILE_OPTIONS)
         path = cls.path_of(uri)
         if pin is None and secrets_handler is not None and _is_encrypted(path):
             return cls(path, pin=secrets_handler(f"passphrase for {path}"), pin_source="secrets_handler")
@@ -234,6 +275,9 @@ def _is_encrypted(path: str) -> bool:
     return b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in head or b"Proc-Type: 4,ENCRYPTED" in head
 
 
+#: What ``open_signer`` takes for a file: key.
+_FILE_OPTIONS = ("pin", "secrets_handler")
+
 #: How much of a key file :func:`_is_encrypted` reads: more than any text
 #: openssl writes before a PEM block, far less than a large file.
 _PEM_HEAD = 64 * 1024
@@ -246,14 +290,37 @@ class UnsafeEphemeralSigner(SoftwareSigner):
         super().__init__(generate_private_key(alg), uri="ephemeral:", key_store="memory")
 
     @classmethod
-    def from_uri(cls, uri: str, **_: Any) -> UnsafeEphemeralSigner:
+    def from_uri(cls, uri: str, *, pin: str | None = None, secrets_handler: Any = None,
+                 **options: Any) -> UnsafeEphemeralSigner:
+        """``open_signer("ephemeral:EdDSA")``: a new key in memory. ``pin`` and
+        ``secrets_handler`` mean nothing here; any other option is refused
+        (UnknownOptionError)."""
+        check_options("open_signer for an ephemeral: key", options, _FILE_OPTIONS)
         alg = urlsplit(uri).path or "EdDSA"
         return cls(alg)
 
 
-def create_file_key(uri: str, alg: str, *, pin: str | None = None, **_: Any) -> FileSigner:
+def create_file_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: Any = None,
+                    **options: Any) -> FileSigner:
     """``capseal keys create file:/path --alg …``: a new PKCS#8 PEM (mode 0600,
-    never overwriting), encrypted with ``pin`` when one is given."""
+    never overwriting), encrypted with ``pin`` when one is given.
+
+    Args:
+        uri: where the new key goes (``file:/absolute/path.pem``).
+        alg: a COSE algorithm name (EdDSA, ES256, ES384, PS256).
+        pin: the passphrase to encrypt the PEM with (none: not encrypted).
+        secrets_handler: not asked (a new key's passphrase is ``pin``).
+        options: none are taken; any is refused.
+
+    Returns:
+        The new key, opened.
+
+    Raises:
+        UnknownOptionError: for an option a file key does not take.
+        KeyURIError: the URI is not a file: URI, or the file exists or cannot be written.
+        PinIncorrectError: ``pin`` is not text.
+    """
+    check_options("keys create for a file: key", options, _FILE_OPTIONS)
     path = FileSigner.path_of(uri)
     passphrase = _passphrase(pin, "pin=")
     try:  # typed, as the other backends' refusals are: the CLI printed these as 'internal error'
@@ -265,8 +332,14 @@ def create_file_key(uri: str, alg: str, *, pin: str | None = None, **_: Any) -> 
     return FileSigner(path, pin=pin)
 
 
-def list_file_keys(uri: str, *, pin: str | None = None, **_: Any) -> list[dict[str, Any]]:
-    """PEM private keys in a directory (``file:/dir``) or the one file named."""
+def list_file_keys(uri: str, *, pin: str | None = None, secrets_handler: Any = None,
+                   **options: Any) -> list[dict[str, Any]]:
+    """PEM private keys in a directory (``file:/dir``) or the one file named.
+
+    Raises:
+        UnknownOptionError: for an option a file key does not take.
+    """
+    check_options("keys list for file: keys", options, _FILE_OPTIONS)
     target = Path(FileSigner.path_of(uri))
     files = sorted(target.glob("*.pem")) if target.is_dir() else [target]
     out: list[dict[str, Any]] = []

@@ -52,7 +52,7 @@ from capseal.errors import (
 from ._base import PendingSignature, SignatureResult, Signer
 from ._files import MAX_KEY_FILE, FileTooLargeError, read_capped
 from ._pin import usable_pin
-from ._registry import SecretsHandler
+from ._registry import SecretsHandler, check_options
 from ._tpm_device import AUTH_VALUE_HINT, TPMDevice, TPMInfo, get_device
 from ._tpm_uri import (
     TPM_RH_OWNER,
@@ -217,6 +217,10 @@ class _KeyShape:
         self.public_key = serialization.load_der_public_key(public.to_der())
 
 
+#: What ``open_signer`` takes for a tpm2: key.
+TPM_SIGNER_OPTIONS = ("pin", "secrets_handler", "tcti", "ak_handle", "timeout")
+
+
 class TPMSigner(Signer):
     """A signing key inside a TPM 2.0, named by a ``tpm2:`` URI.
 
@@ -290,11 +294,26 @@ class TPMSigner(Signer):
         timeout: float | None = _DEFAULT_TIMEOUT,
         **options: Any,
     ) -> TPMSigner:
-        """Open ``tpm2:handle=…`` or ``tpm2:keyfile=…``. ``pin`` is the key's
-        auth value (when it has one); ``secrets_handler`` is asked only for key
-        files that declare a non-empty auth."""
-        if options:
-            raise KeyURIError(f"unknown options for a tpm2: key: {sorted(options)}")
+        """Open ``tpm2:handle=…`` or ``tpm2:keyfile=…`` (``open_signer``'s entry point).
+
+        Args:
+            uri: the key's ``tpm2:`` URI.
+            pin: the key's auth value (when it has one).
+            secrets_handler: asked only for key files that declare a non-empty auth.
+            tcti: the TPM, overriding the URI's ``tcti=``.
+            ak_handle: an attestation key's persistent handle, overriding the URI's ``ak-handle=``.
+            timeout: seconds one TPM command may take (None: no limit).
+            options: none other; any is refused.
+
+        Returns:
+            The signer.
+
+        Raises:
+            UnknownOptionError: an option this backend does not take (named, with the valid ones).
+            KeyURIError, KeyNotFoundError, PinIncorrectError, SignerUnavailableError,
+            UnsupportedAlgorithmError: see :class:`TPMSigner`.
+        """
+        check_options("open_signer for a tpm2: key", options, TPM_SIGNER_OPTIONS)
         if secrets_handler is not None and not callable(secrets_handler):
             raise InputError(f"secrets_handler is a {type(secrets_handler).__name__}, not a callable")
         ak = (parse_handle(ak_handle, "ak_handle") if isinstance(ak_handle, str)

@@ -59,7 +59,7 @@ from capseal.errors import (
     UnsupportedAlgorithmError,
 )
 
-from ._registry import SecretsHandler
+from ._registry import SecretsHandler, check_options
 from ._tpm import (
     CREATE_AUTH_BYTES,
     TPM_ALG_EDDSA,
@@ -410,9 +410,9 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
     ``tpm2:keyfile=/path`` writes a TSS2 PRIVATE KEY (mode 0600, never
     overwriting) whose parent is the SRK. ``pin`` becomes the key's auth value
     (and the key stays DA-protected)."""
-    ref = parse_tpm_uri(uri, tcti=opts.pop("tcti", None))
-    if opts:
-        raise KeyURIError(f"unknown options for a tpm2: key: {sorted(opts)}")
+    tcti = opts.pop("tcti", None)
+    check_options("keys create for a tpm2: key", opts, ("pin", "secrets_handler", "tcti"))
+    ref = parse_tpm_uri(uri, tcti=tcti)
     if not ref.names_key:
         raise KeyURIError("keys create needs tpm2:handle=0x81…?tcti=… or tpm2:keyfile=/path?tcti=…")
     cose_alg = _cose_alg(alg)
@@ -462,7 +462,9 @@ def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandl
     """``capseal keys list tpm2:?tcti=…``: every persistent object on the TPM
     (role, type, kid, name, attributes); for a handle or keyfile URI, that key
     (none when no object is at the handle, as a PKCS#11 URI's filter lists none)."""
-    ref = parse_tpm_uri(uri, tcti=opts.pop("tcti", None))
+    tcti = opts.pop("tcti", None)
+    check_options("keys list for a tpm2: TPM", opts, ("pin", "secrets_handler", "tcti"))
+    ref = parse_tpm_uri(uri, tcti=tcti)
     device = get_device(ref.tcti)
     if ref.keyfile is not None:
         kf = _read_keyfile(ref.keyfile)
