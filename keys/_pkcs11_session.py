@@ -17,6 +17,11 @@ Why this shape (measured, ``hardware-notes.md`` §2):
 * Sessions die underneath us (``C_CloseAllSessions`` elsewhere in the process,
   a token pulled out, a module reset). A :class:`TokenSession` notices,
   reconnects (find token, open, log in again) and the caller retries once.
+  Other code in the process may even finalise the module (``C_Finalize``:
+  another library that loaded it too, done with it). Every call then answers
+  ``CKR_CRYPTOKI_NOT_INITIALIZED``; PKCS#11 says the application must then
+  call ``C_Initialize`` again and log in again, which
+  :meth:`Module.recover_if_finalized` and the reconnect do, once per call.
 * Calls are made through ``_pkcs11_calls.run`` (lock, reconnect, retry once;
   a worker thread when threads contend).
 * Search iterators are always drained under the lock: an abandoned one calls
@@ -194,12 +199,45 @@ class Module:
         try:
             if self.lib.initialized:
                 self.lib.finalize()
+        except p11x.PKCS11Error:
+            pass  # finalised underneath already (other code called C_Finalize): initialising is all that is left
+        try:
             self.lib.initialize()
         except p11x.PKCS11Error as exc:
             failure = type(exc).__name__
         if failure is not None:  # raised outside the handler: no exception context at all
             raise SignerUnavailableError(f"PKCS#11 module {self.path} cannot be initialised ({failure})",
                                          hint=_module_hint(self.path))
+
+    def recover_if_finalized(self, exc: BaseException | None = None) -> bool:
+        """Whether the module had been finalised underneath this process's
+        sessions (``C_Finalize`` by other code that loaded it too), in which
+        case it is initialised again here and every session of it is marked
+        dead (``generation``), so each TokenSession reconnects and logs in
+        again on its next call, as PKCS#11 requires.
+
+        Asked with ``C_Initialize`` itself, through the module's function
+        table: a module in use answers ``CKR_CRYPTOKI_ALREADY_INITIALIZED``
+        and nothing changes; a finalised one answers ``CKR_OK`` and is
+        initialised by that very call. Without a trusted table, python-pkcs11's
+        own message for ``CKR_CRYPTOKI_NOT_INITIALIZED`` (``exc``) decides,
+        and the module is re-initialised through python-pkcs11. Lock held."""
+        if self.inherited:  # a fork's first use: ensure_initialized's job
+            return False
+        from ._pkcs11_fast import c_initialize
+
+        rv = c_initialize(self.real)
+        if rv is None:
+            if exc is None or "not initialized" not in str(exc):
+                return False
+            self.reinitialize()
+        elif rv != 0:
+            return False
+        else:
+            self.generation += 1
+        log.warning("PKCS#11 module %s was finalised by other code in this process; initialised it again "
+                    "(its sessions log in again)", self.path)
+        return True
 
     def ensure_initialized(self) -> None:
         if self.inherited:
@@ -349,8 +387,13 @@ def _find_tokens(module: Module, uri: PKCS11URI) -> list[Any]:
     module.ensure_initialized()
     try:
         found = [t for t in _list_tokens(module) if _token_matches(t, uri)]
-    except p11x.PKCS11Error:
+    except p11x.PKCS11Error as exc:
         found = []
+        if module.recover_if_finalized(exc):  # finalised underneath: initialised again, look once more
+            try:
+                found = [t for t in _list_tokens(module) if _token_matches(t, uri)]
+            except p11x.PKCS11Error:
+                found = []
     if found:
         return found
     failure = None
