@@ -88,6 +88,10 @@ KNOWN_MODULES = {
 }
 
 
+#: the modules a "names no module" hint lists (one line each, no duplicates)
+_HINTED_MODULES = tuple((name, path) for name, path in KNOWN_MODULES.items() if name not in ("OpenSC", "p11-kit proxy"))
+
+
 def pct_encode(value: str | bytes, *, query: bool = False, all_bytes: bool = False) -> str:
     """Percent-encode a value for a path (default) or query attribute.
     ``all_bytes`` encodes every byte (RFC 7512's advice for ``id``)."""
@@ -427,7 +431,7 @@ def resolve_module(uri: PKCS11URI) -> str:
         "pkcs11 URI names no module: add ?module-path=/path/to/module.so "
         f"(SoftHSM2: {KNOWN_MODULES['SoftHSM2']})",
         hint="name the token vendor's PKCS#11 module in the URI's query: ?module-path=/absolute/path/to/module.so "
-             "(hardware/README.md lists common ones)",
+             "(common ones on Debian/Ubuntu: " + "; ".join(f"{name} {path}" for name, path in _HINTED_MODULES) + ")",
     )
 
 

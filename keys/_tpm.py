@@ -53,7 +53,7 @@ from ._base import PendingSignature, SignatureResult, Signer
 from ._files import MAX_KEY_FILE, FileTooLargeError, read_capped
 from ._pin import usable_pin
 from ._registry import SecretsHandler, check_options
-from ._tpm_device import AUTH_VALUE_HINT, TPMDevice, TPMInfo, get_device
+from ._tpm_device import AUTH_VALUE_HINT, TPMDevice, TPMInfo, get_device, persistent_tr
 from ._tpm_uri import (
     TPM_RH_OWNER,
     TPMKeyFile,
@@ -350,13 +350,13 @@ class TPMSigner(Signer):
             tr = self._load_keyfile(ectx, self._keyfile)
         else:
             assert ref.handle is not None
+            hint = f"Create one: {create_key_hint(ref.tcti, ref.handle)}"
             try:
-                tr = ectx.tr_from_tpmpublic(ref.handle)
-            except TSS2_Exception as exc:
+                tr = persistent_tr(ectx, ref.handle, ref.tcti, "key", hint)
+            except TSS2_Exception as exc:  # listed, yet gone by the time it was read
                 if int(exc.error) in (_RC_HANDLE, _RC_REFERENCE_H0):
                     raise KeyNotFoundError(
-                        f"no key at persistent handle {format_handle(ref.handle)} on TPM {ref.tcti}",
-                        hint=f"Create one: {create_key_hint(ref.tcti, ref.handle)}",
+                        f"no key at persistent handle {format_handle(ref.handle)} on TPM {ref.tcti}", hint=hint,
                     ) from None
                 raise
         if self._pinned_name is not None:
@@ -681,7 +681,7 @@ class _FastSign:
 
 def _persistent_tr(ectx: Any, handle: int, tcti: str, what: str) -> Any:
     try:
-        return ectx.tr_from_tpmpublic(handle)
+        return persistent_tr(ectx, handle, tcti, what)
     except TSS2_Exception as exc:
         if int(exc.error) in (_RC_HANDLE, _RC_REFERENCE_H0):
             raise KeyNotFoundError(f"no {what} at persistent handle {format_handle(handle)} on TPM {tcti}") from None

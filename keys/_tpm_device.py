@@ -64,11 +64,9 @@ from concurrent.futures import TimeoutError as _FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-os.environ.setdefault("TSS2_LOG", "all+NONE")  # expected failures (probing a handle) must not spam stderr
-
-from capseal._at_exit import close_devices_last  # noqa: E402
-from capseal._fork_copies import ForkCopies  # noqa: E402
-from capseal.errors import (  # noqa: E402
+from capseal._at_exit import close_devices_last
+from capseal._fork_copies import ForkCopies
+from capseal.errors import (
     CapsealError,
     DeviceError,
     KeyNotFoundError,
@@ -78,9 +76,9 @@ from capseal.errors import (  # noqa: E402
     SignerUnavailableError,
     TPMObjectMemoryError,
 )
-from capseal.keys._tpm_uri import check_tcti  # noqa: E402
+from capseal.keys._tpm_uri import check_tcti
 
-try:  # noqa: E402
+try:
     from tpm2_pytss import ESAPI, TSS2_Exception
     from tpm2_pytss.constants import TPM2_CAP, TPM2_HC, TPM2_PT
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
@@ -101,6 +99,8 @@ __all__ = [
     "is_transport_error",
     "unreachable_fix",
     "classify_software",
+    "is_listed",
+    "persistent_tr",
 ]
 
 T = TypeVar("T")
@@ -189,8 +189,10 @@ def unreachable_fix(tcti: str) -> str:
                     "the kernel has tpm_tis/tpm_crb, or give the TCTI of the TPM you mean")
         return f"check that this user can read and write {path} (group tss: usermod -aG tss USER, then log in again)"
     if kind in ("swtpm", "mssim"):
-        return (f"start the TPM simulator that {tcti} names and check its host and port (swtpm: "
-                "hardware/swtpm.sh start STATE_DIR PORT)")
+        # the command itself: a pip user has none of the repository's scripts
+        return (f"start the TPM simulator that {tcti} names and check its host and port (swtpm: swtpm socket "
+                "--tpm2 --tpmstate dir=STATE_DIR --server type=tcp,port=PORT --ctrl type=tcp,port=PORT+1 "
+                "--flags not-need-init,startup-clear --daemon)")
     if kind == "tabrmd":
         return "start the TPM access broker (systemctl start tpm2-abrmd) and check the TCTI's bus name"
     return f"check the TCTI {tcti!r}: is libtss2-tcti-{kind} installed and is its configuration right?"
@@ -392,6 +394,26 @@ def listed_handles(ectx: Any, first: int, types: frozenset[int]) -> list[int]:
         if not more or not batch or batch[-1] < start:
             return out
         start = batch[-1] + 1
+
+
+def is_listed(ectx: Any, handle: int) -> bool:
+    """Whether TPM_CAP_HANDLES lists ``handle`` (a persistent object there).
+
+    Why asked before ``Esys_TR_FromTPMPublic``: on an empty handle that call
+    fails, as expected, but libtss2 first prints three ERROR lines to stderr.
+    capseal leaves the TSS's logging (``TSS2_LOG``) to the application, so it
+    does not make calls it expects to fail."""
+    _more, data = ectx.get_capability(TPM2_CAP.HANDLES, handle, 1)
+    return handle in [int(h) for h in data.data.handles]
+
+
+def persistent_tr(ectx: Any, handle: int, tcti: str, what: str = "object", hint: str | None = None) -> Any:
+    """The ESYS_TR of the object at persistent ``handle``; KeyNotFoundError
+    naming ``what``, the handle and the TCTI (with ``hint``) when the TPM lists
+    nothing there (see :func:`is_listed`)."""
+    if not is_listed(ectx, handle):
+        raise KeyNotFoundError(f"no {what} at persistent handle 0x{handle:08x} on TPM {tcti}", hint=hint)
+    return ectx.tr_from_tpmpublic(handle)
 
 
 def transient_handles(ectx: Any) -> list[int]:

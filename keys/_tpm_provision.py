@@ -73,7 +73,7 @@ from ._tpm import (
     keyfile_public,
     srk_template,
 )
-from ._tpm_device import TPMDevice, TPMInfo, get_device, unreachable_fix
+from ._tpm_device import TPMDevice, TPMInfo, get_device, is_listed, unreachable_fix
 from ._tpm_uri import (
     DEFAULT_TCTI,
     TPM_RH_OWNER,
@@ -142,7 +142,10 @@ def _check_alg_supported(info: TPMInfo, alg: str) -> None:
 
 
 def _read_persistent(ectx: Any, handle: int) -> TPM2B_PUBLIC | None:
-    """The public area at a persistent handle, or None when the handle is empty."""
+    """The public area at a persistent handle, or None when the handle is empty
+    (the TPM lists nothing there: asked first, see ``is_listed``)."""
+    if not _is_listed(ectx, handle):
+        return None
     try:
         tr = ectx.tr_from_tpmpublic(handle)
     except TSS2_Exception as exc:
@@ -160,8 +163,7 @@ def _is_listed(ectx: Any, handle: int) -> bool:
     """Whether TPM_CAP_HANDLES lists ``handle``: it lists persistent objects
     that ReadPublic answers with TPM_RC_HANDLE (those of a disabled
     hierarchy), at which TPM2_EvictControl refuses to persist."""
-    _more, data = ectx.get_capability(TPM2_CAP.HANDLES, handle, 1)
-    return handle in [int(h) for h in data.data.handles]
+    return is_listed(ectx, handle)
 
 
 def _occupant(ectx: Any, handle: int, tcti: str) -> TPM2B_PUBLIC | None:

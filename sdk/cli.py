@@ -469,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--handle", default="0x81000101", help="persistent handle for the signing key (default %(default)s)")
     p.add_argument("--ak-handle", default="0x81000102", help="persistent handle for the attestation key (default %(default)s)")
     p.add_argument("--alg", default="p256", choices=["p256", "rsa-pss", "ed25519"],
-                   help="signing key: p256 (ES256, default), rsa-pss (PS256); ed25519 is refused unless TPM and TSS support EdDSA (hardware/tpm.md)")
+                   help="signing key: p256 (ES256, default), rsa-pss (PS256); ed25519 is refused unless TPM and TSS support EdDSA (TPM2_SignSequenceComplete, TPM 2.0 rev 1.83)")
     p.add_argument("--force", action="store_true", help="replace keys already at those handles")
     p.set_defaults(fn=cmd_tpm_provision)
 

@@ -230,7 +230,8 @@ def test_an_unreachable_tpm_error_says_how_to_reach_it(fresh_swtpm: Any) -> None
     try:
         down = capseal("tpm", "provision", "--tcti", fresh_swtpm.tcti, check=False)
         assert down.returncode == 2 and "not reachable" in down.stderr, down.stderr
-        assert "hint: start the TPM simulator" in down.stderr and "hardware/swtpm.sh start" in down.stderr, down.stderr
+        assert "hint: start the TPM simulator" in down.stderr and "swtpm socket --tpm2" in down.stderr, down.stderr
+        assert "hardware/" not in down.stderr  # a pip user has no such script
         missing = capseal("keys", "show", "tpm2:handle=0x81000101?tcti=device:/nonexistent/tpmrm9", check=False)
         assert missing.returncode == 2, missing.stderr
         assert "hint: /nonexistent/tpmrm9 does not exist" in missing.stderr and "firmware" in missing.stderr, missing.stderr
