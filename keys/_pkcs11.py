@@ -30,6 +30,7 @@ from typing import Any
 from capseal.errors import DeviceError, KeyURIError, SignerUnavailableError, UnsupportedAlgorithmError
 
 from ._base import PendingSignature, SignatureResult, Signer, alg_for_public_key, kid_for
+from ._pin import Secret, as_secret
 from ._pkcs11_calls import run
 from ._pkcs11_fast import FastSign
 from ._pkcs11_helper import ANSWER_TIMEOUT, SigningProcess
@@ -46,7 +47,7 @@ from ._pkcs11_keys import (
     objects_with,
     public_key_of,
 )
-from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token, usable_pin
+from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token
 from ._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
 from ._registry import SecretsHandler, check_options
 from .custody import SOFTWARE_TOKEN_MANUFACTURERS, custody_statement
@@ -62,17 +63,19 @@ __all__ = [
 ]
 
 
-def pin_for(uri: PKCS11URI, pin: str | None) -> str | None:
-    """The PIN to log in with: the ``pin`` argument, else the URI's
-    ``pin-value``, else the file its ``pin-source`` names; None when none.
-    Checked here, where its source is known (see ``usable_pin``)."""
+def pin_for(uri: PKCS11URI, pin: str | Secret | None) -> Secret | None:
+    """The PIN to log in with, held as a :class:`Secret`: the ``pin``
+    argument, else the URI's ``pin-value``, else the file its ``pin-source``
+    names; None when none. Checked here, where its source is known (see
+    ``usable_pin``), and named after it and the token."""
     token = uri.describe_token()
+    pin = as_secret(pin, "pin=")
     if pin is not None:
-        return usable_pin(pin, f"pin= for {token}")
-    if uri.pin_value is not None:
-        return usable_pin(uri.pin_value, f"the URI's pin-value for {token}")
+        return pin.with_suffix(f"for {token}").usable_pin()
+    if uri.pin_secret is not None:
+        return uri.pin_secret.renamed(f"the URI's pin-value for {token}").usable_pin()
     if uri.pin_source is not None:
-        return usable_pin(read_pin_source(uri.pin_source), f"pin-source {uri.pin_source} for {token}")
+        return read_pin_source(uri.pin_source).renamed(f"pin-source {uri.pin_source} for {token}").usable_pin()
     return None
 
 
@@ -91,14 +94,15 @@ class PKCS11Signer(Signer):
         self,
         uri: str | PKCS11URI,
         *,
-        pin: str | None = None,
+        pin: str | Secret | None = None,
         secrets_handler: SecretsHandler | None = None,
         module_allowlist: Any = None,
         signing_process: bool = False,
         timeout: float | None = ANSWER_TIMEOUT,
     ) -> None:
+        pin = as_secret(pin, "pin=")
         answer_timeout = _timeout(timeout)
-        parsed = _parse(uri)
+        uri = parsed = _parse(uri)  # the text may hold a pin-value: only the parsed URI (which hides it) stays
         self._uri = parsed.without_pin()  # first: describe_short() works even if the rest fails
         ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
         self._ts: TokenSession | None = ts
@@ -161,9 +165,9 @@ class PKCS11Signer(Signer):
     @classmethod
     def from_uri(
         cls,
-        uri: str,
+        uri: str | PKCS11URI,
         *,
-        pin: str | None = None,
+        pin: str | Secret | None = None,
         secrets_handler: SecretsHandler | None = None,
         module_allowlist: Any = None,
         signing_process: bool = False,
@@ -195,6 +199,7 @@ class PKCS11Signer(Signer):
             SignerUnavailableError, DeviceError, UnsupportedAlgorithmError: see the module docstring.
         """
         check_options("open_signer for a pkcs11: key", options, _SIGNER_OPTIONS)
+        uri = _parse(uri)  # the text may hold a pin-value: only the parsed URI (which hides it) stays
         return cls(uri, pin=pin, secrets_handler=secrets_handler, module_allowlist=module_allowlist,
                    signing_process=signing_process, timeout=timeout)
 
@@ -352,10 +357,10 @@ def _mechanisms(ts: TokenSession) -> set[Any] | None:
 
 
 def create_key(
-    uri: str,
+    uri: str | PKCS11URI,
     alg: str,
     *,
-    pin: str | None = None,
+    pin: str | Secret | None = None,
     secrets_handler: SecretsHandler | None = None,
     module_allowlist: Any = None,
     rsa_bits: int = 3072,
@@ -373,7 +378,8 @@ def create_key(
         UnknownOptionError: an option not taken here (valid: pin, secrets_handler, module_allowlist, rsa_bits).
     """
     check_options("keys create for a pkcs11: key", options, ("pin", "secrets_handler", "module_allowlist", "rsa_bits"))
-    parsed = _parse(uri)
+    pin = as_secret(pin, "pin=")
+    uri = parsed = _parse(uri)
     if parsed.type not in (None, "private"):
         raise KeyURIError("capseal keys create makes a private key: drop type= or use type=private")
     if not parsed.object:
@@ -440,9 +446,9 @@ def check_new_key(rw: Any, label: str, key_id: bytes, where: str) -> None:
 
 
 def list_keys(
-    uri: str,
+    uri: str | PKCS11URI,
     *,
-    pin: str | None = None,
+    pin: str | Secret | None = None,
     secrets_handler: SecretsHandler | None = None,
     module_allowlist: Any = None,
     **options: Any,
@@ -454,7 +460,8 @@ def list_keys(
         UnknownOptionError: an option not taken here (valid: pin, secrets_handler, module_allowlist).
     """
     check_options("keys list for a pkcs11: token", options, ("pin", "secrets_handler", "module_allowlist"))
-    parsed = _parse(uri)
+    pin = as_secret(pin, "pin=")
+    uri = parsed = _parse(uri)
     ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
     try:
         def collect(session: Any) -> list[dict[str, Any]]:

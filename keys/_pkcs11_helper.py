@@ -60,6 +60,7 @@ from capseal._fork_copies import ForkCopies
 from capseal.errors import DeviceError, PinIncorrectError, PinLockedError, SignerError, SignerUnavailableError
 
 from ._base import PendingSignature, SignatureResult, _SignOnResult
+from ._pin import Secret
 from ._pkcs11_fast import _BUFFER as _MAX_SIGNATURE  # the direct path's output buffer: no answer is longer
 from ._pkcs11_helper_main import _ANSWER, _HEADER, _frame
 
@@ -111,6 +112,17 @@ def _send(fd: int, data: bytes | bytearray) -> None:
             select.select([], [fd], [])  # room in the pipe, or its reader gone (then write raises)
 
 
+def _send_secret(fd: int, secret: Secret) -> None:
+    """Write a Secret's bytes whole to a non-blocking pipe, never holding them
+    in a variable (see :func:`_send` for the waiting)."""
+    written = 0
+    while written < secret.size():
+        try:
+            written += os.write(fd, memoryview(secret.encoded())[written:])
+        except BlockingIOError:
+            select.select([], [fd], [])
+
+
 log = logging.getLogger("capseal.keys.pkcs11")
 
 # ``python -m`` (and ``-c``) put the working directory first on the import path:
@@ -125,7 +137,17 @@ _MAX_BACKOFF = 60.0
 _PIN_REFUSALS = {"PinIncorrectError": PinIncorrectError, "PinLockedError": PinLockedError}
 
 
-def _child_environment(pin: str | None) -> dict[str, str]:
+def _start_request(config: dict[str, Any], pin: Secret | None) -> Secret:
+    """The child's start frame (``u32 length`` + JSON of ``config`` and the
+    PIN), held as a Secret: the PIN is in it, and this function's frame
+    raises nothing while it holds the text."""
+    body = json.dumps({**config, "pin": None if pin is None else pin.reveal()}).encode()
+    request = Secret(bytearray(_HEADER.pack(len(body))) + body, "a signing process's start request")
+    del body
+    return request
+
+
+def _child_environment(pin: Secret | None) -> dict[str, str]:
     """This process's environment without the variables that hold the PIN:
     one that is the PIN (an application's ``CAPSEAL_PIN``) or a URI carrying
     it as ``pin-value=``. The child gets the PIN on its stdin only. Its
@@ -134,22 +156,25 @@ def _child_environment(pin: str | None) -> dict[str, str]:
     and of whatever the child starts. Nothing else is dropped: a value that
     merely contains the PIN's characters (a path, a port) is often what the
     module needs to start (``SOFTHSM2_CONF``)."""
-    if not pin:
+    if pin is None or pin.empty:
         return dict(os.environ)
-    in_uri = f"pin-value={pin}"
-    return {name: value for name, value in os.environ.items()
-            if value != pin and in_uri not in value and not _pin_value_in(value, pin)}
+    return {name: value for name, value in os.environ.items() if not _holds_pin(value, pin)}
+
+
+def _holds_pin(value: str, pin: Secret) -> bool:
+    """Whether an environment value is the PIN or a URI carrying it as pin-value."""
+    return value == pin.reveal() or f"pin-value={pin.reveal()}" in value or _pin_value_in(value, pin)
 
 
 #: a pin-value attribute in a URI (RFC 7512 attribute names are matched case-insensitively)
 _PIN_VALUE = re.compile(r"(?i)pin-value=([^&;#?\s]*)")
 
 
-def _pin_value_in(value: str, pin: str) -> bool:
+def _pin_value_in(value: str, pin: Secret) -> bool:
     """Whether ``value`` holds a URI whose pin-value, pct-decoded, is ``pin``:
     RFC 7512 writes a PIN with '&', a space or '%' pct-encoded, in either case
     of hex digit, so the plain ``pin-value=<PIN>`` is not the only spelling."""
-    return any(unquote(m.group(1)) == pin for m in _PIN_VALUE.finditer(value))
+    return any(unquote(m.group(1)) == pin.reveal() for m in _PIN_VALUE.finditer(value))
 
 
 class Credentials(Protocol):
@@ -159,11 +184,11 @@ class Credentials(Protocol):
     pin_refused: bool
     child_starts: threading.Lock  # background starts of any signer's child go one at a time
 
-    def pin_for_child(self) -> str | None: ...
+    def pin_for_child(self) -> Secret | None: ...
 
-    def child_refused(self, sent: str | None) -> None: ...
+    def child_refused(self, sent: Secret | None) -> None: ...
 
-    def child_accepted(self, sent: str | None) -> None: ...
+    def child_accepted(self, sent: Secret | None) -> None: ...
 
 
 class Owner(Protocol):
@@ -259,14 +284,16 @@ class _Child:
 
     # -- start (on the starting thread, before the reader runs)
 
-    def handshake(self, config: bytearray, deadline: float) -> dict[str, Any]:
-        frame = bytearray(_HEADER.pack(len(config)))
-        frame += config
+    def handshake(self, request: Secret, deadline: float) -> dict[str, Any]:
+        """Send the start ``request`` (it holds the PIN: written from the
+        Secret, then wiped) and read the child's answer."""
         try:
-            self._write_or_eof(frame)
+            with self._lock:
+                if not self.accepting:  # stopped by close() meanwhile: its stdin is closed
+                    raise EOFError
+                _send_secret(self._wfd, request)
         finally:
-            for held in (frame, config):  # the PIN is in there: nothing keeps it, not a traceback's locals
-                held[:] = bytes(len(held))
+            request.wipe()  # nothing keeps the PIN, not a later traceback's locals
         return json.loads(self._read(_HEADER.unpack(self._read(_HEADER.size, deadline))[0], deadline))
 
     def sign_now(self, payload: bytes, deadline: float) -> bytes | None:
@@ -604,8 +631,7 @@ class SigningProcess:
         deadline = time.monotonic() + START_TIMEOUT
         failure: SignerError | None = None
         try:
-            config = bytearray(json.dumps({**self._config, "pin": sent}).encode())
-            answer = child.handshake(config, deadline)
+            answer = child.handshake(_start_request(self._config, sent), deadline)
             if answer.get("ok") is not True:
                 error, message = str(answer.get("error", "unknown error")), str(answer.get("message", ""))
                 refusal = _PIN_REFUSALS.get(error)

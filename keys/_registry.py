@@ -19,6 +19,7 @@ from typing import Any
 from capseal.errors import KeyURIError, MissingExtraError, UnknownOptionError
 
 from ._base import Signer
+from ._pin import Secret, as_secret
 
 __all__ = ["SIGNER_FOR_URI_SCHEME", "open_signer", "register_scheme", "redact_uri", "SecretsHandler", "check_options"]
 
@@ -102,22 +103,45 @@ def _resolve(scheme: str) -> Any:
 def open_signer(
     uri: str,
     *,
-    pin: str | None = None,
+    pin: str | Secret | None = None,
     secrets_handler: SecretsHandler | None = None,
     **options: Any,
 ) -> Signer:
     """Open the key named by ``uri``.
 
-    Schemes: ``file:/path.pem``, ``pkcs11:…`` (RFC 7512), ``tpm2:handle=…`` /
-    ``tpm2:keyfile=…``, ``ephemeral:EdDSA`` (tests only). ``pin`` or
-    ``secrets_handler`` supply a PIN/passphrase without putting it in the URI.
+    Args:
+        uri: ``file:/path.pem``, ``pkcs11:…`` (RFC 7512), ``tpm2:handle=…`` /
+            ``tpm2:keyfile=…``, ``ephemeral:EdDSA`` (tests only), or a scheme
+            added with :func:`register_scheme`.
+        pin: the PIN, passphrase or auth value, kept out of the URI. capseal
+            holds it in its secret type from here on (a frame's captured locals
+            show only ``<secret … redacted>``).
+        secrets_handler: asked for the PIN when the key needs one and none is given.
+        options: backend options (each backend refuses those it does not take).
+
+    Returns:
+        The signer.
+
+    Raises:
+        KeyURIError: the URI is malformed or its scheme unknown.
+        UnknownOptionError: an option the backend does not take.
+        MissingExtraError: the backend's optional package is not installed.
+        SignerError: the backend's own refusals (see each backend).
     """
+    pin = as_secret(pin, "pin=")
     if not isinstance(uri, str) or ":" not in uri:
         raise KeyURIError("a key URI looks like scheme:…, e.g. file:/etc/capseal/key.pem")
     scheme = uri.split(":", 1)[0].lower()
+    # a pin-value in the URI is a PIN too: only the redacted text stays in this frame
+    held = Secret(uri, "the key URI") if _SECRET_QUERY.search(uri) is not None else None
+    if held is not None:
+        uri = redact_uri(uri)
     loader = _resolve(scheme)
     factory = getattr(loader, "from_uri", loader)
-    signer = factory(uri, pin=pin, secrets_handler=secrets_handler, **options)
+    ours = getattr(loader, "__module__", "").startswith("capseal.")
+    # capseal's own backends take the secret; a registered loader gets the text it always got
+    signer = factory(uri if held is None else held.reveal(), pin=pin if ours or pin is None else pin.reveal(),
+                     secrets_handler=secrets_handler, **options)
     if not isinstance(signer, Signer):
         raise KeyURIError(f"the loader for {scheme}: did not return a Signer")
     return signer

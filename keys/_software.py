@@ -27,8 +27,8 @@ from capseal.errors import (
 )
 
 from ._base import SignatureResult, Signer, alg_for_public_key
-from ._files import MAX_KEY_FILE, FileTooLargeError, exposure, read_capped
-from ._pin import text_problem
+from ._files import MAX_KEY_FILE, FileTooLargeError, exposure
+from ._pin import Secret, as_secret, cli_caller, pin_advice, read_secret_file
 from ._registry import check_options
 from .custody import custody_statement
 
@@ -51,30 +51,48 @@ def generate_private_key(alg: str) -> Any:
     raise UnsupportedAlgorithmError(f"unknown algorithm {alg!r}; use one of {_ALGS}")
 
 
-def _passphrase(pin: object, source: str) -> bytes | None:
-    """``pin`` as the UTF-8 bytes of a PEM passphrase; None for no passphrase.
-    Anything but a str that encodes as UTF-8 is PinIncorrectError naming
-    ``source`` and chaining nothing: ``bytes`` has no ``encode`` and a
-    UnicodeEncodeError's args hold the whole passphrase."""
-    if pin is None or pin == "":
+def _passphrase(pin: object, source: str) -> Secret | None:
+    """``pin`` (a str or a Secret) as a PEM passphrase; None for no
+    passphrase. Anything but a str that encodes as UTF-8 is
+    PinIncorrectError naming its source and chaining nothing: ``bytes`` has
+    no ``encode`` and a UnicodeEncodeError's args hold the whole passphrase."""
+    secret = as_secret(pin, source)
+    del pin
+    if secret is None or secret.empty:
         return None
-    problem = text_problem(pin)  # a PIN's text rule; control characters stay allowed in a PEM passphrase
-    if problem is not None or not isinstance(pin, str):
-        raise PinIncorrectError(f"the passphrase from {source} {problem}")
-    return pin.encode("utf-8")
+    problem = secret.text_problem()  # a PIN's text rule; control characters stay allowed in a PEM passphrase
+    if problem is not None:
+        raise PinIncorrectError(f"the passphrase from {secret.source} {problem}")
+    return secret
 
 
-def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | None = None) -> Path:
-    """Write ``key`` as PKCS#8 PEM with mode 0600 (created exclusively)."""
+def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | Secret | None = None) -> Path:
+    """Write ``key`` as PKCS#8 PEM with mode 0600 (created exclusively).
+
+    Args:
+        key: a ``cryptography`` private key.
+        path: the new file (never overwritten).
+        passphrase: encrypts the PEM when given (bytes, or a secret held by capseal).
+
+    Returns:
+        The path written.
+
+    Raises:
+        FileExistsError: something is at ``path`` already. OSError: it cannot be written.
+    """
+    secret = as_secret(passphrase, "passphrase=")
+    del passphrase
     enc: serialization.KeySerializationEncryption = (
-        serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption()
+        serialization.BestAvailableEncryption(secret.encoded()) if secret is not None and not secret.empty
+        else serialization.NoEncryption()
     )
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
+    # the PEM is the private key itself: held as a secret, never as bytes in a frame
+    pem = Secret(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc), "a new key")
     target = Path(path)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(pem)
+            fh.write(pem.encoded())
     except BaseException:
         # created above (O_EXCL), so ours: a truncated PEM left there would
         # block creating the key again and load as 'not a PEM private key'
@@ -167,11 +185,12 @@ class FileSigner(SoftwareSigner):
     """``file:/path/key.pem``: a PKCS#8 PEM private key (Ed25519, P-256, P-384,
     RSA ≥ 2048 for PS256). An encrypted PEM takes its passphrase as ``pin``."""
 
-    def __init__(self, path: str | os.PathLike[str], *, pin: str | None = None, pin_source: str = "pin=") -> None:
+    def __init__(self, path: str | os.PathLike[str], *, pin: str | Secret | None = None, pin_source: str = "pin=") -> None:
         password = _passphrase(pin, pin_source)  # before the file is read: a bad one is refused whatever the file
+        del pin
         p = Path(path)
         try:
-            data, status = read_capped(p, MAX_KEY_FILE)
+            data, status = read_secret_file(p, MAX_KEY_FILE, f"key file {p}")  # the private key: never plain bytes here
         except FileNotFoundError:
             raise KeyNotFoundError(f"no key file at {p}") from None
         except OSError as exc:
@@ -179,11 +198,13 @@ class FileSigner(SoftwareSigner):
         except FileTooLargeError as exc:  # /dev/zero read until memory ran out
             raise KeyNotFoundError(f"key file {p} holds {exc}: no PEM private key is that large") from None
         try:
-            key = serialization.load_pem_private_key(data, password=password)
+            key = serialization.load_pem_private_key(data.encoded(),
+                                                     password=None if password is None else password.encoded())
         except TypeError:
             if password is None:
-                raise PinIncorrectError(f"key file {p} is encrypted; pass its passphrase as pin") from None
-            raise PinIncorrectError(f"key file {p} is not encrypted; do not pass a pin") from None
+                raise PinIncorrectError(f"key file {p} is encrypted; {pin_advice('its passphrase')}") from None
+            raise PinIncorrectError(f"key file {p} is not encrypted; give no passphrase for it"
+                                    + (" (unset CAPSEAL_PIN, leave out --pin-file)" if cli_caller() else "")) from None
         except ValueError:
             if password is not None:
                 raise PinIncorrectError(f"the passphrase for key file {p} is incorrect (or the file is not PKCS#8 PEM)") from None
@@ -207,7 +228,8 @@ class FileSigner(SoftwareSigner):
         )
 
     @classmethod
-    def from_uri(cls, uri: str, *, pin: str | None = None, secrets_handler: Any = None, **options: Any) -> FileSigner:
+    def from_uri(cls, uri: str, *, pin: str | Secret | None = None, secrets_handler: Any = None,
+                 **options: Any) -> FileSigner:
         """``open_signer`` entry point for ``file:/path.pem``.
 
         Args:
@@ -225,9 +247,10 @@ class FileSigner(SoftwareSigner):
             UnsupportedAlgorithmError: see :class:`FileSigner`.
         """
         check_options("open_signer for a file: key", options, _FILE_OPTIONS)
+        pin = as_secret(pin, "pin=")
         path = cls.path_of(uri)
         if pin is None and secrets_handler is not None and _is_encrypted(path):
-            return cls(path, pin=secrets_handler(f"passphrase for {path}"), pin_source="secrets_handler")
+            return cls(path, pin=as_secret(secrets_handler(f"passphrase for {path}"), "secrets_handler"))
         return cls(path, pin=pin)
 
     @staticmethod
@@ -300,7 +323,7 @@ class UnsafeEphemeralSigner(SoftwareSigner):
         return cls(alg)
 
 
-def create_file_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: Any = None,
+def create_file_key(uri: str, alg: str, *, pin: str | Secret | None = None, secrets_handler: Any = None,
                     **options: Any) -> FileSigner:
     """``capseal keys create file:/path --alg …``: a new PKCS#8 PEM (mode 0600,
     never overwriting), encrypted with ``pin`` when one is given.
@@ -321,8 +344,8 @@ def create_file_key(uri: str, alg: str, *, pin: str | None = None, secrets_handl
         PinIncorrectError: ``pin`` is not text.
     """
     check_options("keys create for a file: key", options, _FILE_OPTIONS)
+    pin = passphrase = _passphrase(pin, "pin=")
     path = FileSigner.path_of(uri)
-    passphrase = _passphrase(pin, "pin=")
     try:  # typed, as the other backends' refusals are: the CLI printed these as 'internal error'
         write_pkcs8(generate_private_key(alg), path, passphrase=passphrase)
     except FileExistsError:  # O_EXCL: a file, or a symlink planted at the path, even a dangling one
@@ -332,7 +355,7 @@ def create_file_key(uri: str, alg: str, *, pin: str | None = None, secrets_handl
     return FileSigner(path, pin=pin)
 
 
-def list_file_keys(uri: str, *, pin: str | None = None, secrets_handler: Any = None,
+def list_file_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: Any = None,
                    **options: Any) -> list[dict[str, Any]]:
     """PEM private keys in a directory (``file:/dir``) or the one file named.
 
@@ -340,6 +363,7 @@ def list_file_keys(uri: str, *, pin: str | None = None, secrets_handler: Any = N
         UnknownOptionError: for an option a file key does not take.
     """
     check_options("keys list for file: keys", options, _FILE_OPTIONS)
+    pin = as_secret(pin, "pin=")
     target = Path(FileSigner.path_of(uri))
     files = sorted(target.glob("*.pem")) if target.is_dir() else [target]
     out: list[dict[str, Any]] = []

@@ -51,9 +51,9 @@ from capseal.errors import (
 
 from ._base import PendingSignature, SignatureResult, Signer
 from ._files import MAX_KEY_FILE, FileTooLargeError, read_capped
-from ._pin import usable_pin
+from ._pin import Secret, as_secret, pin_advice
 from ._registry import SecretsHandler, check_options
-from ._tpm_device import AUTH_VALUE_HINT, TPMDevice, TPMInfo, get_device, persistent_tr
+from ._tpm_device import TPMDevice, TPMInfo, auth_value_hint, get_device, persistent_tr
 from ._tpm_uri import (
     TPM_RH_OWNER,
     TPMKeyFile,
@@ -138,21 +138,27 @@ MAX_AUTH_BYTES = 64
 CREATE_AUTH_BYTES = 32
 
 
-def auth_value(pin: object, where: str, limit: int = MAX_AUTH_BYTES) -> bytes | None:
-    """The auth value ``pin`` (a str) as bytes for the TPM; None for no pin or "".
+def auth_value(pin: object, where: str, limit: int = MAX_AUTH_BYTES) -> Secret | None:
+    """The auth value ``pin`` (a str or a Secret) checked for the TPM and held
+    as a :class:`Secret` (its UTF-8 bytes go to the TPM); None for no pin or "".
 
     Why checked here: ``pin.encode()`` was an AttributeError for a non-str, a
     UnicodeEncodeError whose args hold the whole pin for text that is not
     UTF-8, and an overlong value an IndexError from tpm2-pytss. Each is now
-    PinIncorrectError naming ``where``, with no part of the value."""
-    if pin is None or pin == "":
+    PinIncorrectError naming ``where``, with no part of the value.
+
+    Raises:
+        PinIncorrectError: the value is not usable text, or longer than ``limit`` bytes.
+    """
+    secret = as_secret(pin, "pin=")
+    del pin
+    if secret is None or secret.empty:
         return None
-    text = usable_pin(pin, f"pin= for {where}")
-    raw = text.encode("utf-8")
-    if len(raw) > limit:
-        raise PinIncorrectError(f"the auth value for {where} is {len(raw)} bytes; a TPM key's auth value is at "
-                                f"most {limit} bytes")
-    return raw
+    secret = secret.with_suffix(f"for {where}").usable_pin()
+    if secret.byte_length() > limit:
+        raise PinIncorrectError(f"the auth value for {where} is {secret.byte_length()} bytes; a TPM key's auth value "
+                                f"is at most {limit} bytes")
+    return secret
 
 
 def eddsa_refusal(info: TPMInfo) -> UnsupportedAlgorithmError:
@@ -239,7 +245,7 @@ class TPMSigner(Signer):
         self,
         ref: TPMKeyURI,
         *,
-        auth: bytes | None = None,
+        auth: Secret | None = None,
         device: TPMDevice | None = None,
         timeout: float | None = _DEFAULT_TIMEOUT,
     ) -> None:
@@ -250,7 +256,7 @@ class TPMSigner(Signer):
             # a str was taken here and failed as a TypeError at the first signature; 0 timed out every one
             raise InputError(f"timeout is {timeout!r}; give seconds as a positive number, or None for no limit")
         self._ref = ref
-        self._auth = auth or None
+        self._auth = auth if auth is not None and not auth.empty else None
         self._timeout = timeout
         self._device = device or get_device(ref.tcti)
         self._token = object()  # this signer's entries in the device's per-connection memo
@@ -262,9 +268,7 @@ class TPMSigner(Signer):
             self._keyfile = _read_keyfile(ref.keyfile)
             if not self._keyfile.empty_auth and self._auth is None:
                 raise PinIncorrectError(f"{ref.describe_key()} has an auth value (the key file says so) and none was "
-                                        "given; nothing was sent to the TPM",
-                                        hint="give it with CAPSEAL_PIN, --pin-file FILE or --pin-prompt "
-                                             "(pin= or a secrets handler in Python)")
+                                        "given; nothing was sent to the TPM", hint=pin_advice("it"))
         self._pinned_name: bytes | None = None
         public, name, info = self._device.call(self._open_on_worker, what=f"opening {ref.describe_key()}",
                                                timeout=timeout)
@@ -287,7 +291,7 @@ class TPMSigner(Signer):
         cls,
         uri: str,
         *,
-        pin: str | None = None,
+        pin: str | Secret | None = None,
         secrets_handler: SecretsHandler | None = None,
         tcti: str | None = None,
         ak_handle: int | str | None = None,
@@ -314,6 +318,7 @@ class TPMSigner(Signer):
             UnsupportedAlgorithmError: see :class:`TPMSigner`.
         """
         check_options("open_signer for a tpm2: key", options, TPM_SIGNER_OPTIONS)
+        pin = as_secret(pin, "pin=")
         if secrets_handler is not None and not callable(secrets_handler):
             raise InputError(f"secrets_handler is a {type(secrets_handler).__name__}, not a callable")
         ak = (parse_handle(ak_handle, "ak_handle") if isinstance(ak_handle, str)
@@ -322,7 +327,7 @@ class TPMSigner(Signer):
         if pin is None and secrets_handler is not None and ref.keyfile is not None:
             kf = _read_keyfile(ref.keyfile)
             if not kf.empty_auth:
-                pin = secrets_handler(f"auth value for {ref.describe_key()}")
+                pin = as_secret(secrets_handler(f"auth value for {ref.describe_key()}"), "secrets_handler")
         return cls(ref, auth=auth_value(pin, ref.describe_key()), timeout=timeout)
 
     def _open_on_worker(self, ectx: Any) -> tuple[TPM2B_PUBLIC, bytes, TPMInfo]:
@@ -367,7 +372,7 @@ class TPMSigner(Signer):
                 raise KeyNotFoundError(f"{ref.describe_key()} is no longer the key this signer opened "
                                        f"(TPM name {bytes(name).hex()[:16]}…, expected {self._pinned_name.hex()[:16]}…)")
         if self._auth is not None:
-            ectx.tr_set_auth(tr, self._auth)
+            ectx.tr_set_auth(tr, self._auth.encoded())
         return tr
 
     def _load_keyfile(self, ectx: Any, kf: TPMKeyFile) -> Any:
@@ -479,7 +484,7 @@ class TPMSigner(Signer):
                 if err in (_RC_AUTH_FAIL, _RC_BAD_AUTH):
                     raise PinIncorrectError(
                         f"{self._ref.describe_key()} refused its auth value (wrong or missing pin)",
-                        hint=AUTH_VALUE_HINT) from None
+                        hint=auth_value_hint()) from None
                 raise
             if shape.is_rsa:
                 out = bytes(sig.signature.rsapss.sig)

@@ -162,14 +162,17 @@ OBJECT_MEMORY_HINT = (
     "connects).")
 
 
-#: Where a TPM key's auth value comes from, and what a refused one costs. Why
-#: in every auth refusal: each one counts toward the TPM's dictionary-attack
-#: lockout (swtpm: 3 tries, 1000 s each), and an operator at the CLI is not
-#: helped by "pass pin=".
-AUTH_VALUE_HINT = ("give the key's auth value with CAPSEAL_PIN, --pin-file FILE or --pin-prompt (pin= in Python); "
-                   "a key at a persistent handle does not say whether it has one, so without a PIN the empty auth "
-                   "value is tried. Each refused value counts toward the TPM's dictionary-attack lockout: check "
-                   "with capseal doctor --tcti … before trying again")
+def auth_value_hint() -> str:
+    """Where a TPM key's auth value comes from, and what a refused one costs,
+    in the caller's terms (the CLI's options, or Python's ``pin=``). Why in
+    every auth refusal: each one counts toward the TPM's dictionary-attack
+    lockout (swtpm: 3 tries, 1000 s each)."""
+    from ._pin import pin_advice
+
+    advice = pin_advice("the key's auth value")
+    return (f"{advice}; a key at a persistent handle does not say whether "
+            "it has one, so without one the empty auth value is tried. Each refused value counts toward the "
+            "TPM's dictionary-attack lockout: check with capseal doctor --tcti … before trying again")
 
 
 def unreachable_fix(tcti: str) -> str:
@@ -234,7 +237,7 @@ def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> C
         )
     if err in (_RC_AUTH_FAIL, _RC_BAD_AUTH):
         return PinIncorrectError(f"TPM {tcti} refused the authorization value during {what} (rc 0x{rc:x})",
-                                 hint=AUTH_VALUE_HINT)
+                                 hint=auth_value_hint())
     if err == _RC_HANDLE or err == _RC_REFERENCE_H0:
         return KeyNotFoundError(f"{what} on TPM {tcti}: no such object ({exc}, rc 0x{rc:x})")
     if err in (_RC_RETRY, _RC_YIELDED, _RC_CANCELED, _RC_TESTING):

@@ -59,6 +59,7 @@ from capseal.errors import (
     UnsupportedAlgorithmError,
 )
 
+from ._pin import Secret, as_secret
 from ._registry import SecretsHandler, check_options
 from ._tpm import (
     CREATE_AUTH_BYTES,
@@ -202,10 +203,10 @@ def _flush_all(ectx: Any, objects: list[Any]) -> None:
             pass
 
 
-def _create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: bytes | None = None) -> tuple[Any, Any]:
+def _create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: Secret | None = None) -> tuple[Any, Any]:
     sensitive = TPM2B_SENSITIVE_CREATE()
-    if auth:
-        sensitive.sensitive.userAuth = auth
+    if auth is not None:
+        sensitive.sensitive.userAuth = auth.encoded()
     private, public, _, _, _ = ectx.create(srk, sensitive, template)
     return private, public
 
@@ -404,7 +405,7 @@ def _incomplete(device: TPMDevice, tcti: str, alg: str, handles: tuple[int, int]
 # ---------------------------------------------------------------------------- capseal keys create / list
 
 
-def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None,
+def create_key(uri: str, alg: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
                **opts: Any) -> TPMSigner:
     """``capseal keys create tpm2:…``: a new key generated inside the TPM.
 
@@ -412,6 +413,7 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
     ``tpm2:keyfile=/path`` writes a TSS2 PRIVATE KEY (mode 0600, never
     overwriting) whose parent is the SRK. ``pin`` becomes the key's auth value
     (and the key stays DA-protected)."""
+    pin = as_secret(pin, "pin=")
     tcti = opts.pop("tcti", None)
     check_options("keys create for a tpm2: key", opts, ("pin", "secrets_handler", "tcti"))
     ref = parse_tpm_uri(uri, tcti=tcti)
@@ -459,7 +461,7 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
     return TPMSigner(ref, auth=auth, device=device)
 
 
-def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None,
+def list_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
               **opts: Any) -> list[dict[str, Any]]:
     """``capseal keys list tpm2:?tcti=…``: every persistent object on the TPM
     (role, type, kid, name, attributes); for a handle or keyfile URI, that key
@@ -500,7 +502,8 @@ def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandl
 # ---------------------------------------------------------------------------- capseal doctor
 
 
-def doctor_checks(uri: str | None, *, pin: str | None = None, tcti: str | None = None, **_: Any) -> list[Any]:
+def doctor_checks(uri: str | None, *, pin: str | Secret | None = None, tcti: str | None = None,
+                  **_: Any) -> list[Any]:
     """Checks for ``capseal doctor``: the TPM answers on the TCTI, is not in
     lockout and no other process holds transient objects; the key (if a URI
     is given) exists and has an algorithm capseal signs with; the AK
@@ -511,6 +514,7 @@ def doctor_checks(uri: str | None, *, pin: str | None = None, tcti: str | None =
     process's objects survive and are reported instead."""
     from .doctor import Check
 
+    pin = as_secret(pin, "pin=")
     try:
         if uri:
             ref = parse_tpm_uri(uri, tcti=tcti)
@@ -525,7 +529,7 @@ def doctor_checks(uri: str | None, *, pin: str | None = None, tcti: str | None =
         device.close()
 
 
-def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]:
+def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[Any]:
     from .doctor import Check
 
     checks: list[Check] = []
@@ -553,7 +557,7 @@ def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]:
     return checks + _key_checks(device, ref, pin)
 
 
-def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]:
+def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[Any]:
     from .doctor import Check
 
     checks: list[Check] = []

@@ -129,7 +129,7 @@ def _tss_group_check() -> Check:
     return Check("tss group", False, f"user {user} is not in group tss", f"usermod -aG tss {user} (then log in again)")
 
 
-def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | None = None,
+def run_doctor(uri: str | None = None, *, pin: Any = None, tcti: str | None = None,
                pin_problem: Exception | None = None) -> list[Check]:
     """Run every check relevant to ``uri`` (or the default TPM when none).
 
@@ -138,6 +138,9 @@ def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | No
     checks that need no PIN still run. Why: the CLI stopped at that error
     with exit 2, and an operator with a bad PIN file and a missing module
     learnt only of the first."""
+    from capseal.keys._pin import as_secret
+
+    pin = as_secret(pin, "pin=")
     checks: list[Check] = []
     scheme = uri.split(":", 1)[0].lower() if uri else None
     if scheme == "pkcs11":
@@ -200,7 +203,7 @@ def _tpm_tcti(uri: str | None, tcti: str | None) -> tuple[str, Check | None]:
     return given or named or DEFAULT_TCTI, None
 
 
-def _backend_checks(module: str, uri: str | None, pin: str | None, **kw: Any) -> list[Check]:
+def _backend_checks(module: str, uri: str | None, pin: Any, **kw: Any) -> list[Check]:
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:

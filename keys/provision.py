@@ -14,6 +14,7 @@ from typing import Any
 from capseal.errors import KeyURIError, SignatureFailedError
 
 from ._base import Signer, SignerSelfTest
+from ._pin import Secret, as_secret
 from ._registry import SecretsHandler, load_target, open_signer
 
 __all__ = ["ALG_ALIASES", "create_key", "show_key", "list_keys", "normalize_alg"]
@@ -53,9 +54,25 @@ def _backend(table: dict[str, str], uri: str) -> Any:
     return load_target(scheme, target)
 
 
-def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None, **opts: Any) -> Signer:
+def create_key(uri: str, alg: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
+               **opts: Any) -> Signer:
     """Create a new key at ``uri`` (refusing to overwrite one) and open it,
-    checked to sign with the private key its public key belongs to."""
+    checked to sign with the private key its public key belongs to.
+
+    Args:
+        uri: where the key goes (``file:``, ``pkcs11:``, ``tpm2:``).
+        alg: ed25519, p256, p384, rsa-pss (or the COSE names).
+        pin: the token's PIN, the TPM key's new auth value, or the PEM's passphrase.
+        secrets_handler: asked for the PIN when none is given.
+        opts: backend options (each backend refuses those it does not take).
+
+    Returns:
+        The new key, opened (close it when done).
+
+    Raises:
+        KeyURIError, UnknownOptionError, SignatureFailedError, SignerError: see the backends.
+    """
+    pin = as_secret(pin, "pin=")
     signer = _backend(_PROVISIONERS, uri)(uri, normalize_alg(alg), pin=pin, secrets_handler=secrets_handler, **opts)
     try:
         SignerSelfTest.run(signer)
@@ -70,16 +87,35 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
     return signer
 
 
-def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None, **opts: Any) -> list[dict[str, Any]]:
-    """Keys visible at ``uri`` (a token, a TPM, a directory)."""
+def list_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
+              **opts: Any) -> list[dict[str, Any]]:
+    """Keys visible at ``uri`` (a token, a TPM, a directory).
+
+    Returns:
+        One dict per key (uri, alg, kid and what the device says of it).
+
+    Raises:
+        KeyURIError, UnknownOptionError, SignerError: see the backends.
+    """
+    pin = as_secret(pin, "pin=")
     return list(_backend(_LISTERS, uri)(uri, pin=pin, secrets_handler=secrets_handler, **opts))
 
 
-def show_key(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None, **opts: Any) -> dict[str, Any]:
+def show_key(uri: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
+             **opts: Any) -> dict[str, Any]:
     """Public key, kid and custody statement of the key at ``uri``. The key
     signs once and its public key must verify that signature first: a device
     can pair a private key with another key's public-key object, and a
-    verifier handed that PEM would reject everything the key seals."""
+    verifier handed that PEM would reject everything the key seals.
+
+    Returns:
+        ``uri``, ``alg``, ``kid``, ``public_key_pem`` and ``custody``.
+
+    Raises:
+        SignatureFailedError: the key's public key does not verify its signature.
+        KeyURIError, UnknownOptionError, SignerError: see the backends.
+    """
+    pin = as_secret(pin, "pin=")
     with open_signer(uri, pin=pin, secrets_handler=secrets_handler, **opts) as signer:
         SignerSelfTest.run(signer)
         return {

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CapsealError, DuplicateRecordError, InputError, MalformedJSONError
-from .keys._pin import usable_pin
+from .keys._pin import Secret, caller_is_cli, usable_pin
 from .record import strict_json
 
 __all__ = ["main"]
@@ -29,34 +29,37 @@ class _CLIError(CapsealError):
     pass
 
 
-def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
+def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> Secret | None:
     """The PIN from ``--pin-file``, else ``--pin-env`` (default CAPSEAL_PIN),
-    else ``--pin-prompt``; None when none is given. Checked here, where its
-    source is known: an empty or non-UTF-8 PIN is refused before it reaches a
-    token (each refused login uses up a try). Errors name the source, never
-    the PIN, and chain no exception (a Unicode error's args hold the text)."""
+    else ``--pin-prompt``, held as a Secret from the moment it is read (a
+    captured frame local shows only its redacted form); None when none is
+    given. Checked here, where its source is known: an empty or non-UTF-8 PIN
+    is refused before it reaches a token (each refused login uses up a try).
+    Errors name the source, never the PIN, and chain no exception (a Unicode
+    error's args hold the text). Hints from here on name the CLI's options."""
+    caller_is_cli()
     if getattr(args, "pin_file", None):
         from .keys._pkcs11_uri import read_pin_file
 
-        return usable_pin(read_pin_file(args.pin_file, f"PIN file {args.pin_file}"), f"PIN file {args.pin_file}")
+        return read_pin_file(args.pin_file, f"PIN file {args.pin_file}").usable_pin()
     named = getattr(args, "pin_env", None)
     env = named or "CAPSEAL_PIN"
     if env in os.environ and (named or os.environ[env] != ""):  # CAPSEAL_PIN set but empty: as if unset
-        return usable_pin(os.environ[env], f"environment variable {env}")
+        return usable_pin(Secret(os.environ[env], f"environment variable {env}"), env)
     if named:
         raise _CLIError(f"--pin-env {named}: environment variable {named} is not set")
     if getattr(args, "pin_prompt", False):
-        return usable_pin(_pin_from_prompt(prompt), "the PIN prompt")
+        return _pin_from_prompt(prompt).usable_pin()
     return None
 
 
-def _pin_from_prompt(prompt: str) -> str:
+def _pin_from_prompt(prompt: str) -> Secret:
     """The PIN typed at the terminal. No terminal, or end of input (Ctrl-D),
     is an error: never a PIN-less run the operator asked a prompt for."""
     if not sys.stdin.isatty():
         raise _CLIError("--pin-prompt needs a terminal; use --pin-file FILE or --pin-env VAR")
     try:
-        return getpass.getpass(f"{prompt}: ")
+        return Secret(getpass.getpass(f"{prompt}: "), "the PIN prompt")
     except EOFError:
         pass
     raise _CLIError("no PIN entered at the prompt (end of input)")
