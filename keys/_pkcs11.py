@@ -390,8 +390,10 @@ def create_key(
     secret = pin_for(parsed, pin)
     ts = open_token(parsed, pin=secret, module_allowlist=module_allowlist, pin_prompt=secrets_handler)
     where = f"{ts.name}, new key object={parsed.object!r} id={key_id.hex()}"
+    made = False  # objects with this label and id may exist from here on, and are ours (none did before)
     try:
         def make(session: Any) -> None:
+            nonlocal made
             clash = objects_with(session, label=parsed.object, key_id=key_id)
             if clash:
                 raise KeyURIError(f"{where}: an object with that label or id already exists; capseal never overwrites keys")
@@ -400,6 +402,7 @@ def create_key(
             check_sign_mechanism(alg, _mechanisms(ts), where, "nothing was created")
             rw = ts.token.open(rw=True)  # PIN-less: shares the login of the session above
             try:
+                made = True
                 generate_keypair(rw, alg, parsed.object or "", key_id, rsa_bits=rsa_bits)
                 check_new_key(rw, parsed.object or "", key_id, where)
             finally:
@@ -409,9 +412,37 @@ def create_key(
         # opened while the session is held, with the PIN the token took: ``secret``
         # is None when it came from ``secrets_handler``, which is not asked twice
         signer = PKCS11Signer(parsed.with_id(key_id), pin=ts.pin_for_child(), module_allowlist=module_allowlist)
+    except BaseException as exc:  # a Ctrl-C (or a failure) before the caller has the key: it goes again
+        if made:
+            _undo_new_key(ts, parsed.object or "", key_id, where, exc, parsed.with_id(key_id).to_string())
+        raise
     finally:
         release_token(ts)
     return signer
+
+
+def _undo_new_key(ts: TokenSession, label: str, key_id: bytes, where: str, exc: BaseException, uri: str) -> None:
+    """Destroy the objects a ``create_key`` that did not finish made (every
+    object with its label or id: none existed before it), with Ctrl-C held
+    off; when that fails, ``exc`` is marked as leaving ``uri`` behind."""
+    from ._leftover import held_interrupts, note_left
+
+    def destroy(session: Any) -> None:
+        rw = ts.token.open(rw=True)
+        try:
+            seen: set[int] = set()
+            for obj in objects_with(rw, label=label, key_id=key_id):
+                if obj.handle not in seen:
+                    seen.add(obj.handle)
+                    obj.destroy()
+        finally:
+            rw.close()
+
+    with held_interrupts():
+        try:
+            run(ts, destroy, where)
+        except Exception:  # noqa: BLE001 - the error on its way out is the one to report, with this key named
+            note_left(exc, uri)
 
 
 def check_new_key(rw: Any, label: str, key_id: bytes, where: str) -> None:
@@ -493,3 +524,74 @@ def list_keys(
 
 
 from ._pkcs11_tools import doctor_checks, init_softhsm_token  # noqa: E402  (they use the signer above)
+
+
+def delete_key(
+    uri: str | PKCS11URI,
+    *,
+    kid: str | None = None,
+    pin: str | Secret | None = None,
+    secrets_handler: SecretsHandler | None = None,
+    module_allowlist: Any = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Destroy the one private key ``uri`` names and its public-key object
+    (``capseal keys delete``).
+
+    Args:
+        uri: a ``pkcs11:`` URI naming the key with ``object=`` and/or ``id=``.
+        kid: when given, the key found must have this kid (what the operator was shown).
+        pin: the token's user PIN (else the URI's, else ``secrets_handler``).
+        secrets_handler: asked for the PIN when none is given otherwise.
+        module_allowlist: as for :meth:`PKCS11Signer.from_uri`.
+        options: none other; any is refused.
+
+    Returns:
+        ``uri``, ``kid`` and ``deleted`` (the objects destroyed).
+
+    Raises:
+        KeyURIError: the URI names no key (no object=/id=), several keys, or another key than ``kid``.
+        KeyNotFoundError: no private key matches.
+        UnknownOptionError, TokenNotFoundError, PinIncorrectError, DeviceError: as for opening a signer.
+    """
+    from capseal.errors import KeyNotFoundError
+
+    check_options("keys delete for a pkcs11: key", options, ("kid", "pin", "secrets_handler", "module_allowlist"))
+    pin = as_secret(pin, "pin=")
+    uri = parsed = _parse(uri)
+    if parsed.object is None and parsed.id is None:
+        raise KeyURIError("name the key to delete: add object=<label> or id= to the pkcs11 URI")
+    ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
+    try:
+        def destroy(_session: Any) -> dict[str, Any]:
+            rw = ts.token.open(rw=True)  # PIN-less: shares the login of the session above
+            try:
+                found = find_private_keys(rw, PKCS11URI(object=parsed.object, id=parsed.id, type=parsed.type))
+                if not found:
+                    raise KeyNotFoundError(f"{ts.name}: no private key {parsed.describe_key()}")
+                if len(found) > 1:
+                    raise KeyURIError(f"{ts.name}: {len(found)} private keys match {parsed.describe_key()}; add id= "
+                                      "to name one")
+                private = found[0]
+                public_obj = find_public_key(rw, private)
+                public_key = public_key_of(public_obj if public_obj is not None else private, ts.name)
+                found_kid = kid_for(public_key)
+                if kid is not None and found_kid != kid:
+                    raise KeyURIError(f"{ts.name}: {parsed.describe_key()} is another key than the one shown "
+                                      f"(kid {kid[:16]}…); not deleted")
+                attrs = key_attributes(private)
+                key_id = attrs.get("CKA_ID")
+                deleted = ["private key"]
+                private.destroy()
+                if public_obj is not None:
+                    public_obj.destroy()
+                    deleted.append("public key")
+                shown = replace(parsed.without_pin(), object=attrs.get("CKA_LABEL"),
+                                id=bytes.fromhex(key_id) if key_id else None)
+                return {"uri": shown.to_string(), "kid": found_kid, "deleted": deleted}
+            finally:
+                rw.close()
+
+        return run(ts, destroy, ts.name)
+    finally:
+        release_token(ts)

@@ -78,17 +78,29 @@ def load_target(scheme: str, target: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        extra = _EXTRAS.get(scheme)
-        if extra is None:
-            raise MissingExtraError(f"cannot load the {scheme}: backend: {exc}") from None
-        raise MissingExtraError(
-            f"the {scheme}: backend needs {extra[1]} (pip install '{extra[0]}') "
-            f"and system packages: {extra[2]} ({exc})"
-        ) from None
+        raise missing_extra(scheme, exc) from None
     try:
         return getattr(module, attr)
     except AttributeError:
         raise KeyURIError(f"the {scheme}: backend has no {attr}") from None
+
+
+def missing_extra(scheme: str, exc: ImportError) -> MissingExtraError:
+    """The error for a backend whose import failed: the extra to install and
+    the system packages it needs, said once, with what was missing (the
+    backend's own MissingExtraError used to be quoted inside this one, which
+    said the same thing again)."""
+    extra = _EXTRAS.get(scheme)
+    if extra is None:
+        return MissingExtraError(f"cannot load the {scheme}: backend: {exc}")
+    missing = f"Python module {exc.name!r} is missing" if exc.name else str(exc)
+    if isinstance(exc, MissingExtraError):  # the backend's own: it may name a system library instead
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ImportError) and cause.name:
+            missing = f"Python module {cause.name!r} is missing"
+    return MissingExtraError(f"the {scheme}: backend needs {extra[1]}: pip install '{extra[0]}' "
+                             f"(system packages: {extra[2]}); {missing}",
+                             hint=f"pip install '{extra[0]}'")
 
 
 def _resolve(scheme: str) -> Any:

@@ -352,7 +352,11 @@ def create_file_key(uri: str, alg: str, *, pin: str | Secret | None = None, secr
         raise KeyURIError(f"{path} already exists; capseal never overwrites a key file") from None
     except OSError as exc:
         raise KeyURIError(f"cannot write key file {path}: {exc.strerror}") from None
-    return FileSigner(path, pin=pin)
+    try:
+        return FileSigner(path, pin=pin)
+    except BaseException:  # a Ctrl-C (or any failure) before the caller has the key: the new file goes too
+        Path(path).unlink(missing_ok=True)
+        raise
 
 
 def list_file_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: Any = None,
@@ -361,10 +365,13 @@ def list_file_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler
 
     Raises:
         UnknownOptionError: for an option a file key does not take.
+        KeyNotFoundError: nothing is at the path.
     """
     check_options("keys list for file: keys", options, _FILE_OPTIONS)
     pin = as_secret(pin, "pin=")
     target = Path(FileSigner.path_of(uri))
+    if not target.exists():  # was a one-entry list saying KeyNotFoundError, which the CLI printed as a success
+        raise KeyNotFoundError(f"no key file or directory at {target}")
     files = sorted(target.glob("*.pem")) if target.is_dir() else [target]
     out: list[dict[str, Any]] = []
     for f in files:
@@ -375,3 +382,41 @@ def list_file_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler
             continue
         out.append({"uri": signer.uri, "alg": signer.alg, "kid": signer.kid})
     return out
+
+
+def delete_file_key(uri: str, *, kid: str | None = None, pin: str | Secret | None = None, secrets_handler: Any = None,
+                    **options: Any) -> dict[str, Any]:
+    """``capseal keys delete file:/path.pem``: remove the key file.
+
+    Args:
+        uri: the key file's ``file:`` URI.
+        kid: when given, the file must hold the key with this kid (what the
+            operator was shown); an encrypted file is then opened with ``pin``.
+        pin: the passphrase of an encrypted file, needed only with ``kid``.
+        secrets_handler: not asked.
+        options: none are taken; any is refused.
+
+    Returns:
+        ``uri`` and ``deleted`` (what was removed).
+
+    Raises:
+        UnknownOptionError: for an option a file key does not take.
+        KeyNotFoundError: no file there.
+        KeyURIError: the file is not a PEM private key (it is left alone), or holds another key than ``kid``.
+    """
+    check_options("keys delete for a file: key", options, _FILE_OPTIONS)
+    pin = as_secret(pin, "pin=")
+    path = Path(FileSigner.path_of(uri))
+    if not path.is_file():
+        raise KeyNotFoundError(f"no key file at {path}")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_PEM_HEAD)
+    except OSError as exc:
+        raise KeyURIError(f"cannot read key file {path}: {exc.strerror}") from None
+    if b"PRIVATE KEY-----" not in head:
+        raise KeyURIError(f"{path} is not a PEM private key; capseal deletes only key files, and left it alone")
+    if kid is not None and FileSigner(path, pin=pin).kid != kid:
+        raise KeyURIError(f"{path} now holds another key than the one shown (kid {kid[:16]}…); not deleted")
+    path.unlink()
+    return {"uri": file_uri(path.absolute()), "deleted": [f"key file {path}"]}

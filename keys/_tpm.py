@@ -75,6 +75,7 @@ __all__ = [
     "eddsa_refusal",
     "create_key",
     "list_keys",
+    "delete_key",
     "provision",
     "doctor_checks",
     "create_key_hint",
@@ -740,6 +741,13 @@ def create_key(uri: str, alg: str, **kw: Any) -> TPMSigner:
     from ._tpm_provision import create_key as impl
 
     return impl(uri, alg, **kw)
+
+
+def delete_key(uri: str, **kw: Any) -> dict[str, Any]:
+    """See :func:`capseal.keys._tpm_provision.delete_key`."""
+    from ._tpm_provision import delete_key as impl
+
+    return impl(uri, **kw)
 
 
 def list_keys(uri: str, **kw: Any) -> list[dict[str, Any]]:

@@ -55,11 +55,12 @@ from capseal.errors import (
     InputError,
     KeyNotFoundError,
     KeyURIError,
+    PinIncorrectError,
     SignerError,
     UnsupportedAlgorithmError,
 )
 
-from ._pin import Secret, as_secret
+from ._pin import Secret, as_secret, pin_advice
 from ._registry import SecretsHandler, check_options
 from ._tpm import (
     CREATE_AUTH_BYTES,
@@ -214,14 +215,28 @@ def _create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: Secret 
 def _persist(ectx: Any, srk: Any, private: Any, public: Any, handle: int) -> None:
     key = ectx.load(srk, private, public)
     try:
-        ectx.evict_control(ESYS_TR.OWNER, key, handle)
+        _close_tr(ectx, ectx.evict_control(ESYS_TR.OWNER, key, handle))  # the new persistent object's ESYS_TR
     finally:
         ectx.flush_context(key)
 
 
 def _evict(ectx: Any, handle: int) -> None:
+    """Evict the persistent object at ``handle``, and let go of its ESYS_TR:
+    ESYS keeps the evicted object's entry otherwise, and a key persisted at
+    the handle later is then looked up under that stale name (evicting it
+    failed with ESYS's catch-all 0x70001)."""
     tr = ectx.tr_from_tpmpublic(handle)
     ectx.evict_control(ESYS_TR.OWNER, tr, handle)
+    _close_tr(ectx, tr)
+
+
+def _close_tr(ectx: Any, tr: Any) -> None:
+    if tr is None or int(tr) == int(ESYS_TR.NONE):
+        return
+    try:
+        ectx.tr_close(tr)
+    except TSS2_Exception:
+        pass
 
 
 def _key_summary(public: TPM2B_PUBLIC, handle: int | None = None) -> dict[str, Any]:
@@ -328,7 +343,7 @@ def provision(tcti: str | None, *, signing_handle: int = 0x81000101, ak_handle: 
                 _evict(ectx, h)
             for tr, h in ((key, signing_handle), (ak, ak_handle)):
                 changing.append(f"persisting at {format_handle(h)}")
-                ectx.evict_control(ESYS_TR.OWNER, tr, h)
+                _close_tr(ectx, ectx.evict_control(ESYS_TR.OWNER, tr, h))
         finally:
             _flush_all(ectx, loaded)
         return {"srk": {"template": SRK_TEMPLATE_TEXT, "name": bytes(srk_public.get_name()).hex(),
@@ -449,16 +464,118 @@ def create_key(uri: str, alg: str, *, pin: str | Secret | None = None, secrets_h
         finally:
             ectx.flush_context(srk)
 
-    private_blob, public_blob = device.call(job, what=f"creating {ref.describe_key()}", retry=False, timeout=None)
-    if ref.keyfile is not None:
+    what = f"creating {ref.describe_key()}"
+    fut = device.submit(job, what=what, retry=False)
+    try:
+        private_blob, public_blob = device.wait(fut, None)
+    except KeyboardInterrupt as exc:  # the worker goes on making the key: wait for it, and undo it
+        _undo_create(device, ref, exc, fut)
+        raise
+    written = False
+    try:
+        if ref.keyfile is not None:
+            try:
+                _write_keyfile(ref.keyfile, TPMKeyFile(public=public_blob, private=private_blob, parent=TPM_RH_OWNER,
+                                                       empty_auth=auth is None))
+                written = True
+            except FileExistsError:
+                raise HandleInUseError(f"{ref.keyfile} already exists; capseal never overwrites a key file") from None
+            except OSError as exc:
+                raise KeyURIError(f"cannot write key file {ref.keyfile}: {exc.strerror}") from None
+        return TPMSigner(ref, auth=auth, device=device)
+    except BaseException as exc:  # a Ctrl-C (or a failure) before the caller has the key: it goes again
+        if ref.handle is not None or written:
+            _undo_create(device, ref, exc)
+        raise
+
+
+def _undo_create(device: TPMDevice, ref: TPMKeyURI, exc: BaseException, job: Any = None) -> None:
+    """Remove the key a ``create_key`` that did not finish made: evict it from
+    its handle (once ``job``, the TPM command making it, is done: a Ctrl-C
+    does not stop the TPM's worker) or delete its key file, with Ctrl-C held
+    off meanwhile. When that fails, ``exc`` is marked as leaving it behind."""
+    import os
+
+    from ._leftover import held_interrupts, note_left
+
+    with held_interrupts():
         try:
-            _write_keyfile(ref.keyfile, TPMKeyFile(public=public_blob, private=private_blob, parent=TPM_RH_OWNER,
-                                                   empty_auth=auth is None))
-        except FileExistsError:
-            raise HandleInUseError(f"{ref.keyfile} already exists; capseal never overwrites a key file") from None
-        except OSError as exc:
-            raise KeyURIError(f"cannot write key file {ref.keyfile}: {exc.strerror}") from None
-    return TPMSigner(ref, auth=auth, device=device)
+            if job is not None:
+                try:
+                    job.result(timeout=60)
+                except Exception:  # noqa: BLE001 - the job failed: it made nothing to undo
+                    return
+            if ref.keyfile is not None:
+                if job is None:  # the key file was written by this call (the TPM holds nothing of it)
+                    os.unlink(ref.keyfile)
+                return
+            handle = ref.handle
+            assert handle is not None
+            device.call(lambda ectx: _evict(ectx, handle), what=f"removing the unfinished {ref.describe_key()}",
+                        retry=False, timeout=30)
+        except BaseException:  # noqa: BLE001 - the error on its way out is the one to report, with this key named
+            note_left(exc, ref.to_uri())
+
+
+def delete_key(uri: str, *, kid: str | None = None, pin: str | Secret | None = None,
+               secrets_handler: SecretsHandler | None = None, **opts: Any) -> dict[str, Any]:
+    """``capseal keys delete tpm2:…``: evict the key at a persistent handle
+    (TPM2_EvictControl), or delete a key file (the TPM holds nothing of it).
+
+    Args:
+        uri: ``tpm2:handle=0x81…`` or ``tpm2:keyfile=/path``.
+        kid: when given, the key found must have this kid (what the operator was shown).
+        pin: not needed (evicting uses the owner hierarchy's empty auth).
+        secrets_handler: not asked.
+        opts: ``tcti``; any other is refused.
+
+    Returns:
+        ``uri``, ``kid`` (when the key has one) and ``deleted``.
+
+    Raises:
+        KeyURIError: the URI names no key, the object is not a signing or attestation key
+            (a storage key, say: left alone), or is another key than ``kid``.
+        KeyNotFoundError: nothing at the handle, or no key file.
+        UnknownOptionError, SignerUnavailableError, DeviceError: as for other TPM commands.
+    """
+
+    tcti = opts.pop("tcti", None)
+    check_options("keys delete for a tpm2: key", opts, ("kid", "pin", "secrets_handler", "tcti"))
+    ref = parse_tpm_uri(uri, tcti=tcti)
+    if not ref.names_key:
+        raise KeyURIError("keys delete needs tpm2:handle=0x81…?tcti=… or tpm2:keyfile=/path?tcti=…")
+
+    def check(public: TPM2B_PUBLIC) -> str | None:
+        summary = _key_summary(public, ref.handle)
+        if summary["role"] not in ("signing-key", "attestation-key"):
+            raise KeyURIError(f"{ref.describe_key()} is a {summary['role']}, not a signing or attestation key; "
+                              "capseal deletes only those, and left it alone")
+        found = summary.get("kid")
+        if kid is not None and found != kid:
+            raise KeyURIError(f"{ref.describe_key()} is another key than the one shown (kid {kid[:16]}…); not deleted")
+        return found if isinstance(found, str) else None
+
+    if ref.keyfile is not None:
+        import os
+
+        kf = _read_keyfile(ref.keyfile)  # KeyNotFoundError when there is none; a file that is no key is refused
+        found = check(keyfile_public(kf, ref.describe_key()))
+        os.unlink(ref.keyfile)
+        return {"uri": ref.to_uri(), "kid": found, "deleted": [f"key file {ref.keyfile}"]}
+    handle = ref.handle
+    assert handle is not None
+    device = get_device(ref.tcti)
+
+    def job(ectx: Any) -> str | None:
+        public = _read_persistent(ectx, handle)
+        if public is None:
+            raise KeyNotFoundError(f"no key at persistent handle {format_handle(handle)} on TPM {ref.tcti}")
+        found = check(public)
+        _evict(ectx, handle)
+        return found
+
+    found = device.call(job, what=f"deleting {ref.describe_key()}", retry=False)
+    return {"uri": ref.to_uri(), "kid": found, "deleted": [f"persistent object {format_handle(handle)}"]}
 
 
 def list_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
@@ -540,6 +657,7 @@ def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[An
     kind = "software TPM" if info.software else ("hardware TPM" if info.software is False else "TPM of unknown kind")
     checks.append(Check("TPM answers", True, f"{ref.tcti}: {info.manufacturer} '{info.vendor.strip()}' firmware "
                         f"{info.firmware}, {info.spec_version} ({kind}: {info.software_reason})"))
+    state: _TPMState | None = None
     try:
         state = device.call(lambda ectx: _read_state(ectx, device), what="reading TPM state")
         checks += [_lockout_check(state, ref.tcti), _slots_check(state, ref.tcti)]
@@ -554,10 +672,10 @@ def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[An
         checks.append(Check("TPM algorithms", ok, f"can sign {', '.join(algs) or 'nothing capseal uses'}; {eddsa}",
                             "" if ok else "this TPM lacks ECC/ECDSA; capseal needs P-256 ECDSA or RSA-PSS"))
         return checks
-    return checks + _key_checks(device, ref, pin)
+    return checks + _key_checks(device, ref, pin, state)
 
 
-def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[Any]:
+def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None, state: _TPMState | None = None) -> list[Any]:
     from .doctor import Check
 
     checks: list[Check] = []
@@ -569,6 +687,7 @@ def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[A
             checks.append(Check("TPM key", True, f"{ref.describe_key()}: {signer.alg} key, kid {signer.kid[:16]}…, "
                                 f"TPM name {signer.tpm_name.hex()[:20]}…"))
             checks.append(Check("TPM key algorithm", True, f"{signer.alg} is supported by capseal and this TPM"))
+            checks.append(_auth_check(signer, ref, pin, state))
             if ref.ak_handle is not None:
                 custody = signer.describe()
                 ok = "tpm_certify" in custody
@@ -583,6 +702,41 @@ def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[A
     except CapsealError as exc:
         checks.append(Check("TPM key", False, str(exc), getattr(exc, "hint", "")))
     return checks
+
+
+def _auth_check(signer: TPMSigner, ref: TPMKeyURI, pin: Secret | None, state: _TPMState | None) -> Any:
+    """Whether the key's auth value (the PIN given, or the empty one) works,
+    found by signing once and verifying the signature; or why it was not
+    tried. A key without noDA counts a refused value toward the TPM's
+    dictionary-attack lockout: it is tried only with a PIN given and at least
+    two tries left (so a wrong one never locks the TPM), and never with the
+    empty value guessed for a key at a handle, which does not say whether it
+    has an auth value."""
+    from .doctor import Check
+
+    no_da = key_attributes(signer.public_area)["noDA"]
+    declared_empty = ref.keyfile is not None and pin is None  # the key file says its auth is empty (checked at open)
+    if not no_da and not declared_empty:
+        if pin is None:
+            return Check("TPM key auth value", True, "not checked: the key is dictionary-attack protected and no PIN "
+                         "was given (trying the empty value would count toward the lockout if the key has one)",
+                         pin_advice("its auth value") + " to check it", checked=False)
+        if state is None or state.max_tries - state.failed_tries < 2:
+            said = "the TPM's lockout counters could not be read" if state is None else (
+                f"the TPM has counted {state.failed_tries} of {state.max_tries} failed authorizations")
+            return Check("TPM key auth value", True, f"not checked: {said}; a refused value could lock the TPM out",
+                         "wait until the TPM forgives failures (capseal doctor shows the counters), then check again",
+                         checked=False)
+    given = "the auth value given" if pin is not None else "the empty auth value"
+    try:
+        signer.sign(b"capseal doctor auth check")
+    except PinIncorrectError as exc:
+        counted = "" if no_da else " (this refusal counts toward the TPM's dictionary-attack lockout)"
+        return Check("TPM key auth value", False, f"{ref.describe_key()} refused {given}{counted}: {exc}",
+                     exc.hint or pin_advice("the key's auth value"))
+    except CapsealError as exc:
+        return Check("TPM key auth value", False, f"{ref.describe_key()} could not sign: {exc}", exc.hint)
+    return Check("TPM key auth value", True, f"{given} works: the key signed and its public key verified the signature")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from ._base import Signer, SignerSelfTest
 from ._pin import Secret, as_secret
 from ._registry import SecretsHandler, load_target, open_signer
 
-__all__ = ["ALG_ALIASES", "create_key", "show_key", "list_keys", "normalize_alg"]
+__all__ = ["ALG_ALIASES", "create_key", "delete_key", "show_key", "list_keys", "normalize_alg"]
 
 #: CLI spellings → COSE algorithm names.
 ALG_ALIASES = {"ed25519": "EdDSA", "eddsa": "EdDSA", "p256": "ES256", "es256": "ES256",
@@ -27,6 +27,11 @@ _PROVISIONERS = {
     "file": "capseal.keys._software:create_file_key",
     "pkcs11": "capseal.keys._pkcs11:create_key",
     "tpm2": "capseal.keys._tpm:create_key",
+}
+_DELETERS = {
+    "file": "capseal.keys._software:delete_file_key",
+    "pkcs11": "capseal.keys._pkcs11:delete_key",
+    "tpm2": "capseal.keys._tpm:delete_key",
 }
 _LISTERS = {
     "file": "capseal.keys._software:list_file_keys",
@@ -81,10 +86,51 @@ def create_key(uri: str, alg: str, *, pin: str | Secret | None = None, secrets_h
         signer.close()
         raise SignatureFailedError(f"{exc}; the key just created ({where}) is kept: inspect it, and remove it "
                                    "before creating a key under that name again", hint=exc.hint) from None
-    except BaseException:
+    except BaseException as exc:  # a Ctrl-C (or a failure) before the caller has the key: it goes again
+        where, kid = signer.uri, signer.kid
         signer.close()
+        _undo(where, kid, pin, opts, exc)
         raise
     return signer
+
+
+def _undo(uri: str, kid: str, pin: Secret | None, opts: dict[str, Any], exc: BaseException) -> None:
+    """Delete the key a ``create_key`` that did not finish made, with Ctrl-C
+    held off; when that fails, ``exc`` is marked as leaving it behind (the CLI
+    names it)."""
+    from ._leftover import held_interrupts, note_left
+
+    with held_interrupts():
+        try:
+            delete_key(uri, kid=kid, pin=pin, **{k: v for k, v in opts.items() if k in ("module_allowlist", "tcti")})
+        except BaseException:  # noqa: BLE001 - the error on its way out is the one to report, with this key named
+            note_left(exc, uri)
+
+
+def delete_key(uri: str, *, kid: str | None = None, pin: str | Secret | None = None,
+               secrets_handler: SecretsHandler | None = None, **opts: Any) -> dict[str, Any]:
+    """Delete the one key at ``uri``: a key file, a token's private key with
+    its public-key object, or a TPM key (evicted from its handle, or its key
+    file removed). Nothing else is touched.
+
+    Args:
+        uri: the key (``file:``, ``pkcs11:`` with object=/id=, ``tpm2:``).
+        kid: when given, the key found must have this kid (the key the
+            operator was shown and confirmed), or nothing is deleted.
+        pin: the token's PIN (or a key file's passphrase, with ``kid``).
+        secrets_handler: asked for the PIN when none is given.
+        opts: backend options (each backend refuses those it does not take).
+
+    Returns:
+        ``uri``, ``kid`` (when known) and ``deleted`` (what was removed).
+
+    Raises:
+        KeyNotFoundError: no key there.
+        KeyURIError: the URI names several keys, or another key than ``kid``, or an object that is no key.
+        UnknownOptionError, SignerError: see the backends.
+    """
+    pin = as_secret(pin, "pin=")
+    return dict(_backend(_DELETERS, uri)(uri, kid=kid, pin=pin, secrets_handler=secrets_handler, **opts))
 
 
 def list_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
