@@ -11,10 +11,10 @@ itself fails, the exception on its way out says which key stayed
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from capseal import _fork_interrupts
 
 __all__ = ["held_interrupts", "left_behind", "note_left"]
 
@@ -36,10 +36,18 @@ def left_behind(exc: BaseException) -> str | None:
 @contextmanager
 def held_interrupts() -> Iterator[None]:
     """While the block undoes a new key, a Ctrl-C only records itself; it is
-    raised in the main thread a moment after (``capseal._fork_interrupts``).
-    A second Ctrl-C must not stop the undoing half-way."""
-    _fork_interrupts.hold("keys create")
+    raised when the block is done. A second Ctrl-C must not stop the undoing
+    half-way. Only the main thread runs Python signal handlers, and a SIGINT
+    handler that is not a Python callable (ignored, the default) is left alone."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
     try:
         yield
     finally:
-        _fork_interrupts.release("keys create")
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt

@@ -321,14 +321,19 @@ _SIGNER_OPTIONS = ("pin", "secrets_handler", "module_allowlist", "signing_proces
 
 
 def _timeout(value: object) -> float | None:
-    """``timeout=``: None (no limit) or a positive number of seconds."""
-    from capseal._args import timeout as timeout_arg
+    """``timeout=``: None (no limit) or a positive number of seconds (0 would
+    give up on every signature at once; a str failed deep in ``threading``)."""
+    import math
+    import threading
+
     from capseal.errors import InputError
 
-    seconds = timeout_arg(value)
-    if seconds is not None and seconds <= 0:  # 0 would give up on every signature at once
-        raise InputError("timeout is a positive number of seconds or None (no limit), not 0")
-    return seconds
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 < value <= threading.TIMEOUT_MAX:
+        raise InputError(f"timeout is a positive number of seconds or None (no limit), not {value!r:.40}")
+    return float(value)
 
 
 def check_sign_mechanism(alg: str, mechanisms: set[Any] | None, where: str, outcome: str) -> SignMechanism:

@@ -14,11 +14,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import CapsealError, DuplicateRecordError, InputError, MalformedJSONError
-from .keys._pin import Secret, caller_is_cli, usable_pin
 from .record import strict_json
+
+if TYPE_CHECKING:
+    from .keys._pin import Secret
 
 __all__ = ["main"]
 
@@ -37,6 +39,8 @@ def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> Secret | None:
     is refused before it reaches a token (each refused login uses up a try).
     Errors name the source, never the PIN, and chain no exception (a Unicode
     error's args hold the text). Hints from here on name the CLI's options."""
+    from .keys._pin import Secret, caller_is_cli, usable_pin
+
     caller_is_cli()
     if getattr(args, "pin_file", None):
         from .keys._pkcs11_uri import read_pin_file
@@ -56,6 +60,8 @@ def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> Secret | None:
 def _pin_from_prompt(prompt: str) -> Secret:
     """The PIN typed at the terminal. No terminal, or end of input (Ctrl-D),
     is an error: never a PIN-less run the operator asked a prompt for."""
+    from .keys._pin import Secret
+
     if not sys.stdin.isatty():
         raise _CLIError("--pin-prompt needs a terminal; use --pin-file FILE or --pin-env VAR")
     try:

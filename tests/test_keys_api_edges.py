@@ -41,7 +41,10 @@ def test_file_and_ephemeral_keys_refuse_unknown_options(tmp_path: Path) -> None:
     uri = f"file:{tmp_path / 'k.pem'}"
     create_key(uri, "ed25519").close()
     _refused(lambda: open_signer(uri, passphrase="x"), "passphrase", None, "pin", "secrets_handler")
-    _refused(lambda: open_signer("ephemeral:EdDSA", signing_process=True), "signing_process", None, "pin")
+    from capseal.keys import SIGNER_FOR_URI_SCHEME
+
+    throwaway = "unsafe-ephemeral:EdDSA" if "unsafe-ephemeral" in SIGNER_FOR_URI_SCHEME else "ephemeral:EdDSA"
+    _refused(lambda: open_signer(throwaway, signing_process=True), "signing_process", None, "pin")
     _refused(lambda: create_key(f"file:{tmp_path / 'new.pem'}", "ed25519", rsa_bits=2048), "rsa_bits", None, "pin")
     assert not (tmp_path / "new.pem").exists()  # refused before anything was written
     _refused(lambda: list_keys(f"file:{tmp_path}", module_allowlist=[]), "module_allowlist", None, "pin")
