@@ -70,6 +70,7 @@ from capseal.errors import (
 
 from ._pin import Secret, as_secret, pin_advice, usable_pin
 from ._pkcs11_uri import PKCS11URI, check_module_allowed, resolve_module
+from .custody import SOFTWARE_TOKEN_MANUFACTURERS
 
 try:
     import pkcs11
@@ -534,6 +535,7 @@ class TokenSession:
 
 
 _CKU_USER = 1
+_CKR_GENERAL_ERROR = 0x05
 _CKR_USER_ALREADY_LOGGED_IN = 0x100
 #: what ``C_Login`` answers (PKCS#11 v2.40 §5.6), as the python-pkcs11
 #: exception ``device_error`` turns into capseal's typed error
@@ -598,6 +600,8 @@ def _open_logged_in(token: Any, pin: Secret | None, name: str, module_path: str,
             kept = True
             return session, False
         rv = c_login(module_path, session.handle, _CKU_USER, pin)
+        if rv == _CKR_GENERAL_ERROR and token.manufacturer_id in SOFTWARE_TOKEN_MANUFACTURERS:
+            rv = _login_again(module_path, session.handle, pin)
         if rv is None:  # no trusted function table (Windows, an unexpected layout): python-pkcs11 logs in
             _close_session(session, module_path, False)
             session = None
@@ -622,6 +626,29 @@ def _open_logged_in(token: Any, pin: Secret | None, name: str, module_path: str,
         if session is not None and not kept:
             _close_session(session, module_path, False)
     raise failure  # outside the handler: nothing of the login is chained to it
+
+
+#: seconds before each new C_Login after a SoftHSM2 login answered
+#: CKR_GENERAL_ERROR (see _login_again); the lock is held meanwhile
+_LOGIN_PAUSES = (0.05, 0.2)
+
+
+def _login_again(module_path: str, handle: int, pin: Secret | None) -> int | None:
+    """``C_Login`` again, after a pause, for a SoftHSM2 token that answered
+    ``CKR_GENERAL_ERROR``: its ``token.object`` is rewritten (truncated
+    first) at every login, and a login in another process that reads it
+    meanwhile fails so (seen with fork-pool workers logging in together:
+    a few logins in a hundred). It is not a refused PIN, and SoftHSM2 counts
+    none. The last answer is returned. Lock held."""
+    from ._pkcs11_fast import c_login
+
+    rv: int | None = _CKR_GENERAL_ERROR
+    for pause in _LOGIN_PAUSES:
+        time.sleep(pause)
+        rv = c_login(module_path, handle, _CKU_USER, pin)
+        if rv != _CKR_GENERAL_ERROR:
+            break
+    return rv
 
 
 def _unchecked_pin(pin: Secret | None, pin_checked: bool, name: str) -> SignerError | None:
