@@ -21,7 +21,7 @@ from capseal.errors import InputError, UnknownOptionError, UnsupportedAlgorithmE
 from capseal.keys import SoftwareSigner, open_signer, verify_certify
 from capseal.keys.provision import create_key, list_keys, show_key
 
-SIGN, AK = 0x81000E01, 0x81000E02  # a range of this module's own on the session swtpm
+SIGN, AK = 0x81000F01, 0x81000F02  # a range of this module's own on the session swtpm
 
 
 def _refused(call: Any, wrong: str, guess: str | None, *valid: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 
 CAPSEAL = str(Path(sys.executable).with_name("capseal"))
-SIGN, AK = "0x81000e21", "0x81000e22"  # this module's own handles on the session swtpm
+SIGN, AK = "0x81000f21", "0x81000f22"  # this module's own handles on the session swtpm
 
 
 def capseal(*args: str, env: dict[str, str] | None = None, stdin: Any = subprocess.DEVNULL,
@@ -74,8 +74,8 @@ def test_missing_keys_exit_1_and_an_empty_directory_exits_0(softhsm: Any, swtpm:
     env = {"CAPSEAL_PIN": softhsm.pin}
     for args in (("keys", "list", "file:/nonexistent"), ("keys", "show", f"file:{tmp_path}/missing.pem"),
                  ("keys", "list", softhsm.uri("no-such-key")), ("keys", "show", softhsm.uri("no-such-key")),
-                 ("keys", "list", f"tpm2:handle=0x81000e2f?tcti={swtpm.tcti}"),
-                 ("keys", "show", f"tpm2:handle=0x81000e2f?tcti={swtpm.tcti}")):
+                 ("keys", "list", f"tpm2:handle=0x81000f2f?tcti={swtpm.tcti}"),
+                 ("keys", "show", f"tpm2:handle=0x81000f2f?tcti={swtpm.tcti}")):
         proc = capseal(*args, env=env)
         assert proc.returncode == 1, (args, proc.returncode, proc.stderr)
         assert "capseal: error: " in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
@@ -126,7 +126,7 @@ def test_keys_delete_asks_first_and_deletes_only_the_key_named(softhsm: Any, swt
     assert capseal("keys", "list", softhsm.uri(label), env=env).returncode == 1  # gone
     assert _ok(capseal("keys", "list", softhsm.uri(f"{label}-keep"), env=env)).stdout.count("\n") == 1  # kept
 
-    handle = f"tpm2:handle=0x81000e23?tcti={swtpm.tcti}"
+    handle = f"tpm2:handle=0x81000f23?tcti={swtpm.tcti}"
     if capseal("keys", "list", handle).returncode == 1:
         _ok(capseal("keys", "create", handle, "--alg", "p256"))
     _ok(capseal("keys", "delete", handle, "--yes"))
@@ -180,11 +180,11 @@ def test_doctor_names_an_unknown_scheme_and_a_readable_key_files_fix(tmp_path: P
 
 def test_doctor_checks_a_tpm_keys_auth_value_or_says_it_did_not(fresh_swtpm: Any, tmp_path: Path) -> None:
     tcti = fresh_swtpm.tcti  # dictionary-attack tries are used up here
-    empty = f"tpm2:handle=0x81000e31?tcti={tcti}"
+    empty = f"tpm2:handle=0x81000f31?tcti={tcti}"
     _ok(capseal("keys", "create", empty, "--alg", "p256"))
     plain = _ok(capseal("doctor", empty))
     assert "[ok] TPM key auth value: the empty auth value works" in plain.stdout, plain.stdout
-    authed = f"tpm2:handle=0x81000e32?tcti={tcti}"
+    authed = f"tpm2:handle=0x81000f32?tcti={tcti}"
     secret = "doctor-auth-Tz4~9"
     _ok(capseal("keys", "create", authed, "--alg", "p256", env={"CAPSEAL_PIN": secret}))
     unchecked = capseal("doctor", authed)

@@ -20,7 +20,7 @@ from capseal.keys._tpm_device import unreachable_fix
 from capseal.keys.provision import create_key, list_keys
 
 ROOT = Path(__file__).resolve().parent.parent
-KEY = 0x81000E03  # this module's own handle on the session swtpm
+KEY = 0x81000F03  # this module's own handle on the session swtpm
 
 _SCRIPT = r"""
 import os, sys
@@ -34,7 +34,7 @@ tcti = sys.argv[1]
 with open_signer(f"tpm2:handle={sys.argv[2]}?tcti={tcti}") as signer:
     signer.sign(b"m")
 try:
-    open_signer(f"tpm2:handle=0x81000e7f?tcti={tcti}")
+    open_signer(f"tpm2:handle=0x81000f7f?tcti={tcti}")
 except KeyNotFoundError:
     pass
 else:

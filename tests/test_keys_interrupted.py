@@ -47,7 +47,7 @@ def test_an_interrupt_after_the_key_is_made_removes_it(softhsm: Any, swtpm: Any,
                                                        monkeypatch: Any) -> None:
     label = f"int-{os.urandom(3).hex()}"
     cases = [(f"file:{tmp_path / 'k.pem'}", None), (softhsm.uri(label), softhsm.pin),
-             (f"tpm2:handle=0x81000e41?tcti={swtpm.tcti}", None),
+             (f"tpm2:handle=0x81000f41?tcti={swtpm.tcti}", None),
              (f"tpm2:keyfile={tmp_path / 'k.tss'}?tcti={swtpm.tcti}", None)]
     for uri, pin in cases:
         with monkeypatch.context() as patch:
@@ -80,7 +80,7 @@ def test_an_interrupt_while_the_tpm_makes_the_key_waits_for_it_and_removes_it(sw
     """Ctrl-C reaches the caller while the TPM's worker thread is still making
     (and persisting) the key: the worker is not stopped by it, so the undo
     waits for the job and then evicts what it persisted."""
-    uri = f"tpm2:handle=0x81000e42?tcti={swtpm.tcti}"
+    uri = f"tpm2:handle=0x81000f42?tcti={swtpm.tcti}"
     real = TPMDevice.wait
     fired: list[bool] = []
 

@@ -105,10 +105,10 @@ def test_tpm_auth_values_never_sit_in_a_frame(fresh_swtpm: Any, tmp_path: Path, 
     found += _leaks("wrong-auth-Nr5",
                   lambda: open_signer(keyfile, secrets_handler=lambda _prompt: "wrong-auth-Nr5").sign(b"m"))
     long_auth = "too-long-auth-Or6-" + "x" * 60
-    found += _leaks(long_auth, lambda: create_key(f"tpm2:handle=0x81000e10?tcti={tcti}", "p256", pin=long_auth))
-    found += _leaks("any-auth-Pr7", lambda: open_signer(f"tpm2:handle=0x81000e11?tcti={tcti}", pin="any-auth-Pr7"))
+    found += _leaks(long_auth, lambda: create_key(f"tpm2:handle=0x81000f10?tcti={tcti}", "p256", pin=long_auth))
+    found += _leaks("any-auth-Pr7", lambda: open_signer(f"tpm2:handle=0x81000f11?tcti={tcti}", pin="any-auth-Pr7"))
     exposed = _pin_file(tmp_path / "exposed.pin", "file-auth-Qr8", 0o644)
     found += _leaks("file-auth-Qr8", lambda: _cli("keys", "show", keyfile, "--pin-file", exposed))
     monkeypatch.setenv("CAPSEAL_PIN", "env-auth-Rr9")
-    found += _leaks("env-auth-Rr9", lambda: _cli("keys", "show", f"tpm2:handle=0x81000e12?tcti={tcti}"))
+    found += _leaks("env-auth-Rr9", lambda: _cli("keys", "show", f"tpm2:handle=0x81000f12?tcti={tcti}"))
     assert found == [], "\n".join(found)
