@@ -765,7 +765,7 @@ def provision(tcti: str | None, **kw: Any) -> dict[str, Any]:
 
 
 def doctor_checks(uri: str | None, **kw: Any) -> list[Any]:
-    """See :func:`capseal.keys._tpm_provision.doctor_checks`."""
-    from ._tpm_provision import doctor_checks as impl
+    """See :func:`capseal.keys._tpm_doctor.doctor_checks`."""
+    from ._tpm_doctor import doctor_checks as impl
 
     return impl(uri, **kw)

@@ -30,7 +30,7 @@ _PROVISIONERS = {
 }
 _DELETERS = {
     "file": "capseal.keys._software:delete_file_key",
-    "pkcs11": "capseal.keys._pkcs11:delete_key",
+    "pkcs11": "capseal.keys._pkcs11_delete:delete_key",
     "tpm2": "capseal.keys._tpm:delete_key",
 }
 _LISTERS = {
