@@ -21,10 +21,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .errors import CapsealError, DuplicateRecordError, InputError, MalformedJSONError
+
+if TYPE_CHECKING:
+    from .keys._pin import Secret
 
 __all__ = ["main", "build_parser"]
 
@@ -39,36 +42,41 @@ class _CLIError(CapsealError):
     pass
 
 
-def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
+def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> Secret | None:
     """The PIN from ``--pin-file``, else ``--pin-env`` (default CAPSEAL_PIN),
-    else ``--pin-prompt``; None when none is given. Checked here, where its
-    source is known: an empty or non-UTF-8 PIN is refused before it reaches a
-    token (each refused login uses up a try). Errors name the source, never
-    the PIN, and chain no exception (a Unicode error's args hold the text)."""
-    from .keys._pin import usable_pin
+    else ``--pin-prompt``, held as a Secret from the moment it is read (a
+    captured frame local shows only its redacted form); None when none is
+    given. Checked here, where its source is known: an empty or non-UTF-8 PIN
+    is refused before it reaches a token (each refused login uses up a try).
+    Errors name the source, never the PIN, and chain no exception (a Unicode
+    error's args hold the text). Hints from here on name the CLI's options."""
+    from .keys._pin import Secret, caller_is_cli, usable_pin
 
+    caller_is_cli()
     if getattr(args, "pin_file", None):
         from .keys._pkcs11_uri import read_pin_file
 
-        return usable_pin(read_pin_file(args.pin_file, f"PIN file {args.pin_file}"), f"PIN file {args.pin_file}")
+        return read_pin_file(args.pin_file, f"PIN file {args.pin_file}").usable_pin()
     named = getattr(args, "pin_env", None)
     env = named or "CAPSEAL_PIN"
     if env in os.environ and (named or os.environ[env] != ""):  # CAPSEAL_PIN set but empty: as if unset
-        return usable_pin(os.environ[env], f"environment variable {env}")
+        return usable_pin(Secret(os.environ[env], f"environment variable {env}"), env)
     if named:
         raise _CLIError(f"--pin-env {named}: environment variable {named} is not set")
     if getattr(args, "pin_prompt", False):
-        return usable_pin(_pin_from_prompt(prompt), "the PIN prompt")
+        return _pin_from_prompt(prompt).usable_pin()
     return None
 
 
-def _pin_from_prompt(prompt: str) -> str:
+def _pin_from_prompt(prompt: str) -> Secret:
     """The PIN typed at the terminal. No terminal, or end of input (Ctrl-D),
     is an error: never a PIN-less run the operator asked a prompt for."""
+    from .keys._pin import Secret
+
     if not sys.stdin.isatty():
         raise _CLIError("--pin-prompt needs a terminal; use --pin-file FILE or --pin-env VAR")
     try:
-        return getpass.getpass(f"{prompt}: ")
+        return Secret(getpass.getpass(f"{prompt}: "), "the PIN prompt")
     except EOFError:
         pass
     raise _CLIError("no PIN entered at the prompt (end of input)")
@@ -408,84 +416,6 @@ def cmd_ledger_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# ---------------------------------------------------------------------------- keys
-
-
-def cmd_keys_create(args: argparse.Namespace) -> int:
-    from capseal.keys.provision import create_key
-
-    with create_key(args.uri, args.alg, pin=_read_pin(args)) as signer:
-        _emit({"uri": signer.uri, "alg": signer.alg, "kid": signer.kid,
-               "public_key_pem": signer.public_key_pem(), "custody": signer.describe()})
-    return EXIT_OK
-
-
-def cmd_keys_show(args: argparse.Namespace) -> int:
-    from capseal.keys.provision import show_key
-
-    info = show_key(args.uri, pin=_read_pin(args))
-    if args.json:
-        _emit(info)
-    else:
-        print(info["public_key_pem"], end="")
-        print(f"kid: {info['kid']}\nalg: {info['alg']}\ncustody: {json.dumps(info['custody'], indent=2)}")
-    return EXIT_OK
-
-
-def cmd_keys_list(args: argparse.Namespace) -> int:
-    from capseal.keys.provision import list_keys
-
-    _emit(list_keys(args.uri, pin=_read_pin(args)))
-    return EXIT_OK
-
-
-def cmd_token_init(args: argparse.Namespace) -> int:
-    from capseal.keys._pkcs11 import init_softhsm_token  # type: ignore[attr-defined]
-
-    from .keys._pin import usable_pin
-
-    so_pin = None
-    if args.so_pin_env:  # named but unset is an error: never a silently generated SO PIN
-        if args.so_pin_env not in os.environ:
-            raise _CLIError(f"--so-pin-env {args.so_pin_env}: environment variable {args.so_pin_env} is not set")
-        so_pin = usable_pin(os.environ[args.so_pin_env], f"environment variable {args.so_pin_env}")
-    info = init_softhsm_token(Path(args.dir), args.label, pin=_read_pin(args), so_pin=so_pin)
-    _emit(info)
-    return EXIT_OK
-
-
-def cmd_tpm_provision(args: argparse.Namespace) -> int:
-    from capseal.keys._registry import load_target
-    from capseal.keys._tpm_uri import parse_persistent_handle
-
-    provision = load_target("tpm2", "capseal.keys._tpm:provision")  # without the tpm extra: the extra is named
-
-    # parse_handle, not int(): a typo is a KeyURIError naming the option, never a traceback
-    info = provision(args.tcti, signing_handle=parse_persistent_handle(args.handle, "--handle"),
-                     ak_handle=parse_persistent_handle(args.ak_handle, "--ak-handle"), alg=args.alg, force=args.force)
-    _emit(info)
-    return EXIT_OK
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from capseal.keys.doctor import run_doctor
-
-    pin, pin_problem = None, None
-    try:
-        pin = _read_pin(args)
-    except CapsealError as exc:  # reported as a failed check; the checks that need no PIN still run
-        pin_problem = exc
-    checks = run_doctor(uri=args.uri, pin=pin, tcti=args.tcti, pin_problem=pin_problem)
-    if args.json:
-        _emit([c.to_dict() for c in checks])
-    else:
-        for c in checks:
-            print(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
-            if not c.ok and c.fix:
-                print(f"       fix: {c.fix}")
-    return EXIT_OK if all(c.ok for c in checks) else EXIT_NOT_OK
-
-
 # ---------------------------------------------------------------------------- main
 
 
@@ -551,49 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="a JSON summary")
     p.set_defaults(fn=cmd_ledger_import)
 
-    keys = sub.add_parser("keys", help="provision signing keys").add_subparsers(dest="keys_cmd", required=True)
-    p = keys.add_parser("create", help="create a non-extractable key at URI")
-    p.add_argument("uri", help="where the new key goes (never overwritten): pkcs11:token=…;object=LABEL?module-path=…, "
-                               "tpm2:handle=0x81000103?tcti=… or tpm2:keyfile=/path, file:/path.pem")
-    p.add_argument("--alg", required=True, choices=["ed25519", "p256", "p384", "rsa-pss"],
-                   help="ed25519 (EdDSA), p256 (ES256), p384 (ES384), rsa-pss (PS256)")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_keys_create)
-    p = keys.add_parser("show", help="public key, kid and custody of the key at URI")
-    p.add_argument("uri", help="the key: pkcs11:…, tpm2:…, file:…")
-    p.add_argument("--json", action="store_true")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_keys_show)
-    p = keys.add_parser("list", help="keys on a token, TPM or directory")
-    p.add_argument("uri", help="pkcs11:token=…?module-path=…, tpm2:?tcti=… (persistent keys), file:/directory")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_keys_list)
+    from ._cli_keys import add_key_commands  # keys, token, tpm, doctor
 
-    token = sub.add_parser("token", help="development tokens").add_subparsers(dest="token_cmd", required=True)
-    p = token.add_parser("init", help="create a SoftHSM2 token in a private directory (software, for development)")
-    p.add_argument("--dir", required=True, help="directory for softhsm2.conf and the token store")
-    p.add_argument("--label", required=True)
-    p.add_argument("--so-pin-env", metavar="VAR", help="environment variable holding the SO PIN")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_token_init)
-
-    tpm = sub.add_parser("tpm", help="TPM 2.0 provisioning").add_subparsers(dest="tpm_cmd", required=True)
-    p = tpm.add_parser("provision", help="create a primary, a persistent signing key and an attestation key")
-    p.add_argument("--tcti", default="device:/dev/tpmrm0", help="the TPM (default %(default)s; swtpm: swtpm:host=…,port=…)")
-    p.add_argument("--handle", default="0x81000101", help="persistent handle for the signing key (default %(default)s)")
-    p.add_argument("--ak-handle", default="0x81000102", help="persistent handle for the attestation key (default %(default)s)")
-    p.add_argument("--alg", default="p256", choices=["p256", "rsa-pss", "ed25519"],
-                   help="signing key: p256 (ES256, default), rsa-pss (PS256); ed25519 is refused unless TPM and TSS support EdDSA (hardware/tpm.md)")
-    p.add_argument("--force", action="store_true", help="replace keys already at those handles")
-    p.set_defaults(fn=cmd_tpm_provision)
-
-    p = sub.add_parser("doctor", help="check that keys and devices are usable, and say how to fix what is not")
-    p.add_argument("uri", nargs="?", help="a key URI to check (pkcs11:…, tpm2:…, file:…)")
-    p.add_argument("--tcti", help="TPM TCTI to check (default: the URI's tcti=, else device:/dev/tpmrm0)")
-    p.add_argument("--json", action="store_true")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_doctor)
-
+    add_key_commands(sub)
     from ._cli_referee import add_referee_parser  # capseal referee: twins and a referee
     add_referee_parser(sub)
     from ._cli_interpret import add_parser as add_interpret_parser

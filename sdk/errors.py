@@ -35,6 +35,7 @@ __all__ = [
     "SignerError",
     "KeyURIError",
     "MissingExtraError",
+    "UnknownOptionError",
     "SignerUnavailableError",
     "TokenNotFoundError",
     "KeyNotFoundError",
@@ -237,6 +238,13 @@ class KeyURIError(SignerError, ValueError):
 
 class MissingExtraError(SignerError, ImportError):
     """An optional backend's Python package or system library is missing."""
+
+
+class UnknownOptionError(SignerError, TypeError):
+    """An option given to ``open_signer`` (or a provisioning call) that the
+    key's backend does not take: the message names it and lists the valid
+    ones. Why refused: a misspelled option (``modul_allowlist=``) would
+    otherwise be dropped without a word, and with it what it asked for."""
 
 
 class SignerUnavailableError(SignerError):

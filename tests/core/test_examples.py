@@ -175,9 +175,10 @@ def test_hardware_readme_token_steps_run_as_shown(softhsm: Any, tmp_path: Path) 
     made = subprocess.run(shlex.split(_substitute(create.group(1), subs)), capture_output=True, text=True, timeout=120,
                           executable=CLI)
     assert made.returncode == 0, made.stderr
-    info = json.loads(made.stdout)
-    assert info["alg"] == "EdDSA" and ";object=seal-key;id=" in info["uri"] and softhsm.pin not in made.stdout
-    (tmp_path / "seal-key.pem").write_text(info["public_key_pem"])
+    # the text form an operator reads: "uri: …", "alg: …", then the public key PEM
+    lines = dict(line.split(": ", 1) for line in made.stdout.splitlines() if line.split(": ", 1)[0] in ("uri", "alg"))
+    assert lines["alg"] == "EdDSA" and ";object=seal-key;id=" in lines["uri"] and softhsm.pin not in made.stdout
+    (tmp_path / "seal-key.pem").write_text(made.stdout[made.stdout.index("-----BEGIN PUBLIC KEY-----"):])
 
     snippet = _substitute(_python_block(ROOT / "hardware" / "README.md", "4. **Seal with it:**"), subs)
     snippet = "from capseal import Producer\nfrom capseal.keys import open_signer\n" + snippet.replace(
