@@ -5,8 +5,9 @@ earlier ``null`` state stays visible in history. A quote over a batch's
 Merkle root is stored ONCE (the shared quote members, the root and the
 batch's record ids in leaf order), with a small index row per record; each
 record's slot, inclusion proof included, is rebuilt from it on read
-(RFC 9162, :mod:`capseal.merkle`). Why: a slot is ~2.5 KB, almost all of it
-the same for every record of a batch.
+(RFC 9162, :mod:`capseal.merkle`). Why: almost all of a slot is the same
+for every record of a batch, and writing it once per record would slow the
+sealing path that shares the write lock.
 """
 
 from __future__ import annotations

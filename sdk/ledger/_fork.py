@@ -4,17 +4,18 @@ SQLite forbids using a connection in a process forked from the one that
 opened it, and a ledger's committer thread does not exist in the fork. So a
 forked process refuses every call on a ledger it inherited
 (``LedgerForkedError``, raised by the ledger's parts on the :class:`ForkGuard`
-flag set here), and opens its own. Three things make that safe; each was a lost record or a hang:
+flag set here), and opens its own. Three things make that safe; without
+any one of them records are lost or a process hangs:
 
 * **No SQLite call is in flight at the fork.** Before a fork, every open
   ledger's write and read locks are taken (waiting, within the fork's one
-  deadline, :data:`capseal.process.FORK_WAIT` s, for a running transaction to end; a ledger's own commit callbacks,
-  which run after its COMMIT, do not wait on themselves) and held across it.
-  A ledger holds its write lock while it opens its connections too. A
-  connection copied mid-transaction would, once let go of in the fork, roll
-  back into the WAL index the parent shares; a fork taken mid-commit also
-  copied SQLite's write lock, and the fork's own ledger on that file then
-  failed after 30 s or hung.
+  deadline, :data:`capseal.process.FORK_WAIT` s, for a running transaction
+  to end; a ledger's own commit callbacks, which run after its COMMIT, do
+  not wait on themselves) and held across it. A ledger holds its write lock
+  while it opens its connections too. A connection copied mid-transaction
+  would, once let go of in the fork, roll back into the WAL index the parent
+  shares; a fork taken mid-commit would also copy SQLite's write lock, and
+  the fork's own ledger on that file would find it held by nobody, and wait.
 * **The inherited connections are never closed the ordinary way.** Closing
   runs SQLite's last-connection checkpoint, whose stale view of the WAL
   (this copy's) checkpoints nothing and then deletes the ``-wal`` file by
@@ -146,7 +147,7 @@ def forget(ledger: Forkable) -> None:
     """Called without the ledger's write lock (a fork holding the registry may wait on it).
 
     Args:
-        ledger: a ledger closed, with no snapshot open.
+        ledger: a ledger closed with no snapshot open, or one that failed to open.
     """
     with _REGISTRY:
         _OPEN.discard(ledger)

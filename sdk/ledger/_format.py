@@ -123,12 +123,27 @@ def row_hash(prev_hex: str, header: dict[str, Any], body: bytes, extra: bytes = 
 
 
 def evidence_header(record_seq: int, record_id: str, eid: int) -> dict[str, Any]:
-    """The header a slot row (one record's evidence state) is hashed with."""
+    """The header a slot row (one record's evidence state) is hashed with.
+
+    Args:
+        record_seq, record_id: the record's seq and id.
+        eid: the row's place in the evidence chain.
+
+    Returns:
+        ``{"eid", "record_seq", "record_id"}``.
+    """
     return {"eid": eid, "record_seq": record_seq, "record_id": record_id}
 
 
 def batch_header(eid: int) -> dict[str, Any]:
-    """The header a batch row (one quote over many records) is hashed with."""
+    """The header a batch row (one quote over many records) is hashed with.
+
+    Args:
+        eid: the row's place in the evidence chain.
+
+    Returns:
+        ``{"eid", "kind": "batch"}``.
+    """
     return {"eid": eid, "kind": "batch"}
 
 

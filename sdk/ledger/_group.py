@@ -70,7 +70,7 @@ def _add(tx: Transaction, unit: Sequence[PendingAppend], seq: int, prev: str, na
     """Add one append, or a pair, after the row ``seq``; the rows written, or
     none (each refused append's ``error`` set)."""
     first = unit[0]
-    refusal = _refused_with(first)  # decided before any INSERT: what it needs was refused
+    refusal = _refused_with(first) if first.after or first.lead is not None else None  # before any INSERT
     if refusal is not None:
         first.error = refusal
         if len(unit) > 1:  # a pair's lead refused: its follower goes in with it

@@ -30,7 +30,7 @@ from ._fork import ForkGuard
 from ._format import StoredEntry
 from ._sqlite_open import connect, is_busy, readonly_uri
 from ._sqlite_rows import EVIDENCE_COLUMNS, RECORD_COLUMNS, evidence_entry, stored
-from ._sqlite_write import Heads, SQLiteTransaction, begin
+from ._sqlite_write import Heads, SQLiteTransaction
 from .storage import RecordedHeads
 
 __all__ = ["SQLiteStorage"]
@@ -125,8 +125,7 @@ class SQLiteStorage:
 
     # ------------------------------------------------------------------ writing
 
-    @contextmanager
-    def write(self, what: str) -> Iterator[SQLiteTransaction]:
+    def write(self, what: str) -> SQLiteTransaction:
         if self.readonly:
             raise LedgerError(f"{self._label} is read-only")
         if self._guard.forked:
@@ -134,14 +133,7 @@ class SQLiteStorage:
         db = self._db
         if self._closed or db is None:
             raise LedgerClosedError(f"{self._label} is closed")
-        begin(db, what, self.path, self._lock_timeout)
-        tx = SQLiteTransaction(db, self._heads, self.path)
-        try:
-            yield tx
-            tx.commit()
-        except BaseException:
-            tx.rollback()
-            raise
+        return SQLiteTransaction(db, self._heads, self.path, what, self._lock_timeout)
 
     # ------------------------------------------------------------------ reading
 

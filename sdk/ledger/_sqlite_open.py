@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS evidence (
 -- its rows land at the right edge of the B-tree (random capsule ids would
 -- touch a page per row).
 CREATE TABLE IF NOT EXISTS evidence_members (
-    record_seq INTEGER NOT NULL,  -- no REFERENCES: a foreign-key probe per row cost more than the row;
+    record_seq INTEGER NOT NULL,  -- no REFERENCES: a foreign-key probe per row costs more than the row;
     eid INTEGER NOT NULL,         -- the writer looked the records up already, check_chain re-checks all
     leaf_index INTEGER NOT NULL,
     PRIMARY KEY (record_seq, eid)
@@ -123,7 +123,7 @@ def connect(path: Path, *, readonly: bool, synchronous: str, lock_timeout: float
     """
     if str(path) == ":memory:":
         # SQLite's name for a database that is gone when closed: nothing
-        # sealed there would be durable (it failed later, as a journal mode)
+        # sealed there would be durable
         raise LedgerError("a ledger is a file: ':memory:' would keep nothing once closed; give a file path "
                           "(a temporary directory's, for a throwaway ledger)")
     if readonly and not path.exists():

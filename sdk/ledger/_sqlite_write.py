@@ -39,30 +39,44 @@ class Heads:
         self.real_path = real_path
 
 
-def begin(db: sqlite3.Connection, what: str, path: Path, lock_timeout: float) -> None:
-    """BEGIN IMMEDIATE, waiting up to ``lock_timeout`` for another
-    process's write; past it a typed LedgerBusyError (nothing begun)."""
-    try:
-        db.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as exc:
-        if not is_busy(exc):
-            raise
-        raise LedgerBusyError(f"{what} {path.name} failed: another connection kept it locked for "
-                              f"{lock_timeout:g} s ({exc}); nothing was written") from None
-
-
 class SQLiteTransaction:
-    """A write transaction begun by :meth:`SQLiteStorage.write`; the caller
-    holds the write lock."""
+    """A write transaction made by :meth:`SQLiteStorage.write`: ``with`` begins
+    it (the caller holds the write lock), commits it when the block ends,
+    and rolls it back if the block raises. A class, not a generator: it is
+    on every commit's path."""
 
-    def __init__(self, db: sqlite3.Connection, heads: Heads, path: Path) -> None:
+    def __init__(self, db: sqlite3.Connection, heads: Heads, path: Path, what: str, lock_timeout: float) -> None:
         self._db = db
         self._heads = heads
         self._path = path
+        self._what = what
+        self._lock_timeout = lock_timeout
         self._records: tuple[int, str] | None = None  # the records chain's head in this transaction
         self._checked = False  # records_head() read or took it (else, as in an import, nothing is kept of it)
         self._added = False
         self._evidence: tuple[int, str] | None = None  # the last evidence row added
+
+    def __enter__(self) -> SQLiteTransaction:
+        """BEGIN IMMEDIATE, waiting up to ``lock_timeout`` for another
+        process's write; past it a typed LedgerBusyError (nothing begun)."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            raise LedgerBusyError(f"{self._what} {self._path.name} failed: another connection kept it locked for "
+                                  f"{self._lock_timeout:g} s ({exc}); nothing was written") from None
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is not None:
+            self.rollback()
+            return
+        try:
+            self.commit()
+        except BaseException:
+            self.rollback()
+            raise
 
     def _query(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         return self._db.execute(sql, args).fetchall()
