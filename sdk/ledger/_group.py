@@ -42,8 +42,9 @@ def write_group(storage: Storage, batch: Sequence[PendingAppend], name: str) -> 
     while True:
         try:
             return _write_once(storage, batch, name)
-        except DuplicateRow as stale:  # only a taken seq gets here: re-read the head and go again
-            assert stale.column == "seq"
+        except DuplicateRow as stale:  # a taken seq: another process appended; re-read the head, go again
+            if stale.column != "seq":
+                raise
             for p in batch:
                 p.error = None
 

@@ -20,6 +20,11 @@ these promises:
   recorded by the transaction that appends it, where a loss of rows from the
   end shows (:meth:`Storage.recorded_heads`); a write refuses a chain that
   falls short of a recorded head (:meth:`Transaction.records_head`).
+* **one writer per chain at a time**: the head :meth:`Transaction.records_head`
+  gives stays the head until the transaction ends (SQLite: its write lock,
+  taken by ``BEGIN IMMEDIATE``), or an add on a head another writer moved
+  raises ``DuplicateRow("seq")``, and the Ledger reads the head again and
+  writes the group anew.
 * **one record per id**: ``record_id`` is unique, and so is a capsule's
   action id as its *body* gives it (``$.capsule.action_id``), not the
   ``action_id`` column (outside the row hash); another record's
@@ -41,7 +46,9 @@ these promises:
 
 What the engine keeps beside the rows (indexes, the recorded heads) is its
 own; what a verifier needs of it comes through :meth:`Storage.integrity_check`
-and :meth:`Storage.recorded_heads`.
+and :meth:`Storage.recorded_heads`. A Ledger makes its engine in one place
+(``open_storage`` beside the Ledger class), where another engine is chosen
+from what the Ledger is given (a file path today).
 """
 
 from __future__ import annotations
@@ -220,8 +227,9 @@ class Storage(Protocol):
 
         Raises:
             LedgerBusyError: another writer kept the store locked too long
-                (nothing begun).
-            LedgerError: the store is read-only.
+                (nothing begun; raised as the block is entered).
+            LedgerError: the store is read-only (LedgerClosedError: closed;
+                LedgerForkedError: in a forked copy).
         """
         ...
 
@@ -312,7 +320,8 @@ class Storage(Protocol):
         """The engine's own check of its storage (pages, indexes).
 
         Returns:
-            One sentence per problem (empty when sound).
+            One sentence per problem (empty when sound; a long list may end
+            with a count of the rest).
         """
         ...
 
