@@ -139,8 +139,8 @@ def producer_arguments(operator: Any, developer: Any, signer: Any, ledger: Any, 
         raise InputError("model_id and provider are given together or not at all "
                          "(model_attestation holds both or neither)")
     texts(optional=True, model_id=model_id, provider=provider)
-    if isinstance(ledger, Ledger) and ledger._forked:  # before the signer's self-test
-        raise ledger._fork_error("Producer()")
+    if isinstance(ledger, Ledger):  # before the signer's self-test
+        ledger.refuse_if_forked("Producer()")
     return path
 
 
