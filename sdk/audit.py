@@ -39,7 +39,8 @@ from .record import dumps_canonical, epistemic_type_for_capsule, strict_json
 from .trust import trusted_keys
 from .verify import verify_store
 
-__all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS"]
+__all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS", "open_effects",
+           "OPEN_EFFECT"]
 
 #: record_type prefix -> "module:function(entry, context) -> RecordReport" for non-capsule records.
 RECORD_VERIFIERS: dict[str, str] = {"judge:": "capseal.judge.verify:verify_entry",
@@ -294,6 +295,37 @@ def _custody_findings(custody: Any, keys: KeyDirectory) -> list[Finding]:
     return [Finding("custody_certify_invalid", f"TPM2_Certify in the custody statement: {p}") for p in problems]
 
 
+#: the code of the info finding on a planned or dispatched effect whose outcome is not in the ledger
+OPEN_EFFECT = "effect_outcome_missing"
+
+
+def open_effects(capsules: list[dict[str, Any]]) -> dict[int, Finding]:
+    """The open items of a ledger's capsules: each effect still ``planned``
+    or ``dispatched`` that no capsule chains to, so no outcome (confirmed,
+    failed, a refusal, a resolution) was recorded for it. Never raises.
+
+    Args:
+        capsules: the ledger's capsules, in ledger order.
+
+    Returns:
+        Index in ``capsules`` -> an info finding saying so.
+    """
+    children: set[str] = set()
+    for capsule in capsules:
+        chain = capsule.get("chain")
+        parent = chain.get("parent_capsule_id") if isinstance(chain, Mapping) else None
+        if isinstance(parent, str):
+            children.add(parent)
+    out: dict[int, Finding] = {}
+    for i, capsule in enumerate(capsules):
+        effect = capsule.get("effect")
+        status = effect.get("status") if isinstance(effect, Mapping) else None
+        if status in ("planned", "dispatched") and capsule.get("capsule_id") not in children:
+            out[i] = Finding(OPEN_EFFECT, f"an open item: this {status} effect has no outcome in the ledger (no "
+                             "capsule chains to it)", severity="info")
+    return out
+
+
 def verify_ledger(
     path: str | Path,
     *,
@@ -355,10 +387,13 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
         if custody is not None:
             keys.learn_from_custody(custody)
     results = verify_store(capsules)
+    still_open = open_effects(capsules)
     signed_custody: dict[str, Mapping[str, Any]] = {}
     by_seq: dict[int, RecordReport] = {}
-    for e, capsule, result in zip(capsule_entries, capsules, results):
+    for index, (e, capsule, result) in enumerate(zip(capsule_entries, capsules, results)):
         rr = RecordReport(seq=e.seq, record_id=e.record_id, record_type=e.record_type, ok=True, findings=list(result.findings))
+        if index in still_open:
+            rr.findings.append(still_open[index])
         rr.findings.extend(_custody_findings(_custody_of(capsule), keys))
         if not result.ok:
             rr.ok = False

@@ -1,0 +1,124 @@
+"""One tool call as a recorder holds it, and what the recorder reports about calls.
+
+A :class:`ToolCall` is made by :meth:`ToolCallRecorder.start`; its outcome is
+sealed by :meth:`ToolCall.confirmed`, :meth:`ToolCall.failed` or
+:meth:`ToolCall.unobserved` (or their awaitable forms), once: a second outcome
+for the same call is refused (reported, nothing sealed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from capseal import SealedRecord
+
+if TYPE_CHECKING:
+    from .recorder import ToolCallRecorder
+
+__all__ = ["ABSENT", "ToolCall", "OpenCall", "SealFailure", "OPEN_REASONS"]
+
+
+class _Absent:
+    """What a hook did not see (never the same as a None it saw)."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+#: passed for arguments or a response the hook could not see: recorded as absent, never guessed
+ABSENT: Any = _Absent()
+
+#: why a call is listed by :meth:`ToolCallRecorder.open_calls`
+OPEN_REASONS = {
+    "awaiting_outcome": "its planned capsule is sealed and no outcome has been reported",
+    "outcome_not_sealed": "its outcome was reported, but sealing it failed",
+    "outcome_unobserved": "it ended, but the hook could not see how (sealed as dispatched)",
+    "unpaired": "another call still open had the same ids, so its end could not be paired",
+}
+
+
+@dataclass(frozen=True)
+class OpenCall:
+    """A call whose planned capsule is in the ledger without an outcome capsule
+    that says how it ended."""
+
+    tool: str
+    ids: Mapping[str, Any]
+    sequence: int
+    action_id: str
+    capsule_id: str
+    reason: str  # a key of OPEN_REASONS
+
+
+@dataclass(frozen=True)
+class SealFailure:
+    """Something of a tool call that was not recorded, as told to ``on_seal_error``.
+
+    ``stage`` is ``planned`` (nothing of the call is recorded; ``blocked``
+    says whether the tool was stopped), ``outcome`` (the planned capsule
+    stays open) or ``pairing`` (an end that could not be paired with one
+    start). ``error`` is the exception.
+    """
+
+    stage: str
+    tool: str
+    ids: Mapping[str, Any]
+    error: Exception
+    blocked: bool = False
+
+
+class ToolCall:
+    """One tool call: its planned capsule (None until sealed, or when sealing
+    it failed) and its outcome capsule."""
+
+    def __init__(self, recorder: ToolCallRecorder, *, tool: str, ids: Mapping[str, Any], sequence: int,
+                 action_id: str, described: Mapping[str, Any], request_digest: str | None,
+                 absent: Mapping[str, str]) -> None:
+        self._recorder = recorder
+        self.tool = tool
+        self.ids = ids
+        self.sequence = sequence
+        self.action_id = action_id
+        self.described = described
+        self.request_digest = request_digest
+        self.absent_request = absent
+        self.planned: SealedRecord | None = None
+        self.outcome: SealedRecord | None = None
+        #: started with a key another open call had too: its end cannot be paired
+        self.ambiguous = False
+        #: starting | open | unrecorded | closing | closed | outcome_not_sealed | outcome_unobserved | unpaired
+        self.state = "starting"
+
+    def __repr__(self) -> str:
+        return f"<ToolCall {self.tool!r} #{self.sequence} {self.state}>"
+
+    def confirmed(self, response: Any) -> SealedRecord | None:
+        """The tool returned ``response``: seal its confirmed capsule (dispatched
+        when ``response`` cannot be digested). Never raises for a failed seal
+        (it is reported). Returns the outcome record, or None."""
+        return self._recorder.finish(self, "returned", response)
+
+    def failed(self, response: Any = ABSENT, *, outcome: str = "raised") -> SealedRecord | None:
+        """The call failed (``outcome``: ``raised``, ``error_result`` or
+        ``retry``); ``response`` is the failure response the framework handed
+        back, if any (digested only). Returns the outcome record, or None."""
+        return self._recorder.finish(self, outcome, response)
+
+    def unobserved(self) -> SealedRecord | None:
+        """The call ended and the hook cannot tell how: seal it dispatched.
+        Returns the outcome record, or None."""
+        return self._recorder.finish(self, "unobserved", ABSENT)
+
+    async def aconfirmed(self, response: Any) -> SealedRecord | None:
+        """:meth:`confirmed`, sealed off the event loop."""
+        return await self._recorder.afinish(self, "returned", response)
+
+    async def afailed(self, response: Any = ABSENT, *, outcome: str = "raised") -> SealedRecord | None:
+        """:meth:`failed`, sealed off the event loop."""
+        return await self._recorder.afinish(self, outcome, response)
+
+    async def aunobserved(self) -> SealedRecord | None:
+        """:meth:`unobserved`, sealed off the event loop."""
+        return await self._recorder.afinish(self, "unobserved", ABSENT)
