@@ -20,8 +20,10 @@ Two ways in; use one of them for a server, not both (each seals every call):
 Runtime context the middleware offers to the allow-list: ``client_info``,
 ``protocol_version``; the decorator offers none. Fail-closed, the middleware
 answers a ``tools/call`` whose planned capsule cannot be sealed with an
-error, and the decorator raises :class:`~capseal.errors.ToolCallBlockedError`
-(the server hands it back as an error result): in both, before the tool runs.
+internal error (an ``MCPError`` raised from the
+:class:`~capseal.errors.ToolCallBlockedError`), and the decorator raises
+the ToolCallBlockedError (the server hands it back as an error result): in
+both, before the tool runs.
 """
 
 from __future__ import annotations
@@ -41,7 +43,11 @@ from .recorder import ToolCallRecorder
 require("mcp", "mcp", __name__)
 require("mcp.server.mcpserver", "mcp", __name__)
 
+from mcp import MCPError  # noqa: E402
 from mcp.server.mcpserver import Context  # noqa: E402
+from mcp.types import INTERNAL_ERROR  # noqa: E402
+
+from capseal.errors import ToolCallBlockedError  # noqa: E402
 
 __all__ = ["CapsealMCPMiddleware", "SealedTools", "FRAMEWORK"]
 
@@ -77,7 +83,9 @@ class CapsealMCPMiddleware:
         """Seal a ``tools/call`` around the rest of the chain; pass anything else on.
 
         Raises:
-            ToolCallBlockedError: fail-closed, and the planned capsule could not be sealed.
+            MCPError: fail-closed, and the planned capsule could not be sealed
+                (an internal error for the client, raised from the
+                ToolCallBlockedError; the message says no more).
             what the rest of the chain raised (after the failed capsule).
         """
         if ctx.method != "tools/call" or ctx.request_id is None:
@@ -86,9 +94,12 @@ class CapsealMCPMiddleware:
         meta = params.get("_meta")
         seen = {"protocol_version": getattr(ctx, "protocol_version", None),
                 "client_info": meta.get(_CLIENT_INFO) if isinstance(meta, Mapping) else None}
-        call = await self.recorder.astart(tool=params.get("name", "?"), arguments=params.get("arguments", ABSENT),
-                                          ids={"request_id": ctx.request_id},
-                                          context={k: v for k, v in seen.items() if v is not None})
+        try:
+            call = await self.recorder.astart(tool=params.get("name", "?"), arguments=params.get("arguments", ABSENT),
+                                              ids={"request_id": ctx.request_id},
+                                              context={k: v for k, v in seen.items() if v is not None})
+        except ToolCallBlockedError as exc:  # the client learns the call did not run, not why (logged here)
+            raise MCPError(INTERNAL_ERROR, "the tool call was not run: it could not be recorded") from exc
         try:
             result = await call_next(ctx)
         except Exception:

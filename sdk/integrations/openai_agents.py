@@ -17,7 +17,7 @@ is not recorded), never confirmed.
 Runtime context offered to the allow-list: ``agent_name``,
 ``tool_namespace``. Fail-closed, ``on_tool_start`` raises
 :class:`~capseal.errors.ToolCallBlockedError` before the tool runs, and the
-run stops with it. Hooks are awaited on the event loop; every seal runs off it.
+run stops (the SDK raises its ``UserError`` from it). Hooks are awaited on the event loop; every seal runs off it.
 """
 
 from __future__ import annotations

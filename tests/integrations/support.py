@@ -153,7 +153,7 @@ def secret(label: str) -> str:
 def ledger_locked(path: Path) -> Iterator[None]:
     """Another connection holds the ledger's write lock: every commit waits its
     lock timeout, then fails with LedgerBusyError (nothing written)."""
-    con = sqlite3.connect(path, timeout=0, isolation_level=None)
+    con = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
     try:
         con.execute("BEGIN IMMEDIATE")
         yield
@@ -195,6 +195,16 @@ class Token:
             yield
         finally:
             shutil.move(aside, self.dir)
+
+
+def caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``error`` is, or was raised from, a ``kind`` (a framework may wrap it)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def failures_of(seen: list[Any], stage: str) -> list[Any]:
