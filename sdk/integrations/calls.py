@@ -74,16 +74,17 @@ class ToolCall:
     it failed) and its outcome capsule."""
 
     def __init__(self, recorder: ToolCallRecorder, *, tool: str, ids: Mapping[str, Any], sequence: int,
-                 action_id: str, described: Mapping[str, Any], request_digest: str | None,
-                 absent: Mapping[str, str]) -> None:
+                 action_id: str) -> None:
         self._recorder = recorder
         self.tool = tool
         self.ids = ids
         self.sequence = sequence
         self.action_id = action_id
-        self.described = described
-        self.request_digest = request_digest
-        self.absent_request = absent
+        #: the x-tool-call-v1 members every capsule of the call carries (set with the planned capsule)
+        self.described: Mapping[str, Any] = {}
+        #: the arguments' digest (None: absent, ``absent_request`` says why)
+        self.request_digest: str | None = None
+        self.absent_request: Mapping[str, str] = {}
         self.planned: SealedRecord | None = None
         self.outcome: SealedRecord | None = None
         #: started with a key another open call had too: its end cannot be paired

@@ -28,7 +28,6 @@ both, before the tool runs.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
@@ -158,7 +157,7 @@ class SealedTools:
             return {"tool": fn.__name__, "ids": ids,
                     "arguments": {k: v for k, v in bound.items() if not isinstance(v, Context)}}
 
-        if asyncio.iscoroutinefunction(fn):
+        if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def sealed_async(*args: Any, **kwargs: Any) -> Any:
                 call = await recorder.astart(**described(args, kwargs))

@@ -30,12 +30,13 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Hashable, Mapping
+from functools import partial
 from typing import Any
 
 from capseal import Producer, SealedRecord
 from capseal.errors import InputError, ToolCallBlockedError, ToolCallPairingError
 
-from ._sealer import Sealer
+from ._sealer import Sealable, Sealer
 from .calls import ABSENT, OpenCall, SealFailure, ToolCall
 from .capsules import OUTCOMES, allowed_context, context_members, outcome_spec, planned_spec
 from .values import digest_of, exact_json
@@ -57,7 +58,8 @@ class ToolCallRecorder:
         fail_closed: stop a call before its tool runs when its planned capsule
             cannot be sealed (default: record what can be, and let it run).
         on_seal_error: called with a :class:`SealFailure` for each thing not
-            recorded; its own errors are logged and ignored.
+            recorded, from the hook's thread or the sealing pool's (keep it
+            quick); its own errors are logged and ignored.
         context: the runtime-context fields allowed into the capsules, each
             ``"clear"`` or ``"digest"`` (default: none enters).
         irreversibility_class: written on every capsule of every call, when given.
@@ -110,9 +112,9 @@ class ToolCallRecorder:
         Raises:
             ToolCallBlockedError: fail-closed, and the planned capsule could not be sealed.
         """
-        call, spec = self._begin(tool, arguments, ids, context, key)
+        call = self._begin(tool, ids, key)
         try:
-            record = self._sealer.seal(spec, None, "")
+            record = self._sealer.seal(partial(self._planned, call, arguments, context))
         except Exception as exc:  # noqa: BLE001 - never break the agent: reported instead
             self._planned_failed(call, exc)
         else:
@@ -121,38 +123,43 @@ class ToolCallRecorder:
 
     async def astart(self, *, tool: str, arguments: Any = ABSENT, ids: Mapping[str, Any] | None = None,
                      context: Mapping[str, Any] | None = None, key: Hashable | None = None) -> ToolCall:
-        """:meth:`start`, sealed off the event loop (same arguments, returns and raises)."""
-        call, spec = self._begin(tool, arguments, ids, context, key)
+        """:meth:`start`, with the digests and the seal off the event loop (same
+        arguments, returns and raises)."""
+        call = self._begin(tool, ids, key)
         try:
-            record = await self._sealer.aseal(spec, None, "")
+            record = await self._sealer.aseal(partial(self._planned, call, arguments, context))
         except Exception as exc:  # noqa: BLE001
             self._planned_failed(call, exc)
         else:
             self._opened(call, record)
         return call
 
-    def _begin(self, tool: Any, arguments: Any, ids: Mapping[str, Any] | None, context: Mapping[str, Any] | None,
-               key: Hashable | None) -> tuple[ToolCall, dict[str, Any]]:
+    def _begin(self, tool: Any, ids: Mapping[str, Any] | None, key: Hashable | None) -> ToolCall:
         name = tool if isinstance(tool, str) and tool else str(tool)
         clear_ids = _ids(ids)
-        if arguments is ABSENT:
-            request_digest, absent = None, {"request_digest": "not_seen"}
-        else:
-            request_digest, reason = digest_of(arguments)
-            absent = {} if reason is None else {"request_digest": reason}
         with self._lock:
             sequence = next(self._sequence)
-        described: dict[str, Any] = {"framework": self.framework, "tool": name}
-        if clear_ids:
-            described["ids"] = clear_ids
-        described["sequence"] = sequence
-        described.update(context_members(context or {}, self.context))
-        action_id = f"{self.framework}/{self._tag}/{sequence}"
-        call = ToolCall(self, tool=name, ids=clear_ids, sequence=sequence, action_id=action_id, described=described,
-                        request_digest=request_digest, absent=absent)
+        call = ToolCall(self, tool=name, ids=clear_ids, sequence=sequence,
+                        action_id=f"{self.framework}/{self._tag}/{sequence}")
         if key is not None:
             self._index(key, call)
-        return call, planned_spec(action_id, described, self.irreversibility_class)
+        return call
+
+    def _planned(self, call: ToolCall, arguments: Any, context: Mapping[str, Any] | None) -> Sealable:
+        """The planned capsule's spec, and what the outcome will carry (the
+        arguments' digest): made where the seal runs, off the event loop."""
+        if arguments is ABSENT:
+            call.request_digest, call.absent_request = None, {"request_digest": "not_seen"}
+        else:
+            call.request_digest, reason = digest_of(arguments)
+            call.absent_request = {} if reason is None else {"request_digest": reason}
+        described: dict[str, Any] = {"framework": self.framework, "tool": call.tool}
+        if call.ids:
+            described["ids"] = call.ids
+        described["sequence"] = call.sequence
+        described.update(context_members(context or {}, self.context))
+        call.described = described
+        return planned_spec(call.action_id, described, self.irreversibility_class), None, "follows"
 
     def _index(self, key: Hashable, call: ToolCall) -> None:
         with self._lock:
@@ -164,7 +171,8 @@ class ToolCallRecorder:
                     if other.state == "open":
                         other.state = "unpaired"
 
-    def _opened(self, call: ToolCall, record: SealedRecord) -> None:
+    def _opened(self, call: ToolCall, record: SealedRecord | None) -> None:
+        assert record is not None  # a planned capsule always has a spec to seal
         with self._lock:
             call.planned = record
             call.state = "unpaired" if call.ambiguous else "open"
@@ -196,34 +204,27 @@ class ToolCallRecorder:
         Raises:
             InputError: an unknown outcome.
         """
-        prepared = self._prepare_finish(call, outcome, response)
-        if prepared is None:
-            return None
-        spec, relation, parent = prepared
+        _outcome(outcome)
         try:
-            record = self._sealer.seal(spec, parent, relation)
+            record = self._sealer.seal(partial(self._prepare_finish, call, outcome, response))
         except Exception as exc:  # noqa: BLE001
             self._finish_failed(call, exc)
             return None
-        return self._closed(call, record, outcome)
+        return None if record is None else self._closed(call, record)
 
     async def afinish(self, call: ToolCall, outcome: str, response: Any = ABSENT) -> SealedRecord | None:
-        """:meth:`finish`, sealed off the event loop."""
-        prepared = self._prepare_finish(call, outcome, response)
-        if prepared is None:
-            return None
-        spec, relation, parent = prepared
+        """:meth:`finish`, with the digests and the seal off the event loop."""
+        _outcome(outcome)
         try:
-            record = await self._sealer.aseal(spec, parent, relation)
+            record = await self._sealer.aseal(partial(self._prepare_finish, call, outcome, response))
         except Exception as exc:  # noqa: BLE001
             self._finish_failed(call, exc)
             return None
-        return self._closed(call, record, outcome)
+        return None if record is None else self._closed(call, record)
 
-    def _prepare_finish(self, call: ToolCall, outcome: str,
-                        response: Any) -> tuple[dict[str, Any], str, SealedRecord] | None:
-        if outcome not in OUTCOMES:
-            raise InputError(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+    def _prepare_finish(self, call: ToolCall, outcome: str, response: Any) -> Sealable | None:
+        """The outcome capsule's spec, or None when there is none to seal
+        (reported): made where the seal runs, off the event loop."""
         with self._lock:
             state = call.state
             if state in ("open", "outcome_not_sealed") and call.planned is not None:
@@ -246,9 +247,9 @@ class ToolCallRecorder:
         spec, relation = outcome_spec(call.action_id, call.described, self.irreversibility_class, outcome,
                                       request_digest=call.request_digest, response_digest=response_digest,
                                       absent=absent)
-        return spec, relation, call.planned
+        return spec, call.planned, relation
 
-    def _closed(self, call: ToolCall, record: SealedRecord, outcome: str) -> SealedRecord:
+    def _closed(self, call: ToolCall, record: SealedRecord) -> SealedRecord:
         dispatched = record.capsule.get("effect", {}).get("status") == "dispatched"
         with self._lock:
             call.outcome = record
@@ -365,6 +366,11 @@ class ToolCallRecorder:
     def close(self) -> None:
         """Release the threads that seal for asynchronous hooks (the producer stays open)."""
         self._sealer.close()
+
+
+def _outcome(outcome: str) -> None:
+    if outcome not in OUTCOMES:
+        raise InputError(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
 
 
 def _ids(ids: Mapping[str, Any] | None) -> dict[str, Any]:

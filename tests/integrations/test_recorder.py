@@ -103,6 +103,44 @@ def test_many_concurrent_async_calls_are_kept_apart(producer: Producer) -> None:
     recorder.close()
 
 
+class _Watched(dict):  # type: ignore[type-arg]
+    """Arguments that note the threads reading them (the digest reads them)."""
+
+    readers: set[int] = set()
+
+    def items(self) -> Any:
+        _Watched.readers.add(threading.get_ident())
+        return super().items()
+
+
+class _WatchedSigner(UnsafeEphemeralSigner):
+    """A software key that notes the threads it signs on."""
+
+    signers: set[int] = set()
+
+    def sign(self, data: bytes) -> Any:
+        _WatchedSigner.signers.add(threading.get_ident())
+        return super().sign(data)
+
+
+def test_an_async_hook_digests_and_seals_off_the_event_loop(tmp_path: Path) -> None:
+    with Producer("acme", "agent@1", _WatchedSigner(), tmp_path / "loop.db") as producer:
+        recorder = _recorder(producer)
+        _Watched.readers.clear()
+        _WatchedSigner.signers.clear()
+
+        async def main() -> int:
+            call = await recorder.astart(tool="t", arguments=_Watched(big="x" * 100_000))
+            await call.aconfirmed(_Watched(out=1))
+            return threading.get_ident()
+
+        loop_thread = asyncio.run(main())
+        recorder.close()
+    assert _Watched.readers and loop_thread not in _Watched.readers
+    assert _WatchedSigner.signers and loop_thread not in _WatchedSigner.signers
+    assert [c.status for c in tool_calls(producer.ledger.path)] == ["confirmed"]
+
+
 def test_a_float_never_drops_the_planned_capsule(producer: Producer) -> None:
     """Floats (NaN too), unsafe integers and even a value with no JSON form: the
     planned capsule is sealed; the request digest is over the exact form, or
