@@ -21,7 +21,6 @@ never takes a quote it would refuse.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +30,6 @@ from capseal.errors import CapsealError, EvidenceError, KeyURIError
 
 from . import tpmwire
 from .evidence import AKIdentity, PCRSelection, Quote, rfc3339_ms
-
-os.environ.setdefault("TSS2_LOG", "all+NONE")
 
 __all__ = ["AKRef", "parse_ak_uri", "AttestationKey"]
 
@@ -109,7 +106,10 @@ class AttestationKey:
 
     def _handle(self, ectx: Any) -> Any:
         handle = self.ref.handle
-        return self.device.memo(("capseal.attest.ak", handle), lambda e: e.tr_from_tpmpublic(handle))
+        from capseal.keys._tpm_device import persistent_tr  # asks first: a missing AK prints nothing to stderr
+
+        return self.device.memo(("capseal.attest.ak", handle),
+                                lambda e: persistent_tr(e, handle, self.ref.tcti, "attestation key"))
 
     def _read_identity(self) -> AKIdentity:
         def read(ectx: Any) -> tuple[bytes, bytes, bytes]:

@@ -12,6 +12,7 @@ ones load lazily.
 from ._base import PendingSignature, SignatureResult, Signer, SignerSelfTest, alg_for_public_key, kid_for
 from ._registry import SIGNER_FOR_URI_SCHEME, SecretsHandler, open_signer, redact_uri, register_scheme
 from ._software import FileSigner, SoftwareSigner, UnsafeEphemeralSigner, generate_private_key, write_pkcs8
+from .certify import verify_certify
 from .custody import CUSTODY_SCHEMA, custody_statement
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "write_pkcs8",
     "custody_statement",
     "CUSTODY_SCHEMA",
+    "verify_certify",
 ]

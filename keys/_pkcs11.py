@@ -30,9 +30,10 @@ from typing import Any
 from capseal.errors import DeviceError, KeyURIError, SignerUnavailableError, UnsupportedAlgorithmError
 
 from ._base import PendingSignature, SignatureResult, Signer, alg_for_public_key, kid_for
+from ._pin import Secret, as_secret
 from ._pkcs11_calls import run
 from ._pkcs11_fast import FastSign
-from ._pkcs11_helper import SigningProcess
+from ._pkcs11_helper import ANSWER_TIMEOUT, SigningProcess
 from ._pkcs11_keys import (
     SignMechanism,
     enabled_extra_usages,
@@ -46,9 +47,9 @@ from ._pkcs11_keys import (
     objects_with,
     public_key_of,
 )
-from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token, usable_pin
+from ._pkcs11_session import P11_LOCK, TokenSession, open_token, release_token
 from ._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
-from ._registry import SecretsHandler
+from ._registry import SecretsHandler, check_options
 from .custody import SOFTWARE_TOKEN_MANUFACTURERS, custody_statement
 
 __all__ = [
@@ -62,17 +63,19 @@ __all__ = [
 ]
 
 
-def pin_for(uri: PKCS11URI, pin: str | None) -> str | None:
-    """The PIN to log in with: the ``pin`` argument, else the URI's
-    ``pin-value``, else the file its ``pin-source`` names; None when none.
-    Checked here, where its source is known (see ``usable_pin``)."""
+def pin_for(uri: PKCS11URI, pin: str | Secret | None) -> Secret | None:
+    """The PIN to log in with, held as a :class:`Secret`: the ``pin``
+    argument, else the URI's ``pin-value``, else the file its ``pin-source``
+    names; None when none. Checked here, where its source is known (see
+    ``usable_pin``), and named after it and the token."""
     token = uri.describe_token()
+    pin = as_secret(pin, "pin=")
     if pin is not None:
-        return usable_pin(pin, f"pin= for {token}")
-    if uri.pin_value is not None:
-        return usable_pin(uri.pin_value, f"the URI's pin-value for {token}")
+        return pin.with_suffix(f"for {token}").usable_pin()
+    if uri.pin_secret is not None:
+        return uri.pin_secret.renamed(f"the URI's pin-value for {token}").usable_pin()
     if uri.pin_source is not None:
-        return usable_pin(read_pin_source(uri.pin_source), f"pin-source {uri.pin_source} for {token}")
+        return read_pin_source(uri.pin_source).renamed(f"pin-source {uri.pin_source} for {token}").usable_pin()
     return None
 
 
@@ -91,12 +94,15 @@ class PKCS11Signer(Signer):
         self,
         uri: str | PKCS11URI,
         *,
-        pin: str | None = None,
+        pin: str | Secret | None = None,
         secrets_handler: SecretsHandler | None = None,
         module_allowlist: Any = None,
         signing_process: bool = False,
+        timeout: float | None = ANSWER_TIMEOUT,
     ) -> None:
-        parsed = _parse(uri)
+        pin = as_secret(pin, "pin=")
+        answer_timeout = _timeout(timeout)
+        uri = parsed = _parse(uri)  # the text may hold a pin-value: only the parsed URI (which hides it) stays
         self._uri = parsed.without_pin()  # first: describe_short() works even if the rest fails
         ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
         self._ts: TokenSession | None = ts
@@ -126,6 +132,7 @@ class PKCS11Signer(Signer):
         self._fast = FastSign.create(ts.module.real, self._mech.mechanism, self._mech.param, self._mech.size,
                                      software_token=in_process)
         self._process: SigningProcess | None = None
+        self._answer_timeout = answer_timeout
         if signing_process:
             try:
                 self._process = self._start_process(ts, pair)
@@ -153,26 +160,48 @@ class PKCS11Signer(Signer):
             message = b"capseal signing-process self-test " + os.urandom(16)
             return self._payload(message), lambda signature: signature_ok(alg, public, signature, message)
 
-        return SigningProcess(config, ts, self_test, self._where)
+        return SigningProcess(config, ts, self_test, self._where, answer_timeout=self._answer_timeout)
 
     @classmethod
     def from_uri(
         cls,
-        uri: str,
+        uri: str | PKCS11URI,
         *,
-        pin: str | None = None,
+        pin: str | Secret | None = None,
         secrets_handler: SecretsHandler | None = None,
         module_allowlist: Any = None,
         signing_process: bool = False,
-        **_options: Any,
+        timeout: float | None = ANSWER_TIMEOUT,
+        **options: Any,
     ) -> PKCS11Signer:
-        """``open_signer`` entry point. ``module_allowlist`` (a list of paths or a
-        colon-separated string) restricts which modules may be loaded, on top
-        of ``CAPSEAL_PKCS11_MODULES``. ``signing_process``: make the
-        signatures in a child process of their own (``_pkcs11_helper``: faster
-        under load; Ed25519 and ECDSA keys)."""
+        """``open_signer`` entry point.
+
+        Args:
+            uri: the key's RFC 7512 ``pkcs11:`` URI.
+            pin: the token's user PIN (else the URI's pin-value or pin-source, else ``secrets_handler``).
+            secrets_handler: asked for the PIN when none is given otherwise.
+            module_allowlist: a list of module paths or a colon-separated string; restricts which modules may
+                be loaded, on top of ``CAPSEAL_PKCS11_MODULES``.
+            signing_process: make the signatures in a child process of their own (``_pkcs11_helper``:
+                faster under load; Ed25519 and ECDSA keys).
+            timeout: seconds a signature may wait for the signing process while it runs without answering
+                (the token hangs) before it fails with SignerUnavailableError; None: no limit.
+            options: none other; any is refused.
+
+        Returns:
+            The signer, logged in.
+
+        Raises:
+            UnknownOptionError: an option this backend does not take (a misspelling is named, and the valid
+                options listed).
+            InputError: ``timeout`` is not a positive number of seconds or None.
+            KeyURIError, TokenNotFoundError, KeyNotFoundError, PinIncorrectError, PinLockedError,
+            SignerUnavailableError, DeviceError, UnsupportedAlgorithmError: see the module docstring.
+        """
+        check_options("open_signer for a pkcs11: key", options, _SIGNER_OPTIONS)
+        uri = _parse(uri)  # the text may hold a pin-value: only the parsed URI (which hides it) stays
         return cls(uri, pin=pin, secrets_handler=secrets_handler, module_allowlist=module_allowlist,
-                   signing_process=signing_process)
+                   signing_process=signing_process, timeout=timeout)
 
     # ------------------------------------------------------------------ Signer
 
@@ -287,6 +316,26 @@ class PKCS11Signer(Signer):
         self._release()
 
 
+#: What ``open_signer`` takes for a pkcs11: key.
+_SIGNER_OPTIONS = ("pin", "secrets_handler", "module_allowlist", "signing_process", "timeout")
+
+
+def _timeout(value: object) -> float | None:
+    """``timeout=``: None (no limit) or a positive number of seconds (0 would
+    give up on every signature at once; a str failed deep in ``threading``)."""
+    import math
+    import threading
+
+    from capseal.errors import InputError
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 < value <= threading.TIMEOUT_MAX:
+        raise InputError(f"timeout is a positive number of seconds or None (no limit), not {value!r:.40}")
+    return float(value)
+
+
 def check_sign_mechanism(alg: str, mechanisms: set[Any] | None, where: str, outcome: str) -> SignMechanism:
     """``mechanism_for(alg, mechanisms)``, its refusal naming the token and key
     (``where``) and what it means (``outcome``). Why: the bare "the token has
@@ -313,14 +362,14 @@ def _mechanisms(ts: TokenSession) -> set[Any] | None:
 
 
 def create_key(
-    uri: str,
+    uri: str | PKCS11URI,
     alg: str,
     *,
-    pin: str | None = None,
+    pin: str | Secret | None = None,
     secrets_handler: SecretsHandler | None = None,
     module_allowlist: Any = None,
     rsa_bits: int = 3072,
-    **_opts: Any,
+    **options: Any,
 ) -> PKCS11Signer:
     """Generate a key pair on the token and open it (``capseal keys create``).
 
@@ -329,8 +378,13 @@ def create_key(
     the call refused if the token did not honour them. ``object`` (CKA_LABEL)
     is required; ``id`` (CKA_ID) is taken from the URI or made random. A key
     that already uses the label or id is never overwritten.
+
+    Raises:
+        UnknownOptionError: an option not taken here (valid: pin, secrets_handler, module_allowlist, rsa_bits).
     """
-    parsed = _parse(uri)
+    check_options("keys create for a pkcs11: key", options, ("pin", "secrets_handler", "module_allowlist", "rsa_bits"))
+    pin = as_secret(pin, "pin=")
+    uri = parsed = _parse(uri)
     if parsed.type not in (None, "private"):
         raise KeyURIError("capseal keys create makes a private key: drop type= or use type=private")
     if not parsed.object:
@@ -341,8 +395,10 @@ def create_key(
     secret = pin_for(parsed, pin)
     ts = open_token(parsed, pin=secret, module_allowlist=module_allowlist, pin_prompt=secrets_handler)
     where = f"{ts.name}, new key object={parsed.object!r} id={key_id.hex()}"
+    made = False  # objects with this label and id may exist from here on, and are ours (none did before)
     try:
         def make(session: Any) -> None:
+            nonlocal made
             clash = objects_with(session, label=parsed.object, key_id=key_id)
             if clash:
                 raise KeyURIError(f"{where}: an object with that label or id already exists; capseal never overwrites keys")
@@ -351,6 +407,7 @@ def create_key(
             check_sign_mechanism(alg, _mechanisms(ts), where, "nothing was created")
             rw = ts.token.open(rw=True)  # PIN-less: shares the login of the session above
             try:
+                made = True
                 generate_keypair(rw, alg, parsed.object or "", key_id, rsa_bits=rsa_bits)
                 check_new_key(rw, parsed.object or "", key_id, where)
             finally:
@@ -360,9 +417,37 @@ def create_key(
         # opened while the session is held, with the PIN the token took: ``secret``
         # is None when it came from ``secrets_handler``, which is not asked twice
         signer = PKCS11Signer(parsed.with_id(key_id), pin=ts.pin_for_child(), module_allowlist=module_allowlist)
+    except BaseException as exc:  # a Ctrl-C (or a failure) before the caller has the key: it goes again
+        if made:
+            _undo_new_key(ts, parsed.object or "", key_id, where, exc, parsed.with_id(key_id).to_string())
+        raise
     finally:
         release_token(ts)
     return signer
+
+
+def _undo_new_key(ts: TokenSession, label: str, key_id: bytes, where: str, exc: BaseException, uri: str) -> None:
+    """Destroy the objects a ``create_key`` that did not finish made (every
+    object with its label or id: none existed before it), with Ctrl-C held
+    off; when that fails, ``exc`` is marked as leaving ``uri`` behind."""
+    from ._leftover import held_interrupts, note_left
+
+    def destroy(session: Any) -> None:
+        rw = ts.token.open(rw=True)
+        try:
+            seen: set[int] = set()
+            for obj in objects_with(rw, label=label, key_id=key_id):
+                if obj.handle not in seen:
+                    seen.add(obj.handle)
+                    obj.destroy()
+        finally:
+            rw.close()
+
+    with held_interrupts():
+        try:
+            run(ts, destroy, where)
+        except Exception:  # noqa: BLE001 - the error on its way out is the one to report, with this key named
+            note_left(exc, uri)
 
 
 def check_new_key(rw: Any, label: str, key_id: bytes, where: str) -> None:
@@ -397,16 +482,22 @@ def check_new_key(rw: Any, label: str, key_id: bytes, where: str) -> None:
 
 
 def list_keys(
-    uri: str,
+    uri: str | PKCS11URI,
     *,
-    pin: str | None = None,
+    pin: str | Secret | None = None,
     secrets_handler: SecretsHandler | None = None,
     module_allowlist: Any = None,
-    **_opts: Any,
+    **options: Any,
 ) -> list[dict[str, Any]]:
     """Private keys on the token (filtered by the URI's object/id), each with
-    its URI, algorithm, kid and custody attributes (``capseal keys list``)."""
-    parsed = _parse(uri)
+    its URI, algorithm, kid and custody attributes (``capseal keys list``).
+
+    Raises:
+        UnknownOptionError: an option not taken here (valid: pin, secrets_handler, module_allowlist).
+    """
+    check_options("keys list for a pkcs11: token", options, ("pin", "secrets_handler", "module_allowlist"))
+    pin = as_secret(pin, "pin=")
+    uri = parsed = _parse(uri)
     ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
     try:
         def collect(session: Any) -> list[dict[str, Any]]:

@@ -47,7 +47,10 @@ def _run_locked(ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
                     failure = SignerUnavailableError(
                         f"{where}: {ts.name} failed again after reconnecting ({type(exc).__name__})")
             except p11x.PKCS11Error as exc:
-                failure = device_error(exc, where)
+                # python-pkcs11 raises its bare base class for CKR_CRYPTOKI_NOT_INITIALIZED: other
+                # code finalised the module; it is initialised again and the call retried after a new login
+                if attempt or type(exc) is not p11x.PKCS11Error or not ts.module.recover_if_finalized(exc):
+                    failure = device_error(exc, where)
             if failure is not None:
                 # raised outside the handler, so the typed error has no
                 # __context__: no python-pkcs11 frame travels with it

@@ -205,11 +205,12 @@ def c_initialize(path: str) -> int | None:
     return None if table is None else int(_Initialize(table.initialize)(None))
 
 
-def c_login(path: str, session_handle: int, user_type: int, pin: bytes | None) -> int | None:
+def c_login(path: str, session_handle: int, user_type: int, pin: Any) -> int | None:
     """``C_Login`` on a session python-pkcs11 opened without a PIN, straight
     through the module's table: the return value, or None without a trusted
-    table. ``pin`` None logs in through the token's protected authentication
-    path (a PIN pad). Why not ``Token.open(user_pin=...)``: python-pkcs11
+    table. ``pin`` (a ``capseal.keys._pin.Secret``) is revealed only in the
+    call's arguments; None logs in through the token's protected
+    authentication path (a PIN pad). Why not ``Token.open(user_pin=...)``: python-pkcs11
     0.10.1 opens a session there and, when ``C_Login`` fails, raises without
     closing it; every refused PIN left a session open until a real HSM had
     none left to give. Here the caller holds the session and closes it.
@@ -217,7 +218,8 @@ def c_login(path: str, session_handle: int, user_type: int, pin: bytes | None) -
     table = _table(path)
     if table is None:
         return None
-    return int(_Login(table.login)(session_handle, user_type, pin, 0 if pin is None else len(pin)))
+    return int(_Login(table.login)(session_handle, user_type, None if pin is None else pin.encoded(),
+                                   0 if pin is None else pin.byte_length()))
 
 
 def c_logout(path: str, session_handle: int) -> int | None:

@@ -16,12 +16,18 @@ What stays as it was:
   process read from the token (``external_device``); on top, each new child
   signs a random message that is checked before it gets any work;
 * error handling exists once: when the child refuses a request, dies, answers
-  out of step, or stops answering for ``answer_timeout`` seconds (then it is
-  killed), its requests are signed in this process (``PKCS11Signer``'s own
-  path: typed errors, reconnect), the child is retired, and a new one is
-  started in the background after ``respawn_after`` seconds (doubling, up to
-  a minute, while starts keep failing); meanwhile signatures are made in this
-  process. A PIN a child was refused is not offered again by a background
+  out of step, or is found stopped (SIGSTOP, a debugger, a freezer: it is
+  killed at once), its requests are signed in this process
+  (``PKCS11Signer``'s own path: typed errors, reconnect), the child is
+  retired, and a new one is started in the background after
+  ``respawn_after`` seconds (doubling, up to a minute, while starts keep
+  failing); meanwhile signatures are made in this process;
+* a child that runs but answers nothing for ``answer_timeout`` seconds (the
+  signer's ``timeout``) is waiting on the token, which then hangs: it is
+  killed and its requests fail with SignerUnavailableError naming the token
+  and key. They are not made in this process: a call into a hung token
+  cannot be cancelled, and under the process-wide PKCS#11 lock it would stop
+  every other signer too. A PIN a child was refused is not offered again by a background
   start, for any signer of the token (tokens lock a PIN after a few wrong
   tries, and nobody asked for these logins), until a login with it succeeds;
 * the PIN reaches the child through its stdin only: never its argv (which
@@ -51,9 +57,10 @@ from typing import Any, Protocol
 from urllib.parse import unquote
 
 from capseal._fork_copies import ForkCopies
-from capseal.errors import DeviceError, PinIncorrectError, PinLockedError, SignerError
+from capseal.errors import DeviceError, PinIncorrectError, PinLockedError, SignerError, SignerUnavailableError
 
 from ._base import PendingSignature, SignatureResult, _SignOnResult
+from ._pin import Secret
 from ._pkcs11_fast import _BUFFER as _MAX_SIGNATURE  # the direct path's output buffer: no answer is longer
 from ._pkcs11_helper_main import _ANSWER, _HEADER, _frame
 
@@ -105,6 +112,17 @@ def _send(fd: int, data: bytes | bytearray) -> None:
             select.select([], [fd], [])  # room in the pipe, or its reader gone (then write raises)
 
 
+def _send_secret(fd: int, secret: Secret) -> None:
+    """Write a Secret's bytes whole to a non-blocking pipe, never holding them
+    in a variable (see :func:`_send` for the waiting)."""
+    written = 0
+    while written < secret.size():
+        try:
+            written += os.write(fd, memoryview(secret.encoded())[written:])
+        except BlockingIOError:
+            select.select([], [fd], [])
+
+
 log = logging.getLogger("capseal.keys.pkcs11")
 
 # ``python -m`` (and ``-c``) put the working directory first on the import path:
@@ -114,11 +132,22 @@ _CHILD_MAIN = ("import sys; del sys.path[0]; import runpy; "
                "runpy.run_module('capseal.keys._pkcs11_helper_main', run_name='__main__', alter_sys=True)")
 START_TIMEOUT = 60.0  # s: interpreter start, imports, C_Initialize, login, key lookup, self-test
 ANSWER_TIMEOUT = 30.0  # s without any answer while requests wait: the child is taken to hang
+_POLL = 0.2  # s: how often a waiting result() looks whether the child is stopped (or past its timeout)
 _MAX_BACKOFF = 60.0
 _PIN_REFUSALS = {"PinIncorrectError": PinIncorrectError, "PinLockedError": PinLockedError}
 
 
-def _child_environment(pin: str | None) -> dict[str, str]:
+def _start_request(config: dict[str, Any], pin: Secret | None) -> Secret:
+    """The child's start frame (``u32 length`` + JSON of ``config`` and the
+    PIN), held as a Secret: the PIN is in it, and this function's frame
+    raises nothing while it holds the text."""
+    body = json.dumps({**config, "pin": None if pin is None else pin.reveal()}).encode()
+    request = Secret(bytearray(_HEADER.pack(len(body))) + body, "a signing process's start request")
+    del body
+    return request
+
+
+def _child_environment(pin: Secret | None) -> dict[str, str]:
     """This process's environment without the variables that hold the PIN:
     one that is the PIN (an application's ``CAPSEAL_PIN``) or a URI carrying
     it as ``pin-value=``. The child gets the PIN on its stdin only. Its
@@ -127,22 +156,25 @@ def _child_environment(pin: str | None) -> dict[str, str]:
     and of whatever the child starts. Nothing else is dropped: a value that
     merely contains the PIN's characters (a path, a port) is often what the
     module needs to start (``SOFTHSM2_CONF``)."""
-    if not pin:
+    if pin is None or pin.empty:
         return dict(os.environ)
-    in_uri = f"pin-value={pin}"
-    return {name: value for name, value in os.environ.items()
-            if value != pin and in_uri not in value and not _pin_value_in(value, pin)}
+    return {name: value for name, value in os.environ.items() if not _holds_pin(value, pin)}
+
+
+def _holds_pin(value: str, pin: Secret) -> bool:
+    """Whether an environment value is the PIN or a URI carrying it as pin-value."""
+    return value == pin.reveal() or f"pin-value={pin.reveal()}" in value or _pin_value_in(value, pin)
 
 
 #: a pin-value attribute in a URI (RFC 7512 attribute names are matched case-insensitively)
 _PIN_VALUE = re.compile(r"(?i)pin-value=([^&;#?\s]*)")
 
 
-def _pin_value_in(value: str, pin: str) -> bool:
+def _pin_value_in(value: str, pin: Secret) -> bool:
     """Whether ``value`` holds a URI whose pin-value, pct-decoded, is ``pin``:
     RFC 7512 writes a PIN with '&', a space or '%' pct-encoded, in either case
     of hex digit, so the plain ``pin-value=<PIN>`` is not the only spelling."""
-    return any(unquote(m.group(1)) == pin for m in _PIN_VALUE.finditer(value))
+    return any(unquote(m.group(1)) == pin.reveal() for m in _PIN_VALUE.finditer(value))
 
 
 class Credentials(Protocol):
@@ -152,11 +184,11 @@ class Credentials(Protocol):
     pin_refused: bool
     child_starts: threading.Lock  # background starts of any signer's child go one at a time
 
-    def pin_for_child(self) -> str | None: ...
+    def pin_for_child(self) -> Secret | None: ...
 
-    def child_refused(self, sent: str | None) -> None: ...
+    def child_refused(self, sent: Secret | None) -> None: ...
 
-    def child_accepted(self, sent: str | None) -> None: ...
+    def child_accepted(self, sent: Secret | None) -> None: ...
 
 
 class Owner(Protocol):
@@ -172,24 +204,31 @@ class _ProcessSignature(PendingSignature):
     this process when the child cannot, and turns the bytes into a
     ``SignatureResult``."""
 
-    __slots__ = ("_owner", "_payload", "_child", "_ready", "_signature")
+    __slots__ = ("_owner", "_payload", "_child", "_ready", "_signature", "_failure")
 
     def __init__(self, owner: Owner, payload: bytes, child: _Child) -> None:
         self._owner, self._payload, self._child = owner, payload, child
         self._ready = threading.Lock()
         self._ready.acquire()  # released once the answer (or the child's end) is in
         self._signature: bytes | None = None
+        self._failure: str | None = None
 
-    def settle(self, signature: bytes | None) -> None:
-        self._signature = signature
+    def settle(self, signature: bytes | None, failure: str | None = None) -> None:
+        """The answer: a signature, or None (made in this process on
+        ``result()``), or ``failure``: why it cannot be made at all."""
+        self._signature, self._failure = signature, failure
         self._ready.release()
 
     def result(self) -> SignatureResult:
-        # blocks until settled (then free for any later call); a child that
-        # answers nothing for answer_timeout is killed, which settles this
-        while not self._ready.acquire(timeout=self._child.answer_timeout):
-            self._child.kill_if_hung()
+        # blocks until settled (then free for any later call); a child found
+        # stopped, or answering nothing for answer_timeout, is killed, which settles this
+        while not self._ready.acquire(timeout=_POLL):
+            self._child.kill_if_hung(stopped=True)
         self._ready.release()
+        if self._failure is not None:
+            raise SignerUnavailableError(self._failure,
+                                         hint="check the token (a network HSM's connection, a card reader); open the "
+                                              "signer with a longer timeout= if it is only slow")
         if self._signature is None:
             return self._owner._sign_in_process(self._payload)
         return self._owner._signature_result(self._signature)
@@ -226,8 +265,11 @@ class _Child:
                 except OSError:
                     pass
 
-    def __init__(self, proc: subprocess.Popen[bytes], answer_timeout: float) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], answer_timeout: float | None, where: str = "a PKCS#11 key") -> None:
         self.proc = proc
+        self.where = where
+        #: set when the child was killed for hanging: why the requests it had fail
+        self.failure: str | None = None
         assert proc.stdin is not None and proc.stdout is not None
         self._wfd, self._rfd = proc.stdin.fileno(), proc.stdout.fileno()
         os.set_blocking(self._wfd, False)  # see _send: a write never blocks holding the GIL
@@ -242,14 +284,16 @@ class _Child:
 
     # -- start (on the starting thread, before the reader runs)
 
-    def handshake(self, config: bytearray, deadline: float) -> dict[str, Any]:
-        frame = bytearray(_HEADER.pack(len(config)))
-        frame += config
+    def handshake(self, request: Secret, deadline: float) -> dict[str, Any]:
+        """Send the start ``request`` (it holds the PIN: written from the
+        Secret, then wiped) and read the child's answer."""
         try:
-            self._write_or_eof(frame)
+            with self._lock:
+                if not self.accepting:  # stopped by close() meanwhile: its stdin is closed
+                    raise EOFError
+                _send_secret(self._wfd, request)
         finally:
-            for held in (frame, config):  # the PIN is in there: nothing keeps it, not a traceback's locals
-                held[:] = bytes(len(held))
+            request.wipe()  # nothing keeps the PIN, not a later traceback's locals
         return json.loads(self._read(_HEADER.unpack(self._read(_HEADER.size, deadline))[0], deadline))
 
     def sign_now(self, payload: bytes, deadline: float) -> bytes | None:
@@ -321,15 +365,28 @@ class _Child:
                     self._retire_locked()
         return pending
 
-    def kill_if_hung(self) -> None:
-        """Kill the child if requests wait and nothing has been answered for
-        ``answer_timeout`` seconds; its reader then settles them all (they
-        are made in-process)."""
-        if self._waiting and time.monotonic() - self._progress > self.answer_timeout and self.proc.poll() is None:
-            log.warning("signing process %d answered nothing for %.0f s; killing it", self.proc.pid,
-                        self.answer_timeout)
-            self.accepting = False
-            self.proc.kill()
+    def kill_if_hung(self, *, stopped: bool = False) -> None:
+        """Kill the child if requests wait and it cannot answer them: nothing
+        has been answered for ``answer_timeout`` seconds while it runs (the
+        token hangs: its requests fail, see ``failure``), or, when asked
+        (``stopped``: a caller that has waited a while, never the hot path,
+        as it reads ``/proc``), it is stopped: its requests are then made
+        in-process, as for a child that died. Its reader then settles them all."""
+        if not self._waiting or self.proc.poll() is not None:
+            return
+        silent = time.monotonic() - self._progress
+        if stopped and _is_stopped(self.proc.pid):
+            log.warning("signing process %d is stopped; killing it and signing its requests in this process",
+                        self.proc.pid)
+        elif self.answer_timeout is not None and silent > self.answer_timeout:
+            log.warning("signing process %d answered nothing for %.0f s; killing it", self.proc.pid, silent)
+            self.failure = (f"{self.where}: the signing process answered nothing for {silent:.1f} s (timeout "
+                            f"{self.answer_timeout:g} s) while it ran: the token seems to hang; the process was "
+                            "killed and this signature was not made")
+        else:
+            return
+        self.accepting = False
+        self.proc.kill()
 
     def _read_loop(self, on_end: Callable[[_Child, bool], None]) -> None:
         buffer, refused = b"", False
@@ -404,9 +461,10 @@ class _Child:
 
     def _settle_all(self) -> None:
         """Settle every request still waiting with no answer: each is then made
-        in-process by whoever waits for it. Lock held (or no other thread)."""
+        in-process by whoever waits for it, or fails with ``failure`` when the
+        child was killed for hanging. Lock held (or no other thread)."""
         while self._waiting:
-            self._waiting.popleft().settle(None)
+            self._waiting.popleft().settle(None, self.failure)
 
     def _retire_locked(self) -> None:
         self.accepting = False
@@ -419,12 +477,14 @@ class _Child:
 
     def stop(self, timeout: float) -> None:
         """Retire the child and wait up to ``timeout`` seconds for it to finish
-        its queue; past that it is killed (a token that hangs), and what it
-        had is made in-process. A child whose reader never started has no
-        queue: it is killed at once (its starter sees end of file and lets
-        go of the pipes). A writer blocked on a full pipe (the child not
-        reading) holds the lock: then the child is killed without waiting,
-        which frees the writer with a broken pipe."""
+        its queue; past that it is killed. What it had is then made
+        in-process if it was stopped (SIGSTOP), and fails with
+        SignerUnavailableError if it ran: it was waiting on a token that
+        hangs, which a call from this process would wait on too. A child
+        whose reader never started has no queue: it is killed at once (its
+        starter sees end of file and lets go of the pipes). A writer blocked
+        on a full pipe (the child not reading) holds the lock: then the child
+        is killed without waiting, which frees the writer with a broken pipe."""
         deadline = time.monotonic() + timeout
         self.accepting = False
         self._retire_within(timeout)
@@ -433,6 +493,11 @@ class _Child:
         try:
             self.proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            if self._waiting and not _is_stopped(self.proc.pid) and self.failure is None:
+                # running, and not done in time: it waits on the token, which a call from
+                # this process would wait on too (under the lock every signer shares)
+                self.failure = (f"{self.where}: the signing process had not made this signature {timeout:g} s "
+                                "into close(), while it ran (the token seems to hang); it was killed")
             self.proc.kill()
             self.proc.wait()
         with self._lock:
@@ -450,6 +515,19 @@ class _Child:
             self.proc.stdout.close()
 
 
+def _is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T: SIGSTOP, a job-control
+    stop; t: a debugger holds it), read from ``/proc``. Such a child answers
+    nothing until someone resumes it. False where ``/proc`` cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    fields = stat.rpartition(b")")[2].split()  # the name in parentheses may hold spaces
+    return bool(fields) and fields[0] in (b"T", b"t")
+
+
 #: every child started by this process (a fork lets go of each one's pipes)
 _LIVE: ForkCopies[_Child] = ForkCopies(_Child._forget_after_fork)
 
@@ -464,7 +542,7 @@ class SigningProcess:
 
     def __init__(self, config: dict[str, Any], credentials: Credentials,
                  self_test: Callable[[], tuple[bytes, Callable[[bytes], bool]]], where: str, *,
-                 respawn_after: float = 1.0, answer_timeout: float = ANSWER_TIMEOUT) -> None:
+                 respawn_after: float = 1.0, answer_timeout: float | None = ANSWER_TIMEOUT) -> None:
         self._config, self._credentials, self._self_test, self._where = config, credentials, self_test, where
         self._pid = os.getpid()  # a process forked from this one signs in-process
         self._respawn_after, self._answer_timeout = respawn_after, answer_timeout
@@ -501,7 +579,8 @@ class SigningProcess:
         """Stop the children, a child still starting included: each signs what
         it has been sent (for up to ``timeout`` seconds; then it is killed
         and those requests are made in this process, or fail as the signer's
-        own path does). Idempotent. In a process forked from this one, does
+        own path does, or fail outright when the child ran but the token did
+        not answer it: see :meth:`_Child.stop`). Idempotent. In a process forked from this one, does
         nothing: the children are the parent's (the fork let go of their pipes)."""
         if os.getpid() != self._pid:
             return
@@ -541,7 +620,7 @@ class SigningProcess:
         except OSError as exc:  # no processes or file descriptors left, …
             raise DeviceError(f"{self._where}: the signing process could not start ({type(exc).__name__}: "
                               f"{exc.strerror or exc})") from None
-        child = _Child(proc, self._answer_timeout)
+        child = _Child(proc, self._answer_timeout, self._where)
         with self._lock:
             closed = self._closed.is_set()
             if not closed:
@@ -552,8 +631,7 @@ class SigningProcess:
         deadline = time.monotonic() + START_TIMEOUT
         failure: SignerError | None = None
         try:
-            config = bytearray(json.dumps({**self._config, "pin": sent}).encode())
-            answer = child.handshake(config, deadline)
+            answer = child.handshake(_start_request(self._config, sent), deadline)
             if answer.get("ok") is not True:
                 error, message = str(answer.get("error", "unknown error")), str(answer.get("message", ""))
                 refusal = _PIN_REFUSALS.get(error)

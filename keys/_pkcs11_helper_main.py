@@ -72,9 +72,10 @@ def _open(config: dict[str, Any]) -> tuple[Any, Any, Any]:
     from capseal.errors import DeviceError, KeyNotFoundError, TokenNotFoundError
 
     from ._base import kid_for
+    from ._pin import Secret
     from ._pkcs11_fast import FastSign
     from ._pkcs11_keys import load_keypair
-    from ._pkcs11_session import P11_LOCK, _find_tokens, _open_logged_in, _Secret, load_module
+    from ._pkcs11_session import P11_LOCK, _find_tokens, _open_logged_in, load_module
     from ._pkcs11_uri import PKCS11URI
 
     name = f"token {config['token_label']!r} (serial {config['serial']})"
@@ -83,9 +84,9 @@ def _open(config: dict[str, Any]) -> tuple[Any, Any, Any]:
         tokens = _find_tokens(module, PKCS11URI(token=config["token_label"], serial=config["serial"]))
     if not tokens:
         raise TokenNotFoundError(f"{name} is not present")
-    pin = config.pop("pin")
-    session, _ = _open_logged_in(tokens[0], None if pin is None else _Secret(pin), name, module.real)
-    del pin
+    pin = None if config.get("pin") is None else Secret(config.pop("pin"), "the parent process")
+    config.pop("pin", None)
+    session, _ = _open_logged_in(tokens[0], pin, name, module.real)
     key_id = bytes.fromhex(config["key_id"]) if config["key_id"] else None
     pair = load_keypair(session, PKCS11URI(object=config["key_label"] or None, id=key_id), name)
     if kid_for(pair.public_key) != config["kid"]:

@@ -17,6 +17,11 @@ Why this shape (measured, ``hardware-notes.md`` §2):
 * Sessions die underneath us (``C_CloseAllSessions`` elsewhere in the process,
   a token pulled out, a module reset). A :class:`TokenSession` notices,
   reconnects (find token, open, log in again) and the caller retries once.
+  Other code in the process may even finalise the module (``C_Finalize``:
+  another library that loaded it too, done with it). Every call then answers
+  ``CKR_CRYPTOKI_NOT_INITIALIZED``; PKCS#11 says the application must then
+  call ``C_Initialize`` again and log in again, which
+  :meth:`Module.recover_if_finalized` and the reconnect do, once per call.
 * Calls are made through ``_pkcs11_calls.run`` (lock, reconnect, retry once;
   a worker thread when threads contend).
 * Search iterators are always drained under the lock: an abandoned one calls
@@ -33,15 +38,14 @@ Why this shape (measured, ``hardware-notes.md`` §2):
   every token session logs in again. A fork that could not wait refuses
   PKCS#11 in the forked process with a typed error instead of risking a hang.
 
-The PIN is kept (to log in again after a reconnect) inside a :class:`_Secret`
-whose ``repr`` hides it; typed errors are raised outside the ``except`` block
+The PIN is kept (to log in again after a reconnect) inside a :class:`Secret`
+(``_pin``) whose ``repr`` hides it, and is revealed only in the expression
+that hands it to ``C_Login``; typed errors are raised outside the ``except`` block
 that caught the python-pkcs11 error, so no exception (or frame) is chained to them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import os
 import threading
@@ -64,8 +68,9 @@ from capseal.errors import (
     TokenNotFoundError,
 )
 
-from ._pin import usable_pin
+from ._pin import Secret, as_secret, pin_advice, usable_pin
 from ._pkcs11_uri import PKCS11URI, check_module_allowed, resolve_module
+from .custody import SOFTWARE_TOKEN_MANUFACTURERS
 
 try:
     import pkcs11
@@ -102,39 +107,12 @@ RECONNECT_ERRORS: tuple[type[BaseException], ...] = (
     p11x.UserNotLoggedIn,
 )
 
-_HMAC_KEY = os.urandom(32)  # PINs are compared by HMAC under a per-process key
 _shutdown = False
 # in a process forked while another thread's PKCS#11 call did not return in
 # FORK_WAIT s: why every PKCS#11 call here is refused (the module's copy may
 # be caught inside that call). None otherwise.
 _forked_mid_call: str | None = None
 _CKR_CRYPTOKI_ALREADY_INITIALIZED = 0x191
-
-
-class _Secret:
-    """A PIN held for re-login. Never printed."""
-
-    __slots__ = ("_value", "digest")
-
-    def __init__(self, value: str, source: str = "the caller") -> None:
-        # checked once, here, for every way a PIN comes in (``source`` names it): never
-        # a UnicodeEncodeError carrying the PIN, never a PIN that cannot be right
-        self._value = usable_pin(value, source)
-        self.digest = hmac.new(_HMAC_KEY, value.encode("utf-8"), hashlib.sha256).digest()
-
-    def reveal(self) -> str:
-        return self._value
-
-    def matches(self, other: _Secret | None) -> bool:
-        return other is not None and hmac.compare_digest(self.digest, other.digest)
-
-    def __repr__(self) -> str:
-        return "<PIN redacted>"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> Any:  # never pickled
-        raise TypeError("a PIN is not picklable")
 
 
 def device_error(exc: BaseException, where: str) -> SignerError:
@@ -194,12 +172,45 @@ class Module:
         try:
             if self.lib.initialized:
                 self.lib.finalize()
+        except p11x.PKCS11Error:
+            pass  # finalised underneath already (other code called C_Finalize): initialising is all that is left
+        try:
             self.lib.initialize()
         except p11x.PKCS11Error as exc:
             failure = type(exc).__name__
         if failure is not None:  # raised outside the handler: no exception context at all
             raise SignerUnavailableError(f"PKCS#11 module {self.path} cannot be initialised ({failure})",
                                          hint=_module_hint(self.path))
+
+    def recover_if_finalized(self, exc: BaseException | None = None) -> bool:
+        """Whether the module had been finalised underneath this process's
+        sessions (``C_Finalize`` by other code that loaded it too), in which
+        case it is initialised again here and every session of it is marked
+        dead (``generation``), so each TokenSession reconnects and logs in
+        again on its next call, as PKCS#11 requires.
+
+        Asked with ``C_Initialize`` itself, through the module's function
+        table: a module in use answers ``CKR_CRYPTOKI_ALREADY_INITIALIZED``
+        and nothing changes; a finalised one answers ``CKR_OK`` and is
+        initialised by that very call. Without a trusted table, python-pkcs11's
+        own message for ``CKR_CRYPTOKI_NOT_INITIALIZED`` (``exc``) decides,
+        and the module is re-initialised through python-pkcs11. Lock held."""
+        if self.inherited:  # a fork's first use: ensure_initialized's job
+            return False
+        from ._pkcs11_fast import c_initialize
+
+        rv = c_initialize(self.real)
+        if rv is None:
+            if exc is None or "not initialized" not in str(exc):
+                return False
+            self.reinitialize()
+        elif rv != 0:
+            return False
+        else:
+            self.generation += 1
+        log.warning("PKCS#11 module %s was finalised by other code in this process; initialised it again "
+                    "(its sessions log in again)", self.path)
+        return True
 
     def ensure_initialized(self) -> None:
         if self.inherited:
@@ -349,8 +360,13 @@ def _find_tokens(module: Module, uri: PKCS11URI) -> list[Any]:
     module.ensure_initialized()
     try:
         found = [t for t in _list_tokens(module) if _token_matches(t, uri)]
-    except p11x.PKCS11Error:
+    except p11x.PKCS11Error as exc:
         found = []
+        if module.recover_if_finalized(exc):  # finalised underneath: initialised again, look once more
+            try:
+                found = [t for t in _list_tokens(module) if _token_matches(t, uri)]
+            except p11x.PKCS11Error:
+                found = []
     if found:
         return found
     failure = None
@@ -379,7 +395,7 @@ class TokenSession:
     each (re)connect, so signers know when their key handles are stale.
     """
 
-    def __init__(self, module: Module, token: Any, uri: PKCS11URI, pin: _Secret | None) -> None:
+    def __init__(self, module: Module, token: Any, uri: PKCS11URI, pin: Secret | None) -> None:
         self.module = module
         self.serial = _serial(token)
         self.label = token.label
@@ -471,12 +487,12 @@ class TokenSession:
         if session is not None and self.generation == self.module.generation:
             _close_session(session, self.module.real, logged_in)
 
-    def pin_matches(self, pin: _Secret | None) -> bool:
+    def pin_matches(self, pin: Secret | None) -> bool:
         if self._pin is None or pin is None:
             return self._pin is None and pin is None
         return self._pin.matches(pin)
 
-    def check_pin(self, pin: _Secret | None) -> None:
+    def check_pin(self, pin: Secret | None) -> None:
         """A second signer on a logged-in token: the token cannot be asked
         again (``UserAlreadyLoggedIn``), so compare with the PIN that worked."""
         if self._pin is None or pin is None:
@@ -488,29 +504,30 @@ class TokenSession:
                 f"{self.name}: the PIN given differs from the one this process logged in with"
             )
 
-    def pin_for_child(self) -> str | None:
-        """The PIN this process logged in with, for a signing process of this
-        signer's (``_pkcs11_helper``), which sends it down the child's stdin,
-        and for ``create_key``, which opens the new key with it. Read under the lock: ``open_token`` swaps in a caller's PIN while it
-        tries it, and only a PIN the token took is sent."""
+    def pin_for_child(self) -> Secret | None:
+        """The PIN this process logged in with (as a Secret), for a signing
+        process of this signer's (``_pkcs11_helper``), which sends it down the
+        child's stdin, and for ``create_key``, which opens the new key with
+        it. Read under the lock: ``open_token`` swaps in a caller's PIN while
+        it tries it, and only a PIN the token took is sent."""
         with P11_LOCK:
-            return None if self._pin is None else self._pin.reveal()
+            return self._pin
 
-    def child_refused(self, sent: str | None) -> None:
+    def child_refused(self, sent: Secret | None) -> None:
         """A signing process's child was refused the PIN ``sent`` (None: no
         PIN, a PIN pad, whose refusal is marked too: nobody is prompted again
         in the background): remembered (see ``pin_refused``) if it is still
         what this process holds — a caller may have brought the right one
         meanwhile, and then the next start tries that."""
         with P11_LOCK:
-            if self.pin_matches(None if sent is None else _Secret(sent)):
+            if self.pin_matches(sent):
                 self.pin_refused = True
 
-    def child_accepted(self, sent: str | None) -> None:
+    def child_accepted(self, sent: Secret | None) -> None:
         """A child logged in with ``sent``: if it is what this process holds,
         the token takes it (again)."""
         with P11_LOCK:
-            if self.pin_matches(None if sent is None else _Secret(sent)):
+            if self.pin_matches(sent):
                 self.pin_refused = False
 
     def close(self) -> None:
@@ -518,6 +535,7 @@ class TokenSession:
 
 
 _CKU_USER = 1
+_CKR_GENERAL_ERROR = 0x05
 _CKR_USER_ALREADY_LOGGED_IN = 0x100
 #: what ``C_Login`` answers (PKCS#11 v2.40 §5.6), as the python-pkcs11
 #: exception ``device_error`` turns into capseal's typed error
@@ -546,7 +564,7 @@ def _close_session(session: Any, module_path: str, logged_in: bool) -> None:
         pass
 
 
-def _open_logged_in(token: Any, pin: _Secret | None, name: str, module_path: str, *,
+def _open_logged_in(token: Any, pin: Secret | None, name: str, module_path: str, *,
                     pin_checked: bool = False) -> tuple[Any, bool]:
     """A session on ``token``, logged in if the token needs it, and whether
     this call made the login (its closer then logs out: :func:`_close_session`).
@@ -572,9 +590,7 @@ def _open_logged_in(token: Any, pin: _Secret | None, name: str, module_path: str
                              hint="unlock it with the SO PIN (pkcs11-tool --init-pin --login-type so)")
     pad = pin is None and bool(flags & TokenFlag.PROTECTED_AUTHENTICATION_PATH)
     if pin is None and not pad and flags & TokenFlag.LOGIN_REQUIRED:
-        raise PinIncorrectError(
-            f"{name} needs a PIN: pass pin=, add pin-source= to the URI, or set CAPSEAL_PIN for the CLI"
-        )
+        raise PinIncorrectError(f"{name} needs a PIN: {pin_advice()}, or add pin-source= to the URI")
     failure: SignerError | None = None
     session: Any = None
     kept = False  # until the session is handed to the caller; closed otherwise, whatever stops this
@@ -583,7 +599,9 @@ def _open_logged_in(token: Any, pin: _Secret | None, name: str, module_path: str
         if pin is None and not pad:
             kept = True
             return session, False
-        rv = c_login(module_path, session.handle, _CKU_USER, None if pin is None else pin.reveal().encode("utf-8"))
+        rv = c_login(module_path, session.handle, _CKU_USER, pin)
+        if rv == _CKR_GENERAL_ERROR and token.manufacturer_id in SOFTWARE_TOKEN_MANUFACTURERS:
+            rv = _login_again(module_path, session.handle, pin)
         if rv is None:  # no trusted function table (Windows, an unexpected layout): python-pkcs11 logs in
             _close_session(session, module_path, False)
             session = None
@@ -610,7 +628,30 @@ def _open_logged_in(token: Any, pin: _Secret | None, name: str, module_path: str
     raise failure  # outside the handler: nothing of the login is chained to it
 
 
-def _unchecked_pin(pin: _Secret | None, pin_checked: bool, name: str) -> SignerError | None:
+#: seconds before each new C_Login after a SoftHSM2 login answered
+#: CKR_GENERAL_ERROR (see _login_again); the lock is held meanwhile
+_LOGIN_PAUSES = (0.05, 0.2)
+
+
+def _login_again(module_path: str, handle: int, pin: Secret | None) -> int | None:
+    """``C_Login`` again, after a pause, for a SoftHSM2 token that answered
+    ``CKR_GENERAL_ERROR``: its ``token.object`` is rewritten (truncated
+    first) at every login, and a login in another process that reads it
+    meanwhile fails so (seen with fork-pool workers logging in together:
+    a few logins in a hundred). It is not a refused PIN, and SoftHSM2 counts
+    none. The last answer is returned. Lock held."""
+    from ._pkcs11_fast import c_login
+
+    rv: int | None = _CKR_GENERAL_ERROR
+    for pause in _LOGIN_PAUSES:
+        time.sleep(pause)
+        rv = c_login(module_path, handle, _CKU_USER, pin)
+        if rv != _CKR_GENERAL_ERROR:
+            break
+    return rv
+
+
+def _unchecked_pin(pin: Secret | None, pin_checked: bool, name: str) -> SignerError | None:
     """The error for a login other code in this process holds, when ``pin``
     cannot be checked (see :func:`_open_logged_in`); None when the session can
     be used: no PIN was given (a PIN pad), or the token took ``pin`` before."""
@@ -623,7 +664,7 @@ def _unchecked_pin(pin: _Secret | None, pin_checked: bool, name: str) -> SignerE
         hint="open the signer before that code logs in, or have it log out first")
 
 
-def _login_by_python_pkcs11(token: Any, pin: _Secret | None, name: str, pin_checked: bool) -> Any:
+def _login_by_python_pkcs11(token: Any, pin: Secret | None, name: str, pin_checked: bool) -> Any:
     """python-pkcs11's own login, for a module whose function table is not
     called directly. A refused login leaves its session open (python-pkcs11
     0.10.1 does not close it). Its sessions log out when closed."""
@@ -642,12 +683,13 @@ def _login_by_python_pkcs11(token: Any, pin: _Secret | None, name: str, pin_chec
 _TOKENS: dict[tuple[str, str], TokenSession] = {}
 
 
-def open_token(uri: PKCS11URI, *, pin: str | None, module_allowlist: object = None,
+def open_token(uri: PKCS11URI, *, pin: str | Secret | None, module_allowlist: object = None,
                pin_prompt: Callable[[str], str | None] | None = None) -> TokenSession:
     """The shared :class:`TokenSession` for the token ``uri`` names, logged in.
 
     Raises TokenNotFoundError (no token matches), KeyURIError (several match),
     PinIncorrectError / PinLockedError, SignerUnavailableError (module)."""
+    pin = as_secret(pin, "pin=")
     module = load_module(resolve_module(uri), module_allowlist)
     with P11_LOCK:
         _check_alive()
@@ -698,13 +740,13 @@ def open_token(uri: PKCS11URI, *, pin: str | None, module_allowlist: object = No
         return ts
 
 
-def _secret_for(pin: str | None, existing: TokenSession | None, label: str,
-                prompt: Callable[[str], str | None] | None) -> _Secret | None:
-    source = "pin="
+def _secret_for(pin: Secret | None, existing: TokenSession | None, label: str,
+                prompt: Callable[[str], str | None] | None) -> Secret | None:
+    """``pin`` (else the prompt's answer, held as a Secret from the start),
+    checked to be usable (see ``usable_pin``); None when there is none."""
     if pin is None and prompt is not None:
-        pin = prompt(f"PIN for PKCS#11 token {label!r}")
-        source = "secrets_handler"
-    return _Secret(pin, f"{source} for token {label!r}") if pin is not None else None
+        pin = as_secret(prompt(f"PIN for PKCS#11 token {label!r}"), f"secrets_handler for token {label!r}")
+    return None if pin is None else usable_pin(pin, "pin=")
 
 
 def release_token(ts: TokenSession) -> None:

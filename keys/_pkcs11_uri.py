@@ -30,12 +30,13 @@ import re
 import sysconfig
 from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from capseal.errors import KeyURIError, SecretFileExposedError, SignerUnavailableError
 
-from ._files import MAX_PIN_FILE, FileTooLargeError, exposure, read_capped
+from ._files import MAX_PIN_FILE, FileTooLargeError, exposure
+from ._pin import Secret, as_secret, read_secret_file
 
 __all__ = [
     "PKCS11URI",
@@ -88,6 +89,10 @@ KNOWN_MODULES = {
 }
 
 
+#: the modules a "names no module" hint lists (one line each, no duplicates)
+_HINTED_MODULES = tuple((name, path) for name, path in KNOWN_MODULES.items() if name not in ("OpenSC", "p11-kit proxy"))
+
+
 def pct_encode(value: str | bytes, *, query: bool = False, all_bytes: bool = False) -> str:
     """Percent-encode a value for a path (default) or query attribute.
     ``all_bytes`` encodes every byte (RFC 7512's advice for ``id``)."""
@@ -100,43 +105,18 @@ def pct_encode(value: str | bytes, *, query: bool = False, all_bytes: bool = Fal
     return "".join(out)
 
 
-class _HiddenPin:
-    """A pin-value held by a PKCS11URI: never printed, pickled or copied out."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "<PIN redacted>"
-
-    __str__ = __repr__
-
-    def __copy__(self) -> _HiddenPin:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, object]) -> _HiddenPin:  # dataclasses.asdict deep-copies values
-        return self
-
-    def __reduce__(self) -> Any:  # never pickled
-        raise TypeError("a PIN is not picklable")
-
-
 class _PinValue:
-    """``PKCS11URI.pin_value``: the constructor takes it (an ``InitVar``), the
-    instance keeps it only as a :class:`_HiddenPin` in ``_pin``, so
-    ``dataclasses.asdict``/``astuple``/``fields`` and ``vars()`` never hold the
-    PIN as text; reading ``uri.pin_value`` gives the text back."""
+    """``PKCS11URI.pin_value``: the constructor takes it (an ``InitVar``, text
+    or a :class:`Secret`), the instance keeps it only as a Secret in ``_pin``,
+    so ``dataclasses.asdict``/``astuple``/``fields``, ``vars()`` and the repr
+    never hold the PIN as text; reading ``uri.pin_value`` gives the text back
+    (``uri.pin_secret``, the Secret)."""
 
     def __get__(self, obj: object, objtype: type | None = None) -> str | None:
         if obj is None:
             return None  # the dataclass reads this as the default
         hidden = vars(obj).get("_pin")
-        return hidden.reveal() if isinstance(hidden, _HiddenPin) else None
+        return hidden.reveal() if isinstance(hidden, Secret) else None
 
 
 @dataclass(frozen=True)
@@ -166,8 +146,14 @@ class PKCS11URI:
         pin_value: InitVar[str | None] = _PinValue()
     vendor_query: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
-    def __post_init__(self, pin_value: str | None = None) -> None:  # type: ignore[override]
-        object.__setattr__(self, "_pin", None if pin_value is None else _HiddenPin(pin_value))
+    def __post_init__(self, pin_value: str | Secret | None = None) -> None:  # type: ignore[override]
+        object.__setattr__(self, "_pin", as_secret(pin_value, "the URI's pin-value"))
+
+    @property
+    def pin_secret(self) -> Secret | None:
+        """The URI's pin-value, held as a :class:`Secret` (None when it has none)."""
+        hidden = vars(self).get("_pin")
+        return hidden if isinstance(hidden, Secret) else None
 
     # ------------------------------------------------------------------ printing
 
@@ -308,7 +294,9 @@ def _query_attr(attr: str, values: dict[str, object], vendor_query: list[tuple[s
     key = name.replace("-", "_")
     if key in values:
         raise KeyURIError(f"pkcs11 URI: query attribute {name} appears more than once")
-    values[key] = _text(_decode(value, name, secret=secret), name, secret=secret)
+    decoded = _text(_decode(value, name, secret=secret), name, secret=secret)
+    values[key] = Secret(decoded, "the URI's pin-value") if secret else decoded
+    del decoded
 
 
 def parse_pkcs11_uri(uri: str) -> PKCS11URI:
@@ -427,7 +415,7 @@ def resolve_module(uri: PKCS11URI) -> str:
         "pkcs11 URI names no module: add ?module-path=/path/to/module.so "
         f"(SoftHSM2: {KNOWN_MODULES['SoftHSM2']})",
         hint="name the token vendor's PKCS#11 module in the URI's query: ?module-path=/absolute/path/to/module.so "
-             "(hardware/README.md lists common ones)",
+             "(common ones on Debian/Ubuntu: " + "; ".join(f"{name} {path}" for name, path in _HINTED_MODULES) + ")",
     )
 
 
@@ -470,10 +458,16 @@ def check_module_allowed(path: str, explicit: object = None) -> str:
 # ---------------------------------------------------------------------- PIN files
 
 
-def read_pin_source(source: str) -> str:
-    """The PIN from a ``pin-source``: a ``file:`` URI or a file path. The file
-    holds the PIN (one trailing newline is dropped). Program sources
-    (``|command``) are refused: capseal does not run commands named in URIs."""
+def read_pin_source(source: str) -> Secret:
+    """The PIN from a ``pin-source`` (a ``file:`` URI or a file path), held as
+    a :class:`Secret`. The file holds the PIN (one trailing newline is
+    dropped). Program sources (``|command``) are refused: capseal does not
+    run commands named in URIs.
+
+    Raises:
+        KeyURIError: the source is a program, names no readable file, or the file is not UTF-8 text.
+        SecretFileExposedError: other users can read or change the file.
+    """
     if source.startswith("|"):
         raise KeyURIError("pkcs11 URI: pin-source programs ('|command') are not supported; use a file")
     if source.lower().startswith("file:"):
@@ -495,14 +489,19 @@ def read_pin_source(source: str) -> str:
     return read_pin_file(path, f"pkcs11 URI: pin-source {path}")
 
 
-def read_pin_file(path: str, what: str) -> str:
-    """The PIN a file holds: its UTF-8 text without one trailing newline
-    (``\\n`` or ``\\r\\n``; a PIN may itself end in other whitespace). Shared by
-    a URI's ``pin-source`` and the CLI's ``--pin-file``, so both read a file
-    alike; KeyURIError names ``what``, never the file's content. A file other
-    users can read or change is SecretFileExposedError (``_files.exposure``)."""
+def read_pin_file(path: str, what: str) -> Secret:
+    """The PIN a file holds, as a :class:`Secret` from ``what``: its UTF-8
+    text without one trailing newline (``\\n`` or ``\\r\\n``; a PIN may itself
+    end in other whitespace). Shared by a URI's ``pin-source`` and the CLI's
+    ``--pin-file``, so both read a file alike; the content is never in a
+    variable as text or bytes, not even for a file that is then refused.
+
+    Raises:
+        KeyURIError: naming ``what``, never the file's content: it cannot be read, is too large or not UTF-8.
+        SecretFileExposedError: other users can read or change it (``_files.exposure``).
+    """
     try:
-        data, status = read_capped(path, MAX_PIN_FILE)
+        data, status = read_secret_file(path, MAX_PIN_FILE, what)
     except OSError as exc:
         raise KeyURIError(f"{what}: cannot be read: {exc.strerror}") from None
     except FileTooLargeError as exc:  # /dev/urandom read until memory ran out
@@ -511,10 +510,7 @@ def read_pin_file(path: str, what: str) -> str:
     if exposed is not None:
         raise SecretFileExposedError(f"{what} {exposed}: whoever can read it can log in to the token as this "
                                      "user; refused", hint=f"chmod 600 {path}")
-    try:
-        pin = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise KeyURIError(f"{what} is not UTF-8 text; refused before it reached the token") from None
-    if pin.endswith("\r\n"):
-        return pin[:-2]
-    return pin[:-1] if pin.endswith("\n") else pin
+    pin = data.file_text()
+    if pin is None:
+        raise KeyURIError(f"{what} is not UTF-8 text; refused before it reached the token")
+    return pin

@@ -10,16 +10,18 @@ Users may register their own schemes.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import re
 from collections.abc import Callable
 from typing import Any
 
-from capseal.errors import KeyURIError, MissingExtraError
+from capseal.errors import KeyURIError, MissingExtraError, UnknownOptionError
 
 from ._base import Signer
+from ._pin import Secret, as_secret
 
-__all__ = ["SIGNER_FOR_URI_SCHEME", "open_signer", "register_scheme", "redact_uri", "SecretsHandler"]
+__all__ = ["SIGNER_FOR_URI_SCHEME", "open_signer", "register_scheme", "redact_uri", "SecretsHandler", "check_options"]
 
 #: Called with a prompt (e.g. "PIN for token 'agents'") and returns the secret.
 SecretsHandler = Callable[[str], str]
@@ -45,6 +47,26 @@ def redact_uri(uri: str) -> str:
     return _SECRET_QUERY.sub(r"\1***", uri)
 
 
+def check_options(what: str, options: dict[str, Any], valid: tuple[str, ...]) -> None:
+    """Refuse any of ``options`` (keyword arguments a backend was given
+    beyond those it names) with UnknownOptionError naming it, the closest
+    valid spelling, and every valid option (``valid``, which includes the
+    ones the backend took itself). ``what`` names the call, e.g.
+    "open_signer for a pkcs11: key".
+
+    Raises:
+        UnknownOptionError: when ``options`` is not empty.
+    """
+    if not options:
+        return
+    names = sorted(str(name) for name in options)
+    guesses = [difflib.get_close_matches(name, valid, n=1, cutoff=0.6) for name in names]
+    said = ", ".join(f"{name!r}" + (f" (did you mean {guess[0]!r}?)" if guess else "")
+                     for name, guess in zip(names, guesses))
+    plural = "s" if len(names) > 1 else ""
+    raise UnknownOptionError(f"{what}: unknown option{plural} {said}; the valid options are {', '.join(sorted(valid))}")
+
+
 def register_scheme(scheme: str, loader: Any) -> None:
     """Register a signer loader for ``scheme`` (overrides an existing one)."""
     SIGNER_FOR_URI_SCHEME[scheme.lower()] = loader
@@ -57,17 +79,29 @@ def load_target(scheme: str, target: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        extra = _EXTRAS.get(scheme)
-        if extra is None:
-            raise MissingExtraError(f"cannot load the {scheme}: backend: {exc}") from None
-        raise MissingExtraError(
-            f"the {scheme}: backend needs {extra[1]} (pip install '{extra[0]}') "
-            f"and system packages: {extra[2]} ({exc})"
-        ) from None
+        raise missing_extra(scheme, exc) from None
     try:
         return getattr(module, attr)
     except AttributeError:
         raise KeyURIError(f"the {scheme}: backend has no {attr}") from None
+
+
+def missing_extra(scheme: str, exc: ImportError) -> MissingExtraError:
+    """The error for a backend whose import failed: the extra to install and
+    the system packages it needs, said once, with what was missing (the
+    backend's own MissingExtraError used to be quoted inside this one, which
+    said the same thing again)."""
+    extra = _EXTRAS.get(scheme)
+    if extra is None:
+        return MissingExtraError(f"cannot load the {scheme}: backend: {exc}")
+    missing = f"Python module {exc.name!r} is missing" if exc.name else str(exc)
+    if isinstance(exc, MissingExtraError):  # the backend's own: it may name a system library instead
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ImportError) and cause.name:
+            missing = f"Python module {cause.name!r} is missing"
+    return MissingExtraError(f"the {scheme}: backend needs {extra[1]}: pip install '{extra[0]}' "
+                             f"(system packages: {extra[2]}); {missing}",
+                             hint=f"pip install '{extra[0]}'")
 
 
 def _resolve(scheme: str) -> Any:
@@ -82,23 +116,46 @@ def _resolve(scheme: str) -> Any:
 def open_signer(
     uri: str,
     *,
-    pin: str | None = None,
+    pin: str | Secret | None = None,
     secrets_handler: SecretsHandler | None = None,
     **options: Any,
 ) -> Signer:
     """Open the key named by ``uri``.
 
-    Schemes: ``file:/path.pem``, ``pkcs11:…`` (RFC 7512), ``tpm2:handle=…`` /
-    ``tpm2:keyfile=…``, ``unsafe-ephemeral:EdDSA`` (tests and demos only: a key
-    that dies with the process; plain ``ephemeral:`` is refused). ``pin`` or
-    ``secrets_handler`` supply a PIN/passphrase without putting it in the URI.
+    Args:
+        uri: ``file:/path.pem``, ``pkcs11:…`` (RFC 7512), ``tpm2:handle=…`` /
+            ``tpm2:keyfile=…``, ``unsafe-ephemeral:EdDSA`` (tests and demos only:
+            a key that dies with the process; plain ``ephemeral:`` is refused), or
+            a scheme added with :func:`register_scheme`.
+        pin: the PIN, passphrase or auth value, kept out of the URI. capseal
+            holds it in its secret type from here on (a frame's captured locals
+            show only ``<secret … redacted>``).
+        secrets_handler: asked for the PIN when the key needs one and none is given.
+        options: backend options (each backend refuses those it does not take).
+
+    Returns:
+        The signer.
+
+    Raises:
+        KeyURIError: the URI is malformed or its scheme unknown.
+        UnknownOptionError: an option the backend does not take.
+        MissingExtraError: the backend's optional package is not installed.
+        SignerError: the backend's own refusals (see each backend).
     """
+    pin = as_secret(pin, "pin=")
     if not isinstance(uri, str) or ":" not in uri:
         raise KeyURIError("a key URI looks like scheme:…, e.g. file:/etc/capseal/key.pem")
     scheme = uri.split(":", 1)[0].lower()
+    # a pin-value in the URI is a PIN too: only the redacted text stays in this frame
+    held = Secret(uri, "the key URI") if _SECRET_QUERY.search(uri) is not None else None
+    if held is not None:
+        uri = redact_uri(uri)
     loader = _resolve(scheme)
     factory = getattr(loader, "from_uri", loader)
-    signer = factory(uri, pin=pin, secrets_handler=secrets_handler, **options)
+    ours = getattr(loader, "__module__", "").startswith("capseal.")
+    # capseal's own backends take the secret; a registered loader gets the text it always got
+    signer = factory(uri if held is None else held.reveal(), pin=pin if ours or pin is None else pin.reveal(),
+                     secrets_handler=secrets_handler, **options)
     if not isinstance(signer, Signer):
         raise KeyURIError(f"the loader for {scheme}: did not return a Signer")
     return signer

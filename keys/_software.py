@@ -27,13 +27,15 @@ from capseal.errors import (
 )
 
 from ._base import SignatureResult, Signer, alg_for_public_key
-from ._files import MAX_KEY_FILE, FileTooLargeError, exposure, read_capped
-from ._pin import text_problem
+from ._files import MAX_KEY_FILE, FileTooLargeError, exposure
+from ._pin import Secret, as_secret, cli_caller, pin_advice, read_secret_file
+from ._registry import check_options
 from .custody import custody_statement
 
 __all__ = ["SoftwareSigner", "FileSigner", "UnsafeEphemeralSigner", "generate_private_key", "write_pkcs8"]
 
 _ALGS = ("EdDSA", "ES256", "ES384", "PS256")
+_PRIVATE_KEY_TYPES = (ed25519.Ed25519PrivateKey, ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)
 
 
 def generate_private_key(alg: str) -> Any:
@@ -49,30 +51,48 @@ def generate_private_key(alg: str) -> Any:
     raise UnsupportedAlgorithmError(f"unknown algorithm {alg!r}; use one of {_ALGS}")
 
 
-def _passphrase(pin: object, source: str) -> bytes | None:
-    """``pin`` as the UTF-8 bytes of a PEM passphrase; None for no passphrase.
-    Anything but a str that encodes as UTF-8 is PinIncorrectError naming
-    ``source`` and chaining nothing: ``bytes`` has no ``encode`` and a
-    UnicodeEncodeError's args hold the whole passphrase."""
-    if pin is None or pin == "":
+def _passphrase(pin: object, source: str) -> Secret | None:
+    """``pin`` (a str or a Secret) as a PEM passphrase; None for no
+    passphrase. Anything but a str that encodes as UTF-8 is
+    PinIncorrectError naming its source and chaining nothing: ``bytes`` has
+    no ``encode`` and a UnicodeEncodeError's args hold the whole passphrase."""
+    secret = as_secret(pin, source)
+    del pin
+    if secret is None or secret.empty:
         return None
-    problem = text_problem(pin)  # a PIN's text rule; control characters stay allowed in a PEM passphrase
-    if problem is not None or not isinstance(pin, str):
-        raise PinIncorrectError(f"the passphrase from {source} {problem}")
-    return pin.encode("utf-8")
+    problem = secret.text_problem()  # a PIN's text rule; control characters stay allowed in a PEM passphrase
+    if problem is not None:
+        raise PinIncorrectError(f"the passphrase from {secret.source} {problem}")
+    return secret
 
 
-def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | None = None) -> Path:
-    """Write ``key`` as PKCS#8 PEM with mode 0600 (created exclusively)."""
+def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | Secret | None = None) -> Path:
+    """Write ``key`` as PKCS#8 PEM with mode 0600 (created exclusively).
+
+    Args:
+        key: a ``cryptography`` private key.
+        path: the new file (never overwritten).
+        passphrase: encrypts the PEM when given (bytes, or a secret held by capseal).
+
+    Returns:
+        The path written.
+
+    Raises:
+        FileExistsError: something is at ``path`` already. OSError: it cannot be written.
+    """
+    secret = as_secret(passphrase, "passphrase=")
+    del passphrase
     enc: serialization.KeySerializationEncryption = (
-        serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption()
+        serialization.BestAvailableEncryption(secret.encoded()) if secret is not None and not secret.empty
+        else serialization.NoEncryption()
     )
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
+    # the PEM is the private key itself: held as a secret, never as bytes in a frame
+    pem = Secret(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc), "a new key")
     target = Path(path)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(pem)
+            fh.write(pem.encoded())
     except BaseException:
         # created above (O_EXCL), so ours: a truncated PEM left there would
         # block creating the key again and load as 'not a PEM private key'
@@ -82,10 +102,32 @@ def write_pkcs8(key: Any, path: str | os.PathLike[str], passphrase: bytes | None
 
 
 class SoftwareSigner(Signer):
-    """A private key held by ``cryptography`` in this process."""
+    """A private key held by ``cryptography`` in this process.
 
-    def __init__(self, private_key: Any, *, uri: str, key_store: str, extra: dict[str, Any] | None = None) -> None:
-        self._key = private_key
+    >>> signer = SoftwareSigner(ed25519.Ed25519PrivateKey.generate())   # doctest: +SKIP
+    """
+
+    def __init__(self, private_key: Any, *, uri: str = "memory:", key_store: str = "memory",
+                 extra: dict[str, Any] | None = None) -> None:
+        """Sign with ``private_key``.
+
+        Args:
+            private_key: a ``cryptography`` Ed25519, EC (P-256, P-384) or RSA (2048 bits or more) private key.
+            uri: how the key is named in messages and custody statements (default ``memory:``: a key
+                held only by this process, which no URI opens again).
+            key_store: the custody statement's ``key_store`` (default ``memory``).
+            extra: more custody statement members.
+
+        Raises:
+            UnsupportedAlgorithmError: ``private_key`` is not such a key.
+        """
+        if not isinstance(private_key, _PRIVATE_KEY_TYPES):
+            # named: it was an AttributeError from private_key.public_key(), or a PEM taken for a key
+            raise UnsupportedAlgorithmError(
+                f"private_key is a {type(private_key).__name__}, not a cryptography private key (Ed25519, EC P-256/"
+                "P-384 or RSA); load a PEM with cryptography's serialization.load_pem_private_key, or open it "
+                "with open_signer('file:/path/key.pem')")
+        self._key: Any = private_key
         self._public = private_key.public_key()
         self._alg = alg_for_public_key(self._public)
         self._uri = uri
@@ -143,11 +185,12 @@ class FileSigner(SoftwareSigner):
     """``file:/path/key.pem``: a PKCS#8 PEM private key (Ed25519, P-256, P-384,
     RSA ≥ 2048 for PS256). An encrypted PEM takes its passphrase as ``pin``."""
 
-    def __init__(self, path: str | os.PathLike[str], *, pin: str | None = None, pin_source: str = "pin=") -> None:
+    def __init__(self, path: str | os.PathLike[str], *, pin: str | Secret | None = None, pin_source: str = "pin=") -> None:
         password = _passphrase(pin, pin_source)  # before the file is read: a bad one is refused whatever the file
+        del pin
         p = Path(path)
         try:
-            data, status = read_capped(p, MAX_KEY_FILE)
+            data, status = read_secret_file(p, MAX_KEY_FILE, f"key file {p}")  # the private key: never plain bytes here
         except FileNotFoundError:
             raise KeyNotFoundError(f"no key file at {p}") from None
         except OSError as exc:
@@ -155,11 +198,13 @@ class FileSigner(SoftwareSigner):
         except FileTooLargeError as exc:  # /dev/zero read until memory ran out
             raise KeyNotFoundError(f"key file {p} holds {exc}: no PEM private key is that large") from None
         try:
-            key = serialization.load_pem_private_key(data, password=password)
+            key = serialization.load_pem_private_key(data.encoded(),
+                                                     password=None if password is None else password.encoded())
         except TypeError:
             if password is None:
-                raise PinIncorrectError(f"key file {p} is encrypted; pass its passphrase as pin") from None
-            raise PinIncorrectError(f"key file {p} is not encrypted; do not pass a pin") from None
+                raise PinIncorrectError(f"key file {p} is encrypted; {pin_advice('its passphrase')}") from None
+            raise PinIncorrectError(f"key file {p} is not encrypted; give no passphrase for it"
+                                    + (" (unset CAPSEAL_PIN, leave out --pin-file)" if cli_caller() else "")) from None
         except ValueError:
             if password is not None:
                 raise PinIncorrectError(f"the passphrase for key file {p} is incorrect (or the file is not PKCS#8 PEM)") from None
@@ -183,10 +228,29 @@ class FileSigner(SoftwareSigner):
         )
 
     @classmethod
-    def from_uri(cls, uri: str, *, pin: str | None = None, secrets_handler: Any = None, **_: Any) -> FileSigner:
+    def from_uri(cls, uri: str, *, pin: str | Secret | None = None, secrets_handler: Any = None,
+                 **options: Any) -> FileSigner:
+        """``open_signer`` entry point for ``file:/path.pem``.
+
+        Args:
+            uri: the key file's ``file:`` URI (an absolute path).
+            pin: the passphrase of an encrypted PEM.
+            secrets_handler: asked for the passphrase when the PEM is encrypted and no ``pin`` is given.
+            options: none are taken; any is refused.
+
+        Returns:
+            The signer.
+
+        Raises:
+            UnknownOptionError: for an option a file key does not take.
+            KeyURIError, KeyNotFoundError, PinIncorrectError, SecretFileExposedError,
+            UnsupportedAlgorithmError: see :class:`FileSigner`.
+        """
+        check_options("open_signer for a file: key", options, _FILE_OPTIONS)
+        pin = as_secret(pin, "pin=")
         path = cls.path_of(uri)
         if pin is None and secrets_handler is not None and _is_encrypted(path):
-            return cls(path, pin=secrets_handler(f"passphrase for {path}"), pin_source="secrets_handler")
+            return cls(path, pin=as_secret(secrets_handler(f"passphrase for {path}"), "secrets_handler"))
         return cls(path, pin=pin)
 
     @staticmethod
@@ -234,6 +298,9 @@ def _is_encrypted(path: str) -> bool:
     return b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in head or b"Proc-Type: 4,ENCRYPTED" in head
 
 
+#: What ``open_signer`` takes for a file: key.
+_FILE_OPTIONS = ("pin", "secrets_handler")
+
 #: How much of a key file :func:`_is_encrypted` reads: more than any text
 #: openssl writes before a PEM block, far less than a large file.
 _PEM_HEAD = 64 * 1024
@@ -250,8 +317,12 @@ class UnsafeEphemeralSigner(SoftwareSigner):
         super().__init__(generate_private_key(alg), uri="unsafe-ephemeral:", key_store="memory")
 
     @classmethod
-    def from_uri(cls, uri: str, **_: Any) -> UnsafeEphemeralSigner:
-        """``unsafe-ephemeral:`` (EdDSA) or ``unsafe-ephemeral:ES256`` …"""
+    def from_uri(cls, uri: str, *, pin: str | None = None, secrets_handler: Any = None,
+                 **options: Any) -> UnsafeEphemeralSigner:
+        """``open_signer("unsafe-ephemeral:EdDSA")`` (or ``:ES256`` …): a new key
+        in memory. ``pin`` and ``secrets_handler`` mean nothing here; any other
+        option is refused (UnknownOptionError)."""
+        check_options("open_signer for an unsafe-ephemeral: key", options, _FILE_OPTIONS)
         alg = urlsplit(uri).path or "EdDSA"
         return cls(alg)
 
@@ -270,23 +341,55 @@ def refuse_ephemeral_uri(uri: str, **_: Any) -> Signer:
         hint="keep a key: capseal keys create file:/path/key.pem --alg ed25519")
 
 
-def create_file_key(uri: str, alg: str, *, pin: str | None = None, **_: Any) -> FileSigner:
+def create_file_key(uri: str, alg: str, *, pin: str | Secret | None = None, secrets_handler: Any = None,
+                    **options: Any) -> FileSigner:
     """``capseal keys create file:/path --alg …``: a new PKCS#8 PEM (mode 0600,
-    never overwriting), encrypted with ``pin`` when one is given."""
+    never overwriting), encrypted with ``pin`` when one is given.
+
+    Args:
+        uri: where the new key goes (``file:/absolute/path.pem``).
+        alg: a COSE algorithm name (EdDSA, ES256, ES384, PS256).
+        pin: the passphrase to encrypt the PEM with (none: not encrypted).
+        secrets_handler: not asked (a new key's passphrase is ``pin``).
+        options: none are taken; any is refused.
+
+    Returns:
+        The new key, opened.
+
+    Raises:
+        UnknownOptionError: for an option a file key does not take.
+        KeyURIError: the URI is not a file: URI, or the file exists or cannot be written.
+        PinIncorrectError: ``pin`` is not text.
+    """
+    check_options("keys create for a file: key", options, _FILE_OPTIONS)
+    pin = passphrase = _passphrase(pin, "pin=")
     path = FileSigner.path_of(uri)
-    passphrase = _passphrase(pin, "pin=")
     try:  # typed, as the other backends' refusals are: the CLI printed these as 'internal error'
         write_pkcs8(generate_private_key(alg), path, passphrase=passphrase)
     except FileExistsError:  # O_EXCL: a file, or a symlink planted at the path, even a dangling one
         raise KeyURIError(f"{path} already exists; capseal never overwrites a key file") from None
     except OSError as exc:
         raise KeyURIError(f"cannot write key file {path}: {exc.strerror}") from None
-    return FileSigner(path, pin=pin)
+    try:
+        return FileSigner(path, pin=pin)
+    except BaseException:  # a Ctrl-C (or any failure) before the caller has the key: the new file goes too
+        Path(path).unlink(missing_ok=True)
+        raise
 
 
-def list_file_keys(uri: str, *, pin: str | None = None, **_: Any) -> list[dict[str, Any]]:
-    """PEM private keys in a directory (``file:/dir``) or the one file named."""
+def list_file_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: Any = None,
+                   **options: Any) -> list[dict[str, Any]]:
+    """PEM private keys in a directory (``file:/dir``) or the one file named.
+
+    Raises:
+        UnknownOptionError: for an option a file key does not take.
+        KeyNotFoundError: nothing is at the path.
+    """
+    check_options("keys list for file: keys", options, _FILE_OPTIONS)
+    pin = as_secret(pin, "pin=")
     target = Path(FileSigner.path_of(uri))
+    if not target.exists():  # was a one-entry list saying KeyNotFoundError, which the CLI printed as a success
+        raise KeyNotFoundError(f"no key file or directory at {target}")
     files = sorted(target.glob("*.pem")) if target.is_dir() else [target]
     out: list[dict[str, Any]] = []
     for f in files:
@@ -297,3 +400,41 @@ def list_file_keys(uri: str, *, pin: str | None = None, **_: Any) -> list[dict[s
             continue
         out.append({"uri": signer.uri, "alg": signer.alg, "kid": signer.kid})
     return out
+
+
+def delete_file_key(uri: str, *, kid: str | None = None, pin: str | Secret | None = None, secrets_handler: Any = None,
+                    **options: Any) -> dict[str, Any]:
+    """``capseal keys delete file:/path.pem``: remove the key file.
+
+    Args:
+        uri: the key file's ``file:`` URI.
+        kid: when given, the file must hold the key with this kid (what the
+            operator was shown); an encrypted file is then opened with ``pin``.
+        pin: the passphrase of an encrypted file, needed only with ``kid``.
+        secrets_handler: not asked.
+        options: none are taken; any is refused.
+
+    Returns:
+        ``uri`` and ``deleted`` (what was removed).
+
+    Raises:
+        UnknownOptionError: for an option a file key does not take.
+        KeyNotFoundError: no file there.
+        KeyURIError: the file is not a PEM private key (it is left alone), or holds another key than ``kid``.
+    """
+    check_options("keys delete for a file: key", options, _FILE_OPTIONS)
+    pin = as_secret(pin, "pin=")
+    path = Path(FileSigner.path_of(uri))
+    if not path.is_file():
+        raise KeyNotFoundError(f"no key file at {path}")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_PEM_HEAD)
+    except OSError as exc:
+        raise KeyURIError(f"cannot read key file {path}: {exc.strerror}") from None
+    if b"PRIVATE KEY-----" not in head:
+        raise KeyURIError(f"{path} is not a PEM private key; capseal deletes only key files, and left it alone")
+    if kid is not None and FileSigner(path, pin=pin).kid != kid:
+        raise KeyURIError(f"{path} now holds another key than the one shown (kid {kid[:16]}…); not deleted")
+    path.unlink()
+    return {"uri": file_uri(path.absolute()), "deleted": [f"key file {path}"]}

@@ -51,9 +51,9 @@ from capseal.errors import (
 
 from ._base import PendingSignature, SignatureResult, Signer
 from ._files import MAX_KEY_FILE, FileTooLargeError, read_capped
-from ._pin import usable_pin
-from ._registry import SecretsHandler
-from ._tpm_device import AUTH_VALUE_HINT, TPMDevice, TPMInfo, get_device
+from ._pin import Secret, as_secret, pin_advice
+from ._registry import SecretsHandler, check_options
+from ._tpm_device import TPMDevice, TPMInfo, auth_value_hint, get_device, persistent_tr
 from ._tpm_uri import (
     TPM_RH_OWNER,
     TPMKeyFile,
@@ -75,6 +75,7 @@ __all__ = [
     "eddsa_refusal",
     "create_key",
     "list_keys",
+    "delete_key",
     "provision",
     "doctor_checks",
     "create_key_hint",
@@ -138,21 +139,27 @@ MAX_AUTH_BYTES = 64
 CREATE_AUTH_BYTES = 32
 
 
-def auth_value(pin: object, where: str, limit: int = MAX_AUTH_BYTES) -> bytes | None:
-    """The auth value ``pin`` (a str) as bytes for the TPM; None for no pin or "".
+def auth_value(pin: object, where: str, limit: int = MAX_AUTH_BYTES) -> Secret | None:
+    """The auth value ``pin`` (a str or a Secret) checked for the TPM and held
+    as a :class:`Secret` (its UTF-8 bytes go to the TPM); None for no pin or "".
 
     Why checked here: ``pin.encode()`` was an AttributeError for a non-str, a
     UnicodeEncodeError whose args hold the whole pin for text that is not
     UTF-8, and an overlong value an IndexError from tpm2-pytss. Each is now
-    PinIncorrectError naming ``where``, with no part of the value."""
-    if pin is None or pin == "":
+    PinIncorrectError naming ``where``, with no part of the value.
+
+    Raises:
+        PinIncorrectError: the value is not usable text, or longer than ``limit`` bytes.
+    """
+    secret = as_secret(pin, "pin=")
+    del pin
+    if secret is None or secret.empty:
         return None
-    text = usable_pin(pin, f"pin= for {where}")
-    raw = text.encode("utf-8")
-    if len(raw) > limit:
-        raise PinIncorrectError(f"the auth value for {where} is {len(raw)} bytes; a TPM key's auth value is at "
-                                f"most {limit} bytes")
-    return raw
+    secret = secret.with_suffix(f"for {where}").usable_pin()
+    if secret.byte_length() > limit:
+        raise PinIncorrectError(f"the auth value for {where} is {secret.byte_length()} bytes; a TPM key's auth value "
+                                f"is at most {limit} bytes")
+    return secret
 
 
 def eddsa_refusal(info: TPMInfo) -> UnsupportedAlgorithmError:
@@ -217,6 +224,10 @@ class _KeyShape:
         self.public_key = serialization.load_der_public_key(public.to_der())
 
 
+#: What ``open_signer`` takes for a tpm2: key.
+TPM_SIGNER_OPTIONS = ("pin", "secrets_handler", "tcti", "ak_handle", "timeout")
+
+
 class TPMSigner(Signer):
     """A signing key inside a TPM 2.0, named by a ``tpm2:`` URI.
 
@@ -235,7 +246,7 @@ class TPMSigner(Signer):
         self,
         ref: TPMKeyURI,
         *,
-        auth: bytes | None = None,
+        auth: Secret | None = None,
         device: TPMDevice | None = None,
         timeout: float | None = _DEFAULT_TIMEOUT,
     ) -> None:
@@ -246,7 +257,7 @@ class TPMSigner(Signer):
             # a str was taken here and failed as a TypeError at the first signature; 0 timed out every one
             raise InputError(f"timeout is {timeout!r}; give seconds as a positive number, or None for no limit")
         self._ref = ref
-        self._auth = auth or None
+        self._auth = auth if auth is not None and not auth.empty else None
         self._timeout = timeout
         self._device = device or get_device(ref.tcti)
         self._token = object()  # this signer's entries in the device's per-connection memo
@@ -258,9 +269,7 @@ class TPMSigner(Signer):
             self._keyfile = _read_keyfile(ref.keyfile)
             if not self._keyfile.empty_auth and self._auth is None:
                 raise PinIncorrectError(f"{ref.describe_key()} has an auth value (the key file says so) and none was "
-                                        "given; nothing was sent to the TPM",
-                                        hint="give it with CAPSEAL_PIN, --pin-file FILE or --pin-prompt "
-                                             "(pin= or a secrets handler in Python)")
+                                        "given; nothing was sent to the TPM", hint=pin_advice("it"))
         self._pinned_name: bytes | None = None
         public, name, info = self._device.call(self._open_on_worker, what=f"opening {ref.describe_key()}",
                                                timeout=timeout)
@@ -283,18 +292,34 @@ class TPMSigner(Signer):
         cls,
         uri: str,
         *,
-        pin: str | None = None,
+        pin: str | Secret | None = None,
         secrets_handler: SecretsHandler | None = None,
         tcti: str | None = None,
         ak_handle: int | str | None = None,
         timeout: float | None = _DEFAULT_TIMEOUT,
         **options: Any,
     ) -> TPMSigner:
-        """Open ``tpm2:handle=…`` or ``tpm2:keyfile=…``. ``pin`` is the key's
-        auth value (when it has one); ``secrets_handler`` is asked only for key
-        files that declare a non-empty auth."""
-        if options:
-            raise KeyURIError(f"unknown options for a tpm2: key: {sorted(options)}")
+        """Open ``tpm2:handle=…`` or ``tpm2:keyfile=…`` (``open_signer``'s entry point).
+
+        Args:
+            uri: the key's ``tpm2:`` URI.
+            pin: the key's auth value (when it has one).
+            secrets_handler: asked only for key files that declare a non-empty auth.
+            tcti: the TPM, overriding the URI's ``tcti=``.
+            ak_handle: an attestation key's persistent handle, overriding the URI's ``ak-handle=``.
+            timeout: seconds one TPM command may take (None: no limit).
+            options: none other; any is refused.
+
+        Returns:
+            The signer.
+
+        Raises:
+            UnknownOptionError: an option this backend does not take (named, with the valid ones).
+            KeyURIError, KeyNotFoundError, PinIncorrectError, SignerUnavailableError,
+            UnsupportedAlgorithmError: see :class:`TPMSigner`.
+        """
+        check_options("open_signer for a tpm2: key", options, TPM_SIGNER_OPTIONS)
+        pin = as_secret(pin, "pin=")
         if secrets_handler is not None and not callable(secrets_handler):
             raise InputError(f"secrets_handler is a {type(secrets_handler).__name__}, not a callable")
         ak = (parse_handle(ak_handle, "ak_handle") if isinstance(ak_handle, str)
@@ -303,7 +328,7 @@ class TPMSigner(Signer):
         if pin is None and secrets_handler is not None and ref.keyfile is not None:
             kf = _read_keyfile(ref.keyfile)
             if not kf.empty_auth:
-                pin = secrets_handler(f"auth value for {ref.describe_key()}")
+                pin = as_secret(secrets_handler(f"auth value for {ref.describe_key()}"), "secrets_handler")
         return cls(ref, auth=auth_value(pin, ref.describe_key()), timeout=timeout)
 
     def _open_on_worker(self, ectx: Any) -> tuple[TPM2B_PUBLIC, bytes, TPMInfo]:
@@ -331,13 +356,13 @@ class TPMSigner(Signer):
             tr = self._load_keyfile(ectx, self._keyfile)
         else:
             assert ref.handle is not None
+            hint = f"Create one: {create_key_hint(ref.tcti, ref.handle)}"
             try:
-                tr = ectx.tr_from_tpmpublic(ref.handle)
-            except TSS2_Exception as exc:
+                tr = persistent_tr(ectx, ref.handle, ref.tcti, "key", hint)
+            except TSS2_Exception as exc:  # listed, yet gone by the time it was read
                 if int(exc.error) in (_RC_HANDLE, _RC_REFERENCE_H0):
                     raise KeyNotFoundError(
-                        f"no key at persistent handle {format_handle(ref.handle)} on TPM {ref.tcti}",
-                        hint=f"Create one: {create_key_hint(ref.tcti, ref.handle)}",
+                        f"no key at persistent handle {format_handle(ref.handle)} on TPM {ref.tcti}", hint=hint,
                     ) from None
                 raise
         if self._pinned_name is not None:
@@ -348,7 +373,7 @@ class TPMSigner(Signer):
                 raise KeyNotFoundError(f"{ref.describe_key()} is no longer the key this signer opened "
                                        f"(TPM name {bytes(name).hex()[:16]}…, expected {self._pinned_name.hex()[:16]}…)")
         if self._auth is not None:
-            ectx.tr_set_auth(tr, self._auth)
+            ectx.tr_set_auth(tr, self._auth.encoded())
         return tr
 
     def _load_keyfile(self, ectx: Any, kf: TPMKeyFile) -> Any:
@@ -460,7 +485,7 @@ class TPMSigner(Signer):
                 if err in (_RC_AUTH_FAIL, _RC_BAD_AUTH):
                     raise PinIncorrectError(
                         f"{self._ref.describe_key()} refused its auth value (wrong or missing pin)",
-                        hint=AUTH_VALUE_HINT) from None
+                        hint=auth_value_hint()) from None
                 raise
             if shape.is_rsa:
                 out = bytes(sig.signature.rsapss.sig)
@@ -662,7 +687,7 @@ class _FastSign:
 
 def _persistent_tr(ectx: Any, handle: int, tcti: str, what: str) -> Any:
     try:
-        return ectx.tr_from_tpmpublic(handle)
+        return persistent_tr(ectx, handle, tcti, what)
     except TSS2_Exception as exc:
         if int(exc.error) in (_RC_HANDLE, _RC_REFERENCE_H0):
             raise KeyNotFoundError(f"no {what} at persistent handle {format_handle(handle)} on TPM {tcti}") from None
@@ -718,6 +743,13 @@ def create_key(uri: str, alg: str, **kw: Any) -> TPMSigner:
     return impl(uri, alg, **kw)
 
 
+def delete_key(uri: str, **kw: Any) -> dict[str, Any]:
+    """See :func:`capseal.keys._tpm_provision.delete_key`."""
+    from ._tpm_provision import delete_key as impl
+
+    return impl(uri, **kw)
+
+
 def list_keys(uri: str, **kw: Any) -> list[dict[str, Any]]:
     """See :func:`capseal.keys._tpm_provision.list_keys`."""
     from ._tpm_provision import list_keys as impl
@@ -733,7 +765,7 @@ def provision(tcti: str | None, **kw: Any) -> dict[str, Any]:
 
 
 def doctor_checks(uri: str | None, **kw: Any) -> list[Any]:
-    """See :func:`capseal.keys._tpm_provision.doctor_checks`."""
-    from ._tpm_provision import doctor_checks as impl
+    """See :func:`capseal.keys._tpm_doctor.doctor_checks`."""
+    from ._tpm_doctor import doctor_checks as impl
 
     return impl(uri, **kw)

@@ -64,11 +64,9 @@ from concurrent.futures import TimeoutError as _FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-os.environ.setdefault("TSS2_LOG", "all+NONE")  # expected failures (probing a handle) must not spam stderr
-
-from capseal._at_exit import close_devices_last  # noqa: E402
-from capseal._fork_copies import ForkCopies  # noqa: E402
-from capseal.errors import (  # noqa: E402
+from capseal._at_exit import close_devices_last
+from capseal._fork_copies import ForkCopies
+from capseal.errors import (
     CapsealError,
     DeviceError,
     KeyNotFoundError,
@@ -78,9 +76,9 @@ from capseal.errors import (  # noqa: E402
     SignerUnavailableError,
     TPMObjectMemoryError,
 )
-from capseal.keys._tpm_uri import check_tcti  # noqa: E402
+from capseal.keys._tpm_uri import check_tcti
 
-try:  # noqa: E402
+try:
     from tpm2_pytss import ESAPI, TSS2_Exception
     from tpm2_pytss.constants import TPM2_CAP, TPM2_HC, TPM2_PT
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
@@ -101,6 +99,8 @@ __all__ = [
     "is_transport_error",
     "unreachable_fix",
     "classify_software",
+    "is_listed",
+    "persistent_tr",
 ]
 
 T = TypeVar("T")
@@ -162,14 +162,17 @@ OBJECT_MEMORY_HINT = (
     "connects).")
 
 
-#: Where a TPM key's auth value comes from, and what a refused one costs. Why
-#: in every auth refusal: each one counts toward the TPM's dictionary-attack
-#: lockout (swtpm: 3 tries, 1000 s each), and an operator at the CLI is not
-#: helped by "pass pin=".
-AUTH_VALUE_HINT = ("give the key's auth value with CAPSEAL_PIN, --pin-file FILE or --pin-prompt (pin= in Python); "
-                   "a key at a persistent handle does not say whether it has one, so without a PIN the empty auth "
-                   "value is tried. Each refused value counts toward the TPM's dictionary-attack lockout: check "
-                   "with capseal doctor --tcti … before trying again")
+def auth_value_hint() -> str:
+    """Where a TPM key's auth value comes from, and what a refused one costs,
+    in the caller's terms (the CLI's options, or Python's ``pin=``). Why in
+    every auth refusal: each one counts toward the TPM's dictionary-attack
+    lockout (swtpm: 3 tries, 1000 s each)."""
+    from ._pin import pin_advice
+
+    advice = pin_advice("the key's auth value")
+    return (f"{advice}; a key at a persistent handle does not say whether "
+            "it has one, so without one the empty auth value is tried. Each refused value counts toward the "
+            "TPM's dictionary-attack lockout: check with capseal doctor --tcti … before trying again")
 
 
 def unreachable_fix(tcti: str) -> str:
@@ -189,8 +192,10 @@ def unreachable_fix(tcti: str) -> str:
                     "the kernel has tpm_tis/tpm_crb, or give the TCTI of the TPM you mean")
         return f"check that this user can read and write {path} (group tss: usermod -aG tss USER, then log in again)"
     if kind in ("swtpm", "mssim"):
-        return (f"start the TPM simulator that {tcti} names and check its host and port (swtpm: "
-                "hardware/swtpm.sh start STATE_DIR PORT)")
+        # the command itself: a pip user has none of the repository's scripts
+        return (f"start the TPM simulator that {tcti} names and check its host and port (swtpm: swtpm socket "
+                "--tpm2 --tpmstate dir=STATE_DIR --server type=tcp,port=PORT --ctrl type=tcp,port=PORT+1 "
+                "--flags not-need-init,startup-clear --daemon)")
     if kind == "tabrmd":
         return "start the TPM access broker (systemctl start tpm2-abrmd) and check the TCTI's bus name"
     return f"check the TCTI {tcti!r}: is libtss2-tcti-{kind} installed and is its configuration right?"
@@ -232,7 +237,7 @@ def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> C
         )
     if err in (_RC_AUTH_FAIL, _RC_BAD_AUTH):
         return PinIncorrectError(f"TPM {tcti} refused the authorization value during {what} (rc 0x{rc:x})",
-                                 hint=AUTH_VALUE_HINT)
+                                 hint=auth_value_hint())
     if err == _RC_HANDLE or err == _RC_REFERENCE_H0:
         return KeyNotFoundError(f"{what} on TPM {tcti}: no such object ({exc}, rc 0x{rc:x})")
     if err in (_RC_RETRY, _RC_YIELDED, _RC_CANCELED, _RC_TESTING):
@@ -392,6 +397,26 @@ def listed_handles(ectx: Any, first: int, types: frozenset[int]) -> list[int]:
         if not more or not batch or batch[-1] < start:
             return out
         start = batch[-1] + 1
+
+
+def is_listed(ectx: Any, handle: int) -> bool:
+    """Whether TPM_CAP_HANDLES lists ``handle`` (a persistent object there).
+
+    Why asked before ``Esys_TR_FromTPMPublic``: on an empty handle that call
+    fails, as expected, but libtss2 first prints three ERROR lines to stderr.
+    capseal leaves the TSS's logging (``TSS2_LOG``) to the application, so it
+    does not make calls it expects to fail."""
+    _more, data = ectx.get_capability(TPM2_CAP.HANDLES, handle, 1)
+    return handle in [int(h) for h in data.data.handles]
+
+
+def persistent_tr(ectx: Any, handle: int, tcti: str, what: str = "object", hint: str | None = None) -> Any:
+    """The ESYS_TR of the object at persistent ``handle``; KeyNotFoundError
+    naming ``what``, the handle and the TCTI (with ``hint``) when the TPM lists
+    nothing there (see :func:`is_listed`)."""
+    if not is_listed(ectx, handle):
+        raise KeyNotFoundError(f"no {what} at persistent handle 0x{handle:08x} on TPM {tcti}", hint=hint)
+    return ectx.tr_from_tpmpublic(handle)
 
 
 def transient_handles(ectx: Any) -> list[int]:

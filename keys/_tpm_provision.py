@@ -32,7 +32,6 @@ finishes the job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from tpm2_pytss import TSS2_Exception
@@ -42,10 +41,8 @@ from tpm2_pytss.constants import (
     TPM2_CAP,
     TPM2_ECC,
     TPM2_HC,
-    TPM2_PT,
     TPM2_PT_HR,
     TPMA_OBJECT,
-    TPMA_PERMANENT,
 )
 from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
 
@@ -59,21 +56,21 @@ from capseal.errors import (
     UnsupportedAlgorithmError,
 )
 
-from ._registry import SecretsHandler
+from ._pin import Secret, as_secret
+from ._registry import SecretsHandler, check_options
 from ._tpm import (
     CREATE_AUTH_BYTES,
-    TPM_ALG_EDDSA,
     TPMSigner,
     _read_keyfile,
     _write_keyfile,
     auth_value,
-    create_key_hint,
     eddsa_refusal,
     key_attributes,
     keyfile_public,
     srk_template,
 )
-from ._tpm_device import TPMDevice, TPMInfo, get_device, unreachable_fix
+from ._tpm_device import TPMDevice, TPMInfo, get_device, is_listed
+from ._tpm_doctor import doctor_checks  # re-exported: the doctor's TPM checks live there
 from ._tpm_uri import (
     DEFAULT_TCTI,
     TPM_RH_OWNER,
@@ -86,8 +83,8 @@ from ._tpm_uri import (
     parse_tpm_uri,
 )
 
-__all__ = ["HandleInUseError", "ProvisionIncompleteError", "create_key", "list_keys", "provision", "doctor_checks", "signing_template",
-           "AK_TEMPLATE"]
+__all__ = ["HandleInUseError", "ProvisionIncompleteError", "create_key", "delete_key", "list_keys", "provision",
+           "doctor_checks", "signing_template", "AK_TEMPLATE"]
 
 AK_TEMPLATE = "ecc256:ecdsa-sha256:null"
 _BASE_SIGN = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT
@@ -142,7 +139,10 @@ def _check_alg_supported(info: TPMInfo, alg: str) -> None:
 
 
 def _read_persistent(ectx: Any, handle: int) -> TPM2B_PUBLIC | None:
-    """The public area at a persistent handle, or None when the handle is empty."""
+    """The public area at a persistent handle, or None when the handle is empty
+    (the TPM lists nothing there: asked first, see ``is_listed``)."""
+    if not _is_listed(ectx, handle):
+        return None
     try:
         tr = ectx.tr_from_tpmpublic(handle)
     except TSS2_Exception as exc:
@@ -160,8 +160,7 @@ def _is_listed(ectx: Any, handle: int) -> bool:
     """Whether TPM_CAP_HANDLES lists ``handle``: it lists persistent objects
     that ReadPublic answers with TPM_RC_HANDLE (those of a disabled
     hierarchy), at which TPM2_EvictControl refuses to persist."""
-    _more, data = ectx.get_capability(TPM2_CAP.HANDLES, handle, 1)
-    return handle in [int(h) for h in data.data.handles]
+    return is_listed(ectx, handle)
 
 
 def _occupant(ectx: Any, handle: int, tcti: str) -> TPM2B_PUBLIC | None:
@@ -200,10 +199,10 @@ def _flush_all(ectx: Any, objects: list[Any]) -> None:
             pass
 
 
-def _create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: bytes | None = None) -> tuple[Any, Any]:
+def _create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: Secret | None = None) -> tuple[Any, Any]:
     sensitive = TPM2B_SENSITIVE_CREATE()
-    if auth:
-        sensitive.sensitive.userAuth = auth
+    if auth is not None:
+        sensitive.sensitive.userAuth = auth.encoded()
     private, public, _, _, _ = ectx.create(srk, sensitive, template)
     return private, public
 
@@ -211,14 +210,28 @@ def _create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: bytes |
 def _persist(ectx: Any, srk: Any, private: Any, public: Any, handle: int) -> None:
     key = ectx.load(srk, private, public)
     try:
-        ectx.evict_control(ESYS_TR.OWNER, key, handle)
+        _close_tr(ectx, ectx.evict_control(ESYS_TR.OWNER, key, handle))  # the new persistent object's ESYS_TR
     finally:
         ectx.flush_context(key)
 
 
 def _evict(ectx: Any, handle: int) -> None:
+    """Evict the persistent object at ``handle``, and let go of its ESYS_TR:
+    ESYS keeps the evicted object's entry otherwise, and a key persisted at
+    the handle later is then looked up under that stale name (evicting it
+    failed with ESYS's catch-all 0x70001)."""
     tr = ectx.tr_from_tpmpublic(handle)
     ectx.evict_control(ESYS_TR.OWNER, tr, handle)
+    _close_tr(ectx, tr)
+
+
+def _close_tr(ectx: Any, tr: Any) -> None:
+    if tr is None or int(tr) == int(ESYS_TR.NONE):
+        return
+    try:
+        ectx.tr_close(tr)
+    except TSS2_Exception:
+        pass
 
 
 def _key_summary(public: TPM2B_PUBLIC, handle: int | None = None) -> dict[str, Any]:
@@ -325,7 +338,7 @@ def provision(tcti: str | None, *, signing_handle: int = 0x81000101, ak_handle: 
                 _evict(ectx, h)
             for tr, h in ((key, signing_handle), (ak, ak_handle)):
                 changing.append(f"persisting at {format_handle(h)}")
-                ectx.evict_control(ESYS_TR.OWNER, tr, h)
+                _close_tr(ectx, ectx.evict_control(ESYS_TR.OWNER, tr, h))
         finally:
             _flush_all(ectx, loaded)
         return {"srk": {"template": SRK_TEMPLATE_TEXT, "name": bytes(srk_public.get_name()).hex(),
@@ -402,7 +415,7 @@ def _incomplete(device: TPMDevice, tcti: str, alg: str, handles: tuple[int, int]
 # ---------------------------------------------------------------------------- capseal keys create / list
 
 
-def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None,
+def create_key(uri: str, alg: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
                **opts: Any) -> TPMSigner:
     """``capseal keys create tpm2:…``: a new key generated inside the TPM.
 
@@ -410,9 +423,10 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
     ``tpm2:keyfile=/path`` writes a TSS2 PRIVATE KEY (mode 0600, never
     overwriting) whose parent is the SRK. ``pin`` becomes the key's auth value
     (and the key stays DA-protected)."""
-    ref = parse_tpm_uri(uri, tcti=opts.pop("tcti", None))
-    if opts:
-        raise KeyURIError(f"unknown options for a tpm2: key: {sorted(opts)}")
+    pin = as_secret(pin, "pin=")
+    tcti = opts.pop("tcti", None)
+    check_options("keys create for a tpm2: key", opts, ("pin", "secrets_handler", "tcti"))
+    ref = parse_tpm_uri(uri, tcti=tcti)
     if not ref.names_key:
         raise KeyURIError("keys create needs tpm2:handle=0x81…?tcti=… or tpm2:keyfile=/path?tcti=…")
     cose_alg = _cose_alg(alg)
@@ -445,24 +459,128 @@ def create_key(uri: str, alg: str, *, pin: str | None = None, secrets_handler: S
         finally:
             ectx.flush_context(srk)
 
-    private_blob, public_blob = device.call(job, what=f"creating {ref.describe_key()}", retry=False, timeout=None)
-    if ref.keyfile is not None:
+    what = f"creating {ref.describe_key()}"
+    fut = device.submit(job, what=what, retry=False)
+    try:
+        private_blob, public_blob = device.wait(fut, None)
+    except KeyboardInterrupt as exc:  # the worker goes on making the key: wait for it, and undo it
+        _undo_create(device, ref, exc, fut)
+        raise
+    written = False
+    try:
+        if ref.keyfile is not None:
+            try:
+                _write_keyfile(ref.keyfile, TPMKeyFile(public=public_blob, private=private_blob, parent=TPM_RH_OWNER,
+                                                       empty_auth=auth is None))
+                written = True
+            except FileExistsError:
+                raise HandleInUseError(f"{ref.keyfile} already exists; capseal never overwrites a key file") from None
+            except OSError as exc:
+                raise KeyURIError(f"cannot write key file {ref.keyfile}: {exc.strerror}") from None
+        return TPMSigner(ref, auth=auth, device=device)
+    except BaseException as exc:  # a Ctrl-C (or a failure) before the caller has the key: it goes again
+        if ref.handle is not None or written:
+            _undo_create(device, ref, exc)
+        raise
+
+
+def _undo_create(device: TPMDevice, ref: TPMKeyURI, exc: BaseException, job: Any = None) -> None:
+    """Remove the key a ``create_key`` that did not finish made: evict it from
+    its handle (once ``job``, the TPM command making it, is done: a Ctrl-C
+    does not stop the TPM's worker) or delete its key file, with Ctrl-C held
+    off meanwhile. When that fails, ``exc`` is marked as leaving it behind."""
+    import os
+
+    from ._leftover import held_interrupts, note_left
+
+    with held_interrupts():
         try:
-            _write_keyfile(ref.keyfile, TPMKeyFile(public=public_blob, private=private_blob, parent=TPM_RH_OWNER,
-                                                   empty_auth=auth is None))
-        except FileExistsError:
-            raise HandleInUseError(f"{ref.keyfile} already exists; capseal never overwrites a key file") from None
-        except OSError as exc:
-            raise KeyURIError(f"cannot write key file {ref.keyfile}: {exc.strerror}") from None
-    return TPMSigner(ref, auth=auth, device=device)
+            if job is not None:
+                try:
+                    job.result(timeout=60)
+                except Exception:  # noqa: BLE001 - the job failed: it made nothing to undo
+                    return
+            if ref.keyfile is not None:
+                if job is None:  # the key file was written by this call (the TPM holds nothing of it)
+                    os.unlink(ref.keyfile)
+                return
+            handle = ref.handle
+            assert handle is not None
+            device.call(lambda ectx: _evict(ectx, handle), what=f"removing the unfinished {ref.describe_key()}",
+                        retry=False, timeout=30)
+        except BaseException:  # noqa: BLE001 - the error on its way out is the one to report, with this key named
+            note_left(exc, ref.to_uri())
 
 
-def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandler | None = None,
+def delete_key(uri: str, *, kid: str | None = None, pin: str | Secret | None = None,
+               secrets_handler: SecretsHandler | None = None, **opts: Any) -> dict[str, Any]:
+    """``capseal keys delete tpm2:…``: evict the key at a persistent handle
+    (TPM2_EvictControl), or delete a key file (the TPM holds nothing of it).
+
+    Args:
+        uri: ``tpm2:handle=0x81…`` or ``tpm2:keyfile=/path``.
+        kid: when given, the key found must have this kid (what the operator was shown).
+        pin: not needed (evicting uses the owner hierarchy's empty auth).
+        secrets_handler: not asked.
+        opts: ``tcti``; any other is refused.
+
+    Returns:
+        ``uri``, ``kid`` (when the key has one) and ``deleted``.
+
+    Raises:
+        KeyURIError: the URI names no key, the object is not a signing or attestation key
+            (a storage key, say: left alone), or is another key than ``kid``.
+        KeyNotFoundError: nothing at the handle, or no key file.
+        UnknownOptionError, SignerUnavailableError, DeviceError: as for other TPM commands.
+    """
+
+    tcti = opts.pop("tcti", None)
+    check_options("keys delete for a tpm2: key", opts, ("kid", "pin", "secrets_handler", "tcti"))
+    ref = parse_tpm_uri(uri, tcti=tcti)
+    if not ref.names_key:
+        raise KeyURIError("keys delete needs tpm2:handle=0x81…?tcti=… or tpm2:keyfile=/path?tcti=…")
+
+    def check(public: TPM2B_PUBLIC) -> str | None:
+        summary = _key_summary(public, ref.handle)
+        if summary["role"] not in ("signing-key", "attestation-key"):
+            raise KeyURIError(f"{ref.describe_key()} is a {summary['role']}, not a signing or attestation key; "
+                              "capseal deletes only those, and left it alone")
+        found = summary.get("kid")
+        if kid is not None and found != kid:
+            raise KeyURIError(f"{ref.describe_key()} is another key than the one shown (kid {kid[:16]}…); not deleted")
+        return found if isinstance(found, str) else None
+
+    if ref.keyfile is not None:
+        import os
+
+        kf = _read_keyfile(ref.keyfile)  # KeyNotFoundError when there is none; a file that is no key is refused
+        found = check(keyfile_public(kf, ref.describe_key()))
+        os.unlink(ref.keyfile)
+        return {"uri": ref.to_uri(), "kid": found, "deleted": [f"key file {ref.keyfile}"]}
+    handle = ref.handle
+    assert handle is not None
+    device = get_device(ref.tcti)
+
+    def job(ectx: Any) -> str | None:
+        public = _read_persistent(ectx, handle)
+        if public is None:
+            raise KeyNotFoundError(f"no key at persistent handle {format_handle(handle)} on TPM {ref.tcti}")
+        found = check(public)
+        _evict(ectx, handle)
+        return found
+
+    found = device.call(job, what=f"deleting {ref.describe_key()}", retry=False)
+    return {"uri": ref.to_uri(), "kid": found, "deleted": [f"persistent object {format_handle(handle)}"]}
+
+
+def list_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
               **opts: Any) -> list[dict[str, Any]]:
     """``capseal keys list tpm2:?tcti=…``: every persistent object on the TPM
     (role, type, kid, name, attributes); for a handle or keyfile URI, that key
     (none when no object is at the handle, as a PKCS#11 URI's filter lists none)."""
-    ref = parse_tpm_uri(uri, tcti=opts.pop("tcti", None))
+    tcti = opts.pop("tcti", None)
+    check_options("keys list for a tpm2: TPM", opts, ("pin", "secrets_handler", "tcti"))
+    ref = parse_tpm_uri(uri, tcti=tcti)
     device = get_device(ref.tcti)
     if ref.keyfile is not None:
         kf = _read_keyfile(ref.keyfile)
@@ -492,147 +610,3 @@ def list_keys(uri: str, *, pin: str | None = None, secrets_handler: SecretsHandl
 
     return device.call(job, what="listing persistent keys")
 
-
-# ---------------------------------------------------------------------------- capseal doctor
-
-
-def doctor_checks(uri: str | None, *, pin: str | None = None, tcti: str | None = None, **_: Any) -> list[Any]:
-    """Checks for ``capseal doctor``: the TPM answers on the TCTI, is not in
-    lockout and no other process holds transient objects; the key (if a URI
-    is given) exists and has an algorithm capseal signs with; the AK
-    (``ak-handle``) is a restricted signing key. Never raises.
-
-    Looking must not change the TPM: the checks run on a private device that
-    flushes nothing it did not load (``flush_others=False``), so another
-    process's objects survive and are reported instead."""
-    from .doctor import Check
-
-    try:
-        if uri:
-            ref = parse_tpm_uri(uri, tcti=tcti)
-        else:
-            ref = TPMKeyURI(tcti=DEFAULT_TCTI if tcti is None else check_tcti(tcti, "--tcti"))
-    except CapsealError as exc:
-        return [Check("TPM key URI", False, str(exc), "write it as tpm2:handle=0x81000101?tcti=device:/dev/tpmrm0")]
-    device = TPMDevice(ref.tcti, flush_others=False)
-    try:
-        return _doctor_on(device, ref, pin)
-    finally:
-        device.close()
-
-
-def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]:
-    from .doctor import Check
-
-    checks: list[Check] = []
-    try:
-        info = device.info()
-    except CapsealError as exc:
-        return [Check("TPM answers", False, f"{ref.tcti}: {exc}", unreachable_fix(ref.tcti))]
-    kind = "software TPM" if info.software else ("hardware TPM" if info.software is False else "TPM of unknown kind")
-    checks.append(Check("TPM answers", True, f"{ref.tcti}: {info.manufacturer} '{info.vendor.strip()}' firmware "
-                        f"{info.firmware}, {info.spec_version} ({kind}: {info.software_reason})"))
-    try:
-        state = device.call(lambda ectx: _read_state(ectx, device), what="reading TPM state")
-        checks += [_lockout_check(state, ref.tcti), _slots_check(state, ref.tcti)]
-    except CapsealError as exc:
-        checks.append(Check("TPM state", False, str(exc)))
-    if not ref.names_key:
-        ok = info.supports(int(TPM2_ALG.ECC)) and info.supports(int(TPM2_ALG.ECDSA))
-        algs = ["ES256"] if ok else []
-        if info.supports(int(TPM2_ALG.RSAPSS)):
-            algs.append("PS256")
-        eddsa = "lists EdDSA" if info.supports(TPM_ALG_EDDSA) else "no EdDSA (TPM_ALG_EDDSA not listed)"
-        checks.append(Check("TPM algorithms", ok, f"can sign {', '.join(algs) or 'nothing capseal uses'}; {eddsa}",
-                            "" if ok else "this TPM lacks ECC/ECDSA; capseal needs P-256 ECDSA or RSA-PSS"))
-        return checks
-    return checks + _key_checks(device, ref, pin)
-
-
-def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: str | None) -> list[Any]:
-    from .doctor import Check
-
-    checks: list[Check] = []
-    create = (create_key_hint(ref.tcti, ref.handle) if ref.handle is not None
-              else f"capseal keys create '{ref.to_uri()}' --alg p256 (a new key file)")
-    try:
-        signer = TPMSigner(ref, auth=auth_value(pin, ref.describe_key()), device=device)
-        try:
-            checks.append(Check("TPM key", True, f"{ref.describe_key()}: {signer.alg} key, kid {signer.kid[:16]}…, "
-                                f"TPM name {signer.tpm_name.hex()[:20]}…"))
-            checks.append(Check("TPM key algorithm", True, f"{signer.alg} is supported by capseal and this TPM"))
-            if ref.ak_handle is not None:
-                custody = signer.describe()
-                ok = "tpm_certify" in custody
-                checks.append(Check("TPM attestation key", ok, f"AK {format_handle(ref.ak_handle)} certified the key "
-                                    "(TPM2_Certify verified)" if ok else custody.get("tpm_certify_omitted", "no certify")))
-        finally:
-            signer.close()
-    except KeyNotFoundError as exc:
-        checks.append(Check("TPM key", False, str(exc), create if ref.handle is not None else "check the key file path"))
-    except UnsupportedAlgorithmError as exc:
-        checks.append(Check("TPM key algorithm", False, str(exc), f"use a P-256 key: {create}"))
-    except CapsealError as exc:
-        checks.append(Check("TPM key", False, str(exc), getattr(exc, "hint", "")))
-    return checks
-
-
-@dataclass(frozen=True)
-class _TPMState:
-    """What doctor reads from TPM_PT_PERMANENT, the DA counters and the handles."""
-
-    in_lockout: bool
-    lockout_auth_set: bool
-    failed_tries: int
-    max_tries: int
-    recovery_s: int
-    free_slots: int
-    foreign: tuple[int, ...]  # transient objects no capseal device of this process holds
-
-
-def _read_state(ectx: Any, device: TPMDevice) -> _TPMState:
-    props: dict[int, int] = {}
-    _more, data = ectx.get_capability(TPM2_CAP.TPM_PROPERTIES, int(TPM2_PT.VAR), 64)
-    for p in data.data.tpmProperties:
-        props[int(p.property)] = int(p.value)
-    permanent = props.get(int(TPM2_PT.PERMANENT), 0)
-    return _TPMState(
-        in_lockout=bool(permanent & TPMA_PERMANENT.INLOCKOUT),
-        lockout_auth_set=bool(permanent & TPMA_PERMANENT.LOCKOUTAUTHSET),
-        failed_tries=props.get(int(TPM2_PT.LOCKOUT_COUNTER), 0),
-        max_tries=props.get(int(TPM2_PT.MAX_AUTH_FAIL), 0),
-        recovery_s=props.get(int(TPM2_PT.LOCKOUT_INTERVAL), 0),
-        free_slots=props.get(int(TPM2_PT_HR.TRANSIENT_AVAIL), 0),
-        foreign=tuple(device.foreign_transients()),
-    )
-
-
-def _lockout_check(state: _TPMState, tcti: str) -> Any:
-    from .doctor import Check
-
-    counts = (f"{state.failed_tries} of {state.max_tries} failed authorizations; one is forgiven every "
-              f"{state.recovery_s} s")
-    if not state.in_lockout:
-        return Check("TPM lockout", True, f"not in dictionary-attack lockout ({counts})")
-    pw = " -p LOCKOUT_PASSWORD" if state.lockout_auth_set else ""
-    return Check("TPM lockout", False, f"TPM {tcti} is in dictionary-attack lockout ({counts})",
-                 f"wait until the TPM forgives a failure ({state.recovery_s} s), or reset the lockout with the "
-                 f"lockout authorization: TPM2TOOLS_TCTI='{tcti}' tpm2_dictionarylockout -c{pw}")
-
-
-def _slots_check(state: _TPMState, tcti: str) -> Any:
-    from .doctor import Check
-
-    detail = f"{state.free_slots} transient object slots free (capseal needs 2 at a time)"
-    if state.foreign:
-        held = ", ".join(format_handle(h) for h in state.foreign)
-        return Check("TPM object slots", False,
-                     f"{detail}; {len(state.foreign)} transient object(s) on TPM {tcti} that capseal did not load: "
-                     f"{held}",
-                     "on a TPM without a resource manager capseal flushes objects it did not load when it connects, "
-                     "destroying a running process's work: if the process that loaded them "
-                     "is running, stop it or give each process its own view of the TPM (/dev/tpmrm0 or "
-                     f"tpm2-abrmd); if it has exited, free them: TPM2TOOLS_TCTI='{tcti}' tpm2_flushcontext -t")
-    if state.free_slots < 2:
-        return Check("TPM object slots", False, detail, "the TPM reports too few slots for capseal (SRK + key)")
-    return Check("TPM object slots", True, detail)

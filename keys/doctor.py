@@ -22,17 +22,27 @@ __all__ = ["Check", "run_doctor"]
 
 @dataclass(frozen=True)
 class Check:
+    """One thing doctor looked at: ``ok``, what it found (``detail``) and, when
+    it failed, the ``fix``. ``checked`` is False for a check doctor did not
+    make (it would have cost something, e.g. a TPM dictionary-attack try):
+    the detail says why, and it does not count as a failure."""
+
     name: str
     ok: bool
     detail: str
     fix: str = ""
+    checked: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix, "checked": self.checked}
 
 
 def _python_package(module: str, extra: str, apt: str) -> Check:
-    if importlib.util.find_spec(module) is not None:
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # an import hook that refuses it, a broken install
+        found = False
+    if found:
         return Check(f"python package {module}", True, "importable")
     return Check(f"python package {module}", False, "not installed", f"pip install '{extra}' (system packages: {apt})")
 
@@ -129,7 +139,7 @@ def _tss_group_check() -> Check:
     return Check("tss group", False, f"user {user} is not in group tss", f"usermod -aG tss {user} (then log in again)")
 
 
-def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | None = None,
+def run_doctor(uri: str | None = None, *, pin: Any = None, tcti: str | None = None,
                pin_problem: Exception | None = None) -> list[Check]:
     """Run every check relevant to ``uri`` (or the default TPM when none).
 
@@ -138,6 +148,9 @@ def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | No
     checks that need no PIN still run. Why: the CLI stopped at that error
     with exit 2, and an operator with a bad PIN file and a missing module
     learnt only of the first."""
+    from capseal.keys._pin import as_secret
+
+    pin = as_secret(pin, "pin=")
     checks: list[Check] = []
     scheme = uri.split(":", 1)[0].lower() if uri else None
     if scheme == "pkcs11":
@@ -160,8 +173,10 @@ def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | No
         try:
             with open_signer(uri or "", pin=pin) as signer:
                 checks.append(Check("key file", True, f"{signer.alg} key {signer.kid[:16]}… opens"))
-        except Exception as exc:
-            checks.append(Check("key file", False, str(exc), "check the path and passphrase"))
+        except Exception as exc:  # the error's own hint first: a key file others can read is fixed by chmod 600
+            checks.append(Check("key file", False, str(exc), getattr(exc, "hint", "") or "check the path and passphrase"))
+    elif scheme is not None:
+        checks.append(_unknown_scheme(uri or "", scheme))
     else:
         checks += _pkcs11_system(None)
         tcti, refusal = _tpm_tcti(None, tcti)
@@ -170,6 +185,24 @@ def run_doctor(uri: str | None = None, *, pin: str | None = None, tcti: str | No
         checks += _tpm_system(tcti)
         checks += _backend_checks("capseal.keys._tpm", None, pin, tcti=tcti)
     return checks
+
+
+def _unknown_scheme(uri: str, scheme: str) -> Check:
+    """What doctor says of a URI it has no checks for (it ran the TPM checks:
+    an operator with a typo in ``pkcs11:`` was told about a TPM)."""
+    if ":" not in uri:
+        return Check("key URI", False, f"{uri[:60]!r} is not a key URI (scheme:…)",
+                     "name the key as pkcs11:…, tpm2:… or file:/absolute/path.pem")
+    if scheme == "ephemeral":
+        return Check("key URI", True, "an ephemeral key lives in this process's memory: there is nothing to check",
+                     checked=False)
+    from capseal.keys._registry import SIGNER_FOR_URI_SCHEME
+
+    if scheme in SIGNER_FOR_URI_SCHEME:
+        return Check("key URI", True, f"{scheme}: keys come from a backend registered by the application; doctor has "
+                     "no checks for them", checked=False)
+    return Check("key URI", False, f"unknown key URI scheme {scheme!r}; doctor checks pkcs11:, tpm2: and file: keys",
+                 f"write the URI with one of the schemes capseal knows: {', '.join(sorted(SIGNER_FOR_URI_SCHEME))}")
 
 
 def _pin_problem_check(problem: Exception) -> Check:
@@ -200,11 +233,13 @@ def _tpm_tcti(uri: str | None, tcti: str | None) -> tuple[str, Check | None]:
     return given or named or DEFAULT_TCTI, None
 
 
-def _backend_checks(module: str, uri: str | None, pin: str | None, **kw: Any) -> list[Check]:
+def _backend_checks(module: str, uri: str | None, pin: Any, **kw: Any) -> list[Check]:
     try:
         mod = importlib.import_module(module)
-    except ImportError as exc:
-        return [Check(module, False, f"cannot import: {exc}", "install the extra named above")]
+    except ImportError:
+        # the "python package" check above already failed and says what to install: not said twice
+        what = "PKCS#11" if "pkcs11" in module else "TPM"
+        return [Check(f"{what} checks", False, "not run: they need the Python package reported missing above")]
     fn = getattr(mod, "doctor_checks", None)
     if fn is None:
         return []

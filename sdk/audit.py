@@ -3,6 +3,10 @@
 ``verify_ledger(path)`` runs, for a capseal ledger:
   * the ledger's own integrity: both hash chains (records and evidence), seq
     continuity, header/body agreement (record id = capsule id, epistemic type);
+  * the file's (:mod:`._ledger_audit`): SQLite's integrity check, each chain
+    against the head the ledger recorded (rows lost from its end), the lookup
+    columns against the bodies; a damaged file is reported as such, with every
+    record that can still be read;
   * Class-1 verification of each capsule with the store-level checks (parent
     existence, concurrent supersedes, duplicates) — see ``verify.py``;
   * each signature: the inline AAC profile envelope (``signature``/``key_id``)
@@ -23,6 +27,7 @@ pinned key signed an error (``signer_not_trusted``).
 from __future__ import annotations
 
 import importlib
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,14 +35,15 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 
+from . import _ledger_audit
 from .canonical import capsule_id, hex_bytes, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
 from .errors import InputError, LedgerCorruptError, MalformedJSONError
 from .findings import Finding
 from .ledger import Ledger, StoredEntry
-from .record import dumps_canonical, epistemic_type_for_capsule, strict_json
+from .record import RECEIVED_CAPSULE, dumps_canonical, epistemic_type_for_capsule, strict_json
 from .trust import trusted_keys
-from .verify import verify_store
+from .verify import verify, verify_store
 
 __all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS", "open_effects",
            "OPEN_EFFECT"]
@@ -335,6 +341,12 @@ def verify_ledger(
 ) -> LedgerReport:
     """Verify a whole ledger file. Never raises; ``ok`` gates everything.
 
+    A file that is damaged, empty or not a capseal ledger is reported as such
+    (``ledger_corrupt``, ``ledger_empty``, ``ledger_not_capseal``), and every
+    record that can still be read is verified; ``ledger_unreadable`` says
+    only that it could not be read here (missing, locked, no permission, a
+    format this capseal does not read).
+
     Args:
         path: the ledger file.
         trusted_keys: the signing keys the caller pins (public keys, PEMs,
@@ -346,10 +358,13 @@ def verify_ledger(
 
     Returns:
         A :class:`LedgerReport`; unusable trusted keys are its
-        ``trusted_keys_unusable`` finding, an unreadable file its
-        ``ledger_unreadable`` finding.
+        ``trusted_keys_unusable`` finding.
     """
     report = LedgerReport(path=str(path), ok=False)
+    empty = _ledger_audit.empty_finding(path)
+    if empty is not None:
+        report.findings.append(empty)
+        return report
     try:
         keys = KeyDirectory(trusted_keys)
     except InputError as exc:  # the caller's anchors, never blamed on the ledger
@@ -357,11 +372,11 @@ def verify_ledger(
         return report
     report.anchors = len(keys.trusted or ())
     try:
-        with Ledger(path, readonly=True) as ledger:
+        with _ledger_audit.AuditLedger(path, readonly=True) as ledger:
             with ledger.snapshot():
                 _verify_open_ledger(ledger, report, keys, evidence, evidence_trust)
     except Exception as exc:  # never raise: report why it could not run
-        report.findings.append(Finding("ledger_unreadable", f"{type(exc).__name__}: {exc}"))
+        report.findings.append(_ledger_audit.failure_finding(exc))
         report.ok = False
         return report
     report.ok = not any(f.severity == "error" for f in report.findings) and all(r.ok for r in report.records)
@@ -369,57 +384,46 @@ def verify_ledger(
 
 
 def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory, evidence: bool, evidence_trust: Any) -> None:
-    for problem in ledger.check_chain():
+    for problem in ledger.check_chain():  # rows SQLite cannot read are among these
         report.findings.append(Finding("ledger_chain_broken", problem))
-    entries: list[StoredEntry] = list(ledger.entries())
-    capsule_entries = [e for e in entries if e.record_type == "capsule"]
-    capsules: list[dict[str, Any]] = []
-    bodies: dict[int, dict[str, Any]] = {}
-    for e in capsule_entries:
-        try:
-            body = e.record()
-        except (ValueError, RecursionError):  # unreadable: this record fails, the others are still read
-            body = {}
-        bodies[e.seq] = body
-        capsule = body.get("capsule") if isinstance(body, dict) else None
-        capsules.append(capsule if isinstance(capsule, dict) else {})
-        custody = _custody_of(capsules[-1])
+    entries: list[StoredEntry] = list(ledger.entries(damaged=[]))
+    report.findings.extend(_ledger_audit.file_findings(ledger, entries))
+    capsule_entries = [e for e in entries if e.record_type == "capsule" and e.damage is None]
+    received_entries = [e for e in entries if e.record_type == RECEIVED_CAPSULE and e.damage is None]
+    bodies = {e.seq: _capsule_body(e) for e in capsule_entries + received_entries}
+    capsules = [_capsule_of(bodies[e.seq]) for e in capsule_entries]
+    for capsule in capsules:
+        custody = _custody_of(capsule)
         if custody is not None:
             keys.learn_from_custody(custody)
-    results = verify_store(capsules)
-    still_open = open_effects(capsules)
     signed_custody: dict[str, Mapping[str, Any]] = {}
     by_seq: dict[int, RecordReport] = {}
-    for index, (e, capsule, result) in enumerate(zip(capsule_entries, capsules, results)):
-        rr = RecordReport(seq=e.seq, record_id=e.record_id, record_type=e.record_type, ok=True, findings=list(result.findings))
+    # this ledger's own capsules are checked as one store (chains, parents); a capsule kept
+    # as received from another producer is checked on its own (its chain is in its producer's ledger)
+    checked = list(zip(capsule_entries, capsules, verify_store(capsules)))
+    checked += [(e, _capsule_of(bodies[e.seq]), verify(_capsule_of(bodies[e.seq]))) for e in received_entries]
+    still_open = open_effects(capsules)  # by index in capsules, which checked begins with
+    for index, (e, capsule, result) in enumerate(checked):
+        rr = _capsule_report(e, capsule, bodies[e.seq], result, keys, signed_custody)
         if index in still_open:
             rr.findings.append(still_open[index])
-        rr.findings.extend(_custody_findings(_custody_of(capsule), keys))
-        if not result.ok:
-            rr.ok = False
-        if capsule.get("capsule_id") != e.record_id or not is_hex64(e.record_id):
-            rr.findings.append(Finding("header_mismatch", "the store header's record_id is not the capsule's id"))
-        if e.epistemic_type != epistemic_type_for_capsule(capsule):  # EL -00 §4.1: fixed at commit, never upgraded
-            rr.findings.append(Finding("header_mismatch", f"the store header's epistemic_type {e.epistemic_type!r} is not "
-                                       f"the capsule's ({epistemic_type_for_capsule(capsule)!r})"))
-        body = bodies.get(e.seq, {})
-        envelopes = body.get("envelopes", []) if isinstance(body, dict) else []
-        verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)
-        rr.signature, rr.signer_kid = verdict, kid
-        custody = _custody_of(capsule)
-        if verdict == "authored" and kid is not None and isinstance(custody, Mapping) and custody.get("kid") == kid:
-            signed_custody.setdefault(kid, custody)  # what a key says of itself, under its own signature
-        rr.findings.extend(sig_findings)
-        if verdict == "unclaimed":
-            rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
+        if e.record_type == RECEIVED_CAPSULE:
+            rr.findings.append(Finding("capsule_received", "kept as received from another producer, checked on its "
+                                       "own: its chain is in its producer's ledger", severity="info"))
         by_seq[e.seq] = rr
     if evidence:
         _check_evidence(ledger, capsule_entries, by_seq, evidence_trust)
     for e in entries:
-        if e.record_type == "capsule":
+        if e.damage is not None:
+            report.records.append(RecordReport(e.seq, e.record_id, e.record_type, False,
+                                               [Finding("record_unreadable", f"the row is damaged ({e.damage})")]))
+            continue
+        if e.record_type in ("capsule", RECEIVED_CAPSULE):
             rr = by_seq[e.seq]
         else:
             rr = _verify_other(e, ledger, keys)
+            if any(e.record_type.startswith(prefix) for prefix in RECORD_VERIFIERS):  # records capseal writes
+                rr.findings.extend(_ledger_audit.column_findings(e, _parsed(e.body)))
         body_problem = _ambiguous_body(e.body)
         if body_problem is not None:
             rr.findings.append(Finding("record_body_not_canonical", body_problem))
@@ -444,6 +448,51 @@ def _signers(records: list[RecordReport], keys: KeyDirectory, custody: dict[str,
                 custody={k: c[k] for k in ("backend", "key_store", "software_device") if k in c})
         s.records += 1
     return list(out.values())
+
+
+def _capsule_body(entry: StoredEntry) -> dict[str, Any]:
+    try:
+        body = entry.record()
+    except (ValueError, RecursionError):  # unreadable: this record fails, the others are still read
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _capsule_of(body: Mapping[str, Any]) -> dict[str, Any]:
+    capsule = body.get("capsule")
+    return capsule if isinstance(capsule, dict) else {}
+
+
+def _capsule_report(e: StoredEntry, capsule: dict[str, Any], body: Mapping[str, Any], result: Any,
+                    keys: KeyDirectory, signed_custody: dict[str, Mapping[str, Any]]) -> RecordReport:
+    """One capsule row's report: its Class-1 ``result``, store header, signatures and lookup columns."""
+    rr = RecordReport(seq=e.seq, record_id=e.record_id, record_type=e.record_type, ok=result.ok,
+                      findings=list(result.findings))
+    rr.findings.extend(_custody_findings(_custody_of(capsule), keys))
+    if capsule.get("capsule_id") != e.record_id or not is_hex64(e.record_id):
+        rr.findings.append(Finding("header_mismatch", "the store header's record_id is not the capsule's id"))
+    if e.epistemic_type != epistemic_type_for_capsule(capsule):  # EL -00 §4.1: fixed at commit, never upgraded
+        rr.findings.append(Finding("header_mismatch", f"the store header's epistemic_type {e.epistemic_type!r} is not "
+                                   f"the capsule's ({epistemic_type_for_capsule(capsule)!r})"))
+    envelopes = body.get("envelopes", [])
+    verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)
+    rr.signature, rr.signer_kid = verdict, kid
+    custody = _custody_of(capsule)
+    if verdict == "authored" and kid is not None and isinstance(custody, Mapping) and custody.get("kid") == kid:
+        signed_custody.setdefault(kid, custody)  # what a key says of itself, under its own signature
+    rr.findings.extend(sig_findings)
+    if verdict == "unclaimed":
+        rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
+    rr.findings.extend(_ledger_audit.column_findings(e, body))
+    return rr
+
+
+def _parsed(body: bytes) -> Any:
+    """A stored body as JSON, or None when it is not (its own finding says so)."""
+    try:
+        return strict_json(body, "the stored body")
+    except MalformedJSONError:
+        return None
 
 
 def _ambiguous_body(body: bytes) -> str | None:
@@ -494,7 +543,7 @@ def _check_evidence(ledger: Ledger, entries: list[StoredEntry], by_seq: dict[int
         rr = by_seq[e.seq]
         try:
             record = ledger.get(e.record_id)
-        except (LedgerCorruptError, ValueError, RecursionError) as exc:  # an edited row: this record fails, the others are read
+        except (LedgerCorruptError, ValueError, RecursionError, sqlite3.DatabaseError) as exc:  # an edited row: this record fails, the others are read
             rr.evidence = "unreadable"
             rr.findings.append(Finding("evidence_unreadable", str(exc)))
             continue

@@ -21,10 +21,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .errors import CapsealError, DuplicateRecordError, InputError, MalformedJSONError
+
+if TYPE_CHECKING:
+    from .keys._pin import Secret
 
 __all__ = ["main", "build_parser"]
 
@@ -39,36 +42,41 @@ class _CLIError(CapsealError):
     pass
 
 
-def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> str | None:
+def _read_pin(args: argparse.Namespace, prompt: str = "PIN") -> Secret | None:
     """The PIN from ``--pin-file``, else ``--pin-env`` (default CAPSEAL_PIN),
-    else ``--pin-prompt``; None when none is given. Checked here, where its
-    source is known: an empty or non-UTF-8 PIN is refused before it reaches a
-    token (each refused login uses up a try). Errors name the source, never
-    the PIN, and chain no exception (a Unicode error's args hold the text)."""
-    from .keys._pin import usable_pin
+    else ``--pin-prompt``, held as a Secret from the moment it is read (a
+    captured frame local shows only its redacted form); None when none is
+    given. Checked here, where its source is known: an empty or non-UTF-8 PIN
+    is refused before it reaches a token (each refused login uses up a try).
+    Errors name the source, never the PIN, and chain no exception (a Unicode
+    error's args hold the text). Hints from here on name the CLI's options."""
+    from .keys._pin import Secret, caller_is_cli, usable_pin
 
+    caller_is_cli()
     if getattr(args, "pin_file", None):
         from .keys._pkcs11_uri import read_pin_file
 
-        return usable_pin(read_pin_file(args.pin_file, f"PIN file {args.pin_file}"), f"PIN file {args.pin_file}")
+        return read_pin_file(args.pin_file, f"PIN file {args.pin_file}").usable_pin()
     named = getattr(args, "pin_env", None)
     env = named or "CAPSEAL_PIN"
     if env in os.environ and (named or os.environ[env] != ""):  # CAPSEAL_PIN set but empty: as if unset
-        return usable_pin(os.environ[env], f"environment variable {env}")
+        return usable_pin(Secret(os.environ[env], f"environment variable {env}"), env)
     if named:
         raise _CLIError(f"--pin-env {named}: environment variable {named} is not set")
     if getattr(args, "pin_prompt", False):
-        return usable_pin(_pin_from_prompt(prompt), "the PIN prompt")
+        return _pin_from_prompt(prompt).usable_pin()
     return None
 
 
-def _pin_from_prompt(prompt: str) -> str:
+def _pin_from_prompt(prompt: str) -> Secret:
     """The PIN typed at the terminal. No terminal, or end of input (Ctrl-D),
     is an error: never a PIN-less run the operator asked a prompt for."""
+    from .keys._pin import Secret
+
     if not sys.stdin.isatty():
         raise _CLIError("--pin-prompt needs a terminal; use --pin-file FILE or --pin-env VAR")
     try:
-        return getpass.getpass(f"{prompt}: ")
+        return Secret(getpass.getpass(f"{prompt}: "), "the PIN prompt")
     except EOFError:
         pass
     raise _CLIError("no PIN entered at the prompt (end of input)")
@@ -155,12 +163,17 @@ def _check_batch(producer: Any, items: list[dict[str, Any]], source: str) -> Non
 # ---------------------------------------------------------------------------- verify
 
 
-def _is_sqlite(path: Path) -> bool:
+def _is_ledger_file(path: Path) -> bool:
+    """Whether ``path`` is verified as a ledger: SQLite's header, or bytes no
+    JSON document has (none at all, or a NUL byte in the first 4 KiB), which a
+    truncated or header-damaged ledger has; such a file is reported as a
+    damaged ledger, not as malformed JSON."""
     try:
         with path.open("rb") as fh:
-            return fh.read(16) == b"SQLite format 3\x00"
+            head = fh.read(4096)
     except OSError:
         return False
+    return head.startswith(b"SQLite format 3\x00") or not head or b"\x00" in head
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -186,7 +199,7 @@ def _verify_target(args: argparse.Namespace, target: str, trusted: list[Any], ev
     path = Path(target)
     if not path.exists() and target != "-":
         raise _CLIError(f"no such file: {target}")
-    if target != "-" and _is_sqlite(path):
+    if target != "-" and _is_ledger_file(path):
         report = verify_ledger(path, trusted_keys=trusted, evidence=args.evidence, evidence_trust=evidence_trust)
         if not args.json:
             _print_ledger_report(report, verbose=args.verbose)
@@ -327,30 +340,55 @@ def _print_ledger_report(report: Any, *, verbose: bool) -> None:
 
 
 def cmd_ledger_show(args: argparse.Namespace) -> int:
+    """Exit 1 when ``--id`` names no record, or a row is damaged (each shown as such)."""
     from .ledger import Ledger
 
+    damaged: list[str] = []
     with Ledger(args.ledger, readonly=True) as ledger:
+        if args.id:
+            found = ledger.entry(args.id)
+            entries = [found] if found is not None else []
+        else:
+            entries = list(ledger.entries(damaged=damaged))
         rows = []
-        for e in ledger.entries():
-            if args.id and e.record_id != args.id:
-                continue
-            item: dict[str, Any] = {"header": e.header(), "record": e.record()}
-            if e.record_type == "capsule":
+        for e in entries:
+            item: dict[str, Any] = {"header": e.header()}
+            try:
+                item["record"] = None if e.damage else e.record()
+            except (ValueError, RecursionError) as exc:
+                item["record"] = None
+                item["damage"] = f"its body is not JSON ({exc})"
+            if e.damage:
+                item["damage"] = e.damage
+            if e.record_type == "capsule" and "damage" not in item:
                 item["hardware_evidence"] = ledger.current_evidence(e.record_id)
             rows.append(item)
+    missing = bool(args.id) and not rows
+    bad = damaged + [f"seq {item['header']['seq']}: {item['damage']}" for item in rows if "damage" in item]
     if args.json:
         _emit(rows)
-        return EXIT_OK
-    for item in rows:
-        h = item["header"]
-        rec = item["record"]
-        cap = rec.get("capsule", {}) if isinstance(rec, dict) else {}
-        verdict = (cap.get("disposition") or {}).get("verdict_class", "")
-        status = (cap.get("effect") or {}).get("status", "")
-        ev = "evidence" if item.get("hardware_evidence") else "no-evidence"
-        print(f"{h['seq']:>6}  {h['record_type']:<10} {h['record_id'][:16]}…  {h['epistemic_type']:<15} "
-              f"{cap.get('action_id', ''):<32} {status:<10} {verdict:<14} {ev if h['record_type'] == 'capsule' else ''}")
-    return EXIT_OK
+    else:
+        for item in rows:
+            _print_ledger_row(item)
+    if missing:
+        print(f"capseal: no record {args.id} in {args.ledger}", file=sys.stderr)
+    for problem in bad:
+        print(f"capseal: damaged: {problem} (capseal verify reports the ledger in full)", file=sys.stderr)
+    return EXIT_NOT_OK if missing or bad else EXIT_OK
+
+
+def _print_ledger_row(item: dict[str, Any]) -> None:
+    h = item["header"]
+    if "damage" in item:
+        print(f"{h['seq']:>6}  {h['record_type']:<10} DAMAGED: {item['damage']}")
+        return
+    rec = item["record"]
+    cap = rec.get("capsule", {}) if isinstance(rec, dict) else {}
+    verdict = (cap.get("disposition") or {}).get("verdict_class", "")
+    status = (cap.get("effect") or {}).get("status", "")
+    ev = "evidence" if item.get("hardware_evidence") else "no-evidence"
+    print(f"{h['seq']:>6}  {h['record_type']:<10} {h['record_id'][:16]}…  {h['epistemic_type']:<15} "
+          f"{cap.get('action_id', ''):<32} {status:<10} {verdict:<14} {ev if h['record_type'] == 'capsule' else ''}")
 
 
 def cmd_ledger_export(args: argparse.Namespace) -> int:
@@ -362,7 +400,12 @@ def cmd_ledger_export(args: argparse.Namespace) -> int:
         else:
             with open(args.output, "wb") as fh:
                 n = ledger.export_jsonl(fh)
-    print(f"exported {n} lines", file=sys.stderr)
+    to_stdout = args.output in (None, "-")
+    if args.json:  # the summary on stdout, unless the export itself went there
+        summary = json.dumps({"ledger": args.ledger, "output": args.output or "-", "lines": n})
+        print(summary, file=sys.stderr if to_stdout else sys.stdout)
+    else:
+        print(f"exported {n} lines", file=sys.stderr)
     return EXIT_OK
 
 
@@ -370,86 +413,12 @@ def cmd_ledger_import(args: argparse.Namespace) -> int:
     from .ledger import Ledger
 
     with open(args.jsonl, "rb") as fh, Ledger.import_jsonl(fh, args.ledger) as ledger:
-        print(f"imported {ledger.count()} records into {args.ledger}", file=sys.stderr)
-    return EXIT_OK
-
-
-# ---------------------------------------------------------------------------- keys
-
-
-def cmd_keys_create(args: argparse.Namespace) -> int:
-    from capseal.keys.provision import create_key
-
-    with create_key(args.uri, args.alg, pin=_read_pin(args)) as signer:
-        _emit({"uri": signer.uri, "alg": signer.alg, "kid": signer.kid,
-               "public_key_pem": signer.public_key_pem(), "custody": signer.describe()})
-    return EXIT_OK
-
-
-def cmd_keys_show(args: argparse.Namespace) -> int:
-    from capseal.keys.provision import show_key
-
-    info = show_key(args.uri, pin=_read_pin(args))
+        n = ledger.count()
     if args.json:
-        _emit(info)
+        _emit({"ledger": args.ledger, "source": args.jsonl, "records": n})
     else:
-        print(info["public_key_pem"], end="")
-        print(f"kid: {info['kid']}\nalg: {info['alg']}\ncustody: {json.dumps(info['custody'], indent=2)}")
+        print(f"imported {n} records into {args.ledger}", file=sys.stderr)
     return EXIT_OK
-
-
-def cmd_keys_list(args: argparse.Namespace) -> int:
-    from capseal.keys.provision import list_keys
-
-    _emit(list_keys(args.uri, pin=_read_pin(args)))
-    return EXIT_OK
-
-
-def cmd_token_init(args: argparse.Namespace) -> int:
-    from capseal.keys._pkcs11 import init_softhsm_token  # type: ignore[attr-defined]
-
-    from .keys._pin import usable_pin
-
-    so_pin = None
-    if args.so_pin_env:  # named but unset is an error: never a silently generated SO PIN
-        if args.so_pin_env not in os.environ:
-            raise _CLIError(f"--so-pin-env {args.so_pin_env}: environment variable {args.so_pin_env} is not set")
-        so_pin = usable_pin(os.environ[args.so_pin_env], f"environment variable {args.so_pin_env}")
-    info = init_softhsm_token(Path(args.dir), args.label, pin=_read_pin(args), so_pin=so_pin)
-    _emit(info)
-    return EXIT_OK
-
-
-def cmd_tpm_provision(args: argparse.Namespace) -> int:
-    from capseal.keys._registry import load_target
-    from capseal.keys._tpm_uri import parse_persistent_handle
-
-    provision = load_target("tpm2", "capseal.keys._tpm:provision")  # without the tpm extra: the extra is named
-
-    # parse_handle, not int(): a typo is a KeyURIError naming the option, never a traceback
-    info = provision(args.tcti, signing_handle=parse_persistent_handle(args.handle, "--handle"),
-                     ak_handle=parse_persistent_handle(args.ak_handle, "--ak-handle"), alg=args.alg, force=args.force)
-    _emit(info)
-    return EXIT_OK
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from capseal.keys.doctor import run_doctor
-
-    pin, pin_problem = None, None
-    try:
-        pin = _read_pin(args)
-    except CapsealError as exc:  # reported as a failed check; the checks that need no PIN still run
-        pin_problem = exc
-    checks = run_doctor(uri=args.uri, pin=pin, tcti=args.tcti, pin_problem=pin_problem)
-    if args.json:
-        _emit([c.to_dict() for c in checks])
-    else:
-        for c in checks:
-            print(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
-            if not c.ok and c.fix:
-                print(f"       fix: {c.fix}")
-    return EXIT_OK if all(c.ok for c in checks) else EXIT_NOT_OK
 
 
 # ---------------------------------------------------------------------------- main
@@ -509,55 +478,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = ledger.add_parser("export", help="export to JSON Lines")
     p.add_argument("ledger")
     p.add_argument("-o", "--output", help="output file (default stdout)")
+    p.add_argument("--json", action="store_true", help="a JSON summary (on stderr when the export goes to stdout)")
     p.set_defaults(fn=cmd_ledger_export)
     p = ledger.add_parser("import", help="build a new ledger from a JSON Lines export")
     p.add_argument("jsonl")
     p.add_argument("ledger")
+    p.add_argument("--json", action="store_true", help="a JSON summary")
     p.set_defaults(fn=cmd_ledger_import)
 
-    keys = sub.add_parser("keys", help="provision signing keys").add_subparsers(dest="keys_cmd", required=True)
-    p = keys.add_parser("create", help="create a non-extractable key at URI")
-    p.add_argument("uri", help="where the new key goes (never overwritten): pkcs11:token=…;object=LABEL?module-path=…, "
-                               "tpm2:handle=0x81000103?tcti=… or tpm2:keyfile=/path, file:/path.pem")
-    p.add_argument("--alg", required=True, choices=["ed25519", "p256", "p384", "rsa-pss"],
-                   help="ed25519 (EdDSA), p256 (ES256), p384 (ES384), rsa-pss (PS256)")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_keys_create)
-    p = keys.add_parser("show", help="public key, kid and custody of the key at URI")
-    p.add_argument("uri", help="the key: pkcs11:…, tpm2:…, file:…")
-    p.add_argument("--json", action="store_true")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_keys_show)
-    p = keys.add_parser("list", help="keys on a token, TPM or directory")
-    p.add_argument("uri", help="pkcs11:token=…?module-path=…, tpm2:?tcti=… (persistent keys), file:/directory")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_keys_list)
+    from ._cli_keys import add_key_commands  # keys, token, tpm, doctor
 
-    token = sub.add_parser("token", help="development tokens").add_subparsers(dest="token_cmd", required=True)
-    p = token.add_parser("init", help="create a SoftHSM2 token in a private directory (software, for development)")
-    p.add_argument("--dir", required=True, help="directory for softhsm2.conf and the token store")
-    p.add_argument("--label", required=True)
-    p.add_argument("--so-pin-env", metavar="VAR", help="environment variable holding the SO PIN")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_token_init)
-
-    tpm = sub.add_parser("tpm", help="TPM 2.0 provisioning").add_subparsers(dest="tpm_cmd", required=True)
-    p = tpm.add_parser("provision", help="create a primary, a persistent signing key and an attestation key")
-    p.add_argument("--tcti", default="device:/dev/tpmrm0", help="the TPM (default %(default)s; swtpm: swtpm:host=…,port=…)")
-    p.add_argument("--handle", default="0x81000101", help="persistent handle for the signing key (default %(default)s)")
-    p.add_argument("--ak-handle", default="0x81000102", help="persistent handle for the attestation key (default %(default)s)")
-    p.add_argument("--alg", default="p256", choices=["p256", "rsa-pss", "ed25519"],
-                   help="signing key: p256 (ES256, default), rsa-pss (PS256); ed25519 is refused unless TPM and TSS support EdDSA (hardware/tpm.md)")
-    p.add_argument("--force", action="store_true", help="replace keys already at those handles")
-    p.set_defaults(fn=cmd_tpm_provision)
-
-    p = sub.add_parser("doctor", help="check that keys and devices are usable, and say how to fix what is not")
-    p.add_argument("uri", nargs="?", help="a key URI to check (pkcs11:…, tpm2:…, file:…)")
-    p.add_argument("--tcti", help="TPM TCTI to check (default: the URI's tcti=, else device:/dev/tpmrm0)")
-    p.add_argument("--json", action="store_true")
-    _add_pin_args(p)
-    p.set_defaults(fn=cmd_doctor)
-
+    add_key_commands(sub)
     from ._cli_referee import add_referee_parser  # capseal referee: twins and a referee
     add_referee_parser(sub)
     from ._cli_interpret import add_parser as add_interpret_parser

@@ -35,6 +35,7 @@ __all__ = [
     "SignerError",
     "KeyURIError",
     "MissingExtraError",
+    "UnknownOptionError",
     "SignerUnavailableError",
     "TokenNotFoundError",
     "KeyNotFoundError",
@@ -50,6 +51,8 @@ __all__ = [
     "DuplicateRecordError",
     "LedgerCorruptError",
     "LedgerBusyError",
+    "NotALedgerError",
+    "LedgerFormatError",
     "ForkedProcessError",
     "LedgerForkedError",
     "SignerForkedError",
@@ -239,6 +242,13 @@ class MissingExtraError(SignerError, ImportError):
     """An optional backend's Python package or system library is missing."""
 
 
+class UnknownOptionError(SignerError, TypeError):
+    """An option given to ``open_signer`` (or a provisioning call) that the
+    key's backend does not take: the message names it and lists the valid
+    ones. Why refused: a misspelled option (``modul_allowlist=``) would
+    otherwise be dropped without a word, and with it what it asked for."""
+
+
 class SignerUnavailableError(SignerError):
     """The module, token or TPM cannot be reached right now."""
 
@@ -302,6 +312,16 @@ class LedgerCorruptError(LedgerError):
 class LedgerBusyError(LedgerError):
     """Another connection kept the ledger file locked past the lock timeout
     (the file may be fine: a lock is not damage). Nothing was written."""
+
+
+class NotALedgerError(LedgerCorruptError):
+    """The file is not a capseal ledger: another application's SQLite
+    database, or not SQLite at all (or its header is damaged). Nothing was
+    written to it."""
+
+
+class LedgerFormatError(LedgerCorruptError):
+    """A capseal ledger of a format this capseal does not read or write."""
 
 
 # --------------------------------------------------------------------------- fork

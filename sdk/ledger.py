@@ -3,16 +3,38 @@
 What it promises:
   * **append-only**: triggers refuse UPDATE and DELETE; every row is hash-chained
     to the one before it, so an edit of a row's header or body made behind
-    SQLite's back is detectable. What the unkeyed chain cannot show: rows
-    deleted from the end, or a chain rebuilt after a deletion (that needs a
-    signed head kept elsewhere, e.g. a transparency receipt); nor an edit of
-    the lookup columns outside the row hash (``action_id``, ``stream``,
-    ``tag``), which ``verify_ledger`` does not read as evidence;
+    SQLite's back is detectable;
+  * **a head it knows**: each chain's head (last seq or eid, and row hash) is
+    kept in ``meta`` by the transaction that appends, and in a side file
+    ``<ledger>-head`` after each commit (:mod:`._ledger_head`). Rows deleted
+    from the end, a file cut short, and a ``-wal`` lost before it was
+    checkpointed are found by ``verify_ledger``, and the next append is
+    refused (LedgerCorruptError, nothing written) rather than cover the loss
+    up. What no head kept beside the file shows: a deletion made together
+    with a rewrite of both heads, a chain rebuilt with its heads, or a lost
+    ``-wal`` whose side file went with it (the main file copied alone):
+    those need a signed head kept elsewhere (e.g. a transparency receipt);
+  * **lookups read the hashed body**: the ``action_id``, ``stream`` and
+    ``tag`` columns are outside the row hash, so a capsule's action id, and
+    the epoch boundaries of an operator and developer, are indexed from its
+    body instead: an edit of those columns misleads no refusal, ``verify_ledger``
+    reports it, and an import refuses it. (For other record types the
+    ``action_id`` column is what the writer gave);
+  * **damage is reported, never raised or passed**: ``check_chain`` and
+    ``entries(damaged=…)`` read on past rows SQLite cannot read and columns of
+    another type, each named; ``verify_ledger`` also runs SQLite's integrity
+    check. Appends trust SQLite's indexes: a record-id index damaged so that
+    it misses a record lets that record in again (a capsule is still refused
+    by its action id), which ``check_chain`` and the integrity check report;
+  * **its own files only**: a file that is neither a capseal ledger nor empty
+    (another application's database, not SQLite at all) is refused with
+    NotALedgerError before anything is written to it;
   * **durable on acknowledgement**: ``append`` returns only after the COMMIT that
     holds the row has been fsynced (WAL, ``synchronous=FULL``). A process killed
     with SIGKILL loses nothing it acknowledged and leaves no torn row;
   * **group commit**: concurrent writers (threads) share one transaction and
-    one fsync. The first waiting thread leads and commits everything queued;
+    one fsync (the head goes in that transaction; the side file is one write
+    after it). The first waiting thread leads and commits everything queued;
     a lone writer pays no thread hand-off;
   * **one record per id**: ``record_id`` (the capsule id) and a capsule's
     ``action_id`` are unique; a duplicate is refused with DuplicateRecordError
@@ -29,7 +51,9 @@ What it promises:
     writing it once per record cost the sealing path ~10 % of its throughput.
 
 Export to JSON Lines and import back are byte-identical (``export_jsonl`` of an
-imported ledger equals the file it was imported from).
+imported ledger equals the file it was imported from). The format stays
+``capseal-ledger/2``: the body-read indexes are added to an older file on its
+first write-open, and a capseal without them reads and appends to it as before.
 
 A Ledger belongs to the process that opened it. In a process forked from that
 one without exec, every operation raises LedgerForkedError before it touches
@@ -54,10 +78,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from . import _ledger_fork, merkle
+from . import _ledger_columns, _ledger_fork, _ledger_head, _ledger_scan, merkle
+from ._ledger_columns import row_columns
 from .arguments import count, seconds
 from .arguments import timeout as timeout_arg
-from .canonical import hex_bytes
+from .canonical import hex_bytes, is_hex64
 from .errors import (
     DuplicateRecordError,
     InputError,
@@ -66,11 +91,13 @@ from .errors import (
     LedgerCorruptError,
     LedgerError,
     LedgerForkedError,
+    LedgerFormatError,
     MalformedJSONError,
+    NotALedgerError,
 )
 from .record import SealedRecord, dumps_canonical
 
-__all__ = ["Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "LEDGER_FORMAT", "batch_root", "batch_slot"]
+__all__ = ["Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "LEDGER_FORMAT", "batch_root", "batch_slot", "row_columns"]
 
 LEDGER_FORMAT = "capseal-ledger/2"
 _GENESIS = bytes(32)
@@ -129,12 +156,17 @@ CREATE TRIGGER IF NOT EXISTS evidence_members_no_update BEFORE UPDATE ON evidenc
     BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS evidence_members_no_delete BEFORE DELETE ON evidence_members
     BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
-"""
+""" + _ledger_columns.INDEXES  # a capsule's lookups, read from its hashed body
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """What a writer hands the ledger. ``body`` is canonical JSON bytes."""
+    """What a writer hands the ledger. ``body`` is canonical JSON bytes.
+
+    ``action_id``, ``stream`` and ``tag`` are stored as given, outside the row
+    hash; for a capsule (``record_type`` "capsule") they are what its body
+    gives (a verifier and an import check that), and the ledger's lookups
+    read the body, not them."""
 
     record_id: str
     record_type: str
@@ -148,7 +180,12 @@ class LedgerEntry:
 
 @dataclass(frozen=True)
 class StoredEntry:
-    """A row as stored: the store header, the body and the hash chain."""
+    """A row as stored: the store header, the body and the hash chain.
+
+    ``damage`` (set only by a reading that goes on past damage, see
+    :meth:`Ledger.entries`) says why the row is not one capseal writes (a
+    column edited at the SQL level to another type); such a row's other
+    members are placeholders (text members "", an empty body)."""
 
     seq: int
     record_id: str
@@ -162,6 +199,7 @@ class StoredEntry:
     action_id: str | None = None
     stream: str | None = None
     tag: str | None = None
+    damage: str | None = field(default=None, compare=False)
 
     def header(self) -> dict[str, Any]:
         """The EL -00 §4 store header of this record."""
@@ -239,6 +277,19 @@ def _stored_blob(value: Any, what: str) -> bytes:
     if type(value) is not bytes:
         raise LedgerCorruptError(f"{what} is damaged (its body is stored as {_sql_kind(value)}, not a blob)")
     return value
+
+
+def _record_damage(row: Sequence[Any]) -> str | None:
+    """Why a record row read from the file is not one capseal writes (a
+    member edited at the SQL level to another type), or None."""
+    body = row[9]
+    if type(body) is not bytes:
+        return f"its body is stored as {_sql_kind(body)}, not a blob"
+    text = ("record_id", 1), ("record_type", 2), ("epistemic_type", 3), ("nonce", 5), ("prev_hash", 10), ("row_hash", 11)
+    bad = [f"{name} ({_sql_kind(row[i])})" for name, i in text if type(row[i]) is not str]
+    bad += [f"{name} ({_sql_kind(row[i])})" for name, i in (("action_id", 6), ("stream", 7), ("tag", 8))
+            if row[i] is not None and type(row[i]) is not str]
+    return f"not stored as text: {', '.join(bad)}" if bad else None
 
 
 def _evidence_entry(row: Sequence[Any]) -> EvidenceEntry:
@@ -470,6 +521,16 @@ def _batch_header(eid: int) -> dict[str, Any]:
     return {"eid": eid, "kind": "batch"}
 
 
+def _schema_objects(db: sqlite3.Connection) -> list[str]:
+    """The names of (up to five of) the tables, indexes, views and triggers in the file."""
+    return [str(r[0]) for r in db.execute("SELECT name FROM sqlite_master LIMIT 5").fetchall()]
+
+
+def _sqlite_code(exc: sqlite3.Error) -> int:
+    """SQLite's primary result code of ``exc`` (0 where this Python does not say)."""
+    return int(getattr(exc, "sqlite_errorcode", 0)) & 0xFF
+
+
 def _format_of(db: sqlite3.Connection) -> str | None:
     """The ``meta`` format of an existing ledger file, None for a new file."""
     try:
@@ -600,6 +661,10 @@ class Ledger:
     refuses every call (LedgerForkedError).
     """
 
+    # read on past damage (a file shorter than its header says, a damaged
+    # schema): only the audit's read-only reader (capseal._ledger_audit) sets it
+    _lenient_reads = False
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -649,6 +714,8 @@ class Ledger:
         self._forked = False  # set in a forked process (see _ledger_fork)
         # the file as SQLite resolves the path now (the current directory may change)
         self._real_path = os.path.realpath(self.path)
+        self._side = _ledger_head.SideFile(self._real_path)  # written after each commit (see _ledger_head)
+        self._ledger_id: str | None = None  # read with the chain head, before the first write
         _ledger_fork.before_opening(self._real_path)  # in a forked process: the parent's connections to it first
         try:
             with self._write_lock:  # a fork waits for the connections to be made (see _ledger_fork)
@@ -690,40 +757,60 @@ class Ledger:
                               hint="The ledger's directory must exist and be writable, and the path must "
                                    "name a file, not a directory.") from None
         try:
+            if self._lenient_reads:  # an audit reads on past damage: a file shorter than its header says is still read
+                db.execute("PRAGMA writable_schema=ON")
+            # the objects first, then the format: a creator writes its schema and format row in one
+            # transaction, so objects without a format row are another application's
+            objects = _schema_objects(db)
+            found = _format_of(db)
+            if objects and found is None:
+                raise NotALedgerError(
+                    f"{self.path} is not a capseal ledger: it is an SQLite database of something else (it holds "
+                    f"{', '.join(objects)}); nothing was written to it",
+                    hint="Give capseal a new file, an empty one, or a capseal ledger.")
+            if found is not None and found != LEDGER_FORMAT:  # refused before the schema below touches it
+                raise LedgerFormatError(f"{self.path} is a {found} ledger; this capseal reads {LEDGER_FORMAT} "
+                                        "(export it with the capseal that wrote it, then import the export)")
+            if self.readonly and not objects:
+                raise LedgerError(f"{self.path} holds no ledger yet (an empty file: one being created?)")
             if not self.readonly:
-                found = _format_of(db)
-                if found is not None and found != LEDGER_FORMAT:  # refused before the schema below touches it
-                    raise LedgerCorruptError(f"{self.path} is a {found} ledger; this capseal reads {LEDGER_FORMAT} "
-                                             "(export it with the capseal that wrote it, then import the export)")
                 _use_wal(db, time.monotonic() + self._lock_timeout)
                 db.execute(f"PRAGMA synchronous={synchronous}")
                 db.execute("PRAGMA foreign_keys=ON")
                 if found is None:  # the schema and the format row in ONE transaction: a reader sees all or nothing
                     db.executescript("BEGIN IMMEDIATE;" + _SCHEMA +
-                                     f"INSERT OR IGNORE INTO meta(key, value) VALUES ('format', '{LEDGER_FORMAT}'); COMMIT;")
-                else:  # IF NOT EXISTS: writes nothing, unless an index or append-only trigger was dropped
+                                     f"INSERT OR IGNORE INTO meta(key, value) VALUES ('format', '{LEDGER_FORMAT}');"
+                                     f"INSERT OR IGNORE INTO meta(key, value) VALUES ('ledger_id', '{os.urandom(16).hex()}');"
+                                     "COMMIT;")
+                    # into the main file now: a -wal lost later still leaves the ledger's id, so its
+                    # head file can tell what was lost (a busy checkpoint does nothing, and is harmless)
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                else:  # IF NOT EXISTS: writes nothing, unless an index or append-only trigger is missing
                     db.executescript(_SCHEMA)
-                row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-            else:
-                if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
-                    db.close()
-                    raise LedgerError(f"{self.path} holds no ledger yet (an empty file: one being created?)")
-                row = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
         except sqlite3.DatabaseError as exc:
             db.close()
-            if _is_busy(exc):
-                raise LedgerBusyError(
-                    f"{self.path} stayed locked by another connection for {self._lock_timeout:g} s ({exc}); "
-                    "nothing was opened or written: retry once the other process is done with it") from None
-            raise LedgerCorruptError(f"{self.path} is not a capseal ledger ({exc})") from None
+            raise self._open_failure(exc) from None
         except LedgerError:
             db.close()
             raise
-        if row is None or row[0] != LEDGER_FORMAT:
-            db.close()
-            what = f"a {row[0]} ledger" if row is not None else "not a capseal ledger"
-            raise LedgerCorruptError(f"{self.path} is {what}; this capseal reads {LEDGER_FORMAT}")
         return db
+
+    def _open_failure(self, exc: sqlite3.DatabaseError) -> LedgerError:
+        """The typed error for an SQLite error met while opening the file."""
+        if _is_busy(exc):
+            return LedgerBusyError(
+                f"{self.path} stayed locked by another connection for {self._lock_timeout:g} s ({exc}); "
+                "nothing was opened or written: retry once the other process is done with it")
+        if _sqlite_code(exc) == 26 or "file is not a database" in str(exc):  # SQLITE_NOTADB
+            return NotALedgerError(f"{self.path} is not a capseal ledger: not an SQLite database, or its header "
+                                   f"is damaged ({exc}); nothing was written to it")
+        if "no such function" in str(exc):
+            return LedgerError(f"{self.path}: this Python's SQLite {sqlite3.sqlite_version} lacks the JSON functions "
+                               f"a capseal ledger's indexes use ({exc}); SQLite 3.38 or later has them built in")
+        if isinstance(exc, sqlite3.IntegrityError):  # building the action-id index of an older file
+            return LedgerCorruptError(f"{self.path} is damaged: two of its capsules carry one action_id ({exc}); "
+                                      "nothing was written: `capseal verify` names them")
+        return LedgerCorruptError(f"{self.path} is damaged ({exc})")
 
     def close(self) -> None:
         """Drain what was submitted (it becomes durable), then close.
@@ -758,6 +845,7 @@ class Ledger:
                 # takes the ledger off its list
                 last = not self._snaps
             self._db.close()
+            self._side.close()
         if last:
             _ledger_fork.forget(self)
 
@@ -858,8 +946,22 @@ class Ledger:
         return first, second
 
     def has_action_id(self, action_id: str) -> bool:
-        """Whether a record with this action_id is already in the file."""
-        return bool(self._query("SELECT 1 FROM records WHERE action_id=? LIMIT 1", (action_id,)))
+        """Whether a record with this action_id is already in the file: a
+        capsule whose body carries it (the ``action_id`` column, outside the
+        row hash, is not read for capsules), or another record given it.
+
+        Args:
+            action_id: the action id looked for.
+
+        Returns:
+            True when such a record is stored.
+
+        Raises:
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
+        return bool(self._query(
+            f"SELECT 1 FROM records WHERE record_type = 'capsule' AND {_ledger_columns.ACTION_ID} = ?1 UNION ALL "
+            "SELECT 1 FROM records WHERE action_id = ?1 AND record_type <> 'capsule' LIMIT 1", (action_id,)))
 
     def has_record(self, record_id: str) -> bool:
         """Whether a record with this id is already in the file (reads no body)."""
@@ -1040,6 +1142,7 @@ class Ledger:
             if self._head is None:
                 row = db.execute("SELECT seq, row_hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
                 self._head = (row[0], row[1]) if row else (0, _GENESIS.hex())
+                self._check_head(db, "records", self._head)
             seq, prev = self._head
             staged: list[tuple[PendingAppend, StoredEntry]] = []
             mark: tuple[int, str, int] | None = None  # (seq, prev, staged) before a pair's lead
@@ -1071,7 +1174,11 @@ class Ledger:
                             raise _StaleHead from None
                         what = "action_id" if "action_id" in text else "record_id"
                         value = e.action_id if what == "action_id" else e.record_id
-                        refusal = DuplicateRecordError(f"{what} {value!r} is already in {self.path.name}")
+                        if value is None:  # the derived index: the action id its capsule's body carries
+                            refusal = DuplicateRecordError(f"its capsule's action_id is already in {self.path.name} "
+                                                           f"(record {e.record_id[:16]}…)")
+                        else:
+                            refusal = DuplicateRecordError(f"{what} {value!r} is already in {self.path.name}")
                 if refusal is not None:
                     p.error = refusal
                     if mark is not None:  # a pair's lead (nothing to undo) or its follower (undo the lead)
@@ -1092,6 +1199,8 @@ class Ledger:
                 if lead is not None and mark is not None:
                     db.execute("RELEASE pair")
                     mark = None
+            if staged:  # the head commits with its rows (see _ledger_head)
+                db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (f"{seq} {prev}",))
             db.execute("COMMIT")
         except _StaleHead:
             db.execute("ROLLBACK")
@@ -1108,12 +1217,32 @@ class Ledger:
                 pass
             raise
         self._head = (seq, prev)
+        if staged:
+            self._side.write("records", self._ledger_id, seq, prev)
         for p, stored in staged:
             p.stored = stored
         st = self.stats
         st.commits += 1
         st.records += len(staged)
         st.largest_group = max(st.largest_group, len(batch))
+
+    def _check_head(self, db: sqlite3.Connection, kind: str, last: tuple[int, Any]) -> None:
+        """Before the first write to a chain (in its transaction, under the
+        write lock): refuse (LedgerCorruptError, nothing written) a chain that
+        falls short of a head the ledger recorded, or whose last row hash is
+        damaged: appending would cover the loss up."""
+        def query(sql: str, args: tuple[Any, ...]) -> list[Any]:
+            return db.execute(sql, args).fetchall()
+
+        self._ledger_id = _ledger_head.ledger_id(query, create=True)
+        problems = _ledger_head.problems_before_write(query, self._real_path, self._ledger_id, kind, last)
+        if problems:
+            raise LedgerCorruptError(
+                f"{self.path}: {'; '.join(problems)}; nothing was written",
+                hint=f"`capseal verify {self.path}` reports what is missing. Appending is refused because it would "
+                     "hide the loss; to go on from what is left, export this ledger and import the export into a "
+                     f"new file (if the loss is known and accepted, as after a restore from a backup, moving "
+                     f"{self._side.path} aside is enough when only it records the lost rows).")
 
     def _begin_write(self, db: sqlite3.Connection, what: str) -> None:
         """BEGIN IMMEDIATE, waiting up to ``lock_timeout`` for another
@@ -1191,9 +1320,13 @@ class Ledger:
                     more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
                     raise LedgerError(f"no record {missing[0]}{more} in {self.path.name}; no evidence written")
                 head = db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
+                self._check_head(db, "evidence", (head[0], head[1]) if head else (0, _GENESIS.hex()))
                 eid, prev = (head[0] + 1, head[1]) if head else (1, _GENESIS.hex())
                 yield db, seqs, eid, prev
+                last = db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
+                db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('evidence_head', ?)", (f"{last[0]} {last[1]}",))
                 db.execute("COMMIT")
+                self._side.write("evidence", self._ledger_id, last[0], last[1])
             except BaseException:
                 try:
                     db.execute("ROLLBACK")
@@ -1221,6 +1354,8 @@ class Ledger:
             db = sqlite3.connect(_readonly_uri(self._real_path), uri=True, isolation_level=None,
                                  check_same_thread=False, timeout=self._lock_timeout)
             self._snaps.add(db)
+            if self._lenient_reads:
+                db.execute("PRAGMA writable_schema=ON")
         try:
             self._snap.db = db
             with self._read_lock:
@@ -1252,11 +1387,25 @@ class Ledger:
                                       f"{self._lock_timeout:g} s ({exc})") from None
 
     @staticmethod
-    def _stored(row: Sequence[Any]) -> StoredEntry:
+    def _stored(row: Sequence[Any], *, tolerant: bool = False) -> StoredEntry:
+        """A record row as read. One whose columns are not of the types capseal
+        writes is LedgerCorruptError naming it, or with ``tolerant`` an entry
+        with ``damage`` set (placeholders for the rest)."""
+        damage = _record_damage(row)
+        if damage is not None:
+            if not tolerant:
+                raise LedgerCorruptError(f"record {row[0]} is damaged ({damage})")
+
+            def text(value: Any) -> str:
+                return value if type(value) is str else ""
+
+            return StoredEntry(seq=row[0], record_id=text(row[1]), record_type=text(row[2]),
+                               epistemic_type=text(row[3]), links=(), nonce=text(row[5]), body=b"",
+                               prev_hash=text(row[10]), row_hash=text(row[11]), damage=damage)
         return StoredEntry(
             seq=row[0], record_id=row[1], record_type=row[2], epistemic_type=row[3],
             links=_links(row[4]), nonce=row[5], action_id=row[6], stream=row[7], tag=row[8],
-            body=_stored_blob(row[9], f"record {row[0]}"), prev_hash=row[10], row_hash=row[11],
+            body=row[9], prev_hash=row[10], row_hash=row[11],
         )
 
     _COLS = "seq, record_id, record_type, epistemic_type, links, nonce, action_id, stream, tag, body, prev_hash, row_hash"
@@ -1264,28 +1413,47 @@ class Ledger:
     def count(self) -> int:
         return int(self._query("SELECT count(*) FROM records")[0][0])
 
-    def entries(self, *, batch: int = 2000) -> Iterator[StoredEntry]:
-        """Every record row in seq order."""
-        last = 0
-        while True:
-            rows = self._query(f"SELECT {self._COLS} FROM records WHERE seq > ? ORDER BY seq LIMIT ?", (last, batch))
-            if not rows:
-                return
-            for row in rows:
-                yield self._stored(row)
-            last = rows[-1][0]
+    def entries(self, *, batch: int = 2000, damaged: list[str] | None = None) -> Iterator[StoredEntry]:
+        """Every record row in seq order.
 
-    def evidence_entries(self, *, batch: int = 500) -> Iterator[EvidenceEntry]:
-        """Every evidence row (slot rows and batch rows) in eid order."""
-        last = 0
-        while True:
-            rows = self._query("SELECT eid, record_seq, record_id, body, prev_hash, row_hash FROM evidence"
-                               " WHERE eid > ? ORDER BY eid LIMIT ?", (last, batch))
-            if not rows:
-                return
-            for row in rows:
-                yield _evidence_entry(row)
-            last = rows[-1][0]
+        Args:
+            batch: rows read per query.
+            damaged: None (the default) to stop at damage; or a list, to read
+                on past it (what a verifier needs): a row that is not one
+                capseal writes then comes back with ``damage`` set, and each
+                stretch of rows SQLite cannot read is skipped and described in
+                the list.
+
+        Returns:
+            An iterator of StoredEntry.
+
+        Raises:
+            LedgerCorruptError: without ``damaged``, a row of other types.
+            sqlite3.DatabaseError: without ``damaged``, a page SQLite cannot read.
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
+        sql = f"SELECT {self._COLS} FROM records WHERE seq > ? ORDER BY seq LIMIT ?"
+        for row in _ledger_scan.rows(self._query, sql, batch, damaged, "seq"):
+            yield self._stored(row, tolerant=damaged is not None)
+
+    def evidence_entries(self, *, batch: int = 500, damaged: list[str] | None = None) -> Iterator[EvidenceEntry]:
+        """Every evidence row (slot rows and batch rows) in eid order.
+
+        Args:
+            batch: rows read per query.
+            damaged: as for :meth:`entries` (a row of other types comes back
+                with ``damage`` set either way).
+
+        Returns:
+            An iterator of EvidenceEntry.
+
+        Raises:
+            sqlite3.DatabaseError: without ``damaged``, a page SQLite cannot read.
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
+        sql = "SELECT eid, record_seq, record_id, body, prev_hash, row_hash FROM evidence WHERE eid > ? ORDER BY eid LIMIT ?"
+        for row in _ledger_scan.rows(self._query, sql, batch, damaged, "evidence"):
+            yield _evidence_entry(row)
 
     def entry(self, record_id: str) -> StoredEntry | None:
         rows = self._query(f"SELECT {self._COLS} FROM records WHERE record_id=?", (record_id,))
@@ -1354,43 +1522,86 @@ class Ledger:
                     yield rec.with_evidence(state)
 
     def last_tagged(self, tag: str, stream: str) -> StoredEntry | None:
-        rows = self._query(
-            f"SELECT {self._COLS} FROM records WHERE tag=? AND stream=? ORDER BY seq DESC LIMIT 1", (tag, stream)
-        )
+        """The last record given ``tag`` in ``stream``.
+
+        Args:
+            tag: the tag; for ``"epoch_boundary"``, the last epoch-boundary
+                capsule whose body names the stream's operator and developer
+                is found, never read from the tag and stream columns (outside
+                the row hash).
+            stream: ``operator`` U+001F ``developer``, as a Producer names its stream.
+
+        Returns:
+            The StoredEntry, or None.
+
+        Raises:
+            LedgerCorruptError: the row found is not one capseal writes.
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
+        if tag == _ledger_columns.BOUNDARY_TAG:
+            rows = self._query(f"SELECT {self._COLS} FROM records WHERE {_ledger_columns.BOUNDARY} AND {_ledger_columns.STREAM} = ? "
+                               "ORDER BY seq DESC LIMIT 1", (stream,))
+        else:
+            rows = self._query(f"SELECT {self._COLS} FROM records WHERE tag=? AND stream=? ORDER BY seq DESC LIMIT 1",
+                               (tag, stream))
         return self._stored(rows[0]) if rows else None
 
     # ------------------------------------------------------------------ integrity
 
     def check_chain(self) -> list[str]:
-        """Recompute both hash chains; returns problems (empty when intact)."""
+        """Recompute both hash chains, in one snapshot of the file.
+
+        What the file holds never raises here: a row SQLite cannot read, a
+        column of another type, a hash that is not hex or a record stored
+        twice is a problem of its own, and the rows around it are still
+        checked.
+
+        Returns:
+            The problems found, one sentence each (empty when intact).
+
+        Raises:
+            LedgerBusyError, LedgerClosedError, LedgerForkedError: as every read.
+        """
         with self.snapshot():
             return self._check_chain()
 
     def _check_chain(self) -> list[str]:
         problems: list[str] = []
+        damaged: list[str] = []
         prev, expected_seq = _GENESIS.hex(), 1
         seq_of: dict[str, int] = {}
-        for stored in self.entries():
-            seq_of[stored.record_id] = stored.seq
+        for stored in self.entries(damaged=damaged):
             if stored.seq != expected_seq:
                 problems.append(f"seq {stored.seq}: expected {expected_seq} (gap or reorder)")
-            if stored.prev_hash != prev:
+            prev, expected_seq, prev_hash = stored.row_hash, stored.seq + 1, prev
+            if stored.damage is not None:  # this row only: the rest of the chain is still checked
+                problems.append(f"seq {stored.seq}: damaged row ({stored.damage})")
+                continue
+            if stored.record_id in seq_of:  # the unique index let it in: it is damaged
+                problems.append(f"seq {stored.seq}: record {stored.record_id[:16]}… is stored twice "
+                                f"(first at seq {seq_of[stored.record_id]})")
+            seq_of.setdefault(stored.record_id, stored.seq)
+            if stored.prev_hash != prev_hash:
                 problems.append(f"seq {stored.seq}: prev_hash does not match the previous row")
-            if _row_hash(stored.prev_hash, stored.header(), stored.body) != stored.row_hash:
+            if not (is_hex64(stored.prev_hash) and is_hex64(stored.row_hash)):
+                problems.append(f"seq {stored.seq}: damaged row (its prev_hash or row_hash is not 64 hex digits)")
+            elif _row_hash(stored.prev_hash, stored.header(), stored.body) != stored.row_hash:
                 problems.append(f"seq {stored.seq}: row_hash does not match its header and body")
-            prev, expected_seq = stored.row_hash, stored.seq + 1
+        problems += damaged
+        damaged = []
         prev = _GENESIS.hex()
         members: set[tuple[int, int, int]] = set()
-        for ev in self.evidence_entries():
+        for ev in self.evidence_entries(damaged=damaged):
+            prev_hash, prev = prev, ev.row_hash
             if ev.damage is not None:  # this row only: the rest of the chain is still checked
                 problems.append(f"evidence {ev.eid}: damaged row ({ev.damage})")
-                prev = ev.row_hash
                 if ev.record_seq is not None and ev.record_id is not None:
                     members.add((ev.record_seq, ev.eid, -1))
                 continue
-            if ev.prev_hash != prev or _row_hash(ev.prev_hash, ev.header(), ev.body) != ev.row_hash:
+            if not (is_hex64(ev.prev_hash) and is_hex64(ev.row_hash)):
+                problems.append(f"evidence {ev.eid}: damaged row (its prev_hash or row_hash is not 64 hex digits)")
+            elif ev.prev_hash != prev_hash or _row_hash(ev.prev_hash, ev.header(), ev.body) != ev.row_hash:
                 problems.append(f"evidence {ev.eid}: hash chain broken")
-            prev = ev.row_hash
             if ev.record_id is not None:
                 if seq_of.get(ev.record_id) != ev.record_seq:
                     problems.append(f"evidence {ev.eid}: record {ev.record_id} is not at seq {ev.record_seq}")
@@ -1406,7 +1617,12 @@ class Ledger:
             if unknown:
                 problems.append(f"evidence {ev.eid}: names {len(unknown)} record(s) the ledger lacks")
             members.update((seq_of[rid], ev.eid, i) for i, rid in enumerate(batch.leaves) if rid in seq_of)
-        indexed = {(r[0], r[1], r[2]) for r in self._query("SELECT record_seq, eid, leaf_index FROM evidence_members")}
+        problems += damaged
+        try:
+            indexed = {(r[0], r[1], r[2]) for r in self._query("SELECT record_seq, eid, leaf_index FROM evidence_members")}
+        except sqlite3.DatabaseError as exc:
+            problems.append(f"evidence index: cannot be read ({str(exc)[:200]})")
+            return problems
         if indexed != members:
             problems.append(f"evidence index: {len(indexed - members)} row(s) not backed by the evidence chain, "
                             f"{len(members - indexed)} missing")
@@ -1415,9 +1631,14 @@ class Ledger:
     # ------------------------------------------------------------------ export / import
 
     def export_jsonl(self, out: IO[bytes]) -> int:
-        """Write every row as one JSON line (records, then evidence). Returns lines."""
+        """Write every row as one JSON line (records, then evidence). Returns lines.
+        A page SQLite cannot read is LedgerCorruptError (what was written
+        before it is no whole export: ``capseal verify`` says what is left)."""
         with self.snapshot():
-            return self._export_jsonl(out)
+            try:
+                return self._export_jsonl(out)
+            except sqlite3.DatabaseError as exc:
+                raise LedgerCorruptError(f"{self.path} is damaged ({exc}); the export is not whole") from None
 
     def _export_jsonl(self, out: IO[bytes]) -> int:
         n = 0
@@ -1485,6 +1706,7 @@ class Ledger:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         prev, eprev = _GENESIS.hex(), _GENESIS.hex()
+        last_seq = last_eid = 0
         try:
             for lineno, line in enumerate(src, 1):
                 try:
@@ -1502,13 +1724,17 @@ class Ledger:
                         header = {k: h[k] for k in ("seq", "record_id", "record_type", "epistemic_type", "links", "nonce")}
                         if h["prev_hash"] != prev or _row_hash(prev, header, body) != h["row_hash"]:
                             raise LedgerCorruptError(f"line {lineno}: hash chain broken at seq {h['seq']}")
+                        columns = (h.get("action_id"), h.get("stream"), h.get("tag"))
+                        if columns != _ledger_columns.row_columns(h["record_type"], item["record"]):
+                            raise LedgerCorruptError(f"line {lineno}: seq {h['seq']}: its action_id, stream and tag "
+                                                     "are not the ones its body gives")
                         db.execute(
                             f"INSERT INTO records({self._COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                             (h["seq"], h["record_id"], h["record_type"], h["epistemic_type"],
                              dumps_canonical(h["links"]).decode(), h["nonce"], h.get("action_id"), h.get("stream"),
                              h.get("tag"), body, h["prev_hash"], h["row_hash"]),
                         )
-                        prev = h["row_hash"]
+                        prev, last_seq = h["row_hash"], h["seq"]
                     else:
                         batch = item["kind"] == "evidence-batch"
                         body = dumps_canonical(item["batch" if batch else "evidence"])
@@ -1534,11 +1760,14 @@ class Ledger:
                              h["prev_hash"], h["row_hash"]),
                         )
                         _insert_members(db, members)
-                        eprev = h["row_hash"]
+                        eprev, last_eid = h["row_hash"], h["eid"]
                 except (KeyError, TypeError, ValueError) as exc:
                     raise MalformedJSONError(f"line {lineno}: missing or malformed field {exc}") from None
                 except sqlite3.IntegrityError as exc:
                     raise LedgerCorruptError(f"line {lineno}: {exc}") from None
+            for key, position, row_hash in (("head", last_seq, prev), ("evidence_head", last_eid, eprev)):
+                if position:  # the heads, as appending them would have recorded (see _ledger_head)
+                    db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, f"{position} {row_hash}"))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

@@ -17,7 +17,12 @@ from typing import Any
 from .envelope import PROFILE, Envelope
 from .errors import MalformedJSONError
 
-__all__ = ["RECORD_VERSION", "SealedRecord", "dumps_canonical", "epistemic_type_for_capsule"]
+__all__ = ["RECORD_VERSION", "RECEIVED_CAPSULE", "SealedRecord", "dumps_canonical", "epistemic_type_for_capsule"]
+
+#: The ledger record type of a capsule record kept as received from another
+#: producer (a twin's half, a counterparty's record): stored byte for byte,
+#: checked on its own, never part of this ledger's own chains or action ids.
+RECEIVED_CAPSULE = "capsule:received"
 
 RECORD_VERSION = "capseal-record/1"
 

@@ -179,3 +179,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"{label}: {ran} ran — {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
             f"{counts.get('skipped', 0)} skipped"
         )
+
+
+@pytest.fixture(autouse=True)
+def _library_pin_hints() -> Iterator[None]:
+    """A test that runs the CLI in this process marks the process as the CLI
+    (PIN hints then name its options, see capseal.keys._pin.caller_is_cli):
+    each test starts as a library caller again."""
+    yield
+    from capseal.keys import _pin
+
+    _pin._CLI_CALLER = False

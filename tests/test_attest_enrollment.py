@@ -37,7 +37,7 @@ class Quoted:
     claim a hardware TPM (what anyone who can append a slot can do)."""
 
     def __init__(self, tmp: Path, tcti: str) -> None:
-        proc = run("tpm", "provision", "--tcti", tcti)
+        proc = run("tpm", "provision", "--tcti", tcti, "--json")
         assert proc.returncode == 0, proc.stderr
         self.result: dict[str, Any] = json.loads(proc.stdout)
         assert self.result["software_device"] is True  # provisioning read it from the TPM itself

@@ -91,11 +91,12 @@ def test_cli_keys_file_roundtrip(tmp_path: Path) -> None:
     import sys
 
     cli = Path(sys.executable).parent / "capseal"
-    created = json.loads(subprocess.run([str(cli), "keys", "create", f"file:{tmp_path}/a.pem", "--alg", "p256"],
+    created = json.loads(subprocess.run([str(cli), "keys", "create", f"file:{tmp_path}/a.pem", "--alg", "p256", "--json"],
                                         check=True, capture_output=True, text=True).stdout)
     shown = json.loads(subprocess.run([str(cli), "keys", "show", f"file:{tmp_path}/a.pem", "--json"],
                                       check=True, capture_output=True, text=True).stdout)
-    listed = json.loads(subprocess.run([str(cli), "keys", "list", f"file:{tmp_path}"], check=True, capture_output=True, text=True).stdout)
+    listed = json.loads(subprocess.run([str(cli), "keys", "list", f"file:{tmp_path}", "--json"], check=True, capture_output=True,
+                                       text=True).stdout)
     assert created["kid"] == shown["kid"] == listed[0]["kid"] and shown["alg"] == "ES256"
     assert shown["custody"]["software_device"] is True
 
@@ -145,7 +146,7 @@ def test_file_signer_uri_opens_the_same_key_again(tmp_path: Path) -> None:
     (tmp_path / "p%41.pem").rename(tmp_path / "p%41.x")  # leave one .pem, whose listed uri must open it
     (tmp_path / "a?b.pem").unlink()
     cli = Path(sys.executable).parent / "capseal"
-    listed = json.loads(subprocess.run([str(cli), "keys", "list", f"file:{tmp_path}"], check=True,
+    listed = json.loads(subprocess.run([str(cli), "keys", "list", f"file:{tmp_path}", "--json"], check=True,
                                        capture_output=True, text=True).stdout)
     assert [open_signer(k["uri"]).kid for k in listed] == [k["kid"] for k in listed] != []
 

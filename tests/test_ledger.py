@@ -237,8 +237,11 @@ def test_not_a_ledger(tmp_path: Path) -> None:
         db.execute("CREATE TABLE t(x)")
     with pytest.raises(LedgerCorruptError):
         Ledger(other, readonly=True)
-    report = capseal.verify_ledger(junk)
-    assert not report.ok and report.findings[0].code == "ledger_unreadable"
+    report = capseal.verify_ledger(junk)  # not SQLite (or a damaged header): the file's fault, not "could not run"
+    assert not report.ok and report.findings[0].code == "ledger_not_capseal"
+    assert "junk.db is not a capseal ledger" in report.findings[0].detail
+    report = capseal.verify_ledger(other)
+    assert not report.ok and report.findings[0].code == "ledger_not_capseal" and "it holds t" in report.findings[0].detail
 
 
 def test_a_path_no_ledger_can_be_opened_at_is_a_ledger_error_naming_it(tmp_path: Path) -> None:
@@ -327,7 +330,8 @@ def test_a_record_body_edited_to_another_type_is_damage_not_bytes(tmp_path: Path
     ``bytes(N)``, N zero bytes: the verifier of a crafted file tried to
     allocate them (here 9 PB: a MemoryError; a few GB would be allocated),
     and text was a bare TypeError. Both are LedgerCorruptError naming the
-    record, never converted; verify_ledger reports it and does not raise."""
+    record, never converted; verify_ledger reports that record as damaged
+    and every other record as usual (it reported the whole file unreadable)."""
     path = tmp_path / "l.db"
     _fill(path, 2)
     with sqlite3.connect(path) as db:
@@ -338,5 +342,10 @@ def test_a_record_body_edited_to_another_type_is_damage_not_bytes(tmp_path: Path
             list(ledger.entries())
     report = capseal.verify_ledger(path)
     assert not report.ok
-    assert any(f.code == "ledger_unreadable" and "record 3" in f.detail and "not a blob" in f.detail
+    assert not any(f.code == "ledger_unreadable" for f in report.findings)
+    assert any(f.code == "ledger_chain_broken" and "seq 3: damaged row" in f.detail and "not a blob" in f.detail
                for f in report.findings), report.findings
+    assert len(report.records) == 5
+    bad = [r for r in report.records if not r.ok]
+    assert [r.seq for r in bad] == [3] and bad[0].findings[0].code == "record_unreadable"
+    assert "not a blob" in bad[0].findings[0].detail

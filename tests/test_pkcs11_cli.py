@@ -28,7 +28,7 @@ def test_create_show_list_doctor_seal(softhsm: Any, tmp_path: Path) -> None:
     label = f"cli-{os.urandom(3).hex()}"
     uri = softhsm.uri(label)
 
-    created = capseal("keys", "create", uri, "--alg", "ed25519", pin=softhsm.pin)
+    created = capseal("keys", "create", uri, "--alg", "ed25519", "--json", pin=softhsm.pin)
     assert created.returncode == 0, created.stderr
     info = json.loads(created.stdout)
     assert info["alg"] == "EdDSA" and info["custody"]["software_device"] is True
@@ -44,7 +44,7 @@ def test_create_show_list_doctor_seal(softhsm: Any, tmp_path: Path) -> None:
     assert attrs["CKA_EXTRACTABLE"] is False and attrs["CKA_LOCAL"] is True
     assert attrs["CKA_LABEL"] == label
 
-    listed = capseal("keys", "list", softhsm.uri(), pin=softhsm.pin)
+    listed = capseal("keys", "list", softhsm.uri(), "--json", pin=softhsm.pin)
     assert listed.returncode == 0, listed.stderr
     mine = [k for k in json.loads(listed.stdout) if k["label"] == label]
     assert len(mine) == 1 and mine[0]["kid"] == info["kid"] and mine[0]["alg"] == "EdDSA"
@@ -81,7 +81,8 @@ def test_errors_are_one_line_and_typed(softhsm: Any) -> None:
     missing = capseal("keys", "show", softhsm.uri("k", label="no-such-token"), pin=softhsm.pin)
     assert missing.returncode == 2 and "no-such-token" in missing.stderr and "Traceback" not in missing.stderr
     nokey = capseal("keys", "show", softhsm.uri("no-such-key"), pin=softhsm.pin)
-    assert nokey.returncode == 2 and "no-such-key" in nokey.stderr and softhsm.label in nokey.stderr
+    # the token answered and the key is not on it: exit 1 (not ok), as a missing object; a missing token is 2
+    assert nokey.returncode == 1 and "no-such-key" in nokey.stderr and softhsm.label in nokey.stderr
     broken = capseal("doctor", softhsm.uri("k"), pin=softhsm.pin, env={"SOFTHSM2_CONF": "/nonexistent/softhsm2.conf"})
     assert broken.returncode == 1 and "[FAIL] PKCS#11 module loads" in broken.stdout
     assert "SOFTHSM2_CONF" in broken.stdout
@@ -90,19 +91,19 @@ def test_errors_are_one_line_and_typed(softhsm: Any) -> None:
 def test_token_init_then_keys_with_pin_source(softhsm: Any, tmp_path: Path) -> None:
     user_pin, so_pin = "init-user-2468", "init-so-13579"
     made = capseal("token", "init", "--dir", str(tmp_path / "tok"), "--label", "dev-token", "--so-pin-env", "SO_PIN",
-                   pin=user_pin, env={"SO_PIN": so_pin})
+                   "--json", pin=user_pin, env={"SO_PIN": so_pin})
     assert made.returncode == 0, made.stderr
     info = json.loads(made.stdout)
     assert info["label"] == "dev-token" and Path(info["softhsm2_conf"]).is_file() and info["serial"]
     assert user_pin not in made.stdout + made.stderr and so_pin not in made.stdout + made.stderr
     env = {"SOFTHSM2_CONF": info["softhsm2_conf"]}
     uri = info["uri"].replace("?", ";object=seal-key?")
-    created = capseal("keys", "create", uri, "--alg", "p256", pin=user_pin, env=env)
+    created = capseal("keys", "create", uri, "--alg", "p256", "--json", pin=user_pin, env=env)
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout)["custody"]["device"]["token_label"] == "dev-token"
 
     # no PINs given: both are generated into 0600 files, and pin-source= in the URI works without CAPSEAL_PIN
-    auto = capseal("token", "init", "--dir", str(tmp_path / "auto"), "--label", "auto-token")
+    auto = capseal("token", "init", "--dir", str(tmp_path / "auto"), "--label", "auto-token", "--json")
     assert auto.returncode == 0, auto.stderr
     auto_info = json.loads(auto.stdout)
     pin_file = Path(auto_info["pin_source"])
@@ -122,7 +123,7 @@ def test_token_init_then_keys_with_pin_source(softhsm: Any, tmp_path: Path) -> N
 @pytest.mark.parametrize("alg", ["p256", "rsa-pss"])
 def test_keys_create_other_algorithms(alg: str, softhsm: Any) -> None:
     uri = softhsm.uri(f"cli-{alg}-{os.urandom(3).hex()}")
-    created = capseal("keys", "create", uri, "--alg", alg, pin=softhsm.pin)
+    created = capseal("keys", "create", uri, "--alg", alg, "--json", pin=softhsm.pin)
     assert created.returncode == 0, created.stderr
     info = json.loads(created.stdout)
     assert info["alg"] == {"p256": "ES256", "rsa-pss": "PS256"}[alg]
@@ -195,7 +196,7 @@ def _own_token(tmp_path: Path, user_pin: str) -> tuple[str, dict[str, str], Path
     """A `capseal token init` token of the test's own (its softhsm2.conf is
     read by the CLI subprocesses only): its URI, env and conf file."""
     made = capseal("token", "init", "--dir", str(tmp_path / "tok"), "--label", "no-mech", "--so-pin-env", "SO_PIN",
-                   pin=user_pin, env={"SO_PIN": "no-mech-so-97531"})
+                   "--json", pin=user_pin, env={"SO_PIN": "no-mech-so-97531"})
     assert made.returncode == 0, made.stderr
     info = json.loads(made.stdout)
     return info["uri"], {"SOFTHSM2_CONF": info["softhsm2_conf"]}, Path(info["softhsm2_conf"])
@@ -223,7 +224,7 @@ def test_keys_create_refuses_an_algorithm_the_token_cannot_sign_with_before_maki
         assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
         assert missing in proc.stderr and "'no-mech'" in proc.stderr and "nothing was created" in proc.stderr, proc.stderr
         assert "hint:" in proc.stderr
-    listed = capseal("keys", "list", uri, pin=user_pin, env=env)
+    listed = capseal("keys", "list", uri, "--json", pin=user_pin, env=env)
     assert listed.returncode == 0, listed.stderr
     assert [k["label"] for k in json.loads(listed.stdout)] == ["old-rsa"]
     assert capseal("keys", "create", uri.replace("?", ";object=new-p256?"), "--alg", "p256",
@@ -283,7 +284,7 @@ def test_token_init_env_line_survives_a_directory_with_a_space(tmp_path: Path) -
     """The printed "env" is pasted after `export`; with a --dir holding a
     space it was unquoted, and the shell split it (SOFTHSM2_CONF got the
     part before the space)."""
-    made = capseal("token", "init", "--dir", str(tmp_path / "my tokens"), "--label", "spaced")
+    made = capseal("token", "init", "--dir", str(tmp_path / "my tokens"), "--label", "spaced", "--json")
     assert made.returncode == 0, made.stderr
     info = json.loads(made.stdout)
     shell = subprocess.run(["bash", "-c", f'export {info["env"]}; printf %s "$SOFTHSM2_CONF"'],

@@ -127,7 +127,9 @@ def test_cli_pin_file_drops_one_newline_like_pin_source(tmp_path: Path) -> None:
     f = tmp_path / "pin"
     for tail in ("\n", "\r\n", " \n"):
         write_secret(f, PIN + tail)
-        assert _read_pin(argparse.Namespace(pin_file=str(f))) == read_pin_source(str(f)) == PIN + tail[:-2 if tail.endswith("\r\n") else -1]
+        read = _read_pin(argparse.Namespace(pin_file=str(f)))
+        assert read is not None and PIN not in repr(read)  # a Secret from the moment it is read
+        assert read.reveal() == read_pin_source(str(f)).reveal() == PIN + tail[:-2 if tail.endswith("\r\n") else -1]
     for tail in ("\n\n", "\r\n\r\n", "\t\n"):
         write_secret(f, PIN + tail)
         with pytest.raises(PinIncorrectError, match="control character") as exc_info:

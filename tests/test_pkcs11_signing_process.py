@@ -637,6 +637,7 @@ def test_a_pct_encoded_pin_value_is_left_out_of_the_childs_environment(monkeypat
     '&', a space or '%' must be), in any case of hex digit or attribute name:
     left out like the plain spelling. Only ``pin-value=<the PIN as typed>``
     was recognised, so these went to the child."""
+    from capseal.keys._pin import Secret
     from capseal.keys._pkcs11_helper import _child_environment
     from capseal.keys._pkcs11_uri import pct_encode
 
@@ -646,7 +647,7 @@ def test_a_pct_encoded_pin_value_is_left_out_of_the_childs_environment(monkeypat
     monkeypatch.setenv("CAPSEAL_TEST_URI_UPPER", f"pkcs11:token=x?pin-value={encoded}&module-path=/m.so")
     monkeypatch.setenv("CAPSEAL_TEST_URI_LOWER", f"pkcs11:token=x?PIN-VALUE={encoded.replace('%3B', '%3b')}")
     monkeypatch.setenv("CAPSEAL_TEST_OTHER_PIN", "pkcs11:token=x?pin-value=Zq7%20%26%2051%25")
-    env = _child_environment(pin)
+    env = _child_environment(Secret(pin, "a test"))
     assert "CAPSEAL_TEST_URI_UPPER" not in env and "CAPSEAL_TEST_URI_LOWER" not in env
     assert env["CAPSEAL_TEST_OTHER_PIN"] == "pkcs11:token=x?pin-value=Zq7%20%26%2051%25"  # another PIN: kept
 

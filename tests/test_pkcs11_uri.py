@@ -166,9 +166,9 @@ def test_pin_value_never_printed() -> None:
 
 def test_pin_source_file_and_file_uri(tmp_path: Path) -> None:
     f = write_secret(tmp_path / "pin", PIN + "\n")
-    assert read_pin_source(str(f)) == PIN
-    assert read_pin_source(f"file:{f}") == PIN
-    assert read_pin_source(f"file://{f}") == PIN
+    assert read_pin_source(str(f)).reveal() == PIN  # held as a Secret: its repr shows none of it
+    assert read_pin_source(f"file:{f}").reveal() == PIN and PIN not in repr(read_pin_source(f"file:{f}"))
+    assert read_pin_source(f"file://{f}").reveal() == PIN
     with pytest.raises(KeyURIError, match="not supported"):
         read_pin_source("|/usr/bin/pinentry")
     with pytest.raises(KeyURIError) as err:
@@ -331,4 +331,5 @@ def test_a_pin_file_other_users_can_read_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SecretFileExposedError, match="can be changed by its group"):
         read_pin_source(str(f))
     f.chmod(0o600)
-    assert read_pin_source(str(f)) == PIN == _read_pin(argparse.Namespace(pin_file=str(f)))
+    read = _read_pin(argparse.Namespace(pin_file=str(f)))
+    assert read is not None and read_pin_source(str(f)).reveal() == PIN == read.reveal()

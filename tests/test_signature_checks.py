@@ -158,7 +158,8 @@ def test_a_bad_trusted_key_is_named_not_blamed_on_the_ledger(tmp_path: Path) -> 
 
 def _rewrite_body(path: Path, record_id: str, body: bytes) -> None:
     """What someone holding the file can do without any key: replace a body
-    and recompute the (unkeyed) row hashes."""
+    and recompute the (unkeyed) row hashes, and the heads the ledger keeps
+    of them (in ``meta``, and its side file)."""
     import sqlite3
 
     from capseal.ledger import _GENESIS, _links, _row_hash
@@ -174,7 +175,9 @@ def _rewrite_body(path: Path, record_id: str, body: bytes) -> None:
         row_hash = _row_hash(prev, header, bytes(stored))
         db.execute("UPDATE records SET prev_hash=?, row_hash=? WHERE seq=?", (prev, row_hash, seq))
         prev = row_hash
+    db.execute("UPDATE meta SET value=? WHERE key='head'", (f"{seq} {prev}",))
     db.close()
+    Path(f"{path}-head").unlink()
 
 
 @pytest.mark.parametrize("shape", ["duplicate", "nan", "spaced"])

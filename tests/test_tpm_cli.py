@@ -32,7 +32,7 @@ def capseal(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def provisioned(swtpm: Any) -> dict[str, Any]:
-    out = capseal("tpm", "provision", "--tcti", swtpm.tcti, "--handle", KEY, "--ak-handle", AK, "--force")
+    out = capseal("tpm", "provision", "--tcti", swtpm.tcti, "--handle", KEY, "--ak-handle", AK, "--force", "--json")
     return json.loads(out.stdout)
 
 
@@ -74,22 +74,23 @@ def test_keys_show_and_list(provisioned: dict[str, Any], swtpm: Any) -> None:
     text = capseal("keys", "show", uri).stdout
     assert "-----BEGIN PUBLIC KEY-----" in text and f"kid: {shown['kid']}" in text
 
-    listed = {e["handle"]: e for e in json.loads(capseal("keys", "list", f"tpm2:?tcti={swtpm.tcti}").stdout)}
+    listed = {e["handle"]: e for e in json.loads(capseal("keys", "list", f"tpm2:?tcti={swtpm.tcti}", "--json").stdout)}
     assert listed[KEY]["kid"] == shown["kid"] and listed[AK]["role"] == "attestation-key"
     # a URI naming a handle lists that key only (the handle was ignored: every key was listed)
-    one = json.loads(capseal("keys", "list", f"tpm2:handle={KEY}?tcti={swtpm.tcti}").stdout)
+    one = json.loads(capseal("keys", "list", f"tpm2:handle={KEY}?tcti={swtpm.tcti}", "--json").stdout)
     assert [e["handle"] for e in one] == [KEY] and one[0]["kid"] == shown["kid"]
-    assert json.loads(capseal("keys", "list", f"tpm2:handle=0x81000b7f?tcti={swtpm.tcti}").stdout) == []
+    nothing = capseal("keys", "list", f"tpm2:handle=0x81000b7f?tcti={swtpm.tcti}", "--json", check=False)
+    assert json.loads(nothing.stdout) == [] and nothing.returncode == 1  # a key the URI names is missing: not ok
 
     missing = capseal("keys", "show", f"tpm2:handle=0x81000b7f?tcti={swtpm.tcti}", check=False)
-    assert missing.returncode == 2 and "no key at persistent handle 0x81000b7f" in missing.stderr
+    assert missing.returncode == 1 and "no key at persistent handle 0x81000b7f" in missing.stderr  # missing: not ok
     assert swtpm.tcti in missing.stderr
 
 
 def test_keys_create_key_file(swtpm: Any, tmp_path: Path) -> None:
     path = tmp_path / "seal.tss"
     uri = f"tpm2:keyfile={path}?tcti={swtpm.tcti}"
-    created = json.loads(capseal("keys", "create", uri, "--alg", "p256").stdout)
+    created = json.loads(capseal("keys", "create", uri, "--alg", "p256", "--json").stdout)
     assert created["alg"] == "ES256" and created["custody"]["key_store"] == "tpm2-keyfile"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text().startswith("-----BEGIN TSS2 PRIVATE KEY-----")
@@ -133,16 +134,16 @@ def test_missing_key_hint_creates_just_that_key_on_a_provisioned_tpm(fresh_swtpm
     the old hint (`tpm provision --handle`) refused, and its --force would
     have replaced the pinned AK."""
     tcti = fresh_swtpm.tcti
-    first = json.loads(capseal("tpm", "provision", "--tcti", tcti).stdout)
+    first = json.loads(capseal("tpm", "provision", "--tcti", tcti, "--json").stdout)
     missing = f"tpm2:handle=0x81000103?tcti={tcti}"
     expected = f"capseal keys create '{missing}' --alg p256"
     shown = capseal("keys", "show", missing, check=False)
-    assert shown.returncode == 2 and f"hint: Create one: {expected}" in shown.stderr
+    assert shown.returncode == 1 and f"hint: Create one: {expected}" in shown.stderr  # a missing key: not ok
     doctor = json.loads(capseal("doctor", missing, "--json", check=False).stdout)
     assert [c["fix"] for c in doctor if c["name"] == "TPM key"] == [expected]
-    created = capseal(*shlex.split(expected)[1:])  # the hint, run as written
+    created = capseal(*shlex.split(expected)[1:], "--json")  # the hint, run as written
     assert json.loads(created.stdout)["uri"] == missing
-    listed = {e["handle"]: e for e in json.loads(capseal("keys", "list", f"tpm2:?tcti={tcti}").stdout)}
+    listed = {e["handle"]: e for e in json.loads(capseal("keys", "list", f"tpm2:?tcti={tcti}", "--json").stdout)}
     assert listed["0x81000102"]["name"] == first["attestation_key"]["name"]  # the pinned AK is untouched
 
 
@@ -198,7 +199,7 @@ def test_auth_value_refusals_tell_the_operator_how_to_give_it(fresh_swtpm: Any, 
     keyfile = tmp_path / "authed.tss"
     env = {**os.environ, "TSS2_LOG": "all+NONE", "CAPSEAL_PIN": secret}
     for uri in (f"tpm2:keyfile={keyfile}?tcti={fresh_swtpm.tcti}", f"tpm2:handle=0x81000b21?tcti={fresh_swtpm.tcti}"):
-        made = subprocess.run([CAPSEAL, "keys", "create", uri, "--alg", "p256"], capture_output=True, text=True,
+        made = subprocess.run([CAPSEAL, "keys", "create", uri, "--alg", "p256", "--json"], capture_output=True, text=True,
                               timeout=120, env=env)
         assert made.returncode == 0, made.stderr
         assert json.loads(made.stdout)["custody"]["key_attributes"]["noDA"] is False
@@ -230,13 +231,14 @@ def test_an_unreachable_tpm_error_says_how_to_reach_it(fresh_swtpm: Any) -> None
     try:
         down = capseal("tpm", "provision", "--tcti", fresh_swtpm.tcti, check=False)
         assert down.returncode == 2 and "not reachable" in down.stderr, down.stderr
-        assert "hint: start the TPM simulator" in down.stderr and "hardware/swtpm.sh start" in down.stderr, down.stderr
+        assert "hint: start the TPM simulator" in down.stderr and "swtpm socket --tpm2" in down.stderr, down.stderr
+        assert "hardware/" not in down.stderr  # a pip user has no such script
         missing = capseal("keys", "show", "tpm2:handle=0x81000101?tcti=device:/nonexistent/tpmrm9", check=False)
         assert missing.returncode == 2, missing.stderr
         assert "hint: /nonexistent/tpmrm9 does not exist" in missing.stderr and "firmware" in missing.stderr, missing.stderr
     finally:
         fresh_swtpm.start()
-    listed = json.loads(capseal("keys", "list", f"tpm2:?tcti={fresh_swtpm.tcti}").stdout)
+    listed = json.loads(capseal("keys", "list", f"tpm2:?tcti={fresh_swtpm.tcti}", "--json").stdout)
     assert listed == []  # the refused provision persisted nothing
 
 
@@ -248,7 +250,7 @@ def test_keys_create_with_a_relative_key_file_prints_a_uri_that_works_from_anywh
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     work.mkdir()
     elsewhere.mkdir()
-    made = subprocess.run([CAPSEAL, "keys", "create", f"tpm2:keyfile=seal.tss?tcti={swtpm.tcti}", "--alg", "p256"],
+    made = subprocess.run([CAPSEAL, "keys", "create", f"tpm2:keyfile=seal.tss?tcti={swtpm.tcti}", "--alg", "p256", "--json"],
                           capture_output=True, text=True, timeout=120, cwd=work, env={**os.environ, "TSS2_LOG": "all+NONE"})
     assert made.returncode == 0, made.stderr
     info = json.loads(made.stdout)

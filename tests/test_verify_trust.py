@@ -36,7 +36,7 @@ class Sealed:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.key = tmp / "k.pem"
-        made = run("keys", "create", f"file:{self.key}", "--alg", "ed25519")
+        made = run("keys", "create", f"file:{self.key}", "--alg", "ed25519", "--json")
         assert made.returncode == 0, made.stderr
         self.kid = json.loads(made.stdout)["kid"]
         self.public = tmp / "pub.pem"

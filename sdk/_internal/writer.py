@@ -18,9 +18,11 @@ signing pipeline's finishing thread and inside observers too.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -40,7 +42,7 @@ class PendingRecord:
     ledger (e.g. DuplicateRecordError for a reused action_id). Nothing is
     written for a refused record."""
 
-    __slots__ = ("capsule_id", "_record", "_pending", "_error", "_ready")
+    __slots__ = ("capsule_id", "_record", "_pending", "_error", "_ready", "_future")
 
     def __init__(self, capsule_id: str, record: SealedRecord | None = None, pending: PendingAppend | None = None) -> None:
         self.capsule_id = capsule_id
@@ -48,8 +50,19 @@ class PendingRecord:
         self._pending = pending
         self._error: BaseException | None = None
         self._ready = threading.Event()
+        self._future: Future[SealedRecord] | None = None
         if record is not None:
             self._ready.set()
+
+    @property
+    def future(self) -> Future[SealedRecord]:
+        """A ``concurrent.futures.Future`` of :meth:`result`: done once the
+        record is durable (its result the sealed record) or refused (its
+        exception what refused it). ``asyncio.wrap_future`` takes it."""
+        with _waiters_lock:
+            if self._future is None:
+                self._future = _waiters().submit(self.result)
+            return self._future
 
     def resolve(self, record: SealedRecord, pending: PendingAppend) -> None:
         """Signed and handed to the ledger (called by the writer's caller)."""
@@ -99,6 +112,18 @@ class PendingRecord:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         stored = self._pending.result(remaining)
         return SealedRecord(self._record.capsule, self._record.envelopes, None, seq=stored.seq)
+
+
+# the threads that wait on PendingRecord.future's behalf (made on first use in each process)
+_waiters_lock = threading.Lock()
+_waiter_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _waiters() -> ThreadPoolExecutor:
+    global _waiter_pool
+    if _waiter_pool is None or _waiter_pool[0] != os.getpid():  # a forked process makes its own
+        _waiter_pool = (os.getpid(), ThreadPoolExecutor(64, thread_name_prefix="capseal-wait"))
+    return _waiter_pool[1]
 
 
 class OrderedWriter:

@@ -12,7 +12,7 @@ from typing import Any
 
 from capseal.canonical import canonical_bytes, capsule_id, is_hex64, json_digest, raw_digest
 from capseal.ledger import StoredEntry
-from capseal.record import strict_json
+from capseal.record import RECEIVED_CAPSULE, strict_json
 
 from .vocab import ARTIFACT_RECORD_TYPE
 
@@ -146,7 +146,7 @@ def digest_of_entry(entry: StoredEntry) -> str:
             artifact encoding).
         CanonicalizationError: content with no JCS form.
     """
-    if entry.record_type == "capsule":
+    if entry.record_type in ("capsule", RECEIVED_CAPSULE):
         capsule = entry.record().get("capsule")
         if not isinstance(capsule, dict):
             raise ValueError("capsule row has no capsule")

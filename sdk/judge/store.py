@@ -34,7 +34,7 @@ from typing import Any
 from capseal.canonical import MAX_DEPTH, check_json, is_hex64, json_digest, raw_digest
 from capseal.errors import DuplicateRecordError, JudgmentRefusedError
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
-from capseal.record import dumps_canonical
+from capseal.record import RECEIVED_CAPSULE, dumps_canonical
 
 from ._rows import artifact_content, body_of_entry, cited_digests, declared_external, digest_of_entry
 from .citation import Target, computed, listed
@@ -192,7 +192,7 @@ class JudgmentStore:
         recomputed = digest_of_entry(entry)
         if recomputed != digest:
             raise JudgmentRefusedError(f"stored bytes give {recomputed}, not {digest}", rule="record_digest_mismatch")
-        if entry.record_type == "capsule":
+        if entry.record_type in ("capsule", RECEIVED_CAPSULE):
             return Target.recorded(type=type or "agent-action-capsule", digest=digest, kind="capsule", content=entry.record()["capsule"])
         stored = body_of_entry(entry)
         if entry.record_type == ARTIFACT_RECORD_TYPE:

@@ -195,9 +195,10 @@ def test_hardware_readme_token_steps_run_as_shown(softhsm: Any, tmp_path: Path) 
     made = subprocess.run(shlex.split(_substitute(create.group(1), subs)), capture_output=True, text=True, timeout=120,
                           executable=CLI)
     assert made.returncode == 0, made.stderr
-    info = json.loads(made.stdout)
-    assert info["alg"] == "EdDSA" and ";object=seal-key;id=" in info["uri"] and softhsm.pin not in made.stdout
-    (tmp_path / "seal-key.pem").write_text(info["public_key_pem"])
+    # the text form an operator reads: "uri: …", "alg: …", then the public key PEM
+    lines = dict(line.split(": ", 1) for line in made.stdout.splitlines() if line.split(": ", 1)[0] in ("uri", "alg"))
+    assert lines["alg"] == "EdDSA" and ";object=seal-key;id=" in lines["uri"] and softhsm.pin not in made.stdout
+    (tmp_path / "seal-key.pem").write_text(made.stdout[made.stdout.index("-----BEGIN PUBLIC KEY-----"):])
 
     snippet = _substitute(_python_block(ROOT / "hardware" / "README.md", "4. **Seal with it:**"), subs)
     snippet = "from capseal import Producer\nfrom capseal.keys import open_signer\n" + snippet.replace(
@@ -218,6 +219,7 @@ def test_twins_referee_example_with_the_referee_key_on_softhsm(softhsm: Any, tmp
     import agent_action_capsule as ref
     from agent_action_capsule.producer_envelope import verify_record_signature
 
+    from capseal import SealedRecord
     from capseal.keys.provision import create_key
     from capseal.ledger import Ledger
 
@@ -234,8 +236,9 @@ def test_twins_referee_example_with_the_referee_key_on_softhsm(softhsm: Any, tmp
     assert softhsm.pin not in proc.stdout + proc.stderr
     checked = 0
     for ledger_file in ("node-a.db", "node-b.db", "book-differing_pair_triggers_one_call.db"):
-        with Ledger(work / ledger_file, readonly=True) as ledger:
-            for record in ledger.records():
+        with Ledger(work / ledger_file, readonly=True) as ledger:  # its own capsules and those kept as received
+            rows = [e for e in ledger.entries() if e.record_type in ("capsule", "capsule:received")]
+            for record in (SealedRecord.from_json(e.record()) for e in rows):
                 capsule = record.capsule
                 serving = capsule.get("model_attestation", {}).get("compute_attestation", {}).get("x-twin-serving-v1")
                 if serving is None:

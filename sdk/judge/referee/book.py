@@ -15,6 +15,7 @@ and durable before the call returns. Its body (the ledger row's JSON) is::
      "in_flight": {"referee": node, "tier": 1 | 2},  # only on the row written before a call
      "ruling_id": hex,                # only when an adjudication/v1 was sealed
      "statement_id": hex,             # only when the referee signed a statement
+     "action_id": "referee-call:<pair id>",  # only on the row written before a call
      "envelopes": [...]}              # the book keeper's signature (not part of the record id)
 
 The record id is the JSON digest of that body without ``envelopes``; the
@@ -52,7 +53,7 @@ from capseal.findings import Finding
 from capseal.judge.envelope import header_commitment, sign_judgment, verify_judgment_envelope
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
 from capseal.model import check_timestamp
-from capseal.record import dumps_canonical, epistemic_type_for_capsule, strict_json
+from capseal.record import RECEIVED_CAPSULE, dumps_canonical, epistemic_type_for_capsule, strict_json
 
 from .halves import Half, check_id
 from .pairs import Pair, PairKey, pair_id_of, pair_key_json
@@ -145,9 +146,9 @@ def keep_record(ledger: Ledger, half: Half) -> None:
     """
     if ledger.has_record(half.capsule_id):
         return
-    entry = LedgerEntry(record_id=half.capsule_id, record_type="capsule",
-                        epistemic_type=epistemic_type_for_capsule(half.capsule), body=dumps_canonical(half.record_json()),
-                        stream=f"received:{half.node_id}")
+    # another producer's capsule: kept as received, outside this ledger's own chains and action ids
+    entry = LedgerEntry(record_id=half.capsule_id, record_type=RECEIVED_CAPSULE,
+                        epistemic_type=epistemic_type_for_capsule(half.capsule), body=dumps_canonical(half.record_json()))
     try:
         ledger.append(entry)
     except DuplicateRecordError:
@@ -167,7 +168,7 @@ def _body_problem(body: Any) -> str | None:
     if not isinstance(body, Mapping) or body.get("book_version") != BOOK_VERSION:
         return f"a book row is an object with book_version {BOOK_VERSION!r}"
     required = {"book_version", "pair", "capsule_ids", "row", "called", "at", "pair_state", "prior", "envelopes"}
-    optional = {"in_flight", "ruling_id", "statement_id"}
+    optional = {"in_flight", "ruling_id", "statement_id", "action_id"}
     keys = set(body)
     if required - keys or keys - required - optional:
         return f"a book row holds {sorted(required)} and optionally {sorted(optional)}"
@@ -199,6 +200,9 @@ def _body_problem(body: Any) -> str | None:
     for name in ("ruling_id", "statement_id"):
         if name in body and not is_hex64(body[name]):
             return f"{name} is a record id"
+    if "action_id" in body and not (isinstance(body["action_id"], str) and body["action_id"].startswith(
+            "referee-call:") and "in_flight" in body):
+        return "action_id is referee-call:<pair id>, on the row written before a call"
     row = body["row"]
     if "in_flight" in body:
         flight = body["in_flight"]
@@ -378,6 +382,8 @@ class Book:
     def _append(self, body: dict[str, Any], record_type: str, action_id: str | None = None) -> StoredEntry:
         if self.signer is None:
             raise RefereeInputError("this book was opened without a signer; it can be read only", path="$.book")
+        if action_id is not None:  # in the hashed body: the ledger's action_id column must be what the body says
+            body = {**body, "action_id": action_id}
         check_json(body, max_depth=MAX_DEPTH)
         record_id = json_digest(body)
         envelope = sign_judgment(self.signer, bytes.fromhex(record_id), header_commitment(record_type, EPISTEMIC_TYPE, ()))

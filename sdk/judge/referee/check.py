@@ -32,6 +32,7 @@ from capseal.findings import Finding, HasFindings
 from capseal.judge.store import JudgmentStore
 from capseal.judge.verify import verify_judgment
 from capseal.ledger import Ledger
+from capseal.record import RECEIVED_CAPSULE
 
 from .halves import serving_facts
 from .ruling import split_verdict
@@ -157,7 +158,7 @@ def _verify(store: JudgmentStore, statement_id: str, ruling_id: str | None, refe
 def _check_answer(store: JudgmentStore, statement: Mapping[str, Any], keys: list[Any], add: Any) -> None:
     answer_id = statement["answer_capsule_id"]
     entry = store.entry(answer_id) if isinstance(answer_id, str) else None
-    if entry is None or entry.record_type != "capsule":
+    if entry is None or entry.record_type not in ("capsule", RECEIVED_CAPSULE):
         add(Finding("ruling_answer_missing", "the referee's answer capsule is not in this store"))
         return
     record = entry.record()

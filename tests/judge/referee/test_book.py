@@ -220,7 +220,9 @@ def test_the_book_row_shape_is_the_one_interpret_reads(world: World) -> None:
     assert [e.epistemic_type for e in entries] == ["producer_claim", "producer_claim"] and all(not e.links for e in entries)
     flight, final = (json.loads(e.body) for e in entries)
     assert set(flight) == {"book_version", "pair", "capsule_ids", "row", "called", "at", "pair_state", "prior",
-                           "in_flight", "envelopes"}
+                           "in_flight", "action_id", "envelopes"}
+    # the ledger's unique action_id column that claims the call is the hashed body's own
+    assert flight["action_id"] == entries[0].action_id == f"referee-call:{world.pair().pair_id}"
     assert set(final) == {"book_version", "pair", "capsule_ids", "row", "called", "at", "pair_state", "prior",
                           "ruling_id", "statement_id", "envelopes"}
     assert final["book_version"] == "capseal-referee-book/1"

@@ -62,9 +62,9 @@ def test_the_reference_verifier_accepts_both_halves_and_the_answer_capsule_with_
     assert statement is not None
     answer_id = json.loads(statement.body)["content"]["answer_capsule_id"]
     for cid in (a.capsule_id, b.capsule_id, answer_id):
-        stored = book.ledger.get(cid)
-        assert stored is not None
-        capsule = stored.capsule
+        row = book.ledger.entry(cid)  # the halves are kept as received (capsule:received), the answer as sealed
+        assert row is not None and row.record_type == ("capsule" if cid == answer_id else "capsule:received")
+        capsule = row.record()["capsule"]
         result = ref.verify(capsule)
         assert result.ok and not [f for f in result.findings if f.severity == "error"], result.findings
         assert ref.compute_capsule_id(dict(capsule)) == cid == capsule["capsule_id"]
