@@ -8,7 +8,7 @@ Prints, with a software Ed25519 key and a durable ledger:
     (medians of rotating rounds; the difference is taken per round);
   * sealed records/s through the recorder: synchronous calls one after the
     other on one thread, and asynchronous calls many at a time (sealed off
-    the event loop, sharing group commits);
+    the event loop through capseal.aio.AsyncProducer, sharing group commits);
   * the event loop's longest stall while 1,000 tool calls are sealed
     through the asynchronous path, beside the stall when the same seals run
     on the loop itself.
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"adapters": per_adapter, "sync_records_per_s": median(rates["sync"]),
            "async_records_per_s": median(rates["async"]),
            "async_vs_sync": median([a / s for a, s in zip(rates["async"], rates["sync"])]), "stall": stall,
-           "async_path": "executor (a thread pool of the recorder's own; capseal.aio is not there yet)"}
+           "async_path": "capseal.aio.AsyncProducer (specs made on the recorder's pool)"}
     if args.json:
         print(json.dumps(out))
         return 0

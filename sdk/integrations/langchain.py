@@ -29,6 +29,7 @@ from typing import Any
 from uuid import UUID
 
 from capseal import Producer
+from capseal.aio import AsyncProducer
 
 from ._extras import require
 from .calls import ABSENT, SealFailure
@@ -46,7 +47,7 @@ __all__ = ["CapsealCallbackHandler", "CapsealMiddleware", "FRAMEWORK"]
 FRAMEWORK = "langchain"
 
 
-def _recorder(producer: Producer, fail_closed: bool, on_seal_error: Callable[[SealFailure], object] | None,
+def _recorder(producer: Producer | AsyncProducer, fail_closed: bool, on_seal_error: Callable[[SealFailure], object] | None,
               context: Mapping[str, str] | None, irreversibility_class: str | None) -> ToolCallRecorder:
     return ToolCallRecorder(producer, framework=FRAMEWORK, fail_closed=fail_closed, on_seal_error=on_seal_error,
                             context=context, irreversibility_class=irreversibility_class)
@@ -76,7 +77,7 @@ class CapsealCallbackHandler(BaseCallbackHandler):
     """Seals every tool call a LangChain run reports (see the module docstring).
 
     Args:
-        producer: the producer that seals.
+        producer: the producer that seals (or a ``capseal.aio.AsyncProducer`` over it).
         fail_closed: stop a call before its tool runs when its planned capsule cannot be sealed.
         on_seal_error: called with each :class:`~capseal.integrations.SealFailure`.
         context: allow-listed runtime context (``tags``, ``metadata``,
@@ -87,7 +88,7 @@ class CapsealCallbackHandler(BaseCallbackHandler):
         InputError: a bad argument.
     """
 
-    def __init__(self, producer: Producer, *, fail_closed: bool = False,
+    def __init__(self, producer: Producer | AsyncProducer, *, fail_closed: bool = False,
                  on_seal_error: Callable[[SealFailure], object] | None = None,
                  context: Mapping[str, str] | None = None, irreversibility_class: str | None = None) -> None:
         super().__init__()
@@ -146,7 +147,7 @@ class CapsealMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     Args: as :class:`CapsealCallbackHandler` (no runtime context is offered).
     """
 
-    def __init__(self, producer: Producer, *, fail_closed: bool = False,
+    def __init__(self, producer: Producer | AsyncProducer, *, fail_closed: bool = False,
                  on_seal_error: Callable[[SealFailure], object] | None = None,
                  context: Mapping[str, str] | None = None, irreversibility_class: str | None = None) -> None:
         super().__init__()

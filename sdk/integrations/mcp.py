@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from capseal import Producer
+from capseal.aio import AsyncProducer
 
 from ._extras import require
 from .calls import ABSENT, SealFailure, ToolCall
@@ -60,7 +61,7 @@ class CapsealMCPMiddleware:
     """A server middleware sealing every ``tools/call`` (see the module docstring).
 
     Args:
-        producer: the producer that seals.
+        producer: the producer that seals (or a ``capseal.aio.AsyncProducer`` over it).
         fail_closed: refuse a call before its tool runs when its planned capsule cannot be sealed.
         on_seal_error: called with each :class:`~capseal.integrations.SealFailure`.
         context: allow-listed runtime context (``client_info``, ``protocol_version``),
@@ -71,7 +72,7 @@ class CapsealMCPMiddleware:
         InputError: a bad argument.
     """
 
-    def __init__(self, producer: Producer, *, fail_closed: bool = False,
+    def __init__(self, producer: Producer | AsyncProducer, *, fail_closed: bool = False,
                  on_seal_error: Callable[[SealFailure], object] | None = None,
                  context: Mapping[str, str] | None = None, irreversibility_class: str | None = None) -> None:
         self.recorder = ToolCallRecorder(producer, framework=FRAMEWORK, fail_closed=fail_closed,
@@ -129,7 +130,7 @@ class SealedTools:
     Args: as :class:`CapsealMCPMiddleware` (no runtime context is offered).
     """
 
-    def __init__(self, producer: Producer, *, fail_closed: bool = False,
+    def __init__(self, producer: Producer | AsyncProducer, *, fail_closed: bool = False,
                  on_seal_error: Callable[[SealFailure], object] | None = None,
                  irreversibility_class: str | None = None) -> None:
         self.recorder = ToolCallRecorder(producer, framework=FRAMEWORK, fail_closed=fail_closed,

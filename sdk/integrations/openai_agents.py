@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from capseal import Producer
+from capseal.aio import AsyncProducer
 
 from ._extras import require
 from .calls import ABSENT, SealFailure
@@ -49,7 +50,7 @@ class CapsealRunHooks(RunHooks):  # type: ignore[type-arg]
     """Seals every local tool call of the runs it is given to (see the module docstring).
 
     Args:
-        producer: the producer that seals.
+        producer: the producer that seals (or a ``capseal.aio.AsyncProducer`` over it).
         fail_closed: stop a call before its tool runs when its planned capsule cannot be sealed.
         on_seal_error: called with each :class:`~capseal.integrations.SealFailure`.
         context: allow-listed runtime context (``agent_name``, ``tool_namespace``),
@@ -60,7 +61,7 @@ class CapsealRunHooks(RunHooks):  # type: ignore[type-arg]
         InputError: a bad argument.
     """
 
-    def __init__(self, producer: Producer, *, fail_closed: bool = False,
+    def __init__(self, producer: Producer | AsyncProducer, *, fail_closed: bool = False,
                  on_seal_error: Callable[[SealFailure], object] | None = None,
                  context: Mapping[str, str] | None = None, irreversibility_class: str | None = None) -> None:
         super().__init__()

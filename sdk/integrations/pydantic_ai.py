@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capseal import Producer
+from capseal.aio import AsyncProducer
 
 from ._extras import require
 from .calls import SealFailure
@@ -56,7 +57,7 @@ class CapsealCapability(AbstractCapability[Any]):
     """Seals every tool call of the agent's runs (see the module docstring).
 
     Args:
-        producer: the producer that seals.
+        producer: the producer that seals (or a ``capseal.aio.AsyncProducer`` over it).
         fail_closed: stop a call before its tool runs when its planned capsule cannot be sealed.
         on_seal_error: called with each :class:`~capseal.integrations.SealFailure`.
         context: allow-listed runtime context (``model_name``, ``retry``),
@@ -67,7 +68,7 @@ class CapsealCapability(AbstractCapability[Any]):
         InputError: a bad argument.
     """
 
-    def __init__(self, producer: Producer, *, fail_closed: bool = False,
+    def __init__(self, producer: Producer | AsyncProducer, *, fail_closed: bool = False,
                  on_seal_error: Callable[[SealFailure], object] | None = None,
                  context: Mapping[str, str] | None = None, irreversibility_class: str | None = None) -> None:
         self.recorder = ToolCallRecorder(producer, framework=FRAMEWORK, fail_closed=fail_closed,

@@ -34,6 +34,7 @@ from functools import partial
 from typing import Any
 
 from capseal import Producer, SealedRecord
+from capseal.aio import AsyncProducer
 from capseal.errors import InputError, ToolCallBlockedError, ToolCallPairingError
 
 from ._sealer import Sealable, Sealer
@@ -53,7 +54,9 @@ class ToolCallRecorder:
     """Seals each tool call an adapter reports (see the module docstring).
 
     Args:
-        producer: the :class:`capseal.Producer` that seals (the recorder never closes it).
+        producer: the :class:`capseal.Producer` that seals, or a
+            :class:`capseal.aio.AsyncProducer` over it for the asynchronous
+            hooks to share (the recorder never closes either).
         framework: the framework's name, written in every capsule (``langchain`` …).
         fail_closed: stop a call before its tool runs when its planned capsule
             cannot be sealed (default: record what can be, and let it run).
@@ -68,24 +71,22 @@ class ToolCallRecorder:
         InputError: a bad argument, named.
     """
 
-    def __init__(self, producer: Producer, *, framework: str, fail_closed: bool = False,
+    def __init__(self, producer: Producer | AsyncProducer, *, framework: str, fail_closed: bool = False,
                  on_seal_error: Callable[[SealFailure], object] | None = None,
                  context: Mapping[str, str] | None = None, irreversibility_class: str | None = None) -> None:
-        if not isinstance(producer, Producer):
-            raise InputError(f"producer is a capseal.Producer; got {type(producer).__name__}")
         if not isinstance(framework, str) or not framework or "/" in framework:
             raise InputError(f"framework is a non-empty name without '/'; got {framework!r}")
         if on_seal_error is not None and not callable(on_seal_error):
             raise InputError("on_seal_error is a callable taking a SealFailure")
         if irreversibility_class is not None and not isinstance(irreversibility_class, str):
             raise InputError(f"irreversibility_class is a string; got {type(irreversibility_class).__name__}")
-        self.producer = producer
+        self._sealer = Sealer(producer)  # refuses anything but a Producer or an AsyncProducer
+        self.producer = self._sealer.producer
         self.framework = framework
         self.fail_closed = bool(fail_closed)
         self.on_seal_error = on_seal_error
         self.context = allowed_context(context)
         self.irreversibility_class = irreversibility_class
-        self._sealer = Sealer(producer)
         self._tag = os.urandom(6).hex()  # action ids unique across recorders and restarts
         self._sequence = itertools.count(1)
         self._lock = threading.Lock()

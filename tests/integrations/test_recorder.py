@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from capseal import Producer
+from capseal.aio import AsyncProducer
 from capseal.errors import InputError, LedgerBusyError, MissingExtraError, ToolCallBlockedError, ToolCallPairingError
 from capseal.integrations import EXTENSION, SealFailure, ToolCallRecorder
 from capseal.keys import UnsafeEphemeralSigner
@@ -139,6 +140,22 @@ def test_an_async_hook_digests_and_seals_off_the_event_loop(tmp_path: Path) -> N
     assert _Watched.readers and loop_thread not in _Watched.readers
     assert _WatchedSigner.signers and loop_thread not in _WatchedSigner.signers
     assert [c.status for c in tool_calls(producer.ledger.path)] == ["confirmed"]
+
+
+def test_a_recorder_over_an_async_producer_seals_through_it(producer: Producer) -> None:
+    aio = AsyncProducer(producer)
+    recorder = ToolCallRecorder(aio, framework="test")
+    assert recorder.producer is producer
+    recorder.start(tool="sync", arguments=1).confirmed(2)
+
+    async def main() -> None:
+        call = await recorder.astart(tool="async", arguments=3)
+        await call.aconfirmed(4)
+
+    asyncio.run(main())
+    recorder.close()  # the AsyncProducer given, and its producer, stay open
+    assert [c.status for c in tool_calls(producer.ledger.path)] == ["confirmed", "confirmed"]
+    asyncio.run(aio.seal({"action_id": "after", "action_type": "fyi"}))
 
 
 def test_a_float_never_drops_the_planned_capsule(producer: Producer) -> None:
