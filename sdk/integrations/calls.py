@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from capseal import SealedRecord
-
-if TYPE_CHECKING:
-    from .recorder import ToolCallRecorder
 
 __all__ = ["ABSENT", "ToolCall", "OpenCall", "SealFailure", "OPEN_REASONS"]
 
@@ -69,11 +66,19 @@ class SealFailure:
     blocked: bool = False
 
 
+class _Recorder(Protocol):
+    """What a call needs of the recorder that made it (``ToolCallRecorder``)."""
+
+    def finish(self, call: ToolCall, outcome: str, response: Any = ...) -> SealedRecord | None: ...
+
+    async def afinish(self, call: ToolCall, outcome: str, response: Any = ...) -> SealedRecord | None: ...
+
+
 class ToolCall:
     """One tool call: its planned capsule (None until sealed, or when sealing
     it failed) and its outcome capsule."""
 
-    def __init__(self, recorder: ToolCallRecorder, *, tool: str, ids: Mapping[str, Any], sequence: int,
+    def __init__(self, recorder: _Recorder, *, tool: str, ids: Mapping[str, Any], sequence: int,
                  action_id: str) -> None:
         self._recorder = recorder
         self.tool = tool
@@ -96,30 +101,51 @@ class ToolCall:
         return f"<ToolCall {self.tool!r} #{self.sequence} {self.state}>"
 
     def confirmed(self, response: Any) -> SealedRecord | None:
-        """The tool returned ``response``: seal its confirmed capsule (dispatched
-        when ``response`` cannot be digested). Never raises for a failed seal
-        (it is reported). Returns the outcome record, or None."""
+        """The tool returned ``response``: seal the confirmed capsule.
+
+        Args:
+            response: what the tool returned (digested only; a value with no
+                exact JSON form makes the outcome ``dispatched``: no
+                confirmation without the response's digest).
+
+        Returns:
+            The outcome record, or None when nothing was sealed (reported, never raised).
+        """
         return self._recorder.finish(self, "returned", response)
 
     def failed(self, response: Any = ABSENT, *, outcome: str = "raised") -> SealedRecord | None:
-        """The call failed (``outcome``: ``raised``, ``error_result`` or
-        ``retry``); ``response`` is the failure response the framework handed
-        back, if any (digested only). Returns the outcome record, or None."""
+        """The call failed: seal the failed capsule.
+
+        Args:
+            response: the failure response the framework handed back, if any
+                (digested only); :data:`ABSENT` when there was none to see.
+            outcome: ``raised``, ``error_result`` or ``retry``.
+
+        Returns:
+            The outcome record, or None when nothing was sealed (reported).
+
+        Raises:
+            InputError: an unknown outcome.
+        """
         return self._recorder.finish(self, outcome, response)
 
     def unobserved(self) -> SealedRecord | None:
-        """The call ended and the hook cannot tell how: seal it dispatched.
-        Returns the outcome record, or None."""
+        """The call ended and the hook cannot tell how: seal it ``dispatched``
+        (it stays an open item).
+
+        Returns:
+            The outcome record, or None when nothing was sealed (reported).
+        """
         return self._recorder.finish(self, "unobserved", ABSENT)
 
     async def aconfirmed(self, response: Any) -> SealedRecord | None:
-        """:meth:`confirmed`, sealed off the event loop."""
+        """:meth:`confirmed`, with the digest and the seal off the event loop."""
         return await self._recorder.afinish(self, "returned", response)
 
     async def afailed(self, response: Any = ABSENT, *, outcome: str = "raised") -> SealedRecord | None:
-        """:meth:`failed`, sealed off the event loop."""
+        """:meth:`failed`, with the digest and the seal off the event loop."""
         return await self._recorder.afinish(self, outcome, response)
 
     async def aunobserved(self) -> SealedRecord | None:
-        """:meth:`unobserved`, sealed off the event loop."""
+        """:meth:`unobserved`, with the seal off the event loop."""
         return await self._recorder.afinish(self, "unobserved", ABSENT)

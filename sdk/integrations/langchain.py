@@ -9,7 +9,8 @@ Two ways in; use one of them for an agent, not both (each seals every call):
   LangChain handled, ``handle_tool_error``); ``on_tool_error`` a failed one
   (the tool raised). A call is paired by its ``run_id``, and the
   ``tool_call_id`` at the end must be the start's. In an async run LangChain
-  runs this (synchronous) handler off the event loop.
+  runs this (synchronous) handler off the event loop. A call interrupted
+  (``interrupt()``, the tool paused for input) or cancelled stays open.
 * :class:`CapsealMiddleware`, a LangChain 1.x agent middleware
   (``create_agent(…, middleware=[CapsealMiddleware(producer)])``) whose
   ``wrap_tool_call`` / ``awrap_tool_call`` hold the call from start to end.
@@ -129,9 +130,11 @@ class CapsealCallbackHandler(BaseCallbackHandler):
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                       **kwargs: Any) -> None:
-        """Seal a failed capsule: the tool raised (the error itself never enters)."""
+        """Seal a failed capsule: the tool raised (the error itself never
+        enters). An interrupt (the tool paused for input) or a cancellation
+        is no failure the hook saw: the call stays open."""
         call = self.recorder.call_for(run_id)
-        if call is None:
+        if call is None or isinstance(error, _PAUSES) or not isinstance(error, Exception):
             return
         given = kwargs.get("tool_call_id")
         if given is not None and given != call.ids.get("tool_call_id"):

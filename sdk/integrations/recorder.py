@@ -269,10 +269,15 @@ class ToolCallRecorder:
     # ------------------------------------------------------------------ keyed ends
 
     def call_for(self, key: Hashable) -> ToolCall | None:
-        """The one call started with ``key`` and not yet ended by it, or None
-        (no such call, or more than one: reported, never guessed).
+        """The one call started with ``key`` and not yet ended by it; each end
+        is paired once, so it leaves the key's index.
 
-        Removes it from the key's index: each end is paired once.
+        Args:
+            key: the key the call was started with.
+
+        Returns:
+            The call, or None: no call was started with ``key``, or more than
+            one still open was (reported as a ToolCallPairingError, never guessed).
         """
         with self._lock:
             calls = self._by_key.get(key)
@@ -292,12 +297,31 @@ class ToolCallRecorder:
         return found
 
     def has_key(self, key: Hashable) -> bool:
-        """Whether a call started with ``key`` still waits for its end."""
+        """Whether a call started with ``key`` still waits for its end.
+
+        Args:
+            key: the key a call may have been started with.
+
+        Returns:
+            True while its end has not been paired.
+        """
         with self._lock:
             return bool(self._by_key.get(key))
 
     def finish_key(self, key: Hashable, outcome: str, response: Any = ABSENT) -> SealedRecord | None:
-        """:meth:`finish` for the call started with ``key`` (see :meth:`call_for`)."""
+        """:meth:`finish` for the call started with ``key``.
+
+        Args:
+            key: the key the call was started with (see :meth:`call_for`).
+            outcome: as for :meth:`finish`.
+            response: as for :meth:`finish`.
+
+        Returns:
+            The outcome record, or None when nothing was sealed (reported).
+
+        Raises:
+            InputError: an unknown outcome.
+        """
         call = self.call_for(key)
         return None if call is None else self.finish(call, outcome, response)
 
@@ -321,12 +345,6 @@ class ToolCallRecorder:
         self._report("pairing", call, ToolCallPairingError(f"an end of tool call {call.tool!r} #{call.sequence} "
                                                            f"could not be paired: {reason}; nothing was sealed"))
 
-    def forget_key(self, key: Hashable) -> None:
-        """Drop ``key`` from the index without ending its call (the call stays
-        open): for a framework that will report no end for it."""
-        with self._lock:
-            self._by_key.pop(key, None)
-
     def _drop_key_of(self, call: ToolCall) -> None:
         with self._lock:
             for key, calls in list(self._by_key.items()):
@@ -339,8 +357,12 @@ class ToolCallRecorder:
 
     def open_calls(self) -> list[OpenCall]:
         """The calls whose planned capsule is in the ledger and whose outcome is
-        not (still awaited, sealed as unobserved, unpaired, or failed to seal),
-        oldest first. The ledger verifier reports the same records as open."""
+        not: still awaited, sealed as unobserved, unpaired, or failed to seal.
+        ``capseal verify`` reports the same calls as open items.
+
+        Returns:
+            :class:`OpenCall` entries, oldest first (``reason``: a key of ``OPEN_REASONS``).
+        """
         with self._lock:
             calls = sorted(self._open.values(), key=lambda c: c.sequence)
             return [OpenCall(c.tool, c.ids, c.sequence, c.action_id, c.planned.capsule_id,

@@ -244,3 +244,20 @@ def test_an_end_naming_another_tool_call_id_is_not_paired(tmp_path: Path) -> Non
 
 def _fault(fault: str, producer: Producer, token: Token, tmp_path: Path) -> Any:
     return ledger_locked(producer.ledger.path) if fault == "ledger" else token.gone(tmp_path / "token-away")
+
+
+def test_an_interrupted_or_cancelled_tool_stays_open(tmp_path: Path) -> None:
+    """An interrupt (the tool paused for input) or a cancellation is no
+    failure the hook saw: nothing is sealed for its end, the call stays open."""
+    from langgraph.errors import GraphInterrupt
+
+    path = tmp_path / "paused.db"
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as producer:
+        handler = CapsealCallbackHandler(producer)
+        for i, error in enumerate([GraphInterrupt(()), asyncio.CancelledError()]):
+            run_id = uuid.uuid4()
+            handler.on_tool_start({"name": "t"}, "{}", run_id=run_id, inputs={"i": i}, tool_call_id=f"c{i}")
+            handler.on_tool_error(error, run_id=run_id, tool_call_id=f"c{i}")
+        assert [c.reason for c in handler.recorder.open_calls()] == ["awaiting_outcome"] * 2
+    assert [c.status for c in tool_calls(path)] == [None, None]
+    assert len(open_items(path)) == 2
