@@ -35,8 +35,8 @@ def token(softhsm: Any) -> Token:
 
 @pytest.fixture()
 def token_producer(token: Token, tmp_path: Path) -> Iterator[Producer]:
-    """A producer sealing with the token's key into a ledger whose commits give up after 0.2 s of a lock."""
-    ledger = Ledger(tmp_path / "faults.db", lock_timeout=0.2)
+    """A producer sealing with the token's key into a ledger whose commits give up after 0.1 s of a lock."""
+    ledger = Ledger(tmp_path / "faults.db", lock_timeout=0.1)
     with open_signer(token.uri, pin=token.pin) as signer, Producer("acme", "agent@1", signer, ledger) as producer:
         yield producer
     ledger.close()

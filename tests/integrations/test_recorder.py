@@ -36,7 +36,7 @@ from .support import (
 
 @pytest.fixture()
 def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "calls.db", lock_timeout=0.2)
+    return Ledger(tmp_path / "calls.db", lock_timeout=0.1)
 
 
 @pytest.fixture()
