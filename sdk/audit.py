@@ -3,7 +3,7 @@
 ``verify_ledger(path)`` runs, for a capseal ledger:
   * the ledger's own integrity: both hash chains (records and evidence), seq
     continuity, header/body agreement (record id = capsule id, epistemic type);
-  * the file's (:mod:`._ledger_audit`): SQLite's integrity check, each chain
+  * the file's (:func:`capseal.ledger.file_findings`): SQLite's integrity check, each chain
     against the head the ledger recorded (rows lost from its end), the lookup
     columns against the bodies; a damaged file is reported as such, with every
     record that can still be read;
@@ -35,12 +35,11 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 
-from . import _ledger_audit
 from .canonical import capsule_id, hex_bytes, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
 from .errors import InputError, LedgerCorruptError, MalformedJSONError
 from .findings import Finding
-from .ledger import Ledger, StoredEntry
+from .ledger import AuditLedger, Ledger, StoredEntry, column_findings, empty_finding, failure_finding, file_findings
 from .record import RECEIVED_CAPSULE, dumps_canonical, epistemic_type_for_capsule, strict_json
 from .trust import trusted_keys
 from .verify import verify, verify_store
@@ -361,7 +360,7 @@ def verify_ledger(
         ``trusted_keys_unusable`` finding.
     """
     report = LedgerReport(path=str(path), ok=False)
-    empty = _ledger_audit.empty_finding(path)
+    empty = empty_finding(path)
     if empty is not None:
         report.findings.append(empty)
         return report
@@ -372,11 +371,11 @@ def verify_ledger(
         return report
     report.anchors = len(keys.trusted or ())
     try:
-        with _ledger_audit.AuditLedger(path, readonly=True) as ledger:
+        with AuditLedger(path) as ledger:
             with ledger.snapshot():
                 _verify_open_ledger(ledger, report, keys, evidence, evidence_trust)
     except Exception as exc:  # never raise: report why it could not run
-        report.findings.append(_ledger_audit.failure_finding(exc))
+        report.findings.append(failure_finding(exc))
         report.ok = False
         return report
     report.ok = not any(f.severity == "error" for f in report.findings) and all(r.ok for r in report.records)
@@ -387,7 +386,7 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
     for problem in ledger.check_chain():  # rows SQLite cannot read are among these
         report.findings.append(Finding("ledger_chain_broken", problem))
     entries: list[StoredEntry] = list(ledger.entries(damaged=[]))
-    report.findings.extend(_ledger_audit.file_findings(ledger, entries))
+    report.findings.extend(file_findings(ledger, entries))
     capsule_entries = [e for e in entries if e.record_type == "capsule" and e.damage is None]
     received_entries = [e for e in entries if e.record_type == RECEIVED_CAPSULE and e.damage is None]
     bodies = {e.seq: _capsule_body(e) for e in capsule_entries + received_entries}
@@ -423,7 +422,7 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
         else:
             rr = _verify_other(e, ledger, keys)
             if any(e.record_type.startswith(prefix) for prefix in RECORD_VERIFIERS):  # records capseal writes
-                rr.findings.extend(_ledger_audit.column_findings(e, _parsed(e.body)))
+                rr.findings.extend(column_findings(e, _parsed(e.body)))
         body_problem = _ambiguous_body(e.body)
         if body_problem is not None:
             rr.findings.append(Finding("record_body_not_canonical", body_problem))
@@ -483,7 +482,7 @@ def _capsule_report(e: StoredEntry, capsule: dict[str, Any], body: Mapping[str, 
     rr.findings.extend(sig_findings)
     if verdict == "unclaimed":
         rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
-    rr.findings.extend(_ledger_audit.column_findings(e, body))
+    rr.findings.extend(column_findings(e, body))
     return rr
 
 

@@ -351,7 +351,7 @@ class LedgerForkedError(ForkedProcessError, LedgerError):
 class SignerForkedError(ForkedProcessError, SignerUnavailableError):
     """A signer whose device connection belongs to the parent process (a TPM
     signer) used in a forked process; a signer opened there works. Also a
-    PKCS#11 module the fork could not make its own (see keys/_pkcs11_session)."""
+    PKCS#11 module the fork could not make its own."""
 
 
 # --------------------------------------------------------------------------- other
