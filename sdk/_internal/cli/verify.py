@@ -193,6 +193,11 @@ def _print_ledger_report(report: Any, *, verbose: bool) -> None:
             print(f"      [{f.severity}] {f.code}: {f.detail}")
     if tally:
         print("  on ok records: " + ", ".join(f"{code} ×{n}" for code, n in sorted(tally.items())) + " (-v lists them)")
+    from ...audit import OPEN_EFFECT
+
+    still_open = sum(any(f.code == OPEN_EFFECT for f in r.findings) for r in report.records)
+    if still_open:
+        print(f"  open items: {still_open} planned or dispatched effect(s) with no outcome in the ledger (-v lists them)")
     if report.records and any(r.evidence is not None for r in report.records):
         statuses = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("evidence:")}
         print("  evidence: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
