@@ -342,7 +342,7 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
              f"({'+'.join(f'{b.hash_name}:{list(b.pcrs)}' for b in attest.pcr_select)})")
     else:
         try:
-            digest = pcr_digest(selection, pcr_values, hash_name)  # type: ignore[arg-type]
+            digest = pcr_digest(selection, pcr_values, hash_name)
         except (KeyError, ValueError, TypeError) as exc:
             fail("evidence_pcr_mismatch", f"the recorded PCR values are incomplete or not hex ({exc})")
         else:

@@ -529,7 +529,7 @@ def evidence_of(record: Any, trust: Any) -> tuple[str, list[Finding]]:
     ledger's records and for record files alike; ``not-checked`` with a
     warning when capseal.attest cannot be loaded here. Never raises."""
     try:
-        from capseal.attest import evidence_status  # type: ignore[attr-defined]
+        from capseal.attest import evidence_status
     except (ImportError, AttributeError) as exc:
         return "not-checked", [Finding("evidence_unavailable", f"capseal.attest cannot check evidence here: {exc}",
                                        severity="warning")]

@@ -144,7 +144,7 @@ class CapsealCallbackHandler(BaseCallbackHandler):
         self.recorder.finish(call, "raised")
 
 
-class CapsealMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class CapsealMiddleware(AgentMiddleware):
     """A LangChain 1.x agent middleware sealing every tool call it wraps.
 
     Args: as :class:`CapsealCallbackHandler` (no runtime context is offered).

@@ -46,7 +46,7 @@ __all__ = ["CapsealRunHooks", "FRAMEWORK"]
 FRAMEWORK = "openai-agents"
 
 
-class CapsealRunHooks(RunHooks):  # type: ignore[type-arg]
+class CapsealRunHooks(RunHooks):
     """Seals every local tool call of the runs it is given to (see the module docstring).
 
     Args:

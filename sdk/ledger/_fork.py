@@ -153,8 +153,8 @@ def forget(ledger: Forkable) -> None:
         _OPEN.discard(ledger)
 
 
-def _real(path: object) -> str:
-    return os.path.realpath(os.fspath(path))  # type: ignore[call-overload]
+def _real(path: str | os.PathLike[str]) -> str:
+    return os.path.realpath(os.fspath(path))
 
 
 def before_opening(path: str) -> None:
@@ -222,7 +222,7 @@ def _no_checkpoint_on_close(connection: sqlite3.Connection, path: str) -> bool:
 
 
 def _same_file(name: bytes | None, path: str) -> bool:
-    return bool(name) and _real(os.fsdecode(name)) == path  # type: ignore[arg-type]
+    return name is not None and bool(name) and _real(os.fsdecode(name)) == path
 
 
 def _keep_alive(connection: sqlite3.Connection) -> None:
