@@ -10,6 +10,25 @@ Public surface: :class:`Producer`, :func:`verify`, :func:`verify_ledger`,
 :class:`SealedRecord`, :class:`Ledger`, the digest helpers and
 :mod:`capseal.errors`. Keys live in :mod:`capseal.keys`, TPM quotes in
 :mod:`capseal.attest`, judgment records in :mod:`capseal.judge`.
+
+Public modules (everything else here, ``capseal._internal`` and each name
+with a leading underscore, is private to this package):
+
+* ``producer``, ``aio`` (sealing, from threads and from an event loop),
+  ``arguments`` (the checks of waits, timeouts and counts they share);
+* ``record``, ``canonical``, ``model``, ``assurance``, ``vocab`` (the capsule:
+  its record, RFC 8785 bytes and digests, the strict model, derived
+  assurance, closed sets);
+* ``envelope``, ``cose``, ``cbor`` (signatures: the producer envelope,
+  COSE_Sign1, the deterministic CBOR they need);
+* ``verify``, ``audit``, ``findings``, ``trust``, ``merkle`` (checking: one
+  capsule, a whole ledger, what a check reports, trust anchors, Merkle
+  paths);
+* ``ledger`` (a package: the durable store), ``errors``, ``process`` (fork
+  and exit safety), ``cli`` (the ``capseal`` command);
+* ``integrations`` (a package: agent-framework adapters), ``judge`` (a
+  package: judgment records); ``keys`` and ``attest`` are packages of their
+  own.
 """
 
 from __future__ import annotations

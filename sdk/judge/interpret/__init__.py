@@ -18,11 +18,15 @@ also gives the value's *items* (one per verdict about one subject: a case, a
 claim, a party), which is what a consumer counts; :func:`tally` is one such
 consumer's policy, never a figure capseal itself reports.
 
-Modules: ``model`` (the Interpretation and its JSON), ``jury*`` (stored jury
-verdicts), ``records`` / ``results`` / ``capsules`` / ``referee_rows``
-(capseal's records), ``parts`` (records and their items), ``reading`` (the
-reading and support rules), ``defects``, ``summary`` (the prose), ``tally``
-(counting), ``dispatch`` (the entry points), ``sources`` (ledgers and files).
+Public modules: ``model`` (the Interpretation and its JSON); ``jury`` (stored
+jury verdicts) with ``jury_nodes`` (one node), ``jury_stages`` (attempts and
+sub-verdicts), ``jury_decision`` (``decidedBy``) and ``jury_support`` (whether
+the facts back the reading); ``records`` / ``results`` / ``capsules`` /
+``referee_rows`` (capseal's records), ``parts`` (records and their items),
+``reading`` (the reading and support rules), ``defects``, ``summary`` (the
+prose), ``tally`` (counting), ``dispatch`` (the entry points), ``sources``
+(ledgers and files), ``values`` (JSON values of any kind), ``vocab`` (the
+tokens the reader knows).
 """
 
 from .dispatch import JURY_VERDICT_ARTIFACT, Item, Reading, interpret, read
