@@ -38,6 +38,10 @@ def dumps_canonical(value: Any) -> bytes:
 
     Returns:
         Its UTF-8 bytes.
+
+    Raises:
+        TypeError: a value that is not JSON.
+        ValueError: a value that contains itself.
     """
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 

@@ -281,7 +281,10 @@ class Ledger:
             after: appends ``entry`` needs (as for :meth:`submit`).
 
         Returns:
-            The two appends (raises as :meth:`submit`).
+            The two appends.
+
+        Raises:
+            LedgerError: as :meth:`submit`.
         """
         first = PendingAppend(lead, self._commits, on_lead)
         second = PendingAppend(entry, self._commits, on_durable)
@@ -362,6 +365,11 @@ class Ledger:
 
         Returns:
             The number of records, of every type.
+
+        Raises:
+            LedgerClosedError: the ledger is closed.
+            LedgerForkedError: in a process forked from the ledger's.
+            LedgerBusyError: another connection kept the file locked too long.
         """
         return self._storage.count()
 
@@ -375,6 +383,11 @@ class Ledger:
 
         Returns:
             True when such a record is stored.
+
+        Raises:
+            LedgerClosedError: the ledger is closed.
+            LedgerForkedError: in a process forked from the ledger's.
+            LedgerBusyError: another connection kept the file locked too long.
         """
         return self._storage.has_action_id(action_id)
 
@@ -386,6 +399,11 @@ class Ledger:
 
         Returns:
             True when it is stored.
+
+        Raises:
+            LedgerClosedError: the ledger is closed.
+            LedgerForkedError: in a process forked from the ledger's.
+            LedgerBusyError: another connection kept the file locked too long.
         """
         return self._storage.has_record(record_id)
 
