@@ -181,7 +181,8 @@ class AsyncProducer:
             The new boundary capsule record (not yet in the ledger).
 
         Raises:
-            InputError, LedgerError: as :meth:`capseal.Producer.rotate_epoch`.
+            InputError, SignerError, LedgerError: as
+                :meth:`capseal.Producer.rotate_epoch`.
         """
         return await self._run(self.producer.rotate_epoch, epoch_id)
 

@@ -165,6 +165,11 @@ class Producer:
 
         Raises:
             InputError: a bad id, or one opened before (the open epoch stays open).
+            SignerError: the device could not sign the boundary capsule (the
+                open epoch stays open).
+            LedgerForkedError: called in a process forked from the producer's.
+            LedgerError: the ledger cannot be read, or the call came from an
+                observer with records still to commit (it waits for them first).
         """
         inputs.epoch(epoch_id)
         self.flush()
