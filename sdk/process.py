@@ -117,6 +117,9 @@ class ForkCopies(Generic[T]):
     Why a hook and a flag: the object's own hot path then pays one attribute
     test, no ``os.getpid()`` call. The set is emptied in the child, so a fork
     of the child marks only what the child made itself.
+
+    Args:
+        inherited: called on each object in the child, right after the fork.
     """
 
     def __init__(self, inherited: Callable[[T], None]) -> None:
