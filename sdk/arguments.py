@@ -38,6 +38,10 @@ def seconds(value: Any, name: str, *, also: str = "") -> float:
 def timeout(value: Any, name: str = "timeout") -> float | None:
     """A ``timeout=`` argument.
 
+    Args:
+        value: what the caller passed.
+        name: the argument's name, for the error.
+
     Returns:
         None (no limit), or ``value`` as :func:`seconds` reads it.
 
@@ -49,6 +53,10 @@ def timeout(value: Any, name: str = "timeout") -> float | None:
 
 def count(value: Any, name: str) -> int:
     """``value`` as a count.
+
+    Args:
+        value: what the caller passed.
+        name: the argument's name, for the error.
 
     Returns:
         ``value``: a whole number from 1.

@@ -36,7 +36,14 @@ _RANKS: dict[str, dict[str, int]] = {
 
 def derive_effect_mode(effect: Any) -> str:
     """§5.3/§5.4: no effect or ``planned`` → not_applicable; ``confirmed`` with a
-    64-hex response_digest → confirmed; anything else → dispatched_unconfirmed."""
+    64-hex response_digest → confirmed; anything else → dispatched_unconfirmed.
+
+    Args:
+        effect: the capsule's ``effect`` block (any value is accepted).
+
+    Returns:
+        ``not_applicable``, ``confirmed`` or ``dispatched_unconfirmed``.
+    """
     if not isinstance(effect, Mapping):
         return "not_applicable"
     status = effect.get("status")
@@ -48,7 +55,15 @@ def derive_effect_mode(effect: Any) -> str:
 
 
 def derive_cross_party_rung(cross_party: Any) -> str | None:
-    """§5.4.1, from the block's own bytes alone (never dereferencing digests)."""
+    """§5.4.1, from the block's own bytes alone (never dereferencing digests).
+
+    Args:
+        cross_party: the capsule's ``cross_party`` block (any value is accepted).
+
+    Returns:
+        ``full_bilateral``, ``acknowledged_receipt`` or ``unilateral_fallback``;
+        None when there is no block.
+    """
     if not isinstance(cross_party, Mapping):
         return None
     correlator = cross_party.get("correlator")
@@ -66,6 +81,13 @@ def derive_assurance(capsule: Mapping[str, Any]) -> dict[str, str]:
 
     ``attestation_mode`` is always ``self_attested`` at seal time: a Receipt is
     issued over the capsule id, so a fresh capsule cannot already be anchored.
+
+    Args:
+        capsule: the capsule (its effect, chain and cross_party blocks are read).
+
+    Returns:
+        The assurance block: attestation_mode, effect_mode, ledger_mode and,
+        with a cross_party block, cross_party_rung.
     """
     out = {
         "attestation_mode": "self_attested",
@@ -84,6 +106,15 @@ def enforce_claim(claimed: Any, derived: Mapping[str, str]) -> None:
     A higher value on any axis is an overclaim (AssuranceOverclaimError); an
     unknown, lower-but-different or extra value is AssuranceMismatchError. The
     caller's safest move is always to leave ``assurance`` out.
+
+    Args:
+        claimed: the caller's ``assurance`` block (None: none given, nothing to check).
+        derived: the block :func:`derive_assurance` gives.
+
+    Raises:
+        AssuranceOverclaimError: a value higher than the derived one.
+        AssuranceMismatchError: not an object, an axis that cannot be claimed,
+            or an unknown or different value.
     """
     if claimed is None:
         return

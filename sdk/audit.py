@@ -67,6 +67,11 @@ class RecordReport:
     pinned: bool = False  # signed by a key the caller trusts (never without trusted keys)
 
     def to_dict(self) -> dict[str, Any]:
+        """This record's report as JSON.
+
+        Returns:
+            A JSON object; ``evidence`` only when the evidence was checked.
+        """
         out = {
             "seq": self.seq, "record_id": self.record_id, "record_type": self.record_type, "ok": self.ok,
             "signature": self.signature, "signer_kid": self.signer_kid, "signer_pinned": self.pinned,
@@ -89,6 +94,11 @@ class SignerSummary:
     custody: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """This signer as JSON.
+
+        Returns:
+            A JSON object; ``label`` and ``custody`` only when known.
+        """
         out: dict[str, Any] = {"kid": self.kid, "records": self.records, "pinned": self.pinned}
         if self.label:
             out["label"] = self.label
@@ -117,10 +127,20 @@ class LedgerReport:
         return self.anchors > 0
 
     def trust(self) -> dict[str, Any]:
-        """The signers and whether a trust anchor pinned them (for reports)."""
+        """The signers and whether a trust anchor pinned them (for reports).
+
+        Returns:
+            ``{"anchors", "pinned", "signers"}`` as JSON.
+        """
         return {"anchors": self.anchors, "pinned": self.pinned, "signers": [s.to_dict() for s in self.signers]}
 
     def counts(self) -> dict[str, int]:
+        """How many records there are, by outcome.
+
+        Returns:
+            ``records``, ``ok``, ``not_ok``, and one ``signature:<verdict>``
+            (and ``evidence:<status>``) count per verdict seen.
+        """
         out = {"records": len(self.records), "ok": sum(r.ok for r in self.records)}
         out["not_ok"] = out["records"] - out["ok"]
         for r in self.records:
@@ -130,6 +150,11 @@ class LedgerReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The whole report as JSON (what ``capseal verify --json`` prints).
+
+        Returns:
+            A JSON object: path, ok, counts, trust, findings and records.
+        """
         return {
             "path": self.path, "ok": self.ok, "counts": self.counts(), "trust": self.trust(),
             "findings": [f.to_dict() for f in self.findings],
@@ -141,7 +166,15 @@ class KeyDirectory:
     """kid (hex) -> public key, from custody statements and caller-trusted keys.
 
     ``trusted`` is None when no trust anchor was given (every signature is
-    then reported as not pinned), else the set of pinned kids."""
+    then reported as not pinned), else the set of pinned kids.
+
+    Args:
+        trusted: the keys the caller pins (public keys, PEMs, kids,
+            :class:`capseal.trust.TrustedKey`); None or empty: no anchors.
+
+    Raises:
+        InputError: a trusted key that cannot be used (named).
+    """
 
     def __init__(self, trusted: Iterable[Any] | None = ()) -> None:
         self._keys: dict[str, Any] = {}
@@ -158,6 +191,14 @@ class KeyDirectory:
                 self.trusted.add(key.kid)
 
     def learn_from_custody(self, custody: Any) -> None:
+        """Learn the public key a custody statement carries under its kid.
+
+        A key whose kid is not the one stated, or that cannot be loaded, is
+        not learnt; a key the caller gave is never replaced. Never raises.
+
+        Args:
+            custody: a custody statement (any value is accepted).
+        """
         if not isinstance(custody, Mapping):
             return
         kid, spki = custody.get("kid"), custody.get("public_key")
@@ -174,15 +215,37 @@ class KeyDirectory:
         self._keys.setdefault(kid, key)  # a trusted key given by the caller is never replaced
 
     def get(self, kid: str) -> Any:
+        """The public key known for ``kid``.
+
+        Args:
+            kid: the key id, lower-case hex.
+
+        Returns:
+            The public key, or None when none is known.
+        """
         return self._keys.get(kid)
 
     def pinned(self, kid: str | None) -> bool:
-        """Is ``kid`` one of the trusted keys?"""
+        """Is ``kid`` one of the trusted keys?
+
+        Args:
+            kid: the key id, lower-case hex (None: not pinned).
+
+        Returns:
+            True only when trusted keys were given and ``kid`` is one of them.
+        """
         return self.trusted is not None and kid in self.trusted
 
 
 def not_pinned(signers: Iterable[str]) -> Finding:
-    """The warning for a signature no trust anchor pins."""
+    """The warning for a signature no trust anchor pins.
+
+    Args:
+        signers: the kids that signed (repeats are named once).
+
+    Returns:
+        A ``signer_not_pinned`` warning naming them.
+    """
     kids = ", ".join(dict.fromkeys(signers))
     return Finding("signer_not_pinned", f"signed by {kids}, which no trust anchor pins (no trusted keys were given): "
                    "the record is intact under that key, and nothing says whose key it is", severity="warning")
@@ -201,14 +264,23 @@ def _custody_of(capsule: Mapping[str, Any]) -> Any:
 
 def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: KeyDirectory) -> tuple[str, str | None, list[Finding]]:
     """Verify a capsule record's inline profile envelope and its envelopes[].
-    Returns (verdict, signer kid, findings). Never raises.
+    Never raises.
 
     Each signature is checked on its own (-05: a capsule has zero or more
     envelopes, each verifying by itself), and the verdict does not depend on
     their order: ``invalid`` if any fails, else ``authored`` if any verifies
     (the kid returned is a trusted one when trusted keys are given and one
     signed), else ``unverifiable`` if one names a key nobody gave us, else
-    ``unclaimed``. Kids are returned in lower-case hex."""
+    ``unclaimed``. Kids are returned in lower-case hex.
+
+    Args:
+        capsule: the capsule (its id is recomputed from it).
+        envelopes: the record's ``envelopes[]`` entries.
+        keys: the known and trusted keys.
+
+    Returns:
+        ``(verdict, signer kid or None, findings)``.
+    """
     findings: list[Finding] = []
     try:
         cid = capsule_id(capsule)
@@ -527,7 +599,15 @@ def _verify_other(entry: StoredEntry, ledger: Ledger, keys: KeyDirectory) -> Rec
 def evidence_of(record: Any, trust: Any) -> tuple[str, list[Finding]]:
     """A record's evidence status and findings (``capseal.attest``), for a
     ledger's records and for record files alike; ``not-checked`` with a
-    warning when capseal.attest cannot be loaded here. Never raises."""
+    warning when capseal.attest cannot be loaded here. Never raises.
+
+    Args:
+        record: the sealed record.
+        trust: the AK trust policy (see ``capseal.attest.TrustPolicy.coerce``).
+
+    Returns:
+        ``(status, findings)``.
+    """
     try:
         from capseal.attest import evidence_status
     except (ImportError, AttributeError) as exc:

@@ -59,12 +59,26 @@ _HEX = re.compile(r"(?:[0-9a-fA-F]{2})+").fullmatch
 def hex_bytes(value: Any) -> bytes | None:
     """The bytes of a hex string of digits only (either case), else None.
     Why not ``bytes.fromhex`` alone: it also takes whitespace, so "ab cd"
-    would read as the same bytes as "abcd" (the reference reads digits only)."""
+    would read as the same bytes as "abcd" (the reference reads digits only).
+
+    Args:
+        value: any value.
+
+    Returns:
+        The bytes, or None for anything but a string of hex digit pairs.
+    """
     return bytes.fromhex(value) if type(value) is str and _HEX(value) is not None else None
 
 
 def is_hex64(value: Any) -> bool:
-    """True for a 64-character lowercase hex string (a SHA-256 digest in -05 form)."""
+    """True for a 64-character lowercase hex string (a SHA-256 digest in -05 form).
+
+    Args:
+        value: any value.
+
+    Returns:
+        Whether it is one.
+    """
     return type(value) is str and _HEX64(value) is not None
 
 
@@ -159,11 +173,24 @@ class _TooLarge(_Bad):
 def check_json(value: Any, path: str = "$", *, max_depth: int | None = None) -> bool:
     """Refuse anything that cannot be canonical -05 JSON; name the path.
 
-    Returns True when some object key holds a non-BMP character (the fast
-    serializer would order it differently from JCS), so the caller must use
-    ``rfc8785``. Raises FloatInDigestError, UnsafeIntegerError or
-    NonJSONValueError otherwise. The common case pays for no path strings:
-    paths are computed only once something is wrong.
+    The common case pays for no path strings: paths are computed only once
+    something is wrong.
+
+    Args:
+        value: the value to check.
+        path: where ``value`` is, for the error (``$`` by default).
+        max_depth: deepest nesting allowed (None: what the interpreter can walk).
+
+    Returns:
+        True when some object key holds a non-BMP character (the fast
+        serializer would order it differently from JCS), so the caller must
+        use ``rfc8785``; else False.
+
+    Raises:
+        CanonicalizationError: a value that is not canonical -05 JSON, named
+            by its path: FloatInDigestError (a float), UnsafeIntegerError (an
+            integer beyond ±(2^53−1)), NonJSONValueError (anything else: a
+            non-string key, a lone surrogate, a cycle, too deep or too large).
     """
     try:
         return _scan(value, max_depth)
@@ -185,7 +212,16 @@ def check_structure(value: Any, path: str = "$", *, max_depth: int | None = None
     nesting past ``max_depth``; floats and unsafe integers pass. Why: a caller
     that reports a float and then must know whether the value can be walked at
     all (the judge rules) would otherwise stop at the float, as check_json does,
-    and miss a non-string key behind it."""
+    and miss a non-string key behind it.
+
+    Args:
+        value: the value to check.
+        path: where ``value`` is, for the error.
+        max_depth: deepest nesting allowed (None: what the interpreter can walk).
+
+    Raises:
+        NonJSONValueError: the first such value, named by its path.
+    """
     _locate(value, path, max_depth=max_depth, numbers=False)
 
 
@@ -293,7 +329,22 @@ def _utf8_ok(text: str) -> bool:
 def canonical_bytes(value: Any, *, max_depth: int | None = None, path: str = "$") -> bytes:
     """UTF-8 JCS bytes of ``value`` after the -05 number and type checks
     (and, with ``max_depth``, refusing deeper nesting: the producer's bound).
-    ``path`` is where an error says ``value`` is (see :func:`json_digest`)."""
+    This is the one RFC 8785 form capseal hashes and signs.
+
+    Args:
+        value: a JSON value.
+        max_depth: deepest nesting allowed (None: what the interpreter can serialize).
+        path: where an error says ``value`` is (see :func:`json_digest`).
+
+    Returns:
+        The canonical UTF-8 bytes.
+
+    Raises:
+        CanonicalizationError: a value that is not canonical -05 JSON, named
+            by its path: FloatInDigestError (a float), UnsafeIntegerError (an
+            integer beyond ±(2^53−1)), NonJSONValueError (anything else: a
+            non-string key, a lone surrogate, a cycle, too deep or too large).
+    """
     try:
         if check_json(value, path, max_depth=max_depth):
             return canonical_bytes_reference(value, path=path)
@@ -303,7 +354,21 @@ def canonical_bytes(value: Any, *, max_depth: int | None = None, path: str = "$"
 
 
 def canonical_bytes_reference(value: Any, *, path: str = "$") -> bytes:
-    """JCS via the ``rfc8785`` package (the reference; slower). Checks first."""
+    """JCS via the ``rfc8785`` package (the reference; slower). Checks first.
+
+    Args:
+        value: a JSON value.
+        path: where an error says ``value`` is.
+
+    Returns:
+        The canonical UTF-8 bytes, equal to :func:`canonical_bytes`'s.
+
+    Raises:
+        CanonicalizationError: a value that is not canonical -05 JSON, named
+            by its path: FloatInDigestError (a float), UnsafeIntegerError (an
+            integer beyond ±(2^53−1)), NonJSONValueError (anything else: a
+            non-string key, a lone surrogate, a cycle, too deep or too large).
+    """
     check_json(value, path)
     try:
         return rfc8785.dumps(value)
@@ -320,13 +385,33 @@ def json_digest(value: Any, *, path: str = "$") -> str:
 
     ``path`` names ``value`` in an error: the producer passes the argument's
     name (``request``, ``response``, ``reason``), since a value digested apart
-    from the capsule has no place in it, and ``$.score`` alone did not say
-    which of a call's arguments held the float."""
+    from the capsule has no place in it.
+
+    Args:
+        value: a JSON value.
+        path: where an error says ``value`` is.
+
+    Returns:
+        64 lowercase hex characters.
+
+    Raises:
+        CanonicalizationError: a value that is not canonical -05 JSON, named
+            by its path: FloatInDigestError (a float), UnsafeIntegerError (an
+            integer beyond ±(2^53−1)), NonJSONValueError (anything else: a
+            non-string key, a lone surrogate, a cycle, too deep or too large).
+    """
     return hashlib.sha256(canonical_bytes(value, path=path)).hexdigest()
 
 
 def raw_digest(data: bytes) -> str:
-    """Lowercase-hex SHA-256 of raw bytes (prompts, files, TPM blobs)."""
+    """Lowercase-hex SHA-256 of raw bytes (prompts, files, TPM blobs).
+
+    Args:
+        data: the bytes.
+
+    Returns:
+        64 lowercase hex characters.
+    """
     return hashlib.sha256(data).hexdigest()
 
 
@@ -337,10 +422,33 @@ def _preimage(capsule: Mapping[str, Any]) -> dict[str, Any]:
 def capsule_id_bytes(capsule: Mapping[str, Any]) -> bytes:
     """Raw 32-byte capsule id: SHA-256 over JCS of the capsule minus the
     top-level ``capsule_id``, ``signature`` and ``key_id`` (-05 §5.1). Nested
-    members with those names are hashed like any other member."""
+    members with those names are hashed like any other member.
+
+    Args:
+        capsule: the capsule.
+
+    Returns:
+        The 32 bytes of the id.
+
+    Raises:
+        CanonicalizationError: a value that is not canonical -05 JSON, named
+            by its path: FloatInDigestError (a float), UnsafeIntegerError (an
+            integer beyond ±(2^53−1)), NonJSONValueError (anything else: a
+            non-string key, a lone surrogate, a cycle, too deep or too large).
+    """
     return hashlib.sha256(canonical_bytes(_preimage(capsule))).digest()
 
 
 def capsule_id(capsule: Mapping[str, Any]) -> str:
-    """Hex capsule id (see :func:`capsule_id_bytes`)."""
+    """Hex capsule id (see :func:`capsule_id_bytes`).
+
+    Args:
+        capsule: the capsule.
+
+    Returns:
+        64 lowercase hex characters.
+
+    Raises:
+        CanonicalizationError: as :func:`capsule_id_bytes`.
+    """
     return capsule_id_bytes(capsule).hex()

@@ -32,7 +32,18 @@ class _Float(float):
 
 
 def enc_head(major: int, arg: int) -> bytes:
-    """Shortest-form head for a major type and argument."""
+    """Shortest-form head for a major type and argument.
+
+    Args:
+        major: the major type, 0 to 7.
+        arg: the argument (a length, a value, a tag), 0 to 2^64−1.
+
+    Returns:
+        The head's bytes.
+
+    Raises:
+        OverflowError: ``arg`` needs more than 64 bits.
+    """
     mt = major << 5
     if arg < 24:
         return bytes((mt | arg,))
@@ -46,21 +57,62 @@ def enc_head(major: int, arg: int) -> bytes:
 
 
 def enc_int(value: int) -> bytes:
+    """An integer, shortest form (major type 0 or 1).
+
+    Args:
+        value: from −2^64 to 2^64−1.
+
+    Returns:
+        Its CBOR bytes.
+
+    Raises:
+        OverflowError: beyond that range.
+    """
     return enc_head(0, value) if value >= 0 else enc_head(1, -1 - value)
 
 
 def enc_bytes(value: bytes) -> bytes:
+    """A byte string (major type 2).
+
+    Args:
+        value: the bytes.
+
+    Returns:
+        Its CBOR bytes.
+    """
     return enc_head(2, len(value)) + value
 
 
 def enc_text(value: str) -> bytes:
+    """A text string (major type 3), UTF-8.
+
+    Args:
+        value: the text.
+
+    Returns:
+        Its CBOR bytes.
+
+    Raises:
+        UnicodeEncodeError: the text holds a lone surrogate.
+    """
     raw = value.encode("utf-8")
     return enc_head(3, len(raw)) + raw
 
 
 def encode(value: Any) -> bytes:
     """Deterministic encoding of ints, bytes, str, lists, dicts (keys in given
-    order: callers pass them already sorted) and Tagged."""
+    order: callers pass them already sorted) and Tagged.
+
+    Args:
+        value: None, a bool, int, bytes, str, list, tuple, dict or Tagged, nested.
+
+    Returns:
+        Its CBOR bytes.
+
+    Raises:
+        CBORError: a value of another type (a float, say).
+        OverflowError: an integer beyond 64 bits.
+    """
     if isinstance(value, bool) or value is None:
         return b"\xf5" if value is True else b"\xf4" if value is False else b"\xf6"
     if isinstance(value, int):
@@ -200,7 +252,17 @@ class _Key:
 
 
 def plain_map(decoded: dict[Any, Any]) -> dict[Any, Any]:
-    """Unwrap map keys; refuse labels that are not plain ints or text."""
+    """Unwrap map keys; refuse labels that are not plain ints or text.
+
+    Args:
+        decoded: a map as :func:`decode_strict` returns it.
+
+    Returns:
+        The map with plain keys.
+
+    Raises:
+        CBORError: a label that is not an integer or text (a bool, a float, bytes).
+    """
     out: dict[Any, Any] = {}
     for key, value in decoded.items():
         raw = key.value if isinstance(key, _Key) else key
@@ -213,12 +275,32 @@ def plain_map(decoded: dict[Any, Any]) -> dict[Any, Any]:
 def unwrap_map(decoded: dict[Any, Any]) -> dict[Any, Any]:
     """Unwrap map keys whatever their type. Keys that Python holds equal
     (1, True, 1.0) collapse into one entry, the last read winning: callers
-    that need the CBOR types use :func:`plain_map`."""
+    that need the CBOR types use :func:`plain_map`.
+
+    Args:
+        decoded: a map as :func:`decode_strict` returns it.
+
+    Returns:
+        The map with plain keys.
+    """
     return {key.value if isinstance(key, _Key) else key: value for key, value in decoded.items()}
 
 
 def decode_strict(data: bytes, *, max_depth: int = 16) -> tuple[Any, int]:
-    """Decode exactly one item; returns ``(item, tags_seen)``. Raises CBORError."""
+    """Decode exactly one strict CBOR item.
+
+    Args:
+        data: the bytes, holding one item and nothing after it.
+        max_depth: deepest nesting of arrays, maps and tags accepted.
+
+    Returns:
+        ``(item, tags_seen)``: maps keep their keys wrapped (see
+        :func:`plain_map`), floats are a float subclass.
+
+    Raises:
+        CBORError: not well-formed strict CBOR (truncated, not shortest form,
+            indefinite length, a duplicate map label, too deep, trailing bytes …).
+    """
     reader = _Reader(bytes(data), max_depth)
     item = reader.item()
     if reader.pos != len(reader.data):

@@ -30,7 +30,11 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``capseal`` parser: global options, then one subcommand per group
-    (each registered by its module in ``capseal._internal.cli``)."""
+    (each registered by its module in ``capseal._internal.cli``).
+
+    Returns:
+        The parser; each subcommand's handler is its ``fn`` default.
+    """
     ap = argparse.ArgumentParser(prog="capseal", description="Seal and verify Agent Action Capsules (draft -05).")
     ap.add_argument("--version", action="version", version=f"capseal {__version__}")
     ap.add_argument("-v", dest="log_verbosity", action="count", default=0,

@@ -119,6 +119,11 @@ class CapsealError(Exception):
             self.hint = hint
 
     def diagnostics(self) -> str:
+        """The message and, when there is one, the hint on the next line.
+
+        Returns:
+            The text a command line prints for this error.
+        """
         text = str(self)
         return f"{text}\n{self.hint}" if self.hint else text
 

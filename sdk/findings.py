@@ -25,6 +25,11 @@ class Finding:
     check: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """This finding as JSON.
+
+        Returns:
+            ``{"check", "code", "detail", "severity"}`` (check None when no numbered check made it).
+        """
         return {"check": self.check, "code": self.code, "detail": self.detail, "severity": self.severity}
 
     def __str__(self) -> str:
@@ -43,6 +48,11 @@ class HasFindings:
         return [f for f in self.findings if f.severity == "error"]
 
     def codes(self) -> list[str]:
+        """The findings' codes, in order.
+
+        Returns:
+            One code per finding, repeats kept.
+        """
         return [f.code for f in self.findings]
 
 
@@ -56,6 +66,11 @@ class VerificationResult(HasFindings):
     capsule_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """This result as JSON.
+
+        Returns:
+            ``{"ok", "capsule_id_recomputed", "derived", "findings"}``.
+        """
         return {
             "ok": self.ok,
             "capsule_id_recomputed": self.capsule_id,

@@ -34,12 +34,27 @@ _sha256 = hashlib.sha256
 
 
 def leaf_hash(leaf: bytes) -> bytes:
-    """SHA-256(0x00 || leaf)."""
+    """SHA-256(0x00 || leaf).
+
+    Args:
+        leaf: the raw leaf data (a capsule id's 32 bytes).
+
+    Returns:
+        The 32-byte leaf hash.
+    """
     return _sha256(b"\x00" + leaf).digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
-    """SHA-256(0x01 || left || right)."""
+    """SHA-256(0x01 || left || right).
+
+    Args:
+        left: the left child's hash.
+        right: the right child's hash.
+
+    Returns:
+        The 32-byte node hash.
+    """
     return _sha256(b"\x01" + left + right).digest()
 
 
@@ -61,6 +76,13 @@ def build(leaves: Sequence[bytes]) -> Tree:
     O(n log n) hashing in total: at each level adjacent pairs are combined and
     every leaf under the left (right) child gets the right (left) child's hash
     appended to its path.
+
+    Args:
+        leaves: the raw leaf data, in order.
+
+    Returns:
+        The tree: its root (SHA-256 of nothing for no leaves) and every
+        leaf's audit path.
     """
     n = len(leaves)
     if n == 0:
@@ -92,7 +114,18 @@ def build(leaves: Sequence[bytes]) -> Tree:
 def root_and_path(leaves: Sequence[bytes], index: int | None = None) -> tuple[bytes, tuple[bytes, ...]]:
     """The root of ``leaves`` and (when ``index`` is given) that one leaf's
     audit path, in O(n) hashes: what a batch writer needs to quote the root and
-    check the quote, without the O(n log n) of every proof (:func:`build`)."""
+    check the quote, without the O(n log n) of every proof (:func:`build`).
+
+    Args:
+        leaves: the raw leaf data, in order.
+        index: the leaf whose audit path is wanted (None: none).
+
+    Returns:
+        ``(root, path)``; the path is empty without ``index``.
+
+    Raises:
+        ValueError: ``index`` is not a leaf of ``leaves``.
+    """
     n = len(leaves)
     if index is not None and not 0 <= index < n:
         raise ValueError("leaf index out of range")
@@ -124,7 +157,14 @@ def _split(n: int) -> int:
 
 
 def root_recursive(leaves: Sequence[bytes]) -> bytes:
-    """MTH(D[n]) exactly as RFC 9162 §2.1.1 defines it (reference)."""
+    """MTH(D[n]) exactly as RFC 9162 §2.1.1 defines it (reference).
+
+    Args:
+        leaves: the raw leaf data, in order.
+
+    Returns:
+        The 32-byte root.
+    """
     n = len(leaves)
     if n == 0:
         return _sha256(b"").digest()
@@ -135,7 +175,18 @@ def root_recursive(leaves: Sequence[bytes]) -> bytes:
 
 
 def path_recursive(m: int, leaves: Sequence[bytes]) -> list[bytes]:
-    """PATH(m, D[n]) exactly as RFC 9162 §2.1.3.1 defines it (reference)."""
+    """PATH(m, D[n]) exactly as RFC 9162 §2.1.3.1 defines it (reference).
+
+    Args:
+        m: the leaf's index.
+        leaves: the raw leaf data, in order.
+
+    Returns:
+        The leaf's audit path, nearest sibling first.
+
+    Raises:
+        ValueError: ``m`` is not a leaf of ``leaves``.
+    """
     n = len(leaves)
     if not 0 <= m < n:
         raise ValueError("leaf index out of range")
@@ -149,7 +200,17 @@ def path_recursive(m: int, leaves: Sequence[bytes]) -> list[bytes]:
 
 def root_from_proof(leaf_index: int, tree_size: int, leaf_digest: bytes, proof: Sequence[bytes]) -> bytes | None:
     """The root an inclusion proof leads to (RFC 9162 §2.1.3.2 steps 1–6),
-    or None when the proof cannot belong to a tree of this size."""
+    or None when the proof cannot belong to a tree of this size.
+
+    Args:
+        leaf_index: the leaf's index.
+        tree_size: how many leaves the tree holds.
+        leaf_digest: the leaf's hash (:func:`leaf_hash`).
+        proof: the audit path.
+
+    Returns:
+        The 32-byte root, or None (also for indexes that are not plain ints).
+    """
     if not (isinstance(leaf_index, int) and isinstance(tree_size, int)) or isinstance(leaf_index, bool) or isinstance(tree_size, bool):
         return None
     if not 0 <= leaf_index < tree_size:
@@ -177,6 +238,17 @@ def root_from_proof(leaf_index: int, tree_size: int, leaf_digest: bytes, proof: 
 
 def verify_inclusion(leaf: bytes, leaf_index: int, tree_size: int, proof: Sequence[bytes], root: bytes) -> bool:
     """True when ``proof`` shows raw ``leaf`` at ``leaf_index`` of the tree of
-    ``tree_size`` leaves whose root is ``root`` (RFC 9162 §2.1.3.2)."""
+    ``tree_size`` leaves whose root is ``root`` (RFC 9162 §2.1.3.2).
+
+    Args:
+        leaf: the raw leaf data.
+        leaf_index: its index.
+        tree_size: how many leaves the tree holds.
+        proof: the audit path.
+        root: the root the proof must lead to.
+
+    Returns:
+        Whether it does; a malformed proof is False, never an error.
+    """
     computed = root_from_proof(leaf_index, tree_size, leaf_hash(leaf), proof)
     return computed is not None and computed == root

@@ -101,7 +101,14 @@ Namespaced = Annotated[str, StringConstraints(pattern=_NAMESPACED_RE)]
 
 
 def is_namespaced(value: str) -> bool:
-    """-05 §9.1: new identifiers carry a URI or reverse-DNS prefix (or ``x-``)."""
+    """-05 §9.1: new identifiers carry a URI or reverse-DNS prefix (or ``x-``).
+
+    Args:
+        value: the identifier.
+
+    Returns:
+        Whether it is namespaced.
+    """
     return _is_namespaced(value) is not None
 
 
@@ -425,7 +432,14 @@ def _json_path(loc: tuple[int | str, ...]) -> str:
 def validate_capsule(capsule: dict[str, Any]) -> Capsule:
     """Validate a capsule dict against the producer model.
 
-    Raises :class:`CapsuleValidationError` listing every broken rule with its path.
+    Args:
+        capsule: the capsule, as parsed from JSON.
+
+    Returns:
+        The typed capsule.
+
+    Raises:
+        CapsuleValidationError: every broken rule, each with its JSON path.
     """
     try:
         return Capsule.model_validate(capsule)

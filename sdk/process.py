@@ -103,7 +103,11 @@ def on_fork(phase: str, *, before: _Hook | None = None, after_in_parent: _Hook |
 
 def fork_deadline() -> float:
     """The ``time.monotonic()`` value by which every before-fork hook of the
-    fork under way must be done (one deadline for all of them)."""
+    fork under way must be done (one deadline for all of them).
+
+    Returns:
+        That deadline (meaningful only inside a before-fork hook).
+    """
     return _deadline
 
 
@@ -113,6 +117,9 @@ class ForkCopies(Generic[T]):
     Why a hook and a flag: the object's own hot path then pays one attribute
     test, no ``os.getpid()`` call. The set is emptied in the child, so a fork
     of the child marks only what the child made itself.
+
+    Args:
+        inherited: called on each object in the child, right after the fork.
     """
 
     def __init__(self, inherited: Callable[[T], None]) -> None:
@@ -122,6 +129,11 @@ class ForkCopies(Generic[T]):
             _child_marks.append(self._after_fork_in_child)
 
     def add(self, obj: T) -> None:
+        """Mark ``obj`` in any child forked from now on (held weakly).
+
+        Args:
+            obj: the object ``inherited`` is called on in the child.
+        """
         self._objects.add(obj)
 
     def _after_fork_in_child(self) -> None:
@@ -243,7 +255,14 @@ def close_at_exit(phase: str, obj: T, close: Callable[[T, float], None]) -> None
 def at_exit(phase: str, closer: Callable[[], None]) -> Callable[[], None]:
     """At exit, in ``phase``'s place, call ``closer()`` (the last registered
     first within a phase; :func:`exit_deadline` says by when it should be
-    done). Returns ``closer``: usable as a decorator.
+    done).
+
+    Args:
+        phase: one of :data:`EXIT_ORDER`.
+        closer: called with no arguments (held strongly).
+
+    Returns:
+        ``closer``, so that this is usable as a decorator.
 
     Raises:
         ValueError: ``phase`` is not one of :data:`EXIT_ORDER`.
@@ -255,7 +274,11 @@ def at_exit(phase: str, closer: Callable[[], None]) -> Callable[[], None]:
 
 
 def exit_deadline() -> float:
-    """The ``time.monotonic()`` deadline of the exit under way."""
+    """The ``time.monotonic()`` deadline of the exit under way.
+
+    Returns:
+        That deadline (meaningful only inside an exit closer).
+    """
     return _exit_deadline
 
 

@@ -165,6 +165,11 @@ class Producer:
 
         Raises:
             InputError: a bad id, or one opened before (the open epoch stays open).
+            SignerError: the device could not sign the boundary capsule (the
+                open epoch stays open).
+            LedgerForkedError: called in a process forked from the producer's.
+            LedgerError: the ledger cannot be read, or the call came from an
+                observer with records still to commit (it waits for them first).
         """
         inputs.epoch(epoch_id)
         self.flush()
@@ -220,12 +225,24 @@ class Producer:
             relation: the chain relation to ``parent``.
 
         Returns:
-            The sealed record, once it is durable in the ledger.
+            The sealed record (with its ledger ``seq``), once it is durable.
 
         Raises:
-            InputError (and its subclasses): a spec no honest capsule can come from.
-            SignerError: the device failed, or its signature does not verify.
-            DuplicateRecordError, LedgerError: the ledger refused it.
+            InputError: a spec no honest capsule can come from, named by a
+                subclass where one fits (CanonicalizationError,
+                CapsuleValidationError, AssuranceError), a member the producer
+                writes itself, or a chain parent this ledger does not hold;
+                nothing is signed or written.
+            SealAbortedError: capseal's own verifier refused the capsule.
+            SignerError: the device failed (DeviceError,
+                SignerUnavailableError), the key has no COSE algorithm
+                (UnsupportedAlgorithmError), or its signature does not verify
+                (SignatureFailedError); nothing is written.
+            DuplicateRecordError: its action_id is already in the ledger.
+            LedgerClosedError: the producer (or the ledger) is closed.
+            LedgerForkedError: called in a process forked from the producer's.
+            LedgerError: the ledger could not write it, or the call came from
+                an observer (it would wait on its own commit).
         """
         body = self._body(spec, parent, relation)
         return self._seal(body, self._writer.parent_known(body))
@@ -235,11 +252,18 @@ class Producer:
         way, with nothing signed or written (so a caller holding several specs
         can refuse them all before sealing any).
 
+        Args:
+            spec: the capsule's other members, as for :meth:`seal`.
+            parent: as for :meth:`seal`.
+            relation: as for :meth:`seal`.
+
         Returns:
             The capsule as it would be sealed now, without its signature.
 
         Raises:
-            as :meth:`seal`, except the device's errors.
+            InputError, SealAbortedError, DuplicateRecordError: as :meth:`seal`.
+            LedgerError: the ledger cannot be read (LedgerClosedError,
+                LedgerForkedError).
         """
         body = self._body(spec, parent, relation)
         self._writer.parent_known(body)
@@ -254,12 +278,23 @@ class Producer:
         commits queued records in groups, one fsync each, and a token's or
         TPM's signing overlaps capseal's own work.
 
+        Args:
+            spec: the capsule's other members, as for :meth:`seal`.
+            parent: as for :meth:`seal` (a record still pending is fine: it
+                is written first).
+            relation: as for :meth:`seal`.
+
         Returns:
-            A :class:`PendingRecord`.
+            A :class:`PendingRecord`; its ``result()`` raises the device's or
+            the ledger's refusal (SignerError, DuplicateRecordError,
+            LedgerError), and nothing is written for that record.
 
         Raises:
-            InputError (and its subclasses): at once, before anything is queued.
-            ``result()`` raises the device's or the ledger's refusal; nothing is written for it.
+            InputError, SealAbortedError, LedgerClosedError, LedgerForkedError:
+                at once, as :meth:`seal`, before anything is queued.
+            SignerError, DuplicateRecordError: at once with a software key,
+                which signs and queues on this thread (a token's or TPM's
+                refusal comes from ``result()``).
         """
         self._refuse_if_forked("Producer.submit()")  # before the signer or the pipeline
         body = self._body(spec, parent, relation)
@@ -275,7 +310,11 @@ class Producer:
             timeout: seconds to wait at most (None: no limit).
 
         Raises:
-            LedgerError: not done within ``timeout`` (the records stay queued and are still written).
+            InputError: ``timeout`` is not a number of seconds.
+            LedgerForkedError: called in a process forked from the producer's.
+            LedgerError: not done within ``timeout`` (the records stay queued
+                and are still written), or called from an observer with
+                records still to commit.
         """
         timeout = timeout_arg(timeout)
         self._refuse_if_forked("Producer.flush()")
@@ -356,13 +395,22 @@ class Producer:
         still to commit raise LedgerError there; ``submit`` is fine); its
         errors never undo a seal. Each record is kept alive until its group
         commits; when the id is enough, use :meth:`add_id_observer`.
+
+        Args:
+            callback: called with each durable :class:`SealedRecord`; what it
+                returns is ignored.
         """
         self._writer.add_observer(callback)
 
     def add_id_observer(self, callback: Callable[[str, int, bool], object]) -> None:
         """Call ``callback(capsule_id, seq, epoch_boundary)`` after each record
         is durable (the batch evidence worker uses it). Same rules as
-        :meth:`add_observer`, but nothing of the record waits for its commit."""
+        :meth:`add_observer`, but nothing of the record waits for its commit.
+
+        Args:
+            callback: called with the record's capsule id, its ledger seq, and
+                whether it is an epoch boundary; what it returns is ignored.
+        """
         self._writer.add_id_observer(callback)
 
     def _unwritten(self) -> list[Any]:
@@ -377,11 +425,14 @@ class Producer:
                 queued (a call into a PKCS#11 token cannot be cancelled).
 
         Raises:
+            InputError: ``timeout`` is not a number of seconds.
             SignerUnavailableError: the time ran out: the records the device had
                 not signed failed (nothing written for them), the ledger was
                 closed all the same; the message says how many failed and how
                 many, past the device, may still be written.
-            LedgerError: called from an observer (it would wait on its own commit).
+            LedgerError: called from an observer (it would wait on its own
+                commit), or another thread's close() still under way after
+                ``timeout``.
         """
         timeout = timeout_arg(timeout)
         if self.ledger.forked:  # this copy is let go of: nothing is waited for or written
@@ -435,7 +486,11 @@ class Producer:
             action_type: ``decide`` or ``fyi``.
             extra: other capsule members (a block the call builds is merged member by member).
 
-        Returns the sealed record once durable; raises as :meth:`seal`.
+        Returns:
+            The sealed record, once durable.
+
+        Raises:
+            InputError: a bad argument (named), and as :meth:`seal`.
         """
         spec, flow = lifecycle.planned(action_id, effect_type=effect_type, request=request,
                                        irreversibility_class=irreversibility_class, external_ref=external_ref,
@@ -457,9 +512,14 @@ class Producer:
                 seals without a request digest).
             effect_attestation: who saw the effect (``runtime_claimed`` …).
             action_id: default ``<base>/dispatched``.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
 
         Raises:
-            as :meth:`seal`; InputError for a parent this ledger does not hold.
+            InputError: a parent this ledger does not hold, a request that
+                cannot be recovered, a bad argument; and as :meth:`seal`.
         """
         flow = self._flow(parent)
         spec = lifecycle.dispatched(flow, _id_of(parent), request=request, effect_attestation=effect_attestation,
@@ -473,7 +533,18 @@ class Producer:
                   verdict_class: str | None = None, **extra: Any) -> SealedRecord:
         """Seal that the effect is confirmed by ``response``, the response
         actually received (its digest is computed here); chains ``confirms``.
-        ``request`` as for :meth:`dispatched`.
+
+        Args:
+            parent: the dispatched record (or its capsule id).
+            response: the response actually received (not None).
+            request: as for :meth:`dispatched`.
+            effect_attestation: who saw the effect (``runtime_claimed`` …).
+            action_id: default ``<base>/confirmed``.
+            verdict_class: when given, a ``disposition`` with this verdict class.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
 
         Raises:
             InputError: no response; and as :meth:`dispatched`.
@@ -492,10 +563,22 @@ class Producer:
                effect_attestation: str = "runtime_claimed", verdict_class: str = "errored",
                action_id: str | None = None, **extra: Any) -> SealedRecord:
         """Seal that the dispatched action failed (optionally digesting the
-        failure response); follows ``parent``. ``request`` as for :meth:`dispatched`.
+        failure response); follows ``parent``.
+
+        Args:
+            parent: the dispatched record (or its capsule id).
+            response: the failure response, if any (digested).
+            request: as for :meth:`dispatched`.
+            effect_attestation: who saw the effect (``runtime_claimed`` …).
+            verdict_class: why it failed (default ``errored``).
+            action_id: default ``<base>/failed``.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
 
         Raises:
-            as :meth:`dispatched`.
+            InputError: and the rest as :meth:`dispatched`.
         """
         flow = self._flow(parent)
         spec = lifecycle.failed(flow, _id_of(parent), response=response, request=request,
@@ -514,7 +597,16 @@ class Producer:
         Args:
             parent: the record refused (follows it), or None with ``action_id``.
             verdict_class: why (``denied``, ``blocked``, …).
+            action_id: default ``<base>/<verdict_class>``; required without ``parent``.
+            decision: the decision recorded (default ``reject``).
+            approver: who decided (default ``policy``).
+            human_disposed: True only when a human actually decided.
             reason: a JSON object, recorded as ``reason_digest`` only.
+            authority: recorded as ``disposition.authority`` when given.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
 
         Raises:
             InputError: no parent and no ``action_id``; and as :meth:`seal`.
@@ -538,8 +630,21 @@ class Producer:
         true, which -05 §5.5 allows only when a human actually acted, so the
         caller says who did.
 
+        Args:
+            open_record: the open record (or its capsule id) this closes.
+            decision: the decision recorded.
+            approver: who decided (``human``, ``policy`` …).
+            human_disposed: default: True exactly when ``approver`` is ``human``.
+            verdict_class: default ``resolved``.
+            action_id: default ``<base>/<verdict_class>``.
+            reason: a JSON object, recorded as ``reason_digest`` only.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
+
         Raises:
-            as :meth:`refused`.
+            InputError: and the rest as :meth:`seal`.
         """
         flow = self._flow(open_record, "open_record")
         spec = lifecycle.resolved(flow, _id_of(open_record, "open_record"), decision=decision, approver=approver,

@@ -29,14 +29,39 @@ RECORD_VERSION = "capseal-record/1"
 
 def dumps_canonical(value: Any) -> bytes:
     """Compact, key-sorted UTF-8 JSON: a fixed point of parse→dump for the
-    float-free values capseal stores, so stored bytes re-export identically."""
+    float-free values capseal stores, so stored bytes re-export identically.
+
+    This is storage JSON, not RFC 8785 (see :func:`capseal.canonical.canonical_bytes`).
+
+    Args:
+        value: a JSON value.
+
+    Returns:
+        Its UTF-8 bytes.
+
+    Raises:
+        TypeError: a value that is not JSON.
+        ValueError: a value that contains itself.
+    """
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def strict_json(raw: bytes | str, where: str) -> Any:
     """JSON read one way only: a duplicate member (which parsers resolve
     differently: Python keeps the last, others the first), NaN or Infinity,
-    or nesting too deep to read is MalformedJSONError naming ``where``."""
+    or nesting too deep to read is MalformedJSONError naming ``where``.
+
+    Args:
+        raw: the JSON text or its UTF-8 bytes.
+        where: what the bytes are, for the message (``"record 7"``).
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        MalformedJSONError: not valid JSON, a duplicate member, NaN or
+            Infinity, or nesting too deep.
+    """
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -82,6 +107,11 @@ class SealedRecord:
         return None
 
     def to_json(self) -> dict[str, Any]:
+        """The record as a ``capseal-record/1`` JSON object.
+
+        Returns:
+            ``record_version``, ``capsule``, ``envelopes`` and ``hardware_evidence``.
+        """
         return {
             "record_version": RECORD_VERSION,
             "capsule": self.capsule,
@@ -90,18 +120,46 @@ class SealedRecord:
         }
 
     def body_bytes(self) -> bytes:
-        """Stored form without the evidence slot (evidence rows are kept apart)."""
+        """Stored form without the evidence slot (evidence rows are kept apart).
+
+        Returns:
+            The record's storage JSON bytes (:func:`dumps_canonical`).
+        """
         return dumps_canonical(
             {"record_version": RECORD_VERSION, "capsule": self.capsule, "envelopes": [e.to_json() for e in self.envelopes]}
         )
 
     def with_evidence(self, evidence: dict[str, Any] | None) -> SealedRecord:
+        """The same capsule and envelopes with the evidence slot set.
+
+        Args:
+            evidence: a filled hardware-evidence object, or None to empty the slot.
+
+        Returns:
+            A new record (this one is unchanged).
+
+        Raises:
+            ValueError: ``evidence`` is ``{}``.
+        """
         if evidence is not None and not evidence:
             raise ValueError("hardware_evidence is a filled quote or None, never {}")
         return replace(self, hardware_evidence=evidence)
 
     @classmethod
     def from_json(cls, data: Any, *, seq: int | None = None) -> SealedRecord:
+        """Read a record from its parsed ``capseal-record/1`` JSON.
+
+        Args:
+            data: the parsed JSON object.
+            seq: its ledger seq, when read from a ledger.
+
+        Returns:
+            The record (the capsule is not verified here).
+
+        Raises:
+            MalformedJSONError: not a ``capseal-record/1`` object, a malformed
+                envelope, or an evidence slot that is neither null nor filled.
+        """
         if not isinstance(data, dict) or data.get("record_version") != RECORD_VERSION:
             raise MalformedJSONError(f"not a {RECORD_VERSION} record")
         capsule = data.get("capsule")
@@ -123,6 +181,12 @@ def epistemic_type_for_capsule(capsule: Mapping[str, Any]) -> str:
 
     An effect confirmed by the gate that executed it records an observed event;
     everything else a producer seals about its own agent is a producer claim.
+
+    Args:
+        capsule: the capsule.
+
+    Returns:
+        ``"observed_event"`` or ``"producer_claim"``.
     """
     effect = capsule.get("effect")
     if isinstance(effect, Mapping) and effect.get("status") == "confirmed" and effect.get("effect_attestation") == "gate_executed":

@@ -168,7 +168,14 @@ def _store_ids(store: Iterable[Any] | None) -> set[str] | None:
 def verify(capsule: Any, store: Iterable[Any] | None = None) -> VerificationResult:
     """Class-1 verification of one capsule (a parsed JSON object). Never raises.
 
-    ``store`` (capsules or capsule ids) enables the store-level parent check.
+    Args:
+        capsule: the capsule, as parsed from JSON (any value is accepted).
+        store: capsules or capsule ids; given, a chain parent missing from it
+            is a finding (the store-level parent check).
+
+    Returns:
+        The findings, ``ok`` when none is an error; an exception inside a
+        check becomes a ``verifier_internal_error`` finding.
     """
     findings: list[Finding] = []
     try:
@@ -181,7 +188,15 @@ def verify(capsule: Any, store: Iterable[Any] | None = None) -> VerificationResu
 def verify_for_seal(capsule: Mapping[str, Any], computed_id: str) -> VerificationResult:
     """The sealer's self-check: every Class-1 check, except that the id and the
     number rules are taken from the canonicalization the sealer just did on the
-    same dict (recomputing them would re-run identical code on identical bytes)."""
+    same dict (recomputing them would re-run identical code on identical bytes).
+
+    Args:
+        capsule: the canonicalized capsule, ``capsule_id`` included.
+        computed_id: the id the sealer computed from its canonical bytes.
+
+    Returns:
+        The findings, as :func:`verify`; never raises.
+    """
     findings: list[Finding] = []
     try:
         return _verify(capsule, None, findings, computed_id=computed_id)
@@ -442,7 +457,15 @@ def _has_time_corroboration(refs: Any) -> bool:
 def verify_store(capsules: list[Any]) -> list[VerificationResult]:
     """Verify capsules in ledger order with the store-level chain checks (§6):
     parent existence, concurrent supersedes (the earliest wins) and the
-    ``duplicates`` collapse. Never raises."""
+    ``duplicates`` collapse. Never raises.
+
+    Args:
+        capsules: the capsules, as parsed from JSON, in ledger order.
+
+    Returns:
+        One result per capsule, in order; an exception in the store-level
+        checks adds one more result holding a ``verifier_internal_error``.
+    """
     ids = _store_ids(capsules) or set()
     results = [verify(c, store=ids) for c in capsules]
     try:

@@ -65,12 +65,21 @@ class PendingRecord:
             return self._future
 
     def resolve(self, record: SealedRecord, pending: PendingAppend) -> None:
-        """Signed and handed to the ledger (called by the writer's caller)."""
+        """Signed and handed to the ledger (called by the writer's caller).
+
+        Args:
+            record: the sealed record.
+            pending: its ledger append.
+        """
         self._record, self._pending = record, pending
         self._ready.set()
 
     def fail(self, error: BaseException) -> None:
-        """Refused before it reached the ledger (a device error)."""
+        """Refused before it reached the ledger (a device error).
+
+        Args:
+            error: what refused it; :meth:`result` raises it.
+        """
         self._error = error
         self._ready.set()
 
@@ -85,7 +94,11 @@ class PendingRecord:
         return self._error
 
     def settled(self) -> bool:
-        """Refused, or appended and done (durable or refused by the ledger)."""
+        """Refused, or appended and done (durable or refused by the ledger).
+
+        Returns:
+            True once :meth:`result` would return or raise without waiting.
+        """
         pending = self._pending
         return self._error is not None or (pending is not None and pending.done)
 

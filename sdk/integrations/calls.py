@@ -139,13 +139,35 @@ class ToolCall:
         return self._recorder.finish(self, "unobserved", ABSENT)
 
     async def aconfirmed(self, response: Any) -> SealedRecord | None:
-        """:meth:`confirmed`, with the digest and the seal off the event loop."""
+        """:meth:`confirmed`, with the digest and the seal off the event loop.
+
+        Args:
+            response: what the tool returned, as for :meth:`confirmed`.
+
+        Returns:
+            The outcome record, or None when nothing was sealed (reported, never raised).
+        """
         return await self._recorder.afinish(self, "returned", response)
 
     async def afailed(self, response: Any = ABSENT, *, outcome: str = "raised") -> SealedRecord | None:
-        """:meth:`failed`, with the digest and the seal off the event loop."""
+        """:meth:`failed`, with the digest and the seal off the event loop.
+
+        Args:
+            response: as for :meth:`failed`.
+            outcome: ``raised``, ``error_result`` or ``retry``.
+
+        Returns:
+            The outcome record, or None when nothing was sealed (reported).
+
+        Raises:
+            InputError: an unknown outcome.
+        """
         return await self._recorder.afinish(self, outcome, response)
 
     async def aunobserved(self) -> SealedRecord | None:
-        """:meth:`unobserved`, with the seal off the event loop."""
+        """:meth:`unobserved`, with the seal off the event loop.
+
+        Returns:
+            The outcome record, or None when nothing was sealed (reported).
+        """
         return await self._recorder.afinish(self, "unobserved", ABSENT)

@@ -129,6 +129,13 @@ def status_of(outcome: str, response_digest: str | None) -> str:
     returned result whose digest was taken, ``failed`` for every failure,
     else ``dispatched`` (it ran; its outcome is not recorded).
 
+    Args:
+        outcome: how the call ended, one of :data:`OUTCOMES`.
+        response_digest: the response's digest, or None when none was taken.
+
+    Returns:
+        ``confirmed``, ``failed`` or ``dispatched``.
+
     Raises:
         InputError: not one of :data:`OUTCOMES`.
     """

@@ -102,6 +102,16 @@ class CapsealCallbackHandler(BaseCallbackHandler):
                       **kwargs: Any) -> None:
         """Seal the planned capsule (LangChain calls this before the tool runs).
 
+        Args:
+            serialized: the tool's description (its ``name``).
+            input_str: the input as text (digested when ``inputs`` is not given).
+            run_id: the tool run's id (pairs the end with this start).
+            parent_run_id: the enclosing run's id (allow-listed context).
+            tags: the run's tags (allow-listed context).
+            metadata: the run's metadata (allow-listed context).
+            inputs: the tool's structured input (digested).
+            kwargs: LangChain's other members (``tool_call_id``, ``name``).
+
         Raises:
             ToolCallBlockedError: fail-closed, and it could not be sealed.
         """
@@ -114,7 +124,16 @@ class CapsealCallbackHandler(BaseCallbackHandler):
                             context={k: v for k, v in seen.items() if v is not None}, key=run_id)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        """Seal the outcome: confirmed, or failed for an error ``ToolMessage``."""
+        """Seal the outcome: confirmed, or failed for an error ``ToolMessage``.
+
+        A seal that fails, or an end that does not pair, is reported, never raised.
+
+        Args:
+            output: what the tool returned (digested).
+            run_id: the tool run's id, as at its start.
+            parent_run_id: the enclosing run's id (unused).
+            kwargs: LangChain's other members (unused).
+        """
         call = self.recorder.call_for(run_id)
         if call is None:
             return
@@ -132,7 +151,14 @@ class CapsealCallbackHandler(BaseCallbackHandler):
                       **kwargs: Any) -> None:
         """Seal a failed capsule: the tool raised (the error itself never
         enters). An interrupt (the tool paused for input) or a cancellation
-        is no failure the hook saw: the call stays open."""
+        is no failure the hook saw: the call stays open.
+
+        Args:
+            error: what the tool raised (not recorded).
+            run_id: the tool run's id, as at its start.
+            parent_run_id: the enclosing run's id (unused).
+            kwargs: LangChain's other members (``tool_call_id``).
+        """
         call = self.recorder.call_for(run_id)
         if call is None or isinstance(error, _PAUSES) or not isinstance(error, Exception):
             return
@@ -165,9 +191,16 @@ class CapsealMiddleware(AgentMiddleware):
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         """Seal the planned capsule, run the tool, seal its outcome.
 
+        Args:
+            request: LangChain's tool call request (its ``tool_call``).
+            handler: runs the tool.
+
+        Returns:
+            What ``handler`` returned, unchanged.
+
         Raises:
             ToolCallBlockedError: fail-closed, and the planned capsule could not be sealed.
-            whatever the tool raised (after its failed capsule).
+            Exception: whatever the tool raised, unchanged (after its failed capsule).
         """
         call = self.recorder.start(**self._described(request))
         try:
@@ -181,7 +214,19 @@ class CapsealMiddleware(AgentMiddleware):
         return result
 
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
-        """:meth:`wrap_tool_call` for async runs, sealing off the event loop."""
+        """:meth:`wrap_tool_call` for async runs, sealing off the event loop.
+
+        Args:
+            request: LangChain's tool call request (its ``tool_call``).
+            handler: awaited to run the tool.
+
+        Returns:
+            What ``handler`` returned, unchanged.
+
+        Raises:
+            ToolCallBlockedError: fail-closed, and the planned capsule could not be sealed.
+            Exception: whatever the tool raised, unchanged (after its failed capsule).
+        """
         call = await self.recorder.astart(**self._described(request))
         try:
             result = await handler(request)

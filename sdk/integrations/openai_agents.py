@@ -108,6 +108,10 @@ class CapsealRunHooks(RunHooks):
 
         Returns:
             An async ``(ctx, error) -> str`` for ``failure_error_function=``.
+
+        Raises:
+            Exception: the returned function, with ``inner`` None, raises the
+                tool's error on once its failed capsule is sealed.
         """
         async def failure(ctx: Any, error: Exception) -> Any:
             if inner is None:  # the error goes on up and on_tool_end never comes: sealed now
@@ -128,6 +132,12 @@ class CapsealRunHooks(RunHooks):
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
         """Seal the planned capsule (the SDK awaits this before the tool runs).
+
+        Args:
+            context: the SDK's run context (a ``ToolContext`` for a function
+                tool: its call id and arguments; other tools are not sealed).
+            agent: the agent (its name is allow-listed context).
+            tool: the tool (its name).
 
         Raises:
             ToolCallBlockedError: fail-closed, and it could not be sealed.
@@ -150,7 +160,16 @@ class CapsealRunHooks(RunHooks):
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
         """Seal the outcome: failed when the failure function saw an error,
-        confirmed for a watched tool's result, else dispatched."""
+        confirmed for a watched tool's result, else dispatched.
+
+        A seal that fails is reported, never raised.
+
+        Args:
+            context: the SDK's run context, as at the start.
+            agent: the agent (unused).
+            tool: the tool (a watched tool's result confirms the call).
+            result: what the tool returned (digested).
+        """
         if not isinstance(context, ToolContext):
             return
         key = _key(context)

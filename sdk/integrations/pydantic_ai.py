@@ -76,11 +76,24 @@ class CapsealCapability(AbstractCapability[Any]):
                                          irreversibility_class=irreversibility_class)
 
     def get_ordering(self) -> CapabilityOrdering:
-        """Innermost: the arguments as the tool gets them, its result or error as it gives them."""
+        """Innermost: the arguments as the tool gets them, its result or error as it gives them.
+
+        Returns:
+            The innermost ordering.
+        """
         return CapabilityOrdering(position="innermost")
 
     async def before_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any) -> Any:
         """Seal the planned capsule; the arguments pass unchanged.
+
+        Args:
+            ctx: pydantic-ai's run context (its run id and step pair the call).
+            call: the tool call part (its name and call id).
+            tool_def: the tool's definition (not recorded).
+            args: the validated arguments (digested).
+
+        Returns:
+            ``args``, unchanged.
 
         Raises:
             ToolCallBlockedError: fail-closed, and it could not be sealed.
@@ -94,7 +107,18 @@ class CapsealCapability(AbstractCapability[Any]):
         return args
 
     async def after_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any, result: Any) -> Any:
-        """Seal the confirmed capsule (nothing, for a call already sealed failed); the result passes unchanged."""
+        """Seal the confirmed capsule (nothing, for a call already sealed failed); the result passes unchanged.
+
+        Args:
+            ctx: pydantic-ai's run context (its run id and step pair the call).
+            call: the tool call part (its name and call id).
+            tool_def: the tool's definition (not recorded).
+            args: the arguments the tool ran with.
+            result: what the tool returned (digested).
+
+        Returns:
+            ``result``, unchanged. A seal that fails is reported, never raised.
+        """
         found = self._open(ctx, call)
         if found is not None:
             await self.recorder.afinish(found, "returned", result)
@@ -103,8 +127,18 @@ class CapsealCapability(AbstractCapability[Any]):
     async def on_tool_execute_error(self, ctx: Any, *, call: Any, tool_def: Any, args: Any, error: Exception) -> Any:
         """Seal a failed capsule, then raise ``error`` on (the error itself never enters).
 
+        Args:
+            ctx: pydantic-ai's run context (its run id and step pair the call).
+            call: the tool call part (its name and call id).
+            tool_def: the tool's definition (not recorded).
+            args: the arguments the tool ran with.
+            error: what the tool raised.
+
+        Returns:
+            Never: it always raises.
+
         Raises:
-            the error given.
+            Exception: ``error`` itself, for other capabilities to handle.
         """
         found = self._open(ctx, call)
         if found is not None:
@@ -115,8 +149,19 @@ class CapsealCapability(AbstractCapability[Any]):
         """Run the call's lifecycle; seal a failed capsule for a retry or a
         ``ToolFailed`` that ended it.
 
+        Args:
+            ctx: pydantic-ai's run context (its run id and step pair the call).
+            call: the tool call part (its name and call id).
+            tool_def: the tool's definition (not recorded).
+            args: the arguments.
+            handler: runs the rest of the call's lifecycle.
+
+        Returns:
+            What ``handler`` returned.
+
         Raises:
-            what the lifecycle raised.
+            Exception: what ``handler`` raised, unchanged (ModelRetry,
+                ToolFailed … after their failed capsule is sealed).
         """
         try:
             return await handler(args)

@@ -111,6 +111,7 @@ class ToolCallRecorder:
             The call (``planned`` is None when its capsule could not be sealed).
 
         Raises:
+            InputError: ``ids`` is not a mapping.
             ToolCallBlockedError: fail-closed, and the planned capsule could not be sealed.
         """
         call = self._begin(tool, ids, key)
@@ -124,8 +125,22 @@ class ToolCallRecorder:
 
     async def astart(self, *, tool: str, arguments: Any = ABSENT, ids: Mapping[str, Any] | None = None,
                      context: Mapping[str, Any] | None = None, key: Hashable | None = None) -> ToolCall:
-        """:meth:`start`, with the digests and the seal off the event loop (same
-        arguments, returns and raises)."""
+        """:meth:`start`, with the digests and the seal off the event loop.
+
+        Args:
+            tool: the tool's name.
+            arguments: as for :meth:`start`.
+            ids: as for :meth:`start`.
+            context: as for :meth:`start`.
+            key: as for :meth:`start`.
+
+        Returns:
+            The call (``planned`` is None when its capsule could not be sealed).
+
+        Raises:
+            InputError: ``ids`` is not a mapping.
+            ToolCallBlockedError: fail-closed, and the planned capsule could not be sealed.
+        """
         call = self._begin(tool, ids, key)
         try:
             record = await self._sealer.aseal(partial(self._planned, call, arguments, context))
@@ -214,7 +229,19 @@ class ToolCallRecorder:
         return None if record is None else self._closed(call, record)
 
     async def afinish(self, call: ToolCall, outcome: str, response: Any = ABSENT) -> SealedRecord | None:
-        """:meth:`finish`, with the digests and the seal off the event loop."""
+        """:meth:`finish`, with the digests and the seal off the event loop.
+
+        Args:
+            call: the call, from :meth:`start` or :meth:`astart`.
+            outcome: as for :meth:`finish`.
+            response: as for :meth:`finish`.
+
+        Returns:
+            The outcome record, or None when nothing was sealed (reported).
+
+        Raises:
+            InputError: an unknown outcome.
+        """
         _outcome(outcome)
         try:
             record = await self._sealer.aseal(partial(self._prepare_finish, call, outcome, response))
@@ -326,7 +353,19 @@ class ToolCallRecorder:
         return None if call is None else self.finish(call, outcome, response)
 
     async def afinish_key(self, key: Hashable, outcome: str, response: Any = ABSENT) -> SealedRecord | None:
-        """:meth:`afinish` for the call started with ``key`` (see :meth:`call_for`)."""
+        """:meth:`afinish` for the call started with ``key``.
+
+        Args:
+            key: the key the call was started with (see :meth:`call_for`).
+            outcome: as for :meth:`finish`.
+            response: as for :meth:`finish`.
+
+        Returns:
+            The outcome record, or None when nothing was sealed (reported).
+
+        Raises:
+            InputError: an unknown outcome.
+        """
         call = self.call_for(key)
         return None if call is None else await self.afinish(call, outcome, response)
 

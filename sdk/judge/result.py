@@ -353,7 +353,12 @@ class EvidenceResult(JudgeModel):
 
 
 class ResultBuilder:
-    """Collect claims; derive coverage and buckets; withhold unnameable recomputed rows."""
+    """Collect claims; derive coverage and buckets; withhold unnameable recomputed rows.
+
+    Args:
+        generated_at: the Result's RFC 3339 timestamp.
+        view: the view the Result is computed for, if any.
+    """
 
     def __init__(self, *, generated_at: str, view: View | None = None) -> None:
         self.generated_at = generated_at

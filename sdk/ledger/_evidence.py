@@ -93,7 +93,11 @@ class EvidenceEntry:
         return [(rid, batch.slot(i)) for i, rid in enumerate(batch.leaves)]
 
     def refuse_damaged(self) -> None:
-        """Raise LedgerCorruptError naming the damage, if the row is damaged."""
+        """Refuse a damaged row.
+
+        Raises:
+            LedgerCorruptError: the row is damaged (the damage named).
+        """
         if self.damage is not None:
             raise LedgerCorruptError(f"evidence {self.eid} is damaged ({self.damage})")
 

@@ -143,7 +143,11 @@ class Ledger:
         self._commits.wait(appends, timeout_arg(timeout))
 
     def unfinished(self) -> int:
-        """How many submitted records are not yet durable or refused (0 once closed, or forked)."""
+        """How many submitted records are not yet durable or refused.
+
+        Returns:
+            That number (0 once closed, or forked).
+        """
         return self._commits.unfinished()
 
     # ------------------------------------------------------------------ closing
@@ -277,7 +281,10 @@ class Ledger:
             after: appends ``entry`` needs (as for :meth:`submit`).
 
         Returns:
-            The two appends (raises as :meth:`submit`).
+            The two appends.
+
+        Raises:
+            LedgerError: as :meth:`submit`.
         """
         first = PendingAppend(lead, self._commits, on_lead)
         second = PendingAppend(entry, self._commits, on_durable)
@@ -344,6 +351,9 @@ class Ledger:
         walk over records and evidence is consistent while others append.
         Nesting reuses it.
 
+        Returns:
+            A context manager (the block reads one state of the file).
+
         Raises:
             LedgerClosedError, LedgerForkedError.
         """
@@ -351,7 +361,16 @@ class Ledger:
             yield
 
     def count(self) -> int:
-        """How many records the ledger holds."""
+        """How many records the ledger holds.
+
+        Returns:
+            The number of records, of every type.
+
+        Raises:
+            LedgerClosedError: the ledger is closed.
+            LedgerForkedError: in a process forked from the ledger's.
+            LedgerBusyError: another connection kept the file locked too long.
+        """
         return self._storage.count()
 
     def has_action_id(self, action_id: str) -> bool:
@@ -364,11 +383,28 @@ class Ledger:
 
         Returns:
             True when such a record is stored.
+
+        Raises:
+            LedgerClosedError: the ledger is closed.
+            LedgerForkedError: in a process forked from the ledger's.
+            LedgerBusyError: another connection kept the file locked too long.
         """
         return self._storage.has_action_id(action_id)
 
     def has_record(self, record_id: str) -> bool:
-        """Whether a record with this id is already in the file (reads no body)."""
+        """Whether a record with this id is already in the file (reads no body).
+
+        Args:
+            record_id: the record's id (a capsule's capsule id).
+
+        Returns:
+            True when it is stored.
+
+        Raises:
+            LedgerClosedError: the ledger is closed.
+            LedgerForkedError: in a process forked from the ledger's.
+            LedgerBusyError: another connection kept the file locked too long.
+        """
         return self._storage.has_record(record_id)
 
     def entries(self, *, batch: int = 2000, damaged: list[str] | None = None) -> Iterator[StoredEntry]:
@@ -406,6 +442,12 @@ class Ledger:
     def entry(self, record_id: str) -> StoredEntry | None:
         """The row of a record, or None.
 
+        Args:
+            record_id: the record's id.
+
+        Returns:
+            Its StoredEntry, or None when no record has this id.
+
         Raises:
             LedgerCorruptError: the row is not one capseal writes.
         """
@@ -413,6 +455,12 @@ class Ledger:
 
     def evidence_history(self, record_id: str) -> list[dict[str, Any] | None]:
         """Every evidence state of a record, oldest first, from the ``None`` it was sealed with.
+
+        Args:
+            record_id: the record's id.
+
+        Returns:
+            The slot values, ``[None]`` for a record never given evidence.
 
         Raises:
             LedgerCorruptError: an evidence row it reads is damaged.
@@ -422,7 +470,13 @@ class Ledger:
         return history
 
     def current_evidence(self, record_id: str) -> dict[str, Any] | None:
-        """A record's current evidence slot (None: empty).
+        """A record's current evidence slot.
+
+        Args:
+            record_id: the record's id.
+
+        Returns:
+            The evidence object, or None when the slot is empty.
 
         Raises:
             LedgerCorruptError: the evidence row it reads is damaged.
@@ -431,10 +485,17 @@ class Ledger:
         return self._slots.state(*rows[0]) if rows else None
 
     def get(self, record_id: str) -> SealedRecord | None:
-        """The sealed record with its current evidence slot, or None (no such capsule).
+        """The sealed record with its current evidence slot.
+
+        Args:
+            record_id: the capsule id.
+
+        Returns:
+            The record, or None when no capsule record has this id.
 
         Raises:
-            LedgerCorruptError, ValueError: the row or its evidence is damaged.
+            LedgerCorruptError, ValueError: the row or its evidence is damaged
+                (MalformedJSONError: a body that is not a capsule record).
         """
         stored = self.entry(record_id)
         if stored is None or stored.record_type != "capsule":
@@ -444,6 +505,9 @@ class Ledger:
 
     def records(self) -> Iterator[SealedRecord]:
         """Every sealed capsule record in order, with its current evidence.
+
+        Returns:
+            An iterator of SealedRecord, in seq order (other record types left out).
 
         Raises:
             LedgerCorruptError, ValueError: a row or its evidence is damaged.

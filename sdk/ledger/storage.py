@@ -157,6 +157,9 @@ class Transaction(Protocol):
         """The evidence chain's last row: ``(eid, row_hash)``, ``(0, GENESIS)``
         for none; checked as :meth:`records_head` is.
 
+        Returns:
+            ``(eid, row_hash)`` of the last evidence row.
+
         Raises:
             LedgerCorruptError: as :meth:`records_head`.
         """
@@ -237,13 +240,20 @@ class Storage(Protocol):
         """This thread's reads inside the block see one state of the store
         (nesting reuses the outer snapshot).
 
+        Returns:
+            A context manager; its block reads one state of the store.
+
         Raises:
             LedgerClosedError: the store is closed.
         """
         ...
 
     def count(self) -> int:
-        """How many record rows the store holds."""
+        """How many record rows the store holds.
+
+        Returns:
+            The number of record rows.
+        """
         ...
 
     def record_rows(self, *, batch: int, damaged: list[str] | None) -> Iterator[StoredEntry]:
@@ -262,18 +272,38 @@ class Storage(Protocol):
     def record_row(self, record_id: str) -> StoredEntry | None:
         """The record row with this id, or None.
 
+        Args:
+            record_id: the record's id (a capsule's capsule id).
+
+        Returns:
+            The row, or None when no record has this id.
+
         Raises:
             LedgerCorruptError: the row is not one capseal writes.
         """
         ...
 
     def has_record(self, record_id: str) -> bool:
-        """Whether a record with this id is stored."""
+        """Whether a record with this id is stored.
+
+        Args:
+            record_id: the record's id.
+
+        Returns:
+            True when it is stored.
+        """
         ...
 
     def has_action_id(self, action_id: str) -> bool:
         """Whether a capsule whose body carries this action id, or another
-        record given it as its ``action_id``, is stored."""
+        record given it as its ``action_id``, is stored.
+
+        Args:
+            action_id: the action id looked for.
+
+        Returns:
+            True when such a record is stored.
+        """
         ...
 
     def last_tagged(self, tag: str, stream: str) -> StoredEntry | None:
@@ -281,13 +311,28 @@ class Storage(Protocol):
         the last epoch-boundary capsule whose body names the stream's
         operator and developer), or None.
 
+        Args:
+            tag: the tag given at append (``"epoch_boundary"``).
+            stream: the stream (a producer's operator and developer).
+
+        Returns:
+            The last such row, or None.
+
         Raises:
             LedgerCorruptError: the row found is not one capseal writes.
         """
         ...
 
     def evidence_rows(self, *, batch: int, damaged: list[str] | None) -> Iterator[EvidenceEntry]:
-        """Every evidence row in eid order (``damaged`` as for :meth:`record_rows`)."""
+        """Every evidence row in eid order.
+
+        Args:
+            batch: rows read at a time.
+            damaged: as for :meth:`record_rows`.
+
+        Returns:
+            An iterator of evidence rows.
+        """
         ...
 
     def evidence_states(self, record_id: str, *, latest: bool) -> list[tuple[int, Any, Any]]:
@@ -305,11 +350,21 @@ class Storage(Protocol):
         ...
 
     def evidence_body(self, eid: int) -> Any:
-        """The body of evidence row ``eid``, as stored."""
+        """The body of evidence row ``eid``, as stored.
+
+        Args:
+            eid: the position of a stored evidence row.
+
+        Returns:
+            Its body, as stored.
+        """
         ...
 
     def evidence_index(self) -> set[tuple[int, int, int]]:
-        """Every index row: ``(record_seq, eid, leaf_index)``.
+        """Every index row.
+
+        Returns:
+            ``(record_seq, eid, leaf_index)`` for each.
 
         Raises:
             LedgerCorruptError: the index cannot be read.
@@ -326,12 +381,20 @@ class Storage(Protocol):
         ...
 
     def recorded_heads(self) -> RecordedHeads:
-        """The heads of both chains the store recorded (for a verifier)."""
+        """The heads of both chains the store recorded (for a verifier).
+
+        Returns:
+            Every head recorded, and those edited or unreadable.
+        """
         ...
 
     def connections(self) -> list[Any]:
         """The engine's open connections (the fork machinery keeps a forked
-        copy's from being used or closed the ordinary way)."""
+        copy's from being used or closed the ordinary way).
+
+        Returns:
+            The connection objects, engine-specific.
+        """
         ...
 
     def close(self) -> bool:

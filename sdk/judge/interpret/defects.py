@@ -51,15 +51,44 @@ class Findings:
         self.defects.append(Defect(path, field, kind, note, part if part is not None else self.part))
 
     def absent(self, path: str, field: str, note: str) -> None:
+        """Record an ABSENT defect: a member the record lacks.
+
+        Args:
+            path: the structure it is found in.
+            field: the member it concerns.
+            note: what is wrong, in words.
+        """
         self.add(ABSENT, path, field, note)
 
     def unparseable(self, path: str, field: str, note: str) -> None:
+        """Record an UNPARSEABLE defect: a member whose value cannot be read.
+
+        Args:
+            path: the structure it is found in.
+            field: the member it concerns.
+            note: what is wrong, in words.
+        """
         self.add(UNPARSEABLE, path, field, note)
 
     def unknown(self, path: str, field: str, note: str) -> None:
+        """Record an UNKNOWN_VOCABULARY defect: a token outside the known vocabulary.
+
+        Args:
+            path: the structure it is found in.
+            field: the member it concerns.
+            note: what is wrong, in words.
+        """
         self.add(UNKNOWN_VOCABULARY, path, field, note)
 
     def inconsistent(self, path: str, field: str, note: str, *, part: int | None = None) -> None:
+        """Record an INCONSISTENT defect: the record contradicts itself.
+
+        Args:
+            path: the structure it is found in.
+            field: the member it concerns.
+            note: what is wrong, in words.
+            part: the part it concerns (default: the part being read).
+        """
         self.add(INCONSISTENT, path, field, note, part=part)
 
     def undetermined(self) -> None:
@@ -67,10 +96,22 @@ class Findings:
         self.undetermined_in.add(self.part)
 
     def contradicted(self) -> bool:
+        """Does the record contradict itself anywhere?
+
+        Returns:
+            True when an INCONSISTENT defect was recorded.
+        """
         return any(d.kind == INCONSISTENT for d in self.defects)
 
     def for_part(self, part: int) -> Findings:
-        """What concerns one part: the record's own defects and marks, and the part's."""
+        """What concerns one part: the record's own defects and marks, and the part's.
+
+        Args:
+            part: the part's index.
+
+        Returns:
+            A new Findings holding only those.
+        """
         out = Findings()
         out.defects = [d for d in self.defects if d.part is None or d.part == part]
         out.undetermined_in = {p for p in self.undetermined_in if p is None or p == part}

@@ -56,6 +56,11 @@ class Item:
     record_type: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """This item as JSON.
+
+        Returns:
+            ``{"itemSlug", "recordId", "recordType", "interpretation"}``.
+        """
         return {"itemSlug": self.slug, "recordId": self.record_id, "recordType": self.record_type,
                 "interpretation": self.interpretation.to_json()}
 

@@ -52,6 +52,11 @@ class Check:
     detail: str
 
     def to_json(self) -> dict[str, Any]:
+        """This check as JSON.
+
+        Returns:
+            ``{"name", "passed", "detail"}``.
+        """
         return {"name": self.name, "passed": self.passed, "detail": self.detail}
 
 
@@ -63,6 +68,11 @@ class ScoreScale:
     max: float
 
     def to_json(self) -> dict[str, Any]:
+        """This scale as JSON.
+
+        Returns:
+            ``{"min", "max"}``, as floats.
+        """
         return {"min": float(self.min), "max": float(self.max)}
 
 
@@ -81,6 +91,11 @@ class JudgeSeat:
     checks: tuple[Check, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
+        """This seat as JSON (camelCase keys, nulls explicit).
+
+        Returns:
+            The seat's JSON object.
+        """
         out: dict[str, Any] = {
             "position": self.position, "name": self.name, "keySource": self.key_source, "status": self.status,
             "reasonCode": self.reason_code, "score": None if self.score is None else float(self.score),
@@ -110,13 +125,25 @@ class Evidence:
     values: tuple[tuple[str, Any], ...] = ()
 
     def get(self, key: str) -> Any:
-        """One member's value (None when the block lacks it)."""
+        """One member's value.
+
+        Args:
+            key: the member's name.
+
+        Returns:
+            Its value, or None when the block lacks it.
+        """
         for k, v in self.values:
             if k == key:
                 return v
         return None
 
     def to_json(self) -> dict[str, Any]:
+        """The evidence block as JSON: every known member, None where the block lacks it.
+
+        Returns:
+            The block's JSON object.
+        """
         known = dict(self.values)
         out: dict[str, Any] = {}
         for key in EVIDENCE_KEYS:
@@ -149,6 +176,11 @@ class Stage:
     judges: tuple[JudgeSeat, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
+        """This stage as JSON (nulls explicit).
+
+        Returns:
+            The stage's JSON object.
+        """
         return {
             "stage": self.stage, "path": list(self.path), "relation": self.relation, "policy": self.policy,
             "disposition": self.disposition, "reason": self.reason, "failure": self.failure,
@@ -167,6 +199,11 @@ class DecidedBy:
     basis: str
 
     def to_json(self) -> dict[str, Any]:
+        """As JSON.
+
+        Returns:
+            ``{"stage", "path", "basis"}``.
+        """
         return {"stage": self.stage, "path": list(self.path), "basis": self.basis}
 
 
@@ -183,6 +220,11 @@ class Defect:
     part: int | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
+        """This defect as JSON.
+
+        Returns:
+            ``{"path", "field", "kind", "note"}``.
+        """
         return {"path": self.path, "field": self.field, "kind": self.kind, "note": self.note}
 
 
@@ -201,7 +243,11 @@ class Interpretation:
     summary: str
 
     def to_json(self) -> dict[str, Any]:
-        """The serialised form (the keys a consumer reads, nulls explicit)."""
+        """The serialised form (the keys a consumer reads, nulls explicit).
+
+        Returns:
+            The interpretation's JSON object.
+        """
         return {
             "schemaVersion": self.schema_version, "sourceVersion": self.source_version, "reading": self.reading,
             "readingSupport": self.reading_support,

@@ -53,6 +53,11 @@ class Tally:
         return Fraction(self.passes, judged) if judged else None
 
     def to_json(self) -> dict[str, int]:
+        """The counts as JSON (camelCase keys).
+
+        Returns:
+            One count per kind, ``passes`` … ``notJudged``.
+        """
         return {"passes": self.passes, "nonPasses": self.non_passes, "excluded": self.excluded,
                 "instrumentFailures": self.instrument_failures, "unattestable": self.unattestable,
                 "unverified": self.unverified, "unread": self.unread, "notJudged": self.not_judged}

@@ -255,7 +255,16 @@ class Book:
 
     ``ledger`` is a :class:`~capseal.ledger.Ledger` or a path (opened, and
     closed by :meth:`close`); ``signer`` is the book keeper's key (any
-    ``capseal.keys.Signer``). A book opened without a signer reads only."""
+    ``capseal.keys.Signer``). A book opened without a signer reads only.
+
+    Args:
+        ledger: a Ledger, or the path of one to open.
+        signer: the book keeper's key (None: read only).
+
+    Raises:
+        RefereeInputError: ``ledger`` is neither a Ledger nor a path.
+        LedgerError: no ledger can be opened at the path.
+    """
 
     def __init__(self, ledger: Ledger | str | os.PathLike[str], signer: Any = None) -> None:
         if not isinstance(ledger, (Ledger, str, os.PathLike)):

@@ -181,7 +181,13 @@ class UniformDraw:
 
     Eight random bytes make ``x`` in ``[0, 2**64)``; values at or above the
     largest multiple of ``n`` are drawn again, so ``x % n`` favours no index.
-    ``random_bytes`` is the source (``os.urandom`` unless a test injects one)."""
+    ``random_bytes`` is the source (``os.urandom`` unless a test injects one).
+
+    Args:
+        random_bytes: returns that many random bytes.
+
+    Calling it with ``n`` raises RefereeInputError unless ``n`` is a positive int.
+    """
 
     def __init__(self, random_bytes: Callable[[int], bytes] = os.urandom) -> None:
         self._bytes = random_bytes
@@ -199,7 +205,15 @@ class UniformDraw:
 
 
 class ScriptedDraw:
-    """The picks a test's random source returns, in order (a case file's ``draws``)."""
+    """The picks a test's random source returns, in order (a case file's ``draws``).
+
+    Args:
+        picks: the indexes to return, one per draw.
+
+    Raises:
+        RefereeInputError: a pick that is not a non-negative int (and, when
+            called, no pick left).
+    """
 
     def __init__(self, picks: Sequence[int]) -> None:
         for i, p in enumerate(picks):

@@ -81,7 +81,14 @@ def reanswer_request(a: Half, divergence_index: int, request: Any = None) -> dic
 
 class ReplayTransport:
     """Replays recorded re-answers: ``answers[node_id]`` is the text that node
-    gives (None: it does not answer). Deterministic; nothing leaves the process."""
+    gives (None: it does not answer). Deterministic; nothing leaves the process.
+
+    Args:
+        answers: node id -> its re-answer text, or None.
+
+    Raises:
+        RefereeInputError: an answer that is neither text nor None.
+    """
 
     def __init__(self, answers: Mapping[str, str | None]) -> None:
         for node, text in answers.items():
@@ -108,7 +115,17 @@ class HTTPTransport:
     node; None sends none). ``timeout`` (seconds) bounds the whole exchange —
     connecting, sending and reading — so a server that trickles bytes cannot
     hold the call. ``headers`` (e.g. an Authorization) are sent as given and
-    never appear in errors or reprs."""
+    never appear in errors or reprs.
+
+    Args:
+        base_url: the endpoint, ``http(s)://host:port[/prefix]``.
+        timeout: seconds for the whole exchange, in (0, 3600).
+        target_header: the header naming the referee, or None.
+        headers: other headers to send.
+
+    Raises:
+        RefereeInputError: one of these is not as described (named by its path).
+    """
 
     def __init__(self, base_url: str, *, timeout: float = 30.0, target_header: str | None = "x-mesh-target",
                  headers: Mapping[str, str] | None = None) -> None:
