@@ -14,7 +14,7 @@ demo: deps
 	$(PY) examples/demo.py .work/demo-$$(date +%Y%m%dT%H%M%S)
 
 test: deps
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 	./.ci/lower-bounds.sh
 
 bench: deps
