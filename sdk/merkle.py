@@ -28,6 +28,8 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .errors import InputError
+
 __all__ = ["leaf_hash", "node_hash", "Tree", "build", "root_and_path", "root_recursive", "path_recursive", "verify_inclusion", "root_from_proof"]
 
 _sha256 = hashlib.sha256
@@ -124,11 +126,11 @@ def root_and_path(leaves: Sequence[bytes], index: int | None = None) -> tuple[by
         ``(root, path)``; the path is empty without ``index``.
 
     Raises:
-        ValueError: ``index`` is not a leaf of ``leaves``.
+        InputError: ``index`` is not a leaf of ``leaves`` (a ValueError).
     """
     n = len(leaves)
     if index is not None and not 0 <= index < n:
-        raise ValueError("leaf index out of range")
+        raise InputError(f"index={index!r} is not a leaf of the {n} leaves given")
     if n == 0:
         return _sha256(b"").digest(), ()
     sha = _sha256
@@ -185,11 +187,11 @@ def path_recursive(m: int, leaves: Sequence[bytes]) -> list[bytes]:
         The leaf's audit path, nearest sibling first.
 
     Raises:
-        ValueError: ``m`` is not a leaf of ``leaves``.
+        InputError: ``m`` is not a leaf of ``leaves`` (a ValueError).
     """
     n = len(leaves)
     if not 0 <= m < n:
-        raise ValueError("leaf index out of range")
+        raise InputError(f"m={m!r} is not a leaf of the {n} leaves given")
     if n == 1:
         return []
     k = _split(n)

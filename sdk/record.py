@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .envelope import PROFILE, Envelope
-from .errors import MalformedJSONError
+from .errors import InputError, MalformedJSONError
 
 __all__ = ["RECORD_VERSION", "RECEIVED_CAPSULE", "SealedRecord", "dumps_canonical", "epistemic_type_for_capsule"]
 
@@ -139,10 +139,10 @@ class SealedRecord:
             A new record (this one is unchanged).
 
         Raises:
-            ValueError: ``evidence`` is ``{}``.
+            InputError: ``evidence`` is ``{}`` (a ValueError).
         """
         if evidence is not None and not evidence:
-            raise ValueError("hardware_evidence is a filled quote or None, never {}")
+            raise InputError("evidence= (hardware_evidence) is a filled quote or None, never {}")
         return replace(self, hardware_evidence=evidence)
 
     @classmethod

@@ -300,3 +300,25 @@ def test_an_unregistered_effect_type_names_the_namespaced_form(producer: Produce
     assert f"e.g. '{suggested}'" in str(refused.value)
     assert f"effect_type='{suggested}'" in refused.value.hint
     assert producer.planned("tc-1", effect_type=suggested).capsule["effect"]["type"] == suggested
+
+
+@pytest.mark.parametrize("index", [-1, 3, 10**30])
+def test_a_merkle_leaf_outside_the_leaves_is_a_typed_refusal_naming_it(index: int) -> None:
+    from capseal import merkle
+    from capseal.errors import InputError
+
+    leaves = [b"a", b"b", b"c"]
+    with pytest.raises(InputError, match=r"index=.* is not a leaf of the 3 leaves"):
+        merkle.root_and_path(leaves, index)
+    with pytest.raises(InputError, match=r"m=.* is not a leaf of the 3 leaves"):
+        merkle.path_recursive(index, leaves)
+
+
+def test_an_empty_evidence_object_is_a_typed_refusal_and_the_record_is_unchanged(tmp_path: Path) -> None:
+    from capseal.errors import InputError
+
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
+        record = producer.seal({"action_id": "a-1", "action_type": "decide"})
+    with pytest.raises(InputError, match="evidence="):
+        record.with_evidence({})
+    assert record.hardware_evidence is None
