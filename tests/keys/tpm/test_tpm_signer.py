@@ -24,9 +24,9 @@ from capseal.keys._tpm_certify import verify_certify
 from capseal.keys._tpm_device import classify_software, get_device
 from capseal.keys._tpm_uri import TPMKeyFile, parse_tpm_uri
 
-from .cose_checks import assert_envelope_verifies_independently
-from .stress import seal_from_threads
-from .tpm_keys import key_file_under_srk
+from ...cose_checks import assert_envelope_verifies_independently
+from ...stress import seal_from_threads
+from ...tpm_keys import key_file_under_srk
 
 P256, AK, RSA = 0x81000A01, 0x81000A02, 0x81000A03  # a range of our own on the shared session swtpm
 

@@ -27,7 +27,7 @@ from capseal.keys import open_signer
 from capseal.keys._pkcs11_session import P11_LOCK, _find_tokens, load_module, open_token, release_token
 from capseal.keys._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
 
-from .secret_files import write_secret
+from ...secret_files import write_secret
 
 CAPSEAL = str(Path(sys.executable).with_name("capseal"))
 PIN = "pins-8302-ok"

@@ -23,7 +23,7 @@ from capseal.audit import verify_ledger
 from capseal.errors import EvidenceError, InputError, LedgerCorruptError
 from capseal.keys import UnsafeEphemeralSigner
 
-from .conftest import _start_swtpm
+from ..conftest import _start_swtpm
 from .test_attest_support import AK_HANDLE, AttestTPM, persist_key, producer, spec, tpm_a  # noqa: F401
 
 pytestmark = pytest.mark.swtpm

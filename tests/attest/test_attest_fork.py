@@ -30,7 +30,7 @@ from capseal.attest import BatchEvidence, attach, verify_evidence
 from capseal.errors import EvidenceForkedError, LedgerForkedError
 from capseal.keys import UnsafeEphemeralSigner
 
-from .forking import attempt, in_child
+from ..forking import attempt, in_child
 from .test_attest_support import AttestTPM, producer, spec, tpm_a  # noqa: F401
 
 pytestmark = pytest.mark.swtpm

@@ -23,7 +23,7 @@ from capseal import Producer
 from capseal.attest import AttestationKey, TPMQuoter
 from capseal.keys import UnsafeEphemeralSigner
 
-from .conftest import SwTPM, _start_swtpm
+from ..conftest import SwTPM, _start_swtpm
 
 os.environ.setdefault("TSS2_LOG", "all+NONE")
 

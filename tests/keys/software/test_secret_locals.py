@@ -21,7 +21,7 @@ from capseal.errors import CapsealError
 from capseal.keys import open_signer
 from capseal.keys.provision import create_key
 
-from .secret_frames import shows, watching
+from ...secret_frames import shows, watching
 
 
 def _leaks(secret: str, call: Callable[[], Any], error: type[BaseException] = CapsealError) -> list[str]:

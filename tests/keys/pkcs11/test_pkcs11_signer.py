@@ -20,9 +20,9 @@ from capseal.keys import open_signer
 from capseal.keys._pkcs11 import PKCS11Signer
 from capseal.keys.provision import create_key
 
-from .cose_checks import assert_envelope_verifies_independently
-from .secret_files import write_secret
-from .stress import seal_from_threads
+from ...cose_checks import assert_envelope_verifies_independently
+from ...secret_files import write_secret
+from ...stress import seal_from_threads
 
 ALGS = {"EdDSA": "ed25519", "ES256": "p256", "PS256": "rsa-pss"}
 

@@ -24,8 +24,8 @@ from capseal.keys import (
 )
 from capseal.keys.provision import create_key
 
-from .cose_checks import assert_envelope_verifies_independently
-from .secret_files import write_secret
+from ...cose_checks import assert_envelope_verifies_independently
+from ...secret_files import write_secret
 
 
 @pytest.mark.parametrize("alg", ["EdDSA", "ES256", "PS256"])

@@ -17,7 +17,7 @@ import pytest
 
 from capseal.keys._tpm_certify import verify_certify
 
-CAPSEAL = str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "capseal")
+CAPSEAL = str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "capseal")
 KEY, AK = "0x81000b01", "0x81000b02"  # a range of our own on the shared session swtpm
 
 

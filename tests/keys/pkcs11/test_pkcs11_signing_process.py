@@ -36,8 +36,8 @@ from capseal.keys._pkcs11_helper import SigningProcess
 from capseal.keys._pkcs11_session import P11_LOCK
 from capseal.keys.provision import create_key
 
-from .cose_checks import assert_envelope_verifies_independently
-from .stress import seal_from_threads
+from ...cose_checks import assert_envelope_verifies_independently
+from ...stress import seal_from_threads
 
 
 def _key(softhsm: Any, alg: str, *, rsa_bits: int = 2048) -> str:
@@ -511,7 +511,7 @@ def test_a_long_burst_on_the_child_is_not_taken_for_a_hang(softhsm: Any) -> None
 def test_a_process_forked_while_a_request_was_being_written_does_not_hang(softhsm: Any) -> None:
     """A fork taken while another thread held the child's lock (mid-write):
     in the fork the lock would stay held for ever. The fork signs in-process
-    (with a login of its own: tests/test_pkcs11_fork.py) and never waits on
+    (with a login of its own: tests/keys/pkcs11/test_pkcs11_fork.py) and never waits on
     the parent's child."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)

@@ -32,7 +32,7 @@ from capseal.keys import open_signer
 from capseal.keys._pkcs11 import PKCS11Signer
 from capseal.keys.provision import create_key
 
-from .forking import ForkedChild, attempt, held_elsewhere
+from ...forking import ForkedChild, attempt, held_elsewhere
 
 _ALARM = 20  # s: far above a fork's re-initialisation and login (milliseconds)
 

@@ -25,7 +25,7 @@ from capseal.keys._pkcs11_uri import (
     resolve_module,
 )
 
-from .secret_files import write_secret
+from ...secret_files import write_secret
 
 SOFTHSM = "/usr/lib/softhsm/libsofthsm2.so"
 

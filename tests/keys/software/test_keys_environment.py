@@ -19,7 +19,7 @@ from capseal.keys._pkcs11_uri import parse_pkcs11_uri, resolve_module
 from capseal.keys._tpm_device import unreachable_fix
 from capseal.keys.provision import create_key, list_keys
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 KEY = 0x81000F03  # this module's own handle on the session swtpm
 
 _SCRIPT = r"""

@@ -21,7 +21,7 @@ from capseal.keys._tpm import provision, srk_template
 from capseal.keys._tpm_device import get_device, transient_handles
 from capseal.keys._tpm_provision import HandleInUseError, ProvisionIncompleteError, list_keys
 
-from .tpm_keys import key_file_under_srk
+from ...tpm_keys import key_file_under_srk
 
 KEY, AK = 0x81000101, 0x81000102
 
