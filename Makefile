@@ -15,6 +15,8 @@ demo: deps
 
 test: deps
 	$(PY) -m pytest
+	# the hardware tests again on the plain library paths only (capseal.keys.direct)
+	CAPSEAL_NO_DIRECT=1 $(PY) -m pytest -q -m "softhsm or swtpm"
 	./.ci/lower-bounds.sh
 
 bench: deps

@@ -1,6 +1,6 @@
 """The attestation key on a TPM, and quotes taken with it.
 
-All TPM access goes through :class:`capseal.keys._tpm_device.TPMDevice`: one
+All TPM access goes through :class:`capseal.keys.tpm.TPMDevice`: one
 worker thread per TCTI owns the ESAPI context, so a quote never races a
 signature on the same TPM, swtpm's three transient slots are not exhausted
 (the AK is persistent; nothing transient is loaded), and a restarted TPM is
@@ -43,7 +43,7 @@ class AKRef:
     tcti: str
 
     def uri(self) -> str:
-        from capseal.keys._tpm_uri import TPMKeyURI
+        from capseal.keys.tpm import TPMKeyURI
 
         return TPMKeyURI(tcti=self.tcti, handle=self.handle).to_uri()
 
@@ -51,11 +51,11 @@ class AKRef:
 def parse_ak_uri(uri: str) -> AKRef:
     """``tpm2:handle=0x81000102?tcti=…`` → :class:`AKRef`.
 
-    The grammar is the signing keys' (:func:`capseal.keys._tpm_uri.parse_tpm_uri`:
+    The grammar is the signing keys' (:func:`capseal.keys.tpm.parse_tpm_uri`:
     unknown or repeated attributes are refused, the TCTI keeps its own ``:``,
     ``,`` and ``=``); an AK must be named by a persistent handle.
     """
-    from capseal.keys._tpm_uri import parse_tpm_uri
+    from capseal.keys.tpm import parse_tpm_uri
 
     ref = parse_tpm_uri(uri)
     if ref.handle is None:
@@ -64,7 +64,7 @@ def parse_ak_uri(uri: str) -> AKRef:
 
 
 def _device(tcti: str) -> Any:
-    from capseal.keys._tpm_device import get_device
+    from capseal.keys.tpm import get_device
 
     return get_device(tcti)
 
@@ -106,7 +106,7 @@ class AttestationKey:
 
     def _handle(self, ectx: Any) -> Any:
         handle = self.ref.handle
-        from capseal.keys._tpm_device import persistent_tr  # asks first: a missing AK prints nothing to stderr
+        from capseal.keys.tpm import persistent_tr  # asks first: a missing AK prints nothing to stderr
 
         return self.device.memo(("capseal.attest.ak", handle),
                                 lambda e: persistent_tr(e, handle, self.ref.tcti, "attestation key"))

@@ -96,7 +96,7 @@ def raw_signers(signer: Any) -> dict[str, Callable[[], Any]]:
     """One raw signature on the signer's own session and key handle, under the
     process-wide lock, nothing else: python-pkcs11's ``key.sign`` and, when
     the mechanism allows, the direct ``C_Sign`` capseal uses."""
-    from capseal.keys._pkcs11_session import P11_LOCK
+    from capseal.keys.pkcs11 import P11_LOCK
 
     ts = signer.token_session
     mech = signer._mech
@@ -144,7 +144,7 @@ def softhsm_rows(n: int, rounds: int, tmp: str) -> list[dict[str, Any]]:
 
 def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str) -> dict[str, Any]:
     from capseal.keys import open_signer
-    from capseal.keys._pkcs11 import PKCS11Signer
+    from capseal.keys.pkcs11 import PKCS11Signer
     from capseal.keys.provision import create_key
 
     msg = os.urandom(120)

@@ -1,7 +1,7 @@
 """The ``Signer`` seam every backend implements (software, PKCS#11, TPM 2.0).
 
-Shaped after securesystemslib's signer: a small ABC, one private module per
-backend, and a scheme registry (``_registry.py``). A signer signs bytes and
+Shaped after securesystemslib's signer: a small ABC, one subpackage (or
+private module) per backend, and a scheme registry (``_registry.py``). A signer signs bytes and
 returns the signature *together with* the key id and algorithm it used, so a key
 that is rotated between two calls can never be paired with the wrong kid.
 """
@@ -39,11 +39,32 @@ class PendingSignature(ABC):
 
     @abstractmethod
     def result(self) -> SignatureResult:
-        """The signature, or the typed error ``sign`` would have raised."""
+        """Wait for the signature.
+
+        Returns:
+            The signature, as :meth:`Signer.sign` returns it.
+
+        Raises:
+            SignerError: what :meth:`Signer.sign` would have raised.
+        """
 
     def cancel(self) -> None:
         """The signature is no longer wanted: a device queue drops the command
-        if it has not started (a started one finishes and is thrown away)."""
+        if it has not started (a started one finishes and is thrown away).
+        Returns nothing, raises nothing."""
+
+    @staticmethod
+    def deferred(call: Callable[[bytes], SignatureResult], data: bytes) -> PendingSignature:
+        """A pending signature that is made only when ``result()`` is called.
+
+        Args:
+            call: makes the signature (``signer.sign``, or a backend's own path).
+            data: what ``call`` is given.
+
+        Returns:
+            The pending signature.
+        """
+        return _SignOnResult(call, data)
 
 
 class _SignOnResult(PendingSignature):
@@ -157,7 +178,7 @@ class Signer(ABC):
         a backend whose device queues commands (``queues_signatures``)
         overrides this so that several signatures can be in the queue at once
         and the device never waits for the caller between two of them."""
-        return _SignOnResult(self.sign, data)
+        return PendingSignature.deferred(self.sign, data)
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:

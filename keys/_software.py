@@ -27,10 +27,18 @@ from capseal.errors import (
 )
 
 from ._base import SignatureResult, Signer, alg_for_public_key
-from ._files import MAX_KEY_FILE, FileTooLargeError, exposure
-from ._pin import Secret, as_secret, cli_caller, pin_advice, read_secret_file
 from ._registry import check_options
 from .custody import custody_statement
+from .secret import (
+    MAX_KEY_FILE,
+    FileTooLargeError,
+    Secret,
+    as_secret,
+    cli_caller,
+    exposure,
+    pin_advice,
+    read_secret_file,
+)
 
 __all__ = ["SoftwareSigner", "FileSigner", "UnsafeEphemeralSigner", "generate_private_key", "write_pkcs8"]
 

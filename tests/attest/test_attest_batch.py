@@ -418,7 +418,7 @@ def test_a_tpm_that_goes_away_and_comes_back(tmp_path: Path) -> None:
     """swtpm stopped mid-run: its batches stay null; after a restart (same
     state, same port) later batches get evidence again, over a reconnect."""
     from capseal.attest import TPMQuoter
-    from capseal.keys._tpm_device import get_device
+    from capseal.keys.tpm import get_device
 
     tpm = _start_swtpm(tmp_path / "swtpm")
     try:
@@ -455,7 +455,7 @@ def test_a_hung_tpm_fails_its_batches_typed_then_quotes_again(tmp_path: Path) ->
     import signal
 
     from capseal.attest import TPMQuoter
-    from capseal.keys._tpm_device import get_device
+    from capseal.keys.tpm import get_device
 
     tpm = _start_swtpm(tmp_path / "swtpm")
     try:

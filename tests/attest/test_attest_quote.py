@@ -329,8 +329,7 @@ def test_pcr_values_the_quote_does_not_cover_are_refused(quoted: tuple[SealedRec
 def test_the_ak_from_tpm_provision_quotes_and_verifies(fresh_swtpm: Any, producer: Producer) -> None:
     """`capseal tpm provision` (keys backend) creates the AK; capseal.attest loads
     it by the URI provision returns, and a relying party pins the PEM it printed."""
-    from capseal.keys._tpm import provision
-    from capseal.keys._tpm_device import get_device
+    from capseal.keys.tpm import get_device, provision
 
     try:
         info = provision(fresh_swtpm.tcti)

@@ -101,7 +101,7 @@ def _attest_tpm(tmp: Path) -> Iterator[AttestTPM]:
         persist_key(tpm.tcti, AK_HANDLE)
         yield AttestTPM(tpm, AK_HANDLE)
     finally:
-        from capseal.keys._tpm_device import get_device
+        from capseal.keys.tpm import get_device
 
         get_device(tpm.tcti).close()
         tpm.stop()

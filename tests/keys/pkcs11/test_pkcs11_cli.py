@@ -179,7 +179,7 @@ def test_token_init_into_a_file_is_a_typed_error(tmp_path: Path) -> None:
     directory, exit 2. It was "internal error: NotADirectoryError" from the
     CLI, and a bare OSError from init_softhsm_token."""
     from capseal.errors import InputError
-    from capseal.keys._pkcs11 import init_softhsm_token  # type: ignore[attr-defined]
+    from capseal.keys.pkcs11 import init_softhsm_token
 
     afile = tmp_path / "afile"
     afile.write_text("not a directory\n")

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from capseal.keys._pkcs11_fast import _GILPolicy
+from capseal.keys.pkcs11._direct import _GILPolicy  # the policy alone, with durations given exactly
 
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c"))
 _USLEEP = ctypes.cast(_LIBC.usleep, ctypes.c_void_p).value

@@ -33,8 +33,7 @@ from capseal.errors import (
     TokenNotFoundError,
 )
 from capseal.keys import open_signer
-from capseal.keys._pkcs11 import PKCS11Signer
-from capseal.keys._pkcs11_session import P11_LOCK
+from capseal.keys.pkcs11 import P11_LOCK, PKCS11Signer
 from capseal.keys.provision import create_key
 
 PIN = "p11f-4711-pin"  # distinctive, so a leak anywhere is found by substring
@@ -170,12 +169,12 @@ def test_direct_c_sign_hands_every_failure_to_python_pkcs11(fault_token: dict[st
     python-pkcs11, which raises its typed error and the signer reconnects."""
     with open_signer(fault_token["uri"], pin=PIN) as signer:
         assert isinstance(signer, PKCS11Signer)
-        fast = signer._fast
+        fast = signer.direct_path
         assert fast is not None  # an Ed25519 key on SoftHSM2 signs directly
         message = b"direct C_Sign"
         with P11_LOCK:
             session = signer.token_session.ensure()
-            key = signer._key(signer.token_session, session)
+            key = signer.key_object(session)
             direct = fast.sign(session.handle, key.handle, message)
             assert direct is not None and len(direct) == 64
             signer.public_key.verify(direct, message)
@@ -210,10 +209,10 @@ def test_no_signing_operation_is_left_active(fault_token: dict[str, Any]) -> Non
     message = b"operation state"
     with open_signer(fault_token["uri"], pin=PIN) as signer:
         assert isinstance(signer, PKCS11Signer)
-        fast = signer._fast
+        fast = signer.direct_path
         assert fast is not None
         ts = signer.token_session
-        real = fast._sign
+        real = fast._sign  # the direct path's own C_Sign, replaced to stop between the two calls
         fast._sign = _InterruptedCSign(real)  # type: ignore[assignment]
         try:
             with pytest.raises(KeyboardInterrupt):
@@ -222,7 +221,8 @@ def test_no_signing_operation_is_left_active(fault_token: dict[str, Any]) -> Non
             fast._sign = real
         with P11_LOCK:  # the interrupted operation was ended: a new one starts at once
             session = ts.ensure()
-            key = signer._key(ts, session)
+            key = signer.key_object(session)
+            # C_SignInit through the same table entry: succeeds only if no operation was left active
             assert fast._init._released(session.handle, ctypes.byref(fast._mechanism), key.handle) == 0
             # ...and is left active now, as a crashed caller elsewhere in the process would leave it
         result = signer.sign(message)  # CKR_OPERATION_ACTIVE: ended once, C_SignInit again
@@ -239,7 +239,10 @@ def test_a_multi_part_operation_left_on_the_shared_session(fault_token: dict[str
     """Another key of the same token (so the same logged-in session) has a
     multi-part RSA-PSS signature left half done (C_SignInit + C_SignUpdate,
     never finished): the Ed25519 signer ends it and signs, without a reconnect."""
-    from capseal.keys._pkcs11_fast import _FunctionList, _Mechanism
+    from capseal.keys.pkcs11._direct import (  # the module's table, to leave an operation active
+        _FunctionList,
+        _Mechanism,
+    )
 
     rsa_uri = fault_token["uri"].replace("object=seal-key", "object=half-done-rsa")
     with create_key(rsa_uri, "rsa-pss", pin=PIN, rsa_bits=2048) as rsa, open_signer(fault_token["uri"], pin=PIN) as signer:
@@ -255,7 +258,7 @@ def test_a_multi_part_operation_left_on_the_shared_session(fault_token: dict[str
         mechanism = _Mechanism(0x43, ctypes.cast(ctypes.pointer(params), ctypes.c_void_p), ctypes.sizeof(params))  # CKM_SHA256_RSA_PKCS_PSS
         with P11_LOCK:
             session = ts.ensure()
-            assert sign_init(session.handle, ctypes.byref(mechanism), rsa._key(ts, session).handle) == 0
+            assert sign_init(session.handle, ctypes.byref(mechanism), rsa.key_object(session).handle) == 0
             assert sign_update(session.handle, b"half", 4) == 0  # ...and never finished
         before = ts.reconnects
         result = signer.sign(b"after a half-done operation")

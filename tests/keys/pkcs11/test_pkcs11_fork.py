@@ -24,12 +24,11 @@ from typing import Any
 import pytest
 from agent_action_capsule import verify as reference_verify
 
-from capseal import Producer, verify_ledger
+from capseal import Producer, process, verify_ledger
 from capseal.envelope import signature_ok
 from capseal.errors import SignerForkedError
-from capseal.keys import _pkcs11_session as session_state
 from capseal.keys import open_signer
-from capseal.keys._pkcs11 import PKCS11Signer
+from capseal.keys.pkcs11 import P11_LOCK, PKCS11Signer
 from capseal.keys.provision import create_key
 
 from ...forking import ForkedChild, attempt, held_elsewhere
@@ -131,10 +130,10 @@ def test_a_fork_that_cannot_wait_for_a_call_refuses_pkcs11_instead_of_hanging(
     SignerForkedError naming the module, at once, instead of waiting for a thread
     that does not exist there."""
     uri = _key(softhsm)
-    monkeypatch.setattr(session_state, "FORK_WAIT", 0.3)
+    monkeypatch.setattr(process, "FORK_WAIT", 0.3)  # the one deadline of every fork
     signer = open_signer(uri, pin=softhsm.pin)
     try:
-        with held_elsewhere(session_state.P11_LOCK):
+        with held_elsewhere(P11_LOCK):
             def use_pkcs11_in_fork() -> dict[str, Any]:
                 return {"sign": attempt(lambda: signer.sign(b"x")),
                         "open": attempt(lambda: open_signer(uri, pin=softhsm.pin))}
@@ -159,7 +158,7 @@ def test_a_ctrl_c_during_a_forks_wait_is_handed_on_after_it(softhsm: Any, monkey
     raised in the code that forked; the fork, which could not wait, refuses
     PKCS#11; the parent's lock is free again."""
     uri = _key(softhsm)
-    monkeypatch.setattr(session_state, "FORK_WAIT", 1.0)
+    monkeypatch.setattr(process, "FORK_WAIT", 1.0)  # the one deadline of every fork
     signer = open_signer(uri, pin=softhsm.pin)
     try:
         code, answer = _in_fork(lambda: "a fork that took the lock")  # this thread's last fork: lock taken
@@ -177,13 +176,13 @@ def test_a_ctrl_c_during_a_forks_wait_is_handed_on_after_it(softhsm: Any, monkey
             for _ in range(1000):
                 frame = sys._current_frames().get(main)
                 if frame is not None and frame.f_code.co_name == "_before_fork" \
-                        and frame.f_code.co_filename.endswith("_pkcs11_session.py"):
+                        and frame.f_code.co_filename.endswith(os.path.join("pkcs11", "_session.py")):
                     os.kill(os.getpid(), signal.SIGINT)
                     return
                 time.sleep(0.005)
 
         interrupted = False
-        with held_elsewhere(session_state.P11_LOCK):
+        with held_elsewhere(P11_LOCK):
             threading.Thread(target=interrupt_the_forks_wait, daemon=True).start()
             try:
                 child = ForkedChild(sign_in_fork, _ALARM)
@@ -196,8 +195,8 @@ def test_a_ctrl_c_during_a_forks_wait_is_handed_on_after_it(softhsm: Any, monkey
         assert code == 0, "the fork hung (killed by its alarm)" if code == -signal.SIGALRM else code
         assert report["error"]["type"] == SignerForkedError.__name__, report
         assert softhsm.module in report["error"]["message"]
-        assert session_state.P11_LOCK.acquire(blocking=False)  # not left held by the interrupted hooks
-        session_state.P11_LOCK.release()
+        assert P11_LOCK.acquire(blocking=False)  # not left held by the interrupted hooks
+        P11_LOCK.release()
         assert signature_ok("EdDSA", signer.public_key, signer.sign(b"parent").signature, b"parent")
     finally:
         signer.close()
@@ -220,11 +219,12 @@ def test_a_fork_never_starts_a_signing_process_of_its_own(softhsm: Any) -> None:
     signer = open_signer(_key(softhsm), pin=softhsm.pin, signing_process=True)
     assert isinstance(signer, PKCS11Signer)
     try:
-        process = signer._process
-        assert process is not None and process._child is not None
-        helper = process._child.proc.pid
-        current, process._child = process._child, None  # no current child, no replacement under way
-        process._respawn_after = 0.01
+        process = signer.signing_process
+        assert process is not None and process.child is not None
+        helper = process.child.proc.pid
+        # no current child, no replacement under way: the state itself is set (no public way to reach it)
+        current, process._child = process.child, None
+        process.respawn_after = 0.01
 
         def sign_in_fork() -> dict[str, Any]:
             signatures = [signer.sign(b"in the fork").signature.hex() for _ in range(3)]
@@ -244,7 +244,7 @@ def test_a_fork_never_starts_a_signing_process_of_its_own(softhsm: Any) -> None:
         assert answer["started"] == []
         assert all(signature_ok("EdDSA", signer.public_key, bytes.fromhex(s), b"in the fork")
                    for s in answer["signatures"])
-        assert process._child.proc.pid == helper and process._child.proc.poll() is None  # the parent's child lives
+        assert process.child.proc.pid == helper and process.child.proc.poll() is None  # the parent's child lives
         assert signature_ok("EdDSA", signer.public_key, signer.sign(b"parent").signature, b"parent")
     finally:
         signer.close()

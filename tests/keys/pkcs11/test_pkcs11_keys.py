@@ -19,12 +19,10 @@ from pkcs11.exceptions import AttributeTypeInvalid
 
 from capseal.errors import DeviceError, KeyNotFoundError, SignatureFailedError, UnsupportedAlgorithmError
 from capseal.keys import open_signer
-from capseal.keys._pkcs11 import PKCS11Signer
-from capseal.keys._pkcs11_calls import run
-from capseal.keys._pkcs11_keys import CURVE_PARAMS, find_public_key
-from capseal.keys._pkcs11_session import open_token, release_token
-from capseal.keys._pkcs11_tools import doctor_checks
-from capseal.keys._pkcs11_uri import parse_pkcs11_uri
+from capseal.keys.pkcs11 import PKCS11Signer, doctor_checks, parse_pkcs11_uri
+from capseal.keys.pkcs11._calls import run
+from capseal.keys.pkcs11._objects import CURVE_PARAMS, find_public_key
+from capseal.keys.pkcs11._session import open_token, release_token
 from capseal.keys.provision import create_key, show_key
 
 PRIVATE_OFF = (Attribute.DECRYPT, Attribute.UNWRAP, Attribute.DERIVE)
@@ -36,7 +34,7 @@ def _usages(signer: PKCS11Signer) -> dict[str, bool]:
     ts = signer.token_session
 
     def read(session: Any) -> dict[str, bool]:
-        private = signer._key(ts, session)
+        private = signer.key_object(session)
         public = find_public_key(session, private)
         assert public is not None
         out = {f"private {a.name}": bool(private[a]) for a in (Attribute.SIGN, *PRIVATE_OFF)}
@@ -83,7 +81,7 @@ def on_token(softhsm: Any, work: Callable[[Any], _T]) -> _T:
 def test_a_new_key_that_can_decrypt_is_destroyed(softhsm: Any) -> None:
     """The read-back: a pair generated with the token's defaults (decrypt,
     unwrap, derive on) is destroyed and refused with a typed error."""
-    from capseal.keys._pkcs11 import check_new_key  # the read-back create_key runs
+    from capseal.keys.pkcs11._provision import check_new_key  # the read-back create_key runs
 
     label, key_id = f"loose-{os.urandom(3).hex()}", os.urandom(4)
 
@@ -239,7 +237,7 @@ def test_a_new_key_that_is_not_a_private_token_object_is_destroyed(
     read-back checked neither CKA_PRIVATE nor CKA_TOKEN, and took a key the
     token made readable without a login, or a session object gone at
     logout."""
-    from capseal.keys._pkcs11 import check_new_key
+    from capseal.keys.pkcs11._provision import check_new_key
 
     label, key_id = f"public-{os.urandom(3).hex()}", os.urandom(4)
 
@@ -286,8 +284,8 @@ class _FakeSession:
 
 
 def test_an_unreported_cka_sign_is_not_called_false() -> None:
-    from capseal.keys._pkcs11_keys import load_keypair
-    from capseal.keys._pkcs11_uri import PKCS11URI
+    from capseal.keys.pkcs11 import PKCS11URI
+    from capseal.keys.pkcs11._objects import load_keypair
 
     for shown, said in (({Attribute.SIGN: False}, "CKA_SIGN false"), ({}, "does not report CKA_SIGN")):
         with pytest.raises(UnsupportedAlgorithmError) as err:
@@ -300,7 +298,7 @@ def test_an_unreported_cka_sign_is_not_called_false() -> None:
 def test_protection_wording_says_not_reported() -> None:
     """What the doctor's "key protected" check and the new-key read-back say:
     an attribute the token did not report is "not reported", never a value."""
-    from capseal.keys._pkcs11_keys import attribute_shortfalls
+    from capseal.keys.pkcs11._objects import attribute_shortfalls
 
     wanted = (("CKA_SENSITIVE", True), ("CKA_NEVER_EXTRACTABLE", True), ("CKA_EXTRACTABLE", False))
     assert attribute_shortfalls({"CKA_SENSITIVE": True, "CKA_NEVER_EXTRACTABLE": True, "CKA_EXTRACTABLE": False},

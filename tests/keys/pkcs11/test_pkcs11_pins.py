@@ -24,8 +24,9 @@ from pkcs11.constants import TokenFlag
 
 from capseal.errors import PinIncorrectError, SignerUnavailableError
 from capseal.keys import open_signer
-from capseal.keys._pkcs11_session import P11_LOCK, _find_tokens, load_module, open_token, release_token
-from capseal.keys._pkcs11_uri import PKCS11URI, parse_pkcs11_uri, read_pin_source
+from capseal.keys.pkcs11 import P11_LOCK, PKCS11URI, parse_pkcs11_uri, read_pin_source
+from capseal.keys.pkcs11._module import load_module  # the token's own flags, read past any session
+from capseal.keys.pkcs11._session import find_tokens, open_token, release_token
 
 from ...secret_files import write_secret
 
@@ -46,7 +47,7 @@ def _login_failed(token: dict[str, str]) -> bool:
     """Whether the token has refused a login (read afresh from the token)."""
     module = load_module(token["module"])
     with P11_LOCK:
-        (found,) = _find_tokens(module, PKCS11URI(token=token["label"]))  # C_GetTokenInfo now
+        (found,) = find_tokens(module, PKCS11URI(token=token["label"]))  # C_GetTokenInfo now
         return bool(found.flags & TokenFlag.USER_PIN_COUNT_LOW)
 
 
@@ -207,7 +208,7 @@ def _open_sessions(token: dict[str, str]) -> int:
     dll.C_GetSessionInfo.argtypes = [ctypes.c_ulong, ctypes.POINTER(_SessionInfo)]
     dll.C_GetSessionInfo.restype = ctypes.c_ulong
     with P11_LOCK:
-        (found,) = _find_tokens(module, PKCS11URI(token=token["label"]))
+        (found,) = find_tokens(module, PKCS11URI(token=token["label"]))
         slot, info, count = found.slot.slot_id, _SessionInfo(), 0
         for handle in range(1, 4096):
             if dll.C_GetSessionInfo(handle, ctypes.byref(info)) == 0 and info.slotID == slot:
@@ -243,7 +244,7 @@ def test_a_login_held_by_other_code_does_not_vouch_for_a_pin(token: dict[str, st
     the session opened to try it is closed."""
     module = load_module(token["module"])
     with P11_LOCK:
-        (found,) = _find_tokens(module, PKCS11URI(token=token["label"]))
+        (found,) = find_tokens(module, PKCS11URI(token=token["label"]))
         other = found.open(user_pin=PIN)
     try:
         before = _open_sessions(token)

@@ -39,11 +39,11 @@ with open_signer(uri, pin=os.environ["CAPSEAL_TEST_PIN"]) as signer:
         producer.flush()
         seqs = [p.result().seq for p in sealed]
     custody = signer.describe()
-    fast = signer._fast
+    fast = signer.direct_path
     print(json.dumps({
         "fast": fast is not None,
         "keeps_gil": fast.keeps_gil if fast is not None else None,
-        "probing": [fast._init.probing, fast._sign.probing] if fast is not None else None,
+        "probing": [fast.probing["C_SignInit"], fast.probing["C_Sign"]] if fast is not None else None,
         "software_device": custody.get("software_device"),
         "manufacturer": custody.get("device", {}).get("manufacturer"),
         "seqs": seqs,

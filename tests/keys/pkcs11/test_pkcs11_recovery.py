@@ -27,7 +27,7 @@ from capseal import Producer, verify_ledger
 from capseal.envelope import signature_ok
 from capseal.errors import SignerUnavailableError
 from capseal.keys import open_signer
-from capseal.keys._pkcs11 import PKCS11Signer
+from capseal.keys.pkcs11 import PKCS11Signer
 from capseal.keys.provision import create_key
 
 PIN = "p11r-4711-pin"
@@ -101,10 +101,10 @@ def test_a_module_finalised_underneath_is_initialised_and_logged_in_again(token:
 
 def test_a_stopped_signing_process_does_not_hold_the_next_producer(token: dict[str, Any], tmp_path: Path) -> None:
     with open_signer(token["uris"][0], pin=PIN, signing_process=True) as signer:
-        assert isinstance(signer, PKCS11Signer) and signer._process is not None
+        assert isinstance(signer, PKCS11Signer) and signer.signing_process is not None
         with Producer("acme", "agent@1", signer, tmp_path / "a.db") as producer:
             producer.seal(_spec(0))
-        pid = signer._process.pid
+        pid = signer.signing_process.pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)  # frozen: it will never answer
         try:
@@ -142,9 +142,9 @@ def test_a_signing_process_that_waits_on_a_hung_token_fails_within_its_timeout(t
     timeout, naming token and key (never the PIN), the process is killed,
     and once the token answers again so does the signer."""
     with open_signer(token["uris"][0], pin=PIN, signing_process=True, timeout=1.0) as signer:
-        assert isinstance(signer, PKCS11Signer) and signer._process is not None
-        process = signer._process
-        process._respawn_after = 0.05
+        assert isinstance(signer, PKCS11Signer) and signer.signing_process is not None
+        process = signer.signing_process
+        process.respawn_after = 0.05
         pid = process.pid
         assert pid is not None and signer.sign(b"before").alg == "EdDSA"
         locker = subprocess.Popen([sys.executable, "-c", _LOCKER, str(token["dir"])], stdin=subprocess.PIPE,

@@ -17,7 +17,8 @@ from agent_action_capsule.producer_envelope import verify_producer_envelope, ver
 from capseal import Ledger, Producer, verify_ledger
 from capseal.envelope import signature_ok
 from capseal.keys import open_signer
-from capseal.keys._pkcs11 import PKCS11Signer
+from capseal.keys.direct import direct_calls_allowed
+from capseal.keys.pkcs11 import PKCS11Signer
 from capseal.keys.provision import create_key
 
 from ...cose_checks import assert_envelope_verifies_independently
@@ -52,9 +53,10 @@ def test_sealed_capsules_verify_everywhere(alg: str, keys: dict[str, str], softh
     with open_signer(keys[alg], pin=softhsm.pin) as signer:
         assert isinstance(signer, PKCS11Signer) and signer.external_device
         # Ed25519 and ECDSA sign through the direct C_Sign path; RSA-PSS (a mechanism parameter) does not
-        assert (signer._fast is not None) == (alg != "PS256")
-        if signer._fast is not None:  # SoftHSM2 is a software token: its quick calls may keep the GIL
-            assert signer._fast._init.probing and signer._fast._sign.probing
+        # (none at all under CAPSEAL_NO_DIRECT: python-pkcs11's key.sign only)
+        assert (signer.direct_path is not None) == (alg != "PS256" and direct_calls_allowed())
+        if signer.direct_path is not None:  # SoftHSM2 is a software token: its quick calls may keep the GIL
+            assert all(signer.direct_path.probing.values())
         pem = signer.public_key_pem()
         epoch, planned, confirmed = _seal_two(signer, ledger)
 

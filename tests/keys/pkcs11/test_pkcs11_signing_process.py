@@ -21,6 +21,7 @@ from typing import Any, cast
 import pytest
 from agent_action_capsule import verify as reference_verify
 from agent_action_capsule.producer_envelope import verify_producer_envelope
+from pkcs11 import Mechanism
 
 from capseal import Producer, verify_ledger
 from capseal.envelope import signature_ok
@@ -31,9 +32,8 @@ from capseal.errors import (
     UnsupportedAlgorithmError,
 )
 from capseal.keys import open_signer
-from capseal.keys._pkcs11 import PKCS11Signer
-from capseal.keys._pkcs11_helper import SigningProcess
-from capseal.keys._pkcs11_session import P11_LOCK
+from capseal.keys.pkcs11 import P11_LOCK, PKCS11Signer, parse_pkcs11_uri
+from capseal.keys.pkcs11._signing_process import SigningProcess
 from capseal.keys.provision import create_key
 
 from ...cose_checks import assert_envelope_verifies_independently
@@ -46,11 +46,10 @@ def _key(softhsm: Any, alg: str, *, rsa_bits: int = 2048) -> str:
 
 
 def _parent_signed(signer: PKCS11Signer) -> bool:
-    """Has this process made a signature with the direct path? (Its first
-    calls are timed probes, so any call leaves a trace.)"""
-    fast = signer._fast
+    """Has this process made a signature with the direct path?"""
+    fast = signer.direct_path
     assert fast is not None
-    return not fast._sign.probing or bool(fast._sign._probes)
+    return fast.signatures > 0
 
 
 def _alive(pid: int) -> bool:
@@ -76,7 +75,7 @@ def test_capsules_sealed_through_a_signing_process_verify_everywhere(alg: str, s
     ledger = tmp_path / "l.db"
     with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer) and signer.queues_signatures and signer.external_device
-        pid = signer._process.pid if signer._process is not None else None
+        pid = signer.signing_process.pid if signer.signing_process is not None else None
         assert pid is not None and pid != os.getpid() and _alive(pid)
         pem = signer.public_key_pem()
         with Producer("acme", "proc-agent@1", signer, ledger) as producer:
@@ -85,7 +84,7 @@ def test_capsules_sealed_through_a_signing_process_verify_everywhere(alg: str, s
             last = producer.seal({"action_id": "p-last", "action_type": "fyi"})
             records = [p.result() for p in sealed] + [last]
         assert not _parent_signed(signer)  # every signature came from the child
-        assert signer._process is not None and signer._process.pid == pid  # and from the one child
+        assert signer.signing_process is not None and signer.signing_process.pid == pid  # and from the one child
         assert signer.describe()["software_device"] is True  # custody is the token's, as before
     assert not _alive(pid)  # closing the signer stopped its child
 
@@ -112,7 +111,7 @@ def test_the_pin_reaches_the_child_only_through_its_stdin(softhsm: Any, monkeypa
     monkeypatch.setenv("CAPSEAL_TEST_PATH_WITH_PIN_DIGITS", f"/tmp/x{softhsm.pin}y/conf")  # a path is passed on
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        pid = signer._process.pid if signer._process is not None else 0
+        pid = signer.signing_process.pid if signer.signing_process is not None else 0
         pin = softhsm.pin.encode()
         with open(f"/proc/{pid}/cmdline", "rb") as f:  # readable by other users
             assert pin not in f.read()
@@ -121,16 +120,16 @@ def test_the_pin_reaches_the_child_only_through_its_stdin(softhsm: Any, monkeypa
         assert b"=" + pin + b"\0" not in passed and b"pin-value=" + pin not in passed
         assert b"CAPSEAL_TEST_NOT_A_PIN=kept" in passed  # the rest of the environment is passed on
         assert b"CAPSEAL_TEST_PATH_WITH_PIN_DIGITS=" in passed and b"CAPSEAL_TEST_URI=" not in passed
-        assert softhsm.pin not in repr(signer) and softhsm.pin not in repr(signer._process.__dict__)
+        assert softhsm.pin not in repr(signer) and softhsm.pin not in repr(signer.signing_process.__dict__)
 
 
 def test_a_killed_signing_process_loses_no_record_and_is_replaced(softhsm: Any, tmp_path: Path) -> None:
     ledger = tmp_path / "l.db"
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        process = signer._process
+        process = signer.signing_process
         assert process is not None
-        process._respawn_after = 0.2  # seconds before a new child is started (default 1)
+        process.respawn_after = 0.2  # seconds before a new child is started (default 1)
         first = process.pid
         assert first is not None
         with Producer("acme", "proc-agent@1", signer, ledger) as producer:
@@ -158,10 +157,10 @@ def test_a_refused_signature_is_made_in_process_with_its_typed_error(softhsm: An
     ledger = tmp_path / "l.db"
     with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        first = signer._process.pid if signer._process is not None else None
+        first = signer.signing_process.pid if signer.signing_process is not None else None
         with Producer("acme", "proc-agent@1", signer, ledger) as producer:
             producer.seal({"action_id": "before", "action_type": "fyi"})
-            label = signer._refind.object
+            label = parse_pkcs11_uri(signer.uri).object
             assert label is not None
             with P11_LOCK, signer.token_session.token.open(rw=True) as session:
                 for obj in session.get_objects({}):
@@ -184,10 +183,11 @@ def test_a_child_that_finds_another_key_is_refused(softhsm: Any) -> None:
         assert isinstance(signer, PKCS11Signer)
         ts = signer.token_session
         config = {"module": ts.module.real, "token_label": ts.label, "serial": ts.serial,
-                  "key_label": signer._refind.object, "key_id": "",
-                  "kid": "00" * 32, "mechanism": int(signer._mech.mechanism), "size": 64}
-        with pytest.raises(DeviceError) as caught:
-            SigningProcess(config, ts, lambda: (b"m", lambda sig: True), "the test's key")
+                  "key_label": parse_pkcs11_uri(signer.uri).object, "key_id": "",
+                  "kid": "00" * 32, "mechanism": int(Mechanism.EDDSA), "size": 64}
+        with pytest.raises(DeviceError) as caught:  # neither sign_here nor finish is reached: the start fails
+            SigningProcess(config, ts, lambda: (b"m", lambda sig: True), "the test's key", sign_here=signer.sign,
+                           finish=signer.sign)
     message = str(caught.value)
     assert "KeyNotFoundError" in message and "not the signer's key" in message and softhsm.pin not in message
 
@@ -219,9 +219,9 @@ def test_closing_kills_a_child_that_hangs_and_frees_a_writer_stuck_on_its_pipe(s
     process, or refused as a closed signer's) — nothing waits for ever."""
     signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
     assert isinstance(signer, PKCS11Signer)
-    process = signer._process
-    assert process is not None and process._child is not None
-    child, pid = process._child, process.pid
+    process = signer.signing_process
+    assert process is not None and process.child is not None
+    child, pid = process.child, process.pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
     outcomes: list[str] = []
@@ -239,6 +239,7 @@ def test_closing_kills_a_child_that_hangs_and_frees_a_writer_stuck_on_its_pipe(s
     writer.start()
     try:
         # the writer is blocked inside a write, holding the child's lock
+        # the child's writer lock and queue: the state under test, with no public view
         _wait_for(lambda: child._lock.locked() and len(child._waiting) > 100)
         time.sleep(0.3)
         assert child._lock.locked() and writer.is_alive()
@@ -272,11 +273,11 @@ def test_a_ctrl_c_between_queueing_and_writing_a_request_shifts_no_answer(sofths
     over its own message."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        process = signer._process
-        assert process is not None and process._child is not None
-        child = process._child
+        process = signer.signing_process
+        assert process is not None and process.child is not None
+        child = process.child
         signer.sign(b"warm")
-        child._waiting = _AppendThenInterrupt(child._waiting)
+        child._waiting = _AppendThenInterrupt(child._waiting)  # the interrupt lands inside the child's bookkeeping
         with pytest.raises(KeyboardInterrupt):
             signer.begin_sign(b"interrupted")
         assert not child.accepting  # retired: nothing more goes down its pipe
@@ -294,17 +295,17 @@ def test_a_child_that_cannot_be_spawned_is_a_typed_error_and_is_retried(softhsm:
     monkeypatch.undo()
     with open_signer(uri, pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        process = signer._process
+        process = signer.signing_process
         assert process is not None
-        process._respawn_after = 0.05
+        process.respawn_after = 0.05
         first = process.pid
         assert first is not None
         monkeypatch.setattr(sys, "executable", "/nonexistent/python3")
         os.kill(first, signal.SIGKILL)
-        _wait_for(lambda: process._child is None and not _alive(first))
+        _wait_for(lambda: process.child is None and not _alive(first))
         assert signer.sign(b"meanwhile").alg == "EdDSA"  # signed in-process
         time.sleep(0.3)  # a few failed attempts (0.05, 0.1, 0.2 s apart)
-        assert process._child is None and process._replacing
+        assert process.child is None and process.replacing
         monkeypatch.undo()
         _wait_for(lambda: process.pid is not None)  # the next attempt (at most 0.4 s on) succeeds
         second = process.pid
@@ -314,23 +315,22 @@ def test_a_child_that_cannot_be_spawned_is_a_typed_error_and_is_retried(softhsm:
 def test_closing_stops_a_child_that_is_still_starting(softhsm: Any) -> None:
     signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
     assert isinstance(signer, PKCS11Signer)
-    process = signer._process
+    process = signer.signing_process
     assert process is not None
-    process._respawn_after = 0.05
+    process.respawn_after = 0.05
     first = process.pid
     assert first is not None
     os.kill(first, signal.SIGKILL)
     starting: list[int] = []
 
     def a_new_child_exists() -> bool:
-        with process._lock:
-            starting[:] = [c.proc.pid for c in process._children if c.proc.pid != first]
+        starting[:] = [c.proc.pid for c in process.children if c.proc.pid != first]
         return bool(starting)
 
     _wait_for(a_new_child_exists)
     os.kill(starting[0], signal.SIGSTOP)  # held mid-start: its start would wait for its answer
     try:
-        assert process._child is None
+        assert process.child is None
         process.close(timeout=0.5)
         assert not _alive(starting[0])  # stopped by close(), not left logged in
     finally:
@@ -350,7 +350,7 @@ if worker == 0:  # a worker forked without exec, as multiprocessing's fork does
     os.dup2(null, 1), os.dup2(null, 2)  # the test reads this process's output until it ends
     time.sleep(60)
     os._exit(0)
-print(signer._process.pid, worker, flush=True)
+print(signer.signing_process.pid, worker, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -388,9 +388,9 @@ def test_bytes_printed_by_the_child_or_out_of_step_lose_no_record(softhsm: Any, 
     ledger = tmp_path / "l.db"
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        process = signer._process
-        assert process is not None and process._child is not None
-        process._respawn_after = 0.05
+        process = signer.signing_process
+        assert process is not None and process.child is not None
+        process.respawn_after = 0.05
         pid = process.pid
         assert pid is not None
         with Producer("acme", "proc-agent@1", signer, ledger) as producer:
@@ -402,7 +402,8 @@ def test_bytes_printed_by_the_child_or_out_of_step_lose_no_record(softhsm: Any, 
 
             os.kill(pid, signal.SIGSTOP)
             sealed += [producer.submit({"action_id": f"b-{i}", "action_type": "fyi"}) for i in range(5)]
-            with open(f"/proc/{pid}/fd/{_protocol_fd(pid, process._child._rfd)}", "wb", buffering=0) as answers:
+            answers_fd = _protocol_fd(pid, process.child._rfd)  # the pipe the answers come on, to write into it
+            with open(f"/proc/{pid}/fd/{answers_fd}", "wb", buffering=0) as answers:
                 answers.write(b"\x00" * 9)  # an answer no one asked for
             os.kill(pid, signal.SIGCONT)
             sealed += [producer.submit({"action_id": f"c-{i}", "action_type": "fyi"}) for i in range(200)]
@@ -419,10 +420,10 @@ def test_a_child_that_stops_answering_is_killed_and_replaced(softhsm: Any, tmp_p
     over; nothing waits for ever."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        process = signer._process
-        assert process is not None and process._child is not None
-        process._respawn_after = 0.05
-        process._child.answer_timeout = 0.3
+        process = signer.signing_process
+        assert process is not None and process.child is not None
+        process.respawn_after = 0.05
+        process.child.answer_timeout = 0.3
         pid = process.pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
@@ -452,11 +453,11 @@ def test_a_pin_refused_to_a_child_is_not_offered_again_in_the_background(softhsm
     assert signers[1].token_session is ts
     changed = False
     try:
-        processes = [s._process for s in signers]
+        processes = [s.signing_process for s in signers]
         pids = [p.pid if p is not None else None for p in processes]
         for p in processes:
             assert p is not None
-            p._respawn_after = 0.05
+            p.respawn_after = 0.05
         with P11_LOCK, ts.token.open(rw=True) as session:
             session.set_pin(softhsm.pin, new_pin)
         changed = True
@@ -471,7 +472,7 @@ def test_a_pin_refused_to_a_child_is_not_offered_again_in_the_background(softhsm
         os.kill(pids[1] or 0, signal.SIGKILL)  # the other signer's child ends too
         time.sleep(1.5)  # room for several more attempts (a start takes ~0.5 s; pauses 0.05, 0.1, 0.2 s)
         assert refusals() == 1
-        assert all(p is not None and p._child is None for p in processes)
+        assert all(p is not None and p.child is None for p in processes)
         assert all(s.sign(b"in-process").alg == "EdDSA" for s in signers)
         assert softhsm.pin not in caplog.text and new_pin not in caplog.text
 
@@ -498,9 +499,9 @@ def test_a_long_burst_on_the_child_is_not_taken_for_a_hang(softhsm: Any) -> None
     here) hears from it and never kills it."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        process = signer._process
-        assert process is not None and process._child is not None
-        process._child.answer_timeout = 1.0
+        process = signer.signing_process
+        assert process is not None and process.child is not None
+        process.child.answer_timeout = 1.0
         pid = process.pid
         pending = [signer.begin_sign(b"x") for _ in range(8000)]  # 5-byte frames: ~13,000 fit in the pipe
         for p in pending:
@@ -515,14 +516,14 @@ def test_a_process_forked_while_a_request_was_being_written_does_not_hang(sofths
     the parent's child."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        process = signer._process
-        assert process is not None and process._child is not None
-        with process._child._lock:  # as a writer in the middle of a write
+        process = signer.signing_process
+        assert process is not None and process.child is not None
+        with process.child._lock:  # as a writer in the middle of a write (the lock itself is what is tested)
             pid = os.fork()
             if pid == 0:  # the fork
                 try:
                     pending = signer.begin_sign(b"in the fork")
-                    os._exit(0 if type(pending).__name__ == "_SignOnResult" and not process._child._lock.locked()
+                    os._exit(0 if type(pending).__name__ == "_SignOnResult" and not process.child._lock.locked()
                              else 1)
                 except BaseException:
                     os._exit(2)
@@ -540,11 +541,11 @@ def test_a_child_retired_while_a_writer_holds_the_lock_is_still_retired(softhsm:
     happens when the writer lets go, so the child exits."""
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        process = signer._process
-        assert process is not None and process._child is not None
-        child = process._child
+        process = signer.signing_process
+        assert process is not None and process.child is not None
+        child = process.child
         with child._lock:  # as a writer
-            child._retire_from_reader()
+            child._retire_from_reader()  # the reader's own step, made while a writer holds the lock
             assert not child.accepting
         _wait_for(lambda: child.proc.poll() is not None)  # its stdin was closed: the child exited
 
@@ -556,11 +557,11 @@ def test_closing_during_a_start_never_writes_to_a_reused_file_descriptor(softhsm
     files opened meanwhile now hold."""
     signer = open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True)
     assert isinstance(signer, PKCS11Signer)
-    process = signer._process
+    process = signer.signing_process
     assert process is not None
-    process._respawn_after = 0.05
+    process.respawn_after = 0.05
     reached, go_on = threading.Event(), threading.Event()
-    self_test = process._self_test
+    self_test = process._self_test  # the next start's self-test, held to stop the start mid-way
 
     def held_self_test() -> Any:  # the starting thread, paused between login and self-test
         reached.set()
@@ -603,17 +604,17 @@ def test_a_child_whose_reader_cannot_start_is_discarded_and_replaced(softhsm: An
     """No thread to read a new child's answers (RuntimeError: no threads left):
     the child is not kept as current (its requests would wait for ever); it
     is stopped, signing goes in-process, and a later replacement is used."""
-    from capseal.keys._pkcs11_helper import _Child
+    from capseal.keys.pkcs11._child import Child
 
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
         assert isinstance(signer, PKCS11Signer)
-        process = signer._process
+        process = signer.signing_process
         assert process is not None
-        process._respawn_after = 0.05
+        process.respawn_after = 0.05
         first = process.pid
         assert first is not None
         started: list[int] = []
-        real_start_reader = _Child.start_reader
+        real_start_reader = Child.start_reader
 
         def start_reader_once_failing(child: Any, on_end: Any) -> None:
             started.append(child.proc.pid)
@@ -621,7 +622,7 @@ def test_a_child_whose_reader_cannot_start_is_discarded_and_replaced(softhsm: An
                 raise RuntimeError("can't start new thread")
             real_start_reader(child, on_end)
 
-        monkeypatch.setattr(_Child, "start_reader", start_reader_once_failing)
+        monkeypatch.setattr(Child, "start_reader", start_reader_once_failing)
         os.kill(first, signal.SIGKILL)
         _wait_for(lambda: len(started) >= 1)
         pending = [signer.begin_sign(f"m-{i}".encode()) for i in range(20)]
@@ -637,9 +638,9 @@ def test_a_pct_encoded_pin_value_is_left_out_of_the_childs_environment(monkeypat
     '&', a space or '%' must be), in any case of hex digit or attribute name:
     left out like the plain spelling. Only ``pin-value=<the PIN as typed>``
     was recognised, so these went to the child."""
-    from capseal.keys._pin import Secret
-    from capseal.keys._pkcs11_helper import _child_environment
-    from capseal.keys._pkcs11_uri import pct_encode
+    from capseal.keys.pkcs11 import pct_encode
+    from capseal.keys.pkcs11._signing_process import _child_environment  # what the child's environment holds
+    from capseal.keys.secret import Secret
 
     pin = "Zq7 & 50%;"
     encoded = pct_encode(pin, query=True)
@@ -658,7 +659,7 @@ def test_a_request_written_to_a_full_pipe_waits_for_room_and_arrives_whole() -> 
     is full, _send waits for the reader, with the GIL released, and the
     bytes arrive whole and in order. A pipe whose reader is gone raises
     BrokenPipeError, as os.write does (send() treats it as a dead child)."""
-    from capseal.keys._pkcs11_helper import _send
+    from capseal.keys.pkcs11._child import _send  # the pipe write itself, on a pipe of the test's own
 
     r, w = os.pipe()
     try:

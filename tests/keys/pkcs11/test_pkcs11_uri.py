@@ -16,7 +16,7 @@ import pytest
 
 from capseal.errors import KeyURIError, SignerUnavailableError
 from capseal.keys import open_signer, redact_uri
-from capseal.keys._pkcs11_uri import (
+from capseal.keys.pkcs11 import (
     MODULE_ALLOWLIST_ENV,
     PKCS11URI,
     check_module_allowed,

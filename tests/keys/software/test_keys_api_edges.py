@@ -95,7 +95,7 @@ def test_a_software_signer_takes_a_bare_private_key(tmp_path: Path) -> None:
 
 
 def test_verify_certify_is_public_and_names_a_wrong_argument(swtpm: Any) -> None:
-    from capseal.keys._tpm import provision
+    from capseal.keys.tpm import provision
 
     provision(swtpm.tcti, signing_handle=SIGN, ak_handle=AK, force=True)
     with open_signer(f"tpm2:handle=0x{SIGN:08x}?tcti={swtpm.tcti}&ak-handle=0x{AK:08x}") as signer:

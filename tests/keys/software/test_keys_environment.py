@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from capseal.errors import KeyURIError
-from capseal.keys._pkcs11_uri import parse_pkcs11_uri, resolve_module
-from capseal.keys._tpm_device import unreachable_fix
+from capseal.keys.pkcs11 import parse_pkcs11_uri, resolve_module
 from capseal.keys.provision import create_key, list_keys
+from capseal.keys.tpm import unreachable_fix
 
 ROOT = Path(__file__).resolve().parents[3]
 KEY = 0x81000F03  # this module's own handle on the session swtpm
@@ -29,7 +29,8 @@ import capseal, capseal.keys, capseal.attest
 assert dict(os.environ) == before, "import capseal, capseal.keys, capseal.attest changed os.environ"
 from capseal.errors import KeyNotFoundError
 from capseal.keys import open_signer
-import capseal.attest.tpm, capseal.keys._tpm, capseal.keys._tpm_device
+import capseal.attest.tpm
+from capseal.keys.tpm import TPMSigner, get_device  # every leaf of the TPM backend loads
 tcti = sys.argv[1]
 with open_signer(f"tpm2:handle={sys.argv[2]}?tcti={tcti}") as signer:
     signer.sign(b"m")

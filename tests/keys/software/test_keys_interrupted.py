@@ -20,10 +20,10 @@ import pytest
 
 from capseal import cli
 from capseal.errors import DeviceError, KeyNotFoundError
-from capseal.keys import _pkcs11, provision
-from capseal.keys._leftover import left_behind
-from capseal.keys._tpm_device import TPMDevice
-from capseal.keys.provision import create_key, list_keys
+from capseal.keys import provision
+from capseal.keys.pkcs11 import _provision as pkcs11_provision  # the step between making and checking a key
+from capseal.keys.provision import create_key, left_behind, list_keys
+from capseal.keys.tpm import TPMDevice
 
 CAPSEAL = str(Path(sys.executable).with_name("capseal"))
 
@@ -62,13 +62,13 @@ def test_an_interrupt_after_the_key_is_made_removes_it(softhsm: Any, swtpm: Any,
 
 def test_an_interrupt_while_the_token_makes_the_key_removes_it(softhsm: Any, monkeypatch: Any) -> None:
     uri = softhsm.uri(f"int-tok-{os.urandom(3).hex()}")
-    real = _pkcs11.check_new_key
+    real = pkcs11_provision.check_new_key
 
     def made_then_interrupted(*args: Any) -> None:
         real(*args)
         raise KeyboardInterrupt  # the pair is on the token, under the lock, before anyone has it
 
-    monkeypatch.setattr(_pkcs11, "check_new_key", made_then_interrupted)
+    monkeypatch.setattr(pkcs11_provision, "check_new_key", made_then_interrupted)
     with pytest.raises(KeyboardInterrupt):
         create_key(uri, "ed25519", pin=softhsm.pin)
     monkeypatch.undo()

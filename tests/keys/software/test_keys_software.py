@@ -245,8 +245,7 @@ import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # the old code read /dev/zero until memory ran out
 from capseal.errors import CapsealError
 from capseal.keys import open_signer
-from capseal.keys._pkcs11_uri import read_pin_file
-from capseal.keys._tpm import _read_keyfile
+from capseal.keys.secret import read_pin_file
 try:
     eval(sys.argv[1])
 except CapsealError as exc:
@@ -257,7 +256,7 @@ except CapsealError as exc:
 @pytest.mark.parametrize(("call", "error"), [
     ("open_signer('file:/dev/zero')", "KeyNotFoundError: key file /dev/zero holds more than"),
     ("open_signer('file:{huge}')", "KeyNotFoundError: key file {huge} holds more than"),
-    ("_read_keyfile('/dev/zero')", "KeyNotFoundError: TPM key file /dev/zero holds more than"),
+    ("open_signer('tpm2:keyfile=/dev/zero')", "KeyNotFoundError: TPM key file /dev/zero holds more than"),
     ("read_pin_file('/dev/zero', 'pin-source /dev/zero')", "KeyURIError: pin-source /dev/zero holds more than"),
 ])
 def test_a_key_or_pin_file_is_read_up_to_a_bound(tmp_path: Path, call: str, error: str) -> None:
@@ -329,7 +328,7 @@ def test_the_exposure_rule_spares_a_service_group_and_pipes() -> None:
     pipe (``file:/dev/stdin``) is private to its two ends and not checked."""
     import stat
 
-    from capseal.keys._files import exposure
+    from capseal.keys.secret import exposure
 
     def status(kind: int, mode: int, uid: int) -> os.stat_result:
         return os.stat_result((kind | mode, 1, 1, 1, uid, 0, 100, 0, 0, 0))

@@ -12,7 +12,7 @@ import pytest
 from tpm2_pytss.constants import TPM2_CAP, TPM2_HC
 
 from capseal.errors import DeviceError, KeyNotFoundError, SignerUnavailableError
-from capseal.keys._tpm_device import TPMDevice, get_device
+from capseal.keys.tpm import TPMDevice, get_device
 
 
 def test_one_worker_thread_runs_every_job(swtpm: Any) -> None:
@@ -72,7 +72,7 @@ def test_a_private_device_flushes_what_it_loaded_and_refuses_work_when_closed(sw
     from tpm2_pytss.constants import ESYS_TR
     from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE
 
-    from capseal.keys._tpm import srk_template
+    from capseal.keys.tpm import srk_template
 
     device = TPMDevice(swtpm.tcti)  # a connection of its own, outside the registry
 
@@ -136,7 +136,7 @@ def test_connect_flushes_leftover_hmac_and_policy_sessions(fresh_swtpm: Any) -> 
     from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_SE
     from tpm2_pytss.types import TPMT_SYM_DEF
 
-    from capseal.keys._tpm_device import session_handles
+    from capseal.keys.tpm._handles import session_handles
 
     crashed = ESAPI(fresh_swtpm.tcti)
     for kind in (TPM2_SE.HMAC, TPM2_SE.POLICY):

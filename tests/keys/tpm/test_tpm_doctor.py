@@ -19,10 +19,8 @@ from tpm2_pytss.types import TPM2B_AUTH, TPM2B_SENSITIVE_CREATE
 
 from capseal.errors import PinIncorrectError, PinLockedError
 from capseal.keys import open_signer
-from capseal.keys._tpm import create_key, srk_template
-from capseal.keys._tpm_device import get_device
-from capseal.keys._tpm_provision import doctor_checks
 from capseal.keys.doctor import run_doctor
+from capseal.keys.tpm import create_key, doctor_checks, get_device, srk_template
 
 
 def _by_name(checks: list[Any]) -> dict[str, Any]:

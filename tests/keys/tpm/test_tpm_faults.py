@@ -24,8 +24,7 @@ from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE
 from capseal import Producer, verify_ledger
 from capseal.errors import CapsealError, SignerUnavailableError, TPMObjectMemoryError
 from capseal.keys import open_signer
-from capseal.keys._tpm import create_key, provision, srk_template
-from capseal.keys._tpm_device import get_device
+from capseal.keys.tpm import create_key, get_device, provision, srk_template
 
 KEY, AK = 0x81000101, 0x81000102
 
@@ -348,7 +347,7 @@ import os, sys
 from tpm2_pytss import ESAPI
 from tpm2_pytss.constants import ESYS_TR
 from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE
-from capseal.keys._tpm import srk_template
+from capseal.keys.tpm import srk_template
 e = ESAPI(sys.argv[1])
 for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 3):
     e.create_primary(TPM2B_SENSITIVE_CREATE(), srk_template(), ESYS_TR.OWNER)

@@ -17,9 +17,8 @@ from tpm2_pytss.constants import ESYS_TR
 from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE
 
 from capseal.errors import TPMObjectMemoryError
-from capseal.keys._tpm import provision, srk_template
-from capseal.keys._tpm_device import get_device, transient_handles
-from capseal.keys._tpm_provision import HandleInUseError, ProvisionIncompleteError, list_keys
+from capseal.keys.tpm import HandleInUseError, ProvisionIncompleteError, get_device, list_keys, provision, srk_template
+from capseal.keys.tpm._handles import transient_handles
 
 from ...tpm_keys import key_file_under_srk
 
@@ -273,23 +272,23 @@ def test_no_room_for_both_keys_is_refused_before_anything_changes(tcti: str) -> 
 
 def _bad_calls(tcti: str) -> list[Any]:
     from capseal.keys import open_signer
-    from capseal.keys._tpm import create_key
     from capseal.keys.provision import create_key as create_any_key
+    from capseal.keys.tpm import create_key
 
     uri = f"tpm2:handle=0x81000e01?tcti={tcti}"
     return [
-        ("alg", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=0x81000e02, alg=1)),
-        ("signing_handle", lambda: provision(tcti, signing_handle="0x81000e01", ak_handle=0x81000e02)),
-        ("ak_handle", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=1.5)),
+        ("alg", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=0x81000e02, alg=1)),  # type: ignore[arg-type]
+        ("signing_handle", lambda: provision(tcti, signing_handle="0x81000e01", ak_handle=0x81000e02)),  # type: ignore[arg-type]
+        ("ak_handle", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=1.5)),  # type: ignore[arg-type]
         ("ak_handle", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=True)),
         ("tcti", lambda: provision(b"swtpm:", signing_handle=0x81000e01, ak_handle=0x81000e02)),  # type: ignore[arg-type]
-        ("force", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=0x81000e02, force="no")),
+        ("force", lambda: provision(tcti, signing_handle=0x81000e01, ak_handle=0x81000e02, force="no")),  # type: ignore[arg-type]
         ("alg", lambda: create_key(uri, 1)),  # type: ignore[arg-type]
         ("alg", lambda: create_any_key(uri, 1)),  # type: ignore[arg-type]
         ("uri", lambda: create_any_key(b"tpm2:handle=0x81000e01", "p256")),  # type: ignore[arg-type]
         ("tcti", lambda: create_key("tpm2:handle=0x81000e01", "p256", tcti=b"swtpm:")),
         ("tcti", lambda: open_signer("tpm2:handle=0x81000e01", tcti=b"swtpm:")),
-        ("ak_handle", lambda: open_signer(uri, ak_handle=1.5)),
+        ("ak_handle", lambda: open_signer(uri, ak_handle=1.5)),  # type: ignore[arg-type]
         ("ak_handle", lambda: open_signer(uri, ak_handle=b"0x81000e02")),
         ("timeout", lambda: open_signer(uri, timeout="5")),
         ("timeout", lambda: open_signer(uri, timeout=0)),
@@ -326,7 +325,7 @@ def test_a_key_that_signs_and_decrypts_is_described_as_such(tcti: str, tmp_path:
     from tpm2_pytss.constants import TPMA_OBJECT
 
     from capseal.keys import open_signer
-    from capseal.keys._tpm_certify import verify_certify
+    from capseal.keys.tpm import verify_certify
 
     provision(tcti, signing_handle=KEY, ak_handle=AK, alg="p256")
     attrs = (TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.DECRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT

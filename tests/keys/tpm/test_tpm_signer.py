@@ -19,10 +19,17 @@ from capseal import Ledger, Producer, verify_ledger
 from capseal.envelope import signature_ok
 from capseal.errors import KeyNotFoundError, KeyURIError, PinIncorrectError, UnsupportedAlgorithmError
 from capseal.keys import open_signer
-from capseal.keys._tpm import TPMSigner, create_key, list_keys, provision
-from capseal.keys._tpm_certify import verify_certify
-from capseal.keys._tpm_device import classify_software, get_device
-from capseal.keys._tpm_uri import TPMKeyFile, parse_tpm_uri
+from capseal.keys.tpm import (
+    TPMKeyFile,
+    TPMSigner,
+    create_key,
+    get_device,
+    list_keys,
+    parse_tpm_uri,
+    provision,
+    verify_certify,
+)
+from capseal.keys.tpm._info import classify_software
 
 from ...cose_checks import assert_envelope_verifies_independently
 from ...stress import seal_from_threads
@@ -461,7 +468,7 @@ def test_a_closed_key_file_signer_loads_nothing_again(tpm: dict[str, Any]) -> No
     object stayed loaded for the life of the process (swtpm has three slots);
     a signature queued just after close() did the same."""
     from capseal.errors import SignerUnavailableError
-    from capseal.keys._tpm_device import transient_handles
+    from capseal.keys.tpm._handles import transient_handles
 
     device = get_device(tpm["tcti"])
     loaded = lambda: set(device.call(transient_handles))  # noqa: E731

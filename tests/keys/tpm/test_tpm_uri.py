@@ -10,8 +10,7 @@ from urllib.parse import quote
 import pytest
 
 from capseal.errors import KeyURIError
-from capseal.keys._tpm import provision
-from capseal.keys._tpm_uri import explicit_tcti, parse_handle, parse_persistent_handle, parse_tpm_uri
+from capseal.keys.tpm import explicit_tcti, parse_handle, parse_persistent_handle, parse_tpm_uri, provision
 
 
 @pytest.mark.parametrize("uri", ["tpm2:handle=0x81000101?tcti=", "tpm2:handle=0x81000101?tcti=%20",
@@ -103,7 +102,7 @@ def test_only_the_tctis_capseal_knows_are_accepted(tcti: str) -> None:
 def test_a_cmd_tcti_runs_nothing(tmp_path: Path) -> None:
     """Before: tpm2:…?tcti=cmd:touch%20FILE ran the command (the TSS's cmd TCTI)."""
     from capseal.keys import open_signer
-    from capseal.keys._tpm_device import TPMDevice
+    from capseal.keys.tpm import TPMDevice
 
     marker = tmp_path / "ran"
     with pytest.raises(KeyURIError):
@@ -142,7 +141,8 @@ def test_good_tctis_are_accepted(tcti: str) -> None:
 def test_a_key_file_parent_that_is_not_a_32_bit_handle_is_refused(parent: int) -> None:
     """Before: the parent was masked to 32 bits, so 0x140000001 and
     -0xbfffffff both read as 0x40000001 (the SRK) and loaded under it."""
-    from capseal.keys._tpm_uri import TPMKeyFile, _der_int, _der_oid, _tlv
+    from capseal.keys.tpm import TPMKeyFile
+    from capseal.keys.tpm._uri import _der_int, _der_oid, _tlv  # DER built by hand: files no tool writes
 
     # _der_int writes non-negative values only: spell a negative one's two's complement here
     der_parent = _der_int(parent) if parent >= 0 else _tlv(0x02, parent.to_bytes(5, "big", signed=True))

@@ -44,11 +44,13 @@ one (without exec) the worker thread does not exist and the TPM connection is
 the parent's: every call raises SignerForkedError (a SignerUnavailableError)
 saying so, ``close()`` lets go of that copy without sending the TPM anything,
 and :func:`get_device` opens a connection of the child's own (see
-:func:`_inherited`, :func:`_after_fork_in_child`).
+:func:`_inherited`, :func:`_after_fork_in_child`; both registered with
+:mod:`capseal.process`, whose exit handler also closes every device after
+the producers have had their records signed).
 
 Errors: every ``TSS2_Exception`` leaves :meth:`call` as a typed
-:mod:`capseal.errors` exception (see :func:`map_tss_error`) whose message names
-the TCTI. Exceptions that are already capseal errors pass through unchanged.
+:mod:`capseal.errors` exception (see ``_errors.map_tss_error``) whose message
+names the TCTI. Exceptions that are already capseal errors pass through unchanged.
 """
 
 from __future__ import annotations
@@ -61,390 +63,21 @@ import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as _FutureTimeout
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from capseal._at_exit import close_devices_last
-from capseal._fork_copies import ForkCopies
-from capseal.errors import (
-    CapsealError,
-    DeviceError,
-    KeyNotFoundError,
-    PinIncorrectError,
-    PinLockedError,
-    SignerForkedError,
-    SignerUnavailableError,
-    TPMObjectMemoryError,
-)
-from capseal.keys._tpm_uri import check_tcti
+from tpm2_pytss import ESAPI, TSS2_Exception
 
-try:
-    from tpm2_pytss import ESAPI, TSS2_Exception
-    from tpm2_pytss.constants import TPM2_CAP, TPM2_HC, TPM2_PT
-except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    from capseal.errors import MissingExtraError
+from capseal import process
+from capseal.errors import CapsealError, DeviceError, SignerForkedError, SignerUnavailableError
 
-    raise MissingExtraError(
-        "the tpm2: backend needs tpm2-pytss (pip install 'capseal[tpm]') and system packages: "
-        f"libtss2-dev pkg-config (build), libtss2-esys ({_exc})"
-    ) from None
+from ._errors import is_object_memory, is_transport_error, map_tss_error
+from ._handles import flush_handles, session_handles, transient_handles
+from ._info import TPMInfo, read_info
+from ._uri import DEFAULT_TCTI, check_tcti
 
-__all__ = [
-    "DEFAULT_TCTI",
-    "TPMDevice",
-    "TPMInfo",
-    "get_device",
-    "close_all",
-    "map_tss_error",
-    "is_transport_error",
-    "unreachable_fix",
-    "classify_software",
-    "is_listed",
-    "persistent_tr",
-]
+__all__ = ["TPMDevice", "get_device", "close_all"]
 
 T = TypeVar("T")
-
-DEFAULT_TCTI = "device:/dev/tpmrm0"
-
-# TSS2 layer of a response code: 0 = the TPM itself, others = software layers.
-_LAYER_MASK = 0xFF0000
-_TCTI_LAYER = 0x0A0000
-_ESYS_LAYER = 0x070000
-_SYS_LAYER = 0x080000
-# Base codes from ESYS/SAPI that mean the command stream is broken, not that the
-# TPM refused: BAD_SEQUENCE (the context is mid-command after a transport
-# failure), NO_CONNECTION, TRY_AGAIN (a receive timed out), IO_ERROR,
-# MALFORMED_RESPONSE and INSUFFICIENT_RESPONSE (a reply cut short).
-_BROKEN_STREAM = frozenset({0x07, 0x08, 0x09, 0x0A, 0x11, 0x13})
-_RC_OBJECT_MEMORY = 0x902
-_RC_SESSION_MEMORY = 0x903
-_RC_MEMORY = 0x904
-_RC_LOCKOUT = 0x921
-_RC_RETRY = 0x922
-_RC_YIELDED = 0x908
-_RC_CANCELED = 0x909
-_RC_TESTING = 0x90A
-_RC_HANDLE = 0x08B  # fmt1 error number (handle index stripped)
-_RC_AUTH_FAIL = 0x08E
-_RC_BAD_AUTH = 0x0A2
-_RC_REFERENCE_H0 = 0x910  # warning: a handle refers to an object that is not loaded
-# handle types (the top byte of a handle, TPM_HT_*)
-_HT_TRANSIENT = 0x80
-_HT_HMAC_SESSION = 0x02
-_HT_POLICY_SESSION = 0x03
-
-
-def is_transport_error(exc: BaseException) -> bool:
-    """True when ``exc`` means the TPM could not be talked to (the connection is
-    unusable and must be replaced), as opposed to the TPM refusing a command."""
-    if not isinstance(exc, TSS2_Exception):
-        return False
-    rc = int(exc.rc)
-    layer = rc & _LAYER_MASK
-    return layer == _TCTI_LAYER or (layer in (_ESYS_LAYER, _SYS_LAYER) and (rc & 0xFFFF) in _BROKEN_STREAM)
-
-
-def _is_object_memory(exc: TSS2_Exception) -> bool:
-    return int(exc.rc) == _RC_OBJECT_MEMORY or int(exc.error) == _RC_OBJECT_MEMORY
-
-
-#: Fix for TPM_RC_OBJECT_MEMORY. While it runs, capseal never flushes objects
-#: it did not load: on a TPM without a resource manager they may be another
-#: running process's, and flushing them let that process's cached handles
-#: name other keys (it signed with the wrong key). Leftovers are flushed only
-#: when capseal connects.
-OBJECT_MEMORY_HINT = (
-    "Transient objects that capseal did not load fill the TPM's slots (swtpm has three). If the process that "
-    "loaded them is running, stop it or give each process its own view of the TPM (/dev/tpmrm0 or "
-    "tpm2-abrmd); if it has exited, its objects stay loaded on a TPM without a resource manager: flush them "
-    "(tpm2_flushcontext -t) and sealing resumes, or restart this process (capseal flushes leftovers when it "
-    "connects).")
-
-
-def auth_value_hint() -> str:
-    """Where a TPM key's auth value comes from, and what a refused one costs,
-    in the caller's terms (the CLI's options, or Python's ``pin=``). Why in
-    every auth refusal: each one counts toward the TPM's dictionary-attack
-    lockout (swtpm: 3 tries, 1000 s each)."""
-    from ._pin import pin_advice
-
-    advice = pin_advice("the key's auth value")
-    return (f"{advice}; a key at a persistent handle does not say whether "
-            "it has one, so without one the empty auth value is tried. Each refused value counts toward the "
-            "TPM's dictionary-attack lockout: check with capseal doctor --tcti … before trying again")
-
-
-def unreachable_fix(tcti: str) -> str:
-    """What to do when the TPM behind ``tcti`` does not answer, for that kind of TCTI.
-
-    Why per kind: /dev/tpmrm0 and the tss group mean nothing to someone whose
-    TCTI points at a simulator on a TCP port; and why here, in every
-    unreachable error's hint and not only the doctor's: an operator whose
-    ``capseal tpm provision`` found no TPM was told only "Is the TPM (or
-    swtpm) running and is the TCTI right?"."""
-    kind, _, conf = tcti.partition(":")
-    kind = kind.strip().lower()
-    if kind == "device":
-        path = conf.strip() or "/dev/tpmrm0"
-        if not os.path.exists(path):
-            return (f"{path} does not exist: enable the TPM in the firmware setup (TPM, PTT, fTPM) and check that "
-                    "the kernel has tpm_tis/tpm_crb, or give the TCTI of the TPM you mean")
-        return f"check that this user can read and write {path} (group tss: usermod -aG tss USER, then log in again)"
-    if kind in ("swtpm", "mssim"):
-        # the command itself: a pip user has none of the repository's scripts
-        return (f"start the TPM simulator that {tcti} names and check its host and port (swtpm: swtpm socket "
-                "--tpm2 --tpmstate dir=STATE_DIR --server type=tcp,port=PORT --ctrl type=tcp,port=PORT+1 "
-                "--flags not-need-init,startup-clear --daemon)")
-    if kind == "tabrmd":
-        return "start the TPM access broker (systemctl start tpm2-abrmd) and check the TCTI's bus name"
-    return f"check the TCTI {tcti!r}: is libtss2-tcti-{kind} installed and is its configuration right?"
-
-
-def map_tss_error(exc: BaseException, tcti: str, what: str = "TPM command") -> CapsealError:
-    """A typed capseal error for a TSS2 failure during ``what`` on ``tcti``.
-
-    Mapping: transport failures → SignerUnavailableError; TPM_RC_OBJECT_MEMORY →
-    TPMObjectMemoryError; TPM_RC_HANDLE → KeyNotFoundError; auth failures →
-    PinIncorrectError; lockout → PinLockedError; anything else → DeviceError.
-    The TSS2 decoded message is included; it never contains auth values.
-    """
-    if isinstance(exc, CapsealError):
-        return exc
-    if not isinstance(exc, TSS2_Exception):
-        return DeviceError(f"{what} on TPM {tcti} failed: {type(exc).__name__}: {exc}")
-    rc = int(exc.rc)
-    err = int(exc.error)
-    text = f"{what} on TPM {tcti} failed: {exc} (rc 0x{rc:x})"
-    if is_transport_error(exc):
-        return SignerUnavailableError(
-            f"TPM {tcti} is not reachable: {what} failed: {exc} (rc 0x{rc:x})",
-            hint=f"{unreachable_fix(tcti)}; a signer already open reconnects on its next call",
-        )
-    if (rc & _LAYER_MASK) != 0:
-        return DeviceError(text)
-    if rc == _RC_OBJECT_MEMORY or err == _RC_OBJECT_MEMORY:
-        return TPMObjectMemoryError(
-            f"TPM {tcti} has no free object slots (TPM_RC_OBJECT_MEMORY) during {what}",
-            hint=OBJECT_MEMORY_HINT,
-        )
-    if err in (_RC_SESSION_MEMORY, _RC_MEMORY):
-        return TPMObjectMemoryError(f"TPM {tcti} is out of memory during {what}: {exc} (rc 0x{rc:x})")
-    if err == _RC_LOCKOUT:
-        return PinLockedError(
-            f"TPM {tcti} is in dictionary-attack lockout during {what}",
-            hint="Wait for the lockout interval or reset it with the lockout authorization (tpm2_dictionarylockout -c).",
-        )
-    if err in (_RC_AUTH_FAIL, _RC_BAD_AUTH):
-        return PinIncorrectError(f"TPM {tcti} refused the authorization value during {what} (rc 0x{rc:x})",
-                                 hint=auth_value_hint())
-    if err == _RC_HANDLE or err == _RC_REFERENCE_H0:
-        return KeyNotFoundError(f"{what} on TPM {tcti}: no such object ({exc}, rc 0x{rc:x})")
-    if err in (_RC_RETRY, _RC_YIELDED, _RC_CANCELED, _RC_TESTING):
-        return SignerUnavailableError(f"TPM {tcti} is busy: {what} returned {exc} (rc 0x{rc:x}); try again")
-    return DeviceError(text)
-
-
-# ---------------------------------------------------------------------------- what the TPM says it is
-
-#: TCG vendor IDs (TPM_PT_MANUFACTURER) of companies that make TPM chips or
-#: firmware TPMs inside a CPU/SoC. A TPM reporting one of these is recorded as
-#: not a software device (design: False only when the device says so).
-HARDWARE_MANUFACTURERS = frozenset(
-    {"AMD", "ATML", "BRCM", "CSCO", "HISI", "IFX", "INTC", "NSM", "NTC", "NTZ", "QCOM", "ROCC", "SMSC",
-     "SMSN", "SNS", "STM", "TXN", "WEC"}
-)
-#: Hypervisor TPMs (Hyper-V, Google Compute Engine): neither a chip nor a local emulator.
-VIRTUAL_MANUFACTURERS = frozenset({"MSFT", "GOOG"})
-
-
-def classify_software(manufacturer: str, vendor: str, tcti: str) -> tuple[bool | None, str]:
-    """``(software_device, reason)`` from what the TPM reported.
-
-    * ``IBM`` + vendor string ``SW TPM``: the TCG reference implementation as
-      shipped by libtpms/swtpm (and the IBM/Microsoft simulators) → True;
-    * a ``swtpm:`` or ``mssim:`` TCTI only ever reaches a simulator → True;
-    * a chip or firmware-TPM vendor → False; anything else → None (unknown).
-    """
-    kind = tcti.split(":", 1)[0].strip().lower()
-    if manufacturer == "IBM" and " ".join(vendor.split()) == "SW TPM":
-        return True, "manufacturer IBM with vendor string 'SW TPM': the TCG reference TPM in software (libtpms/swtpm)"
-    if kind in ("swtpm", "mssim"):
-        return True, f"reached over the {kind} simulator protocol"
-    if manufacturer in HARDWARE_MANUFACTURERS:
-        return False, f"manufacturer {manufacturer} makes TPM chips or firmware TPMs"
-    if manufacturer in VIRTUAL_MANUFACTURERS:
-        return None, f"manufacturer {manufacturer} is a hypervisor (virtual) TPM"
-    return None, f"manufacturer {manufacturer!r} is not one capseal recognises"
-
-
-def _fourcc(value: int) -> str:
-    return value.to_bytes(4, "big").rstrip(b"\x00").decode("ascii", "replace")
-
-
-@dataclass(frozen=True)
-class TPMInfo:
-    """What the TPM reported about itself (TPM_CAP_TPM_PROPERTIES, TPM_CAP_ALGS)."""
-
-    tcti: str
-    manufacturer: str
-    vendor: str  # VENDOR_STRING_1..4 concatenated, NULs removed
-    firmware_version_1: int
-    firmware_version_2: int
-    spec_family: str
-    spec_level: int
-    spec_revision: int  # e.g. 164 for 1.64
-    spec_year: int
-    spec_day_of_year: int
-    algorithms: frozenset[int] = field(repr=False)
-    software: bool | None = None
-    software_reason: str = ""
-
-    @property
-    def firmware(self) -> str:
-        """Dotted firmware version: the two 32-bit words split into 16-bit halves
-        (the convention tpm2-tools and fwupd use)."""
-        v1, v2 = self.firmware_version_1, self.firmware_version_2
-        return f"{v1 >> 16}.{v1 & 0xFFFF}.{v2 >> 16}.{v2 & 0xFFFF}"
-
-    @property
-    def spec_version(self) -> str:
-        return f"{self.spec_family} rev {self.spec_revision // 100}.{self.spec_revision % 100:02d}"
-
-    def supports(self, alg_id: int) -> bool:
-        """Does the TPM list ``alg_id`` (a TPM2_ALG value) in TPM_CAP_ALGS?"""
-        return int(alg_id) in self.algorithms
-
-    def evidence_device(self) -> dict[str, Any]:
-        """The ``device`` member of the evidence slot (design §4)."""
-        return {"manufacturer": self.manufacturer, "vendor": self.vendor, "firmware": self.firmware,
-                "software": self.software}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Custody-statement form; no floats, no secrets."""
-        return {
-            "manufacturer": self.manufacturer,
-            "vendor": self.vendor,
-            "firmware": self.firmware,
-            "firmware_version_1": f"0x{self.firmware_version_1:08x}",
-            "firmware_version_2": f"0x{self.firmware_version_2:08x}",
-            "spec": self.spec_version,
-            "spec_level": self.spec_level,
-            "spec_date": f"{self.spec_year}/{self.spec_day_of_year}",
-            "software": self.software,
-            "software_reason": self.software_reason,
-        }
-
-
-def _read_info(ectx: Any, tcti: str) -> TPMInfo:
-    props: dict[int, int] = {}
-    more, prop = True, int(TPM2_PT.FIXED)
-    while more:
-        more, data = ectx.get_capability(TPM2_CAP.TPM_PROPERTIES, prop, 64)
-        items = list(data.data.tpmProperties)
-        for p in items:
-            props[int(p.property)] = int(p.value)
-        if not items:
-            break
-        prop = int(items[-1].property) + 1
-        if prop >= int(TPM2_PT.FIXED) + 0x100:
-            break
-    algs: set[int] = set()
-    more, alg = True, 0
-    while more:
-        more, data = ectx.get_capability(TPM2_CAP.ALGS, alg, 128)
-        items = list(data.data.algorithms)
-        algs.update(int(a.alg) for a in items)
-        if not items:
-            break
-        alg = int(items[-1].alg) + 1
-    base = int(TPM2_PT.FIXED)
-    manufacturer = _fourcc(props.get(base + 5, 0))
-    vendor = "".join(_fourcc(props.get(base + i, 0)) for i in (6, 7, 8, 9))
-    software, reason = classify_software(manufacturer, vendor, tcti)
-    return TPMInfo(
-        tcti=tcti,
-        manufacturer=manufacturer,
-        vendor=vendor,
-        firmware_version_1=props.get(base + 11, 0),
-        firmware_version_2=props.get(base + 12, 0),
-        spec_family=_fourcc(props.get(base + 0, 0)),
-        spec_level=props.get(base + 1, 0),
-        spec_revision=props.get(base + 2, 0),
-        spec_year=props.get(base + 4, 0),
-        spec_day_of_year=props.get(base + 3, 0),
-        algorithms=frozenset(algs),
-        software=software,
-        software_reason=reason,
-    )
-
-
-# ---------------------------------------------------------------------------- handles on the TPM
-
-
-def listed_handles(ectx: Any, first: int, types: frozenset[int]) -> list[int]:
-    """Every handle the TPM lists (TPM2_GetCapability(TPM_CAP_HANDLES)) from
-    ``first`` on whose type (top byte) is in ``types``, over all pages.
-
-    Why the type filter: asked for loaded sessions (0x02000000) a TPM lists
-    HMAC sessions *and* policy sessions (0x03xxxxxx) in one answer."""
-    out: list[int] = []
-    start = first
-    while True:
-        more, data = ectx.get_capability(TPM2_CAP.HANDLES, start, 64)
-        batch = [int(h) for h in data.data.handles]
-        out += [h for h in batch if (h >> 24) in types and h not in out]
-        if not more or not batch or batch[-1] < start:
-            return out
-        start = batch[-1] + 1
-
-
-def is_listed(ectx: Any, handle: int) -> bool:
-    """Whether TPM_CAP_HANDLES lists ``handle`` (a persistent object there).
-
-    Why asked before ``Esys_TR_FromTPMPublic``: on an empty handle that call
-    fails, as expected, but libtss2 first prints three ERROR lines to stderr.
-    capseal leaves the TSS's logging (``TSS2_LOG``) to the application, so it
-    does not make calls it expects to fail."""
-    _more, data = ectx.get_capability(TPM2_CAP.HANDLES, handle, 1)
-    return handle in [int(h) for h in data.data.handles]
-
-
-def persistent_tr(ectx: Any, handle: int, tcti: str, what: str = "object", hint: str | None = None) -> Any:
-    """The ESYS_TR of the object at persistent ``handle``; KeyNotFoundError
-    naming ``what``, the handle and the TCTI (with ``hint``) when the TPM lists
-    nothing there (see :func:`is_listed`)."""
-    if not is_listed(ectx, handle):
-        raise KeyNotFoundError(f"no {what} at persistent handle 0x{handle:08x} on TPM {tcti}", hint=hint)
-    return ectx.tr_from_tpmpublic(handle)
-
-
-def transient_handles(ectx: Any) -> list[int]:
-    """Every transient object loaded in the TPM (as this connection sees it:
-    all of them without a resource manager, its own on /dev/tpmrm0)."""
-    return listed_handles(ectx, int(TPM2_HC.TRANSIENT_FIRST), frozenset({_HT_TRANSIENT}))
-
-
-def session_handles(ectx: Any) -> list[int]:
-    """Every loaded HMAC and policy session."""
-    return listed_handles(ectx, int(TPM2_HC.LOADED_SESSION_FIRST),
-                          frozenset({_HT_HMAC_SESSION, _HT_POLICY_SESSION}))
-
-
-def _flush_handles(ectx: Any, handles: list[int]) -> list[int]:
-    """Flush each handle (objects and sessions alike: ESYS reaches both through
-    tr_from_tpmpublic); return those that were flushed (others were gone)."""
-    flushed = []
-    for handle in handles:
-        try:
-            ectx.flush_context(ectx.tr_from_tpmpublic(handle))
-        except TSS2_Exception:
-            continue  # already gone
-        flushed.append(handle)
-    return flushed
-
-
-# ---------------------------------------------------------------------------- the device
 
 
 class _Stop:
@@ -715,7 +348,7 @@ class TPMDevice:
                         if reconnect and had_connection:  # a stale connection (TPM restarted since)
                             reconnect = False
                             continue
-                    elif _is_object_memory(exc) and evict and self._depth == 1:
+                    elif is_object_memory(exc) and evict and self._depth == 1:
                         evict = False
                         # only when our own cached objects are what fills the slots: with
                         # another process's there, evicting ours would stop a signer that
@@ -761,8 +394,8 @@ class TPMDevice:
         SRK while a key file loads) is not known here: one process keeps one
         device per TPM (:func:`get_device`), doctor's private one aside."""
         owned = _owned_in_process(self.tcti)
-        _flush_handles(ectx, [h for h in transient_handles(ectx) if h not in owned])
-        _flush_handles(ectx, session_handles(ectx))
+        flush_handles(ectx, [h for h in transient_handles(ectx) if h not in owned])
+        flush_handles(ectx, session_handles(ectx))
 
     def _others_hold_objects(self) -> bool:
         """Whether transient objects this process did not load are in the TPM
@@ -787,7 +420,7 @@ class TPMDevice:
 
     def _current_info(self) -> TPMInfo:
         if self._info is None:
-            self._info = _read_info(self._ectx, self.tcti)
+            self._info = read_info(self._ectx, self.tcti)
         return self._info
 
     def _tr_close_quietly(self, tr: Any) -> None:
@@ -828,7 +461,6 @@ def _close_quietly(ectx: Any) -> None:
     except Exception:
         pass
 
-
 # ---------------------------------------------------------------------------- registry
 
 _REGISTRY: dict[str, TPMDevice] = {}
@@ -844,7 +476,7 @@ def _inherited(dev: TPMDevice) -> None:
 
 
 #: every device of this process, registered or private (a fork() marks them all)
-_DEVICES: ForkCopies[TPMDevice] = ForkCopies(_inherited)
+_DEVICES: process.ForkCopies[TPMDevice] = process.ForkCopies(_inherited)
 #: the same, for finding which transient handles capseal holds in this process
 _LIVE: weakref.WeakSet[TPMDevice] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()  # a WeakSet iterated while another thread adds raises RuntimeError
@@ -872,8 +504,7 @@ def _after_fork_in_child() -> None:
     _REGISTRY.clear()
 
 
-if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inherited
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.on_fork("devices", after_in_child=_after_fork_in_child)
 
 
 def get_device(tcti: str | None = None) -> TPMDevice:
@@ -891,12 +522,12 @@ def get_device(tcti: str | None = None) -> TPMDevice:
 
 
 def close_all() -> None:
-    """Close every device (flushes what capseal loaded). Run at exit, after
-    every open producer is closed (``capseal._at_exit``)."""
+    """Close every device of the registry (each flushes what capseal loaded).
+    Run at exit, after every open producer is closed (:mod:`capseal.process`)."""
     with _REGISTRY_LOCK:
         devices = list(_REGISTRY.values())
     for dev in devices:
         dev.close()
 
 
-close_devices_last(close_all)  # after open producers have had their records signed (see capseal._at_exit)
+process.at_exit("devices", close_all)  # after open producers have had their records signed

@@ -1,4 +1,4 @@
-"""TPM2_Certify of a signing key by an attestation key (issue 4 item 5).
+"""TPM2_Certify of a signing key by an attestation key.
 
 Why: a custody statement that says ``fixedTPM`` is only the backend's word. A
 TPM2_Certify signed by a restricted attestation key (AK) is the TPM's own
@@ -37,7 +37,7 @@ from tpm2_pytss.types import TPM2B_DATA, TPM2B_PUBLIC, TPMS_ATTEST, TPMT_SIG_SCH
 
 from capseal.errors import DeviceError, KeyNotFoundError, SignatureFailedError
 
-from ._tpm_uri import format_handle
+from ._uri import format_handle
 
 __all__ = ["take_certify", "verify_certify", "spki_der", "AK_REQUIRED", "CERTIFY_KIND"]
 

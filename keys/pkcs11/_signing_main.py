@@ -1,5 +1,5 @@
-"""The signing process's side (see ``_pkcs11_helper``): run as the module
-``capseal.keys._pkcs11_helper_main`` (through ``runpy``, with the working
+"""The signing process's side (see ``_signing_process``): run as the module
+``capseal.keys.pkcs11._signing_main`` (through ``runpy``, with the working
 directory off the import path), it logs in to one token, finds one key, and
 signs what arrives on stdin until stdin closes.
 
@@ -40,8 +40,12 @@ import sys
 import time
 from typing import Any
 
-_HEADER = struct.Struct(">I")
-_ANSWER = struct.Struct(">BII")  # status, sequence, length
+__all__ = ["HEADER", "ANSWER", "MAX_REQUEST", "frame", "main"]
+
+#: a frame's length prefix
+HEADER = struct.Struct(">I")
+#: an answer's head: status, sequence, length
+ANSWER = struct.Struct(">BII")
 MAX_REQUEST = 1 << 20  # far above any Sig_structure or digest the parent sends
 
 
@@ -62,46 +66,79 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
         view = view[os.write(fd, view):]
 
 
-def _frame(data: bytes) -> bytes:
-    return _HEADER.pack(len(data)) + data
+def frame(data: bytes) -> bytes:
+    """One request frame.
+
+    Args:
+        data: the bytes to sign.
+
+    Returns:
+        ``u32 length`` + ``data``.
+    """
+    return HEADER.pack(len(data)) + data
 
 
 def _open(config: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """(session, key, FastSign) for the key the parent named; raises capseal's
-    typed errors."""
+    """(session, key, sign) for the key the parent named, where ``sign(session
+    handle, key handle, data)`` answers the signature or None when the module
+    refused; raises capseal's typed errors."""
     from capseal.errors import DeviceError, KeyNotFoundError, TokenNotFoundError
+    from capseal.keys import kid_for
+    from capseal.keys.direct import direct_calls_allowed
+    from capseal.keys.secret import Secret
 
-    from ._base import kid_for
-    from ._pin import Secret
-    from ._pkcs11_fast import FastSign
-    from ._pkcs11_keys import load_keypair
-    from ._pkcs11_session import P11_LOCK, _find_tokens, _open_logged_in, load_module
-    from ._pkcs11_uri import PKCS11URI
+    from ._direct import FastSign
+    from ._lock import P11_LOCK
+    from ._login import open_logged_in
+    from ._module import load_module
+    from ._objects import load_keypair
+    from ._session import find_tokens
+    from ._uri import PKCS11URI
 
     name = f"token {config['token_label']!r} (serial {config['serial']})"
     module = load_module(config["module"])  # the allow-list in the environment applies here too
     with P11_LOCK:
-        tokens = _find_tokens(module, PKCS11URI(token=config["token_label"], serial=config["serial"]))
+        tokens = find_tokens(module, PKCS11URI(token=config["token_label"], serial=config["serial"]))
     if not tokens:
         raise TokenNotFoundError(f"{name} is not present")
     pin = None if config.get("pin") is None else Secret(config.pop("pin"), "the parent process")
     config.pop("pin", None)
-    session, _ = _open_logged_in(tokens[0], pin, name, module.real)
+    session, _ = open_logged_in(tokens[0], pin, name, module.real)
     key_id = bytes.fromhex(config["key_id"]) if config["key_id"] else None
     pair = load_keypair(session, PKCS11URI(object=config["key_label"] or None, id=key_id), name)
     if kid_for(pair.public_key) != config["kid"]:
         raise KeyNotFoundError(f"{name}: the key found is not the signer's key")
+    if not direct_calls_allowed():  # CAPSEAL_NO_DIRECT: python-pkcs11's plain path
+        return session, pair.private, _plain_sign(pair.private, config["mechanism"])
     fast = FastSign.create(config["module"], config["mechanism"], None, config["size"],
                            software_token=True)  # one thread here: a kept GIL holds nobody up
     if fast is None:
         raise DeviceError(f"{name}: the module's function table cannot be called directly")
-    return session, pair.private, fast
+    return session, pair.private, fast.sign
+
+
+def _plain_sign(key: Any, mechanism: int) -> Any:
+    """python-pkcs11's ``key.sign``, answering None when the module refuses
+    (the parent then makes that signature itself, which raises the typed
+    error): the child's path under ``CAPSEAL_NO_DIRECT``."""
+    from pkcs11 import Mechanism
+    from pkcs11.exceptions import PKCS11Error
+
+    kind = Mechanism(mechanism)
+
+    def sign(_session_handle: int, _key_handle: int, data: bytes) -> bytes | None:
+        try:
+            return bytes(key.sign(data, mechanism=kind))
+        except PKCS11Error:
+            return None
+
+    return sign
 
 
 _FLUSH_AFTER = 0.02  # s: answers gathered this long are written even mid-burst
 
 
-def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) -> None:
+def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, sign: Any) -> None:
     """Sign every whole request read, and write their answers together: once
     per burst, and every 20 ms within a long one. Why: one write per burst
     wakes the parent's reader once, but a burst on a slow token (a smart card
@@ -122,17 +159,17 @@ def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, fast: Any) 
             return
         buffer += chunk
         answers, at, since = [], 0, time.monotonic()
-        while len(buffer) - at >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(buffer, at)
+        while len(buffer) - at >= HEADER.size:
+            (size,) = HEADER.unpack_from(buffer, at)
             if size > MAX_REQUEST:
                 return  # not our parent's protocol: stop (the parent sees end of file)
-            start = at + _HEADER.size
+            start = at + HEADER.size
             if len(buffer) - start < size:
                 break
             data, at = buffer[start: start + size], start + size
-            signature = fast.sign(session_handle, key_handle, data)
-            answers.append(_ANSWER.pack(1, sequence, 0) if signature is None
-                           else _ANSWER.pack(0, sequence, len(signature)) + signature)
+            signature = sign(session_handle, key_handle, data)
+            answers.append(ANSWER.pack(1, sequence, 0) if signature is None
+                           else ANSWER.pack(0, sequence, len(signature)) + signature)
             sequence = (sequence + 1) & 0xFFFFFFFF
             if time.monotonic() - since > _FLUSH_AFTER:
                 _write_all(wfd, b"".join(answers))
@@ -150,22 +187,22 @@ def main() -> int:
     header = _read_exactly(rfd, 4)
     if header is None:
         return 0
-    raw = _read_exactly(rfd, _HEADER.unpack(header)[0])
+    raw = _read_exactly(rfd, HEADER.unpack(header)[0])
     if raw is None:
         return 0
     try:
         config = json.loads(raw)
         del raw
-        session, key, fast = _open(config)
+        session, key, sign = _open(config)
     except Exception as exc:
         from capseal.errors import SignerError
 
         message = str(exc) if isinstance(exc, SignerError) else ""
-        _write_all(wfd, _frame(json.dumps({"ok": False, "error": type(exc).__name__, "message": message}).encode()))
+        _write_all(wfd, frame(json.dumps({"ok": False, "error": type(exc).__name__, "message": message}).encode()))
         return 1
-    _write_all(wfd, _frame(b'{"ok": true}'))
+    _write_all(wfd, frame(b'{"ok": true}'))
     try:
-        _serve(rfd, wfd, session.handle, key.handle, fast)
+        _serve(rfd, wfd, session.handle, key.handle, sign)
     except (BrokenPipeError, KeyboardInterrupt):
         return 0
     finally:

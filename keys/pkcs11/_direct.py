@@ -1,34 +1,30 @@
 """``C_SignInit`` + ``C_Sign`` straight through the module's function table,
-for the signing hot path (and ``C_Initialize``, which a forked process must
-call first and python-pkcs11 will not make: see :func:`c_initialize`; and
-``C_Login`` / ``C_Logout`` on a session python-pkcs11 opened, whose session
-python-pkcs11's own login leaks when the login fails: see :func:`c_login`).
+for the signing hot path; and the three calls python-pkcs11 cannot make
+correctly: ``C_Initialize``, which a forked process must make first and
+python-pkcs11 will not make on a module it believes initialised
+(:func:`c_initialize`), and ``C_Login`` / ``C_Logout`` on a session
+python-pkcs11 opened, whose session its own login leaves open when the token
+refuses the PIN (:func:`c_login`).
 
-Why: python-pkcs11's ``key.sign`` makes three calls into the module per
-signature (``C_SignInit``, ``C_Sign`` asking for the length, ``C_Sign``), each
-releasing and re-taking the GIL, and allocates an 8 KB output buffer each
-time. In the producer's pipeline the signing thread then queues for the GIL
-three times per signature behind threads doing capseal's own Python work,
-and the token waits meanwhile. Alone, bench/keys.py medians on SoftHSM2 put
-the direct way from even with ``key.sign`` to 25 % faster; the larger gain is
-in the pipeline, below.
-
-Two calls per signature, into a buffer made once per signer, and for each
-call the GIL is released — or, on an in-process software token only, kept or
-handed away as the call deserves (:class:`_GILPolicy`): a call that answers
-in microseconds (SoftHSM2's ``C_SignInit``, ~40 µs; its P-256 ``C_Sign``,
-~45 µs) costs less with the GIL kept than with a handoff, while a slow one
-(SoftHSM2's Ed25519 ``C_Sign``, 200–370 µs) is better left to run beside the
-other threads, and a real device's calls may block for any length of time. Measured in the
-pipelined producer against releasing the GIL for both calls (medians of 6 and
-10 rotating rounds): Ed25519 1,317 against 1,043 sealed/s with ``C_SignInit``
-kept and ``C_Sign`` released (+26 %); P-256 1,874 against 1,803 with both kept
-(+4 %, within this host's noise); the mixed choices were worse for P-256.
+Why a direct ``C_Sign``: python-pkcs11's ``key.sign`` makes three calls into
+the module per signature (``C_SignInit``, ``C_Sign`` asking for the length,
+``C_Sign``), each releasing and re-taking the GIL, and allocates an 8 KB
+output buffer each time. In the producer's pipeline the signing thread then
+queues for the GIL three times per signature behind threads doing capseal's
+own Python work, and the token waits meanwhile. Here: two calls per
+signature, into a buffer made once per signer, and for each call the GIL is
+released — or, on an in-process software token only, kept or handed away as
+the call deserves (:class:`_GILPolicy`): a call that answers at once costs
+less with the GIL kept than with a handoff, while a slow one is better left
+to run beside the other threads, and a real device's calls may block for any
+length of time (bench/keys.py prints the choice each signer made).
 
 Rules:
 
 * only for mechanisms without parameters (``CKM_EDDSA``, ``CKM_ECDSA``) and a
   known signature size; RSA-PSS keeps python-pkcs11's path;
+* only when :func:`capseal.keys.direct.direct_calls_allowed` (the
+  ``CAPSEAL_NO_DIRECT`` switch), checked when a signer is opened;
 * only under ``P11_LOCK``, on the session and key handles python-pkcs11
   opened, so nothing else runs in the module meanwhile;
 * any return value but ``CKR_OK`` answers None, and the caller makes the same
@@ -39,7 +35,7 @@ Rules:
   the two calls — leaves an operation active (see :meth:`FastSign.sign`);
 * the function table is trusted only when its ``C_GetFunctionList`` entry is
   the module's exported ``C_GetFunctionList`` (the layout is as expected);
-  otherwise there is no fast path. Not on Windows, where PKCS#11 structures
+  otherwise there is no direct path. Not on Windows, where PKCS#11 structures
   are packed differently.
 """
 
@@ -47,21 +43,24 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["FastSign", "c_initialize", "c_login", "c_logout"]
+from capseal import process
+from capseal.keys.direct import direct_calls_allowed
+
+__all__ = ["FastSign", "SIGNATURE_BUFFER", "c_initialize", "c_login", "c_logout"]
 
 log = logging.getLogger("capseal.keys.pkcs11")
 
 _CK_ULONG = ctypes.c_ulong
 _CKR_BUFFER_TOO_SMALL = 0x150
 _CKR_OPERATION_ACTIVE = 0x90
-_BUFFER = 1024  # far above any signature made here (at most 96 bytes)
+#: the output buffer: far above any signature made here (at most 96 bytes), so no answer is longer
+SIGNATURE_BUFFER = 1024
 _SPARE = 1 << 17  # ends a leftover operation whatever its mechanism (SLH-DSA signs up to ~50 KB)
 _INITIALIZE, _GET_FUNCTION_LIST, _LOGIN, _LOGOUT, _SIGN_INIT, _SIGN, _SIGN_FINAL = 0, 3, 18, 19, 42, 43, 45  # 0-based slots after CK_VERSION (PKCS#11 2.40 §5.13)
 
@@ -83,16 +82,9 @@ _Initialize = ctypes.CFUNCTYPE(_CK_ULONG, ctypes.c_void_p)
 _Login = ctypes.CFUNCTYPE(_CK_ULONG, _CK_ULONG, _CK_ULONG, ctypes.c_char_p, _CK_ULONG)
 _Logout = ctypes.CFUNCTYPE(_CK_ULONG, _CK_ULONG)
 
-# s: a call this quick costs less with the GIL kept than with a handoff (waking
-# a thread and taking the GIL back costs tens to hundreds of µs under load).
-# SoftHSM2's calls fall in two clusters: 40–70 µs (C_SignInit, P-256 C_Sign)
-# and 200–370 µs (Ed25519 C_Sign; ~200 µs when this host runs fast), the
-# quick ones doubling under load. The limit sits between them, near their
-# geometric middle. It was 200 µs: in a fast phase the probes of Ed25519's
-# C_Sign had lower quartiles of 199–208 µs, so half the signers kept the GIL
-# across it, and the pipelined producer sealed 880–1,150 records/s instead of
-# 1,280–1,850 (alternating runs; with the GIL kept, the device's 200 µs
-# blocked all of capseal's Python work).
+# s: a call quicker than this costs less with the GIL kept than with a handoff
+# (waking a thread and taking the GIL back); SoftHSM2's quick calls (C_SignInit,
+# P-256 C_Sign) fall well below it and its Ed25519 C_Sign well above it
 _KEEP_BELOW = 120e-6
 _PROBE_LIMIT = 1e-3  # s: a probe this slow ends the probing: the GIL is released
 _STALL_LIMIT = 50e-3  # s: a kept call this slow (a device gone slow) releases the GIL for good
@@ -128,10 +120,12 @@ class _GILPolicy:
 
     @property
     def keeps_gil(self) -> bool:
+        """Whether the next call keeps the GIL."""
         return self._keep
 
     @property
     def probing(self) -> bool:
+        """Whether calls are still being timed to make the choice."""
         return self._probes is not None
 
     def __call__(self, *args: Any) -> int:
@@ -196,25 +190,39 @@ def _table(path: str) -> _Table | None:
 
 
 def c_initialize(path: str) -> int | None:
-    """``C_Initialize(NULL)`` on the module at ``path``, straight through its
-    table: the return value, or None without a trusted table. python-pkcs11
-    will not make this call on a module it believes initialised, and a
-    process forked from one that used the module must make it *first*
-    (``_pkcs11_session``, after a fork)."""
+    """``C_Initialize(NULL)`` straight through the module's table.
+    python-pkcs11 will not make this call on a module it believes
+    initialised, and a process forked from one that used the module must make
+    it *first* (``_module``, after a fork).
+
+    Args:
+        path: the module's real path (loaded by python-pkcs11 already).
+
+    Returns:
+        The module's return value; None without a trusted table.
+    """
     table = _table(path)
     return None if table is None else int(_Initialize(table.initialize)(None))
 
 
 def c_login(path: str, session_handle: int, user_type: int, pin: Any) -> int | None:
     """``C_Login`` on a session python-pkcs11 opened without a PIN, straight
-    through the module's table: the return value, or None without a trusted
-    table. ``pin`` (a ``capseal.keys._pin.Secret``) is revealed only in the
-    call's arguments; None logs in through the token's protected
-    authentication path (a PIN pad). Why not ``Token.open(user_pin=...)``: python-pkcs11
-    0.10.1 opens a session there and, when ``C_Login`` fails, raises without
-    closing it; every refused PIN left a session open until a real HSM had
-    none left to give. Here the caller holds the session and closes it.
-    ``P11_LOCK`` held."""
+    through the module's table. Why not ``Token.open(user_pin=...)``:
+    python-pkcs11 opens a session there and, when ``C_Login`` fails, raises
+    without closing it. Here the caller holds the session and closes it.
+    ``P11_LOCK`` held.
+
+    Args:
+        path: the module's real path.
+        session_handle: the session's handle.
+        user_type: ``CKU_USER``.
+        pin: a :class:`capseal.keys.secret.Secret`, revealed only in the call's
+            arguments; None logs in through the token's protected
+            authentication path (a PIN pad).
+
+    Returns:
+        The module's return value; None without a trusted table.
+    """
     table = _table(path)
     if table is None:
         return None
@@ -224,7 +232,15 @@ def c_login(path: str, session_handle: int, user_type: int, pin: Any) -> int | N
 
 def c_logout(path: str, session_handle: int) -> int | None:
     """``C_Logout`` for a login made with :func:`c_login` (python-pkcs11 only
-    logs out sessions it logged in itself). ``P11_LOCK`` held."""
+    logs out sessions it logged in itself). ``P11_LOCK`` held.
+
+    Args:
+        path: the module's real path.
+        session_handle: the session's handle.
+
+    Returns:
+        The module's return value; None without a trusted table.
+    """
     table = _table(path)
     return None if table is None else int(_Logout(table.logout)(session_handle))
 
@@ -234,23 +250,33 @@ def _after_fork_in_child() -> None:
     _TABLES_LOCK = threading.Lock()  # a thread that held it at the fork does not exist here
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.on_fork("devices", after_in_child=_after_fork_in_child)
 
 
 class FastSign:
     """One signer's direct ``C_Sign``: its mechanism and output buffer."""
 
-    __slots__ = ("_init", "_sign", "_final", "_mechanism", "_out", "_out_len")
+    __slots__ = ("_init", "_sign", "_final", "_mechanism", "_out", "_out_len", "signatures")
 
     @classmethod
     def create(cls, module_path: str, mechanism: int, param: Any, size: int | None, *,
                software_token: bool) -> FastSign | None:
-        """None unless the mechanism takes no parameter and makes signatures of
-        one known size (the caller checks each signature's length against it).
-        ``software_token``: the module is an in-process software token, whose
-        quick calls may keep the GIL (see :class:`_GILPolicy`)."""
-        if param is not None or size is None:
+        """A signer's direct path, when it may have one.
+
+        Args:
+            module_path: the module's real path.
+            mechanism: the ``CKM_*`` value.
+            param: the mechanism's parameter (None for EdDSA and ECDSA).
+            size: the signatures' length (the caller checks each one against it).
+            software_token: the module is an in-process software token, whose
+                quick calls may keep the GIL (see :class:`_GILPolicy`).
+
+        Returns:
+            The direct path; None when the mechanism takes a parameter or makes
+            signatures of no known size, when the module's table is not
+            trusted, or when ``CAPSEAL_NO_DIRECT`` turns direct calls off.
+        """
+        if param is not None or size is None or not direct_calls_allowed():
             return None
         table = _table(module_path)
         return None if table is None else cls(table, mechanism, software_token=software_token)
@@ -262,13 +288,20 @@ class FastSign:
         self._sign = _GILPolicy(table.sign, _SIGN_ARGS, may_keep=software_token)
         self._final = _SignFinal(table.sign_final)
         self._mechanism = _Mechanism(int(mechanism), None, 0)
-        self._out = ctypes.create_string_buffer(_BUFFER)
+        self._out = ctypes.create_string_buffer(SIGNATURE_BUFFER)
         self._out_len = _CK_ULONG()
+        #: signatures made through this path so far
+        self.signatures = 0
 
     @property
     def keeps_gil(self) -> dict[str, bool]:
         """Which calls currently run with the GIL kept (bench/keys.py prints it)."""
         return {"C_SignInit": self._init.keeps_gil, "C_Sign": self._sign.keeps_gil}
+
+    @property
+    def probing(self) -> dict[str, bool]:
+        """Which calls are still being timed to choose whether they keep the GIL."""
+        return {"C_SignInit": self._init.probing, "C_Sign": self._sign.probing}
 
     def sign(self, session_handle: int, key_handle: int, data: bytes) -> bytes | None:
         """The signature, or None when the module said anything but CKR_OK
@@ -289,11 +322,12 @@ class FastSign:
             if rv != 0:
                 done = True
                 return None
-            self._out_len.value = _BUFFER
+            self._out_len.value = SIGNATURE_BUFFER
             rv = self._sign(session_handle, data, len(data), self._out, ctypes.byref(self._out_len))
             done = rv != _CKR_BUFFER_TOO_SMALL  # any other answer ends the operation (PKCS#11 §5.11)
             if rv != 0:
                 return None
+            self.signatures += 1
             return self._out.raw[: self._out_len.value]
         finally:
             if not done:

@@ -33,10 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from capseal.errors import KeyURIError, SecretFileExposedError, SignerUnavailableError
-
-from ._files import MAX_PIN_FILE, FileTooLargeError, exposure
-from ._pin import Secret, as_secret, read_secret_file
+from capseal.errors import KeyURIError, SignerUnavailableError
+from capseal.keys.secret import Secret, as_secret, read_pin_file
 
 __all__ = [
     "PKCS11URI",
@@ -487,30 +485,3 @@ def read_pin_source(source: str) -> Secret:
     if "\x00" in path:  # reading it would raise a bare ValueError
         raise KeyURIError("pkcs11 URI: pin-source holds a NUL byte (%00), which no file name can")
     return read_pin_file(path, f"pkcs11 URI: pin-source {path}")
-
-
-def read_pin_file(path: str, what: str) -> Secret:
-    """The PIN a file holds, as a :class:`Secret` from ``what``: its UTF-8
-    text without one trailing newline (``\\n`` or ``\\r\\n``; a PIN may itself
-    end in other whitespace). Shared by a URI's ``pin-source`` and the CLI's
-    ``--pin-file``, so both read a file alike; the content is never in a
-    variable as text or bytes, not even for a file that is then refused.
-
-    Raises:
-        KeyURIError: naming ``what``, never the file's content: it cannot be read, is too large or not UTF-8.
-        SecretFileExposedError: other users can read or change it (``_files.exposure``).
-    """
-    try:
-        data, status = read_secret_file(path, MAX_PIN_FILE, what)
-    except OSError as exc:
-        raise KeyURIError(f"{what}: cannot be read: {exc.strerror}") from None
-    except FileTooLargeError as exc:  # /dev/urandom read until memory ran out
-        raise KeyURIError(f"{what} holds {exc}, more than any PIN or passphrase") from None
-    exposed = exposure(status)
-    if exposed is not None:
-        raise SecretFileExposedError(f"{what} {exposed}: whoever can read it can log in to the token as this "
-                                     "user; refused", hint=f"chmod 600 {path}")
-    pin = data.file_text()
-    if pin is None:
-        raise KeyURIError(f"{what} is not UTF-8 text; refused before it reached the token")
-    return pin

@@ -5,15 +5,16 @@ worker thread (see :class:`_TokenWorker` for why that is faster).
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from capseal import process
 from capseal.errors import SignerError, SignerUnavailableError
 
-from ._pkcs11_session import P11_LOCK, RECONNECT_ERRORS, TokenSession, _check_alive, device_error, is_shut_down, p11x
+from ._lock import P11_LOCK, RECONNECT_ERRORS, check_alive, device_error, is_shut_down, p11x
+from ._session import TokenSession
 
 __all__ = ["run"]
 
@@ -25,7 +26,21 @@ def run(ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
 
     Uncontended, the call runs on the caller's thread. When another thread
     holds the lock, the call is handed to :data:`_WORKER` instead of waiting
-    for the lock here: see :class:`_TokenWorker` for why that is faster."""
+    for the lock here: see :class:`_TokenWorker` for why that is faster.
+
+    Args:
+        ts: the token session.
+        fn: the work, given the logged-in python-pkcs11 session.
+        where: names the token and key in errors.
+
+    Returns:
+        What ``fn`` returns.
+
+    Raises:
+        SignerUnavailableError: the session died again after reconnecting, or
+            PKCS#11 is refused in this process (shut down, forked mid-call).
+        SignerError: the typed error for what python-pkcs11 raised (no exception chained).
+    """
     if P11_LOCK.acquire(blocking=False):  # also true when this thread already holds it
         try:
             return _run_locked(ts, fn, where)
@@ -88,7 +103,7 @@ class _TokenWorker:
         self._start = threading.Lock()
 
     def call(self, ts: TokenSession, fn: Callable[[Any], _T], where: str) -> _T:
-        _check_alive()
+        check_alive()
         self._ensure_thread()
         request = _Request(ts, fn, where)
         self._queue.put(request)
@@ -122,7 +137,7 @@ class _TokenWorker:
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(None)
 
-    def _forget_after_fork(self) -> None:
+    def forget_after_fork(self) -> None:
         """In a forked process: the worker thread is not there, and the
         requests queued for it are the parent's (their callers wait there).
         Start afresh: a new thread on first use, an empty queue."""
@@ -132,5 +147,4 @@ class _TokenWorker:
 
 
 _WORKER = _TokenWorker()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_WORKER._forget_after_fork)
+process.on_fork("devices", after_in_child=_WORKER.forget_after_fork)

@@ -1,6 +1,6 @@
 """Key objects on a PKCS#11 token: find them, read their public half, describe
 them, generate them. Every function here takes an open python-pkcs11 session
-and must be called with ``P11_LOCK`` held (see ``_pkcs11_session``).
+and must be called with ``P11_LOCK`` held (see ``_lock``).
 
 Public keys are rebuilt as ``cryptography`` keys from the token's attributes
 (``CKA_EC_PARAMS``/``CKA_EC_POINT``, ``CKA_MODULUS``/``CKA_PUBLIC_EXPONENT``),
@@ -20,9 +20,9 @@ from pkcs11 import MGF, Attribute, KeyType, Mechanism, MechanismFlag, ObjectClas
 from pkcs11 import exceptions as p11x
 
 from capseal.errors import DeviceError, KeyNotFoundError, KeyURIError, UnsupportedAlgorithmError
+from capseal.keys import alg_for_public_key
 
-from ._base import alg_for_public_key
-from ._pkcs11_uri import PKCS11URI
+from ._uri import PKCS11URI
 
 __all__ = [
     "KeyPair", "find_private_keys", "find_public_key", "public_key_of", "key_attributes",
@@ -49,7 +49,7 @@ PRIVATE_USAGES_OFF = (("CKA_DECRYPT", Attribute.DECRYPT), ("CKA_UNWRAP", Attribu
                       ("CKA_DERIVE", Attribute.DERIVE))
 PUBLIC_USAGES_OFF = (("CKA_ENCRYPT", Attribute.ENCRYPT), ("CKA_WRAP", Attribute.WRAP))
 
-#: Key attributes a custody statement reports, as the issue names them, and
+#: Key attributes a custody statement reports, by their PKCS#11 names, and
 #: what else the key can do (a signing key that decrypts is reported as such).
 CUSTODY_ATTRIBUTES = (
     ("CKA_SENSITIVE", Attribute.SENSITIVE),

@@ -13,17 +13,20 @@ from typing import Any
 from tpm2_pytss.constants import TPM2_ALG, TPM2_CAP, TPM2_PT, TPM2_PT_HR, TPMA_PERMANENT
 
 from capseal.errors import CapsealError, KeyNotFoundError, PinIncorrectError, UnsupportedAlgorithmError
+from capseal.keys.doctor import Check
+from capseal.keys.secret import Secret, as_secret, pin_advice
 
-from ._pin import Secret, as_secret, pin_advice
-from ._tpm import TPM_ALG_EDDSA, TPMSigner, auth_value, create_key_hint, key_attributes
-from ._tpm_device import TPMDevice, unreachable_fix
-from ._tpm_uri import DEFAULT_TCTI, TPMKeyURI, check_tcti, format_handle, parse_tpm_uri
+from ._device import TPMDevice
+from ._errors import unreachable_fix
+from ._objects import TPM_ALG_EDDSA, auth_value, create_key_hint, key_attributes
+from ._signer import TPMSigner
+from ._uri import DEFAULT_TCTI, TPMKeyURI, check_tcti, format_handle, parse_tpm_uri
 
 __all__ = ["doctor_checks"]
 
 
 def doctor_checks(uri: str | None, *, pin: str | Secret | None = None, tcti: str | None = None,
-                  **_: Any) -> list[Any]:
+                  **_: Any) -> list[Check]:
     """Checks for ``capseal doctor``: the TPM answers on the TCTI, is not in
     lockout and no other process holds transient objects; the key (if a URI
     is given) exists and has an algorithm capseal signs with; the AK
@@ -32,8 +35,6 @@ def doctor_checks(uri: str | None, *, pin: str | Secret | None = None, tcti: str
     Looking must not change the TPM: the checks run on a private device that
     flushes nothing it did not load (``flush_others=False``), so another
     process's objects survive and are reported instead."""
-    from .doctor import Check
-
     pin = as_secret(pin, "pin=")
     try:
         if uri:
@@ -49,9 +50,7 @@ def doctor_checks(uri: str | None, *, pin: str | Secret | None = None, tcti: str
         device.close()
 
 
-def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[Any]:
-    from .doctor import Check
-
+def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[Check]:
     checks: list[Check] = []
     try:
         info = device.info()
@@ -78,9 +77,7 @@ def _doctor_on(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None) -> list[An
     return checks + _key_checks(device, ref, pin, state)
 
 
-def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None, state: _TPMState | None = None) -> list[Any]:
-    from .doctor import Check
-
+def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None, state: _TPMState | None = None) -> list[Check]:
     checks: list[Check] = []
     create = (create_key_hint(ref.tcti, ref.handle) if ref.handle is not None
               else f"capseal keys create '{ref.to_uri()}' --alg p256 (a new key file)")
@@ -107,7 +104,7 @@ def _key_checks(device: TPMDevice, ref: TPMKeyURI, pin: Secret | None, state: _T
     return checks
 
 
-def _auth_check(signer: TPMSigner, ref: TPMKeyURI, pin: Secret | None, state: _TPMState | None) -> Any:
+def _auth_check(signer: TPMSigner, ref: TPMKeyURI, pin: Secret | None, state: _TPMState | None) -> Check:
     """Whether the key's auth value (the PIN given, or the empty one) works,
     found by signing once and verifying the signature; or why it was not
     tried. A key without noDA counts a refused value toward the TPM's
@@ -115,8 +112,6 @@ def _auth_check(signer: TPMSigner, ref: TPMKeyURI, pin: Secret | None, state: _T
     two tries left (so a wrong one never locks the TPM), and never with the
     empty value guessed for a key at a handle, which does not say whether it
     has an auth value."""
-    from .doctor import Check
-
     no_da = key_attributes(signer.public_area)["noDA"]
     declared_empty = ref.keyfile is not None and pin is None  # the key file says its auth is empty (checked at open)
     if not no_da and not declared_empty:
@@ -172,9 +167,7 @@ def _read_state(ectx: Any, device: TPMDevice) -> _TPMState:
     )
 
 
-def _lockout_check(state: _TPMState, tcti: str) -> Any:
-    from .doctor import Check
-
+def _lockout_check(state: _TPMState, tcti: str) -> Check:
     counts = (f"{state.failed_tries} of {state.max_tries} failed authorizations; one is forgiven every "
               f"{state.recovery_s} s")
     if not state.in_lockout:
@@ -185,9 +178,7 @@ def _lockout_check(state: _TPMState, tcti: str) -> Any:
                  f"lockout authorization: TPM2TOOLS_TCTI='{tcti}' tpm2_dictionarylockout -c{pw}")
 
 
-def _slots_check(state: _TPMState, tcti: str) -> Any:
-    from .doctor import Check
-
+def _slots_check(state: _TPMState, tcti: str) -> Check:
     detail = f"{state.free_slots} transient object slots free (capseal needs 2 at a time)"
     if state.foreign:
         held = ", ".join(format_handle(h) for h in state.foreign)

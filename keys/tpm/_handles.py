@@ -1,0 +1,75 @@
+"""Handles on a TPM: which are listed, the ESYS_TR of a persistent object,
+the transient objects and sessions loaded, and flushing them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpm2_pytss import TSS2_Exception
+from tpm2_pytss.constants import TPM2_CAP, TPM2_HC, TPM2_HR, TPM2_HT
+
+from capseal.errors import KeyNotFoundError
+
+__all__ = ["listed_handles", "is_listed", "persistent_tr", "transient_handles", "session_handles", "flush_handles"]
+
+def listed_handles(ectx: Any, first: int, types: frozenset[int]) -> list[int]:
+    """Every handle the TPM lists (TPM2_GetCapability(TPM_CAP_HANDLES)) from
+    ``first`` on whose type (top byte) is in ``types``, over all pages.
+
+    Why the type filter: asked for loaded sessions (0x02000000) a TPM lists
+    HMAC sessions *and* policy sessions (0x03xxxxxx) in one answer."""
+    out: list[int] = []
+    start = first
+    while True:
+        more, data = ectx.get_capability(TPM2_CAP.HANDLES, start, 64)
+        batch = [int(h) for h in data.data.handles]
+        out += [h for h in batch if (h >> int(TPM2_HR.SHIFT)) in types and h not in out]
+        if not more or not batch or batch[-1] < start:
+            return out
+        start = batch[-1] + 1
+
+
+def is_listed(ectx: Any, handle: int) -> bool:
+    """Whether TPM_CAP_HANDLES lists ``handle`` (a persistent object there).
+
+    Why asked before ``Esys_TR_FromTPMPublic``: on an empty handle that call
+    fails, as expected, but libtss2 first prints three ERROR lines to stderr.
+    capseal leaves the TSS's logging (``TSS2_LOG``) to the application, so it
+    does not make calls it expects to fail."""
+    _more, data = ectx.get_capability(TPM2_CAP.HANDLES, handle, 1)
+    return handle in [int(h) for h in data.data.handles]
+
+
+def persistent_tr(ectx: Any, handle: int, tcti: str, what: str = "object", hint: str | None = None) -> Any:
+    """The ESYS_TR of the object at persistent ``handle``; KeyNotFoundError
+    naming ``what``, the handle and the TCTI (with ``hint``) when the TPM lists
+    nothing there (see :func:`is_listed`)."""
+    if not is_listed(ectx, handle):
+        raise KeyNotFoundError(f"no {what} at persistent handle 0x{handle:08x} on TPM {tcti}", hint=hint)
+    return ectx.tr_from_tpmpublic(handle)
+
+
+def transient_handles(ectx: Any) -> list[int]:
+    """Every transient object loaded in the TPM (as this connection sees it:
+    all of them without a resource manager, its own on /dev/tpmrm0)."""
+    return listed_handles(ectx, int(TPM2_HC.TRANSIENT_FIRST), frozenset({int(TPM2_HT.TRANSIENT)}))
+
+
+def session_handles(ectx: Any) -> list[int]:
+    """Every loaded HMAC and policy session."""
+    return listed_handles(ectx, int(TPM2_HC.LOADED_SESSION_FIRST),
+                          frozenset({int(TPM2_HT.HMAC_SESSION), int(TPM2_HT.POLICY_SESSION)}))
+
+
+def flush_handles(ectx: Any, handles: list[int]) -> list[int]:
+    """Flush each handle (objects and sessions alike: ESYS reaches both through
+    tr_from_tpmpublic); return those that were flushed (others were gone)."""
+    flushed = []
+    for handle in handles:
+        try:
+            ectx.flush_context(ectx.tr_from_tpmpublic(handle))
+        except TSS2_Exception:
+            continue  # already gone
+        flushed.append(handle)
+    return flushed
