@@ -1,4 +1,4 @@
-"""capseal.attest — TPM quotes in the hardware-evidence slot (design §4, §6).
+"""capseal.attest — TPM quotes in the hardware-evidence slot.
 
 A sealed record's ``hardware_evidence`` is ``null`` until a TPM quote covering
 its capsule id is taken *and verified*; then it holds the quote (see
@@ -76,7 +76,18 @@ _LAZY = {
 
 def quote(record: Any, quoter: Any, *, ledger: Any = None) -> Any:
     """Quote one record now (sync): see :func:`capseal.attest.quoter.quote_record`.
-    ``quoter`` may be a quoter, an :class:`AttestationKey` or an AK URI."""
+
+    Args:
+        record: a sealed record.
+        quoter: a quoter, an :class:`AttestationKey` or an AK ``tpm2:`` URI.
+        ledger: when given, the slot is appended there first.
+
+    Returns:
+        The record with its slot filled.
+
+    Raises:
+        EvidenceError: the quote could not be taken or did not verify (nothing written).
+    """
     from .quoter import TPMQuoter, quote_record
 
     if isinstance(quoter, str) or type(quoter).__name__ == "AttestationKey":

@@ -122,8 +122,15 @@ def missing_extra(scheme: str, exc: ImportError) -> MissingExtraError:
     """The error for a backend whose import failed: the extra to install and
     the system packages it needs, said once, with what was missing (a
     MissingExtraError of the backend's own, or one made here already, is
-    not quoted inside the new one: it would say the same thing again). The
-    missing module is kept as the error's ``name``."""
+    not quoted inside the new one: it would say the same thing again).
+
+    Args:
+        scheme: the backend's URI scheme.
+        exc: the ImportError (or MissingExtraError) raised.
+
+    Returns:
+        The error; its ``name`` is the missing Python module, when known.
+    """
     extra = _EXTRAS.get(scheme)
     if extra is None:
         return MissingExtraError(f"cannot load the {scheme}: backend: {exc}")

@@ -38,6 +38,11 @@ class Check:
     checked: bool = True
 
     def to_dict(self) -> dict[str, Any]:
+        """The check as JSON (``capseal doctor --json``).
+
+        Returns:
+            ``name``, ``ok``, ``detail``, ``fix`` and ``checked``.
+        """
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix, "checked": self.checked}
 
 
@@ -119,10 +124,10 @@ def _tpm_system(tcti: str) -> list[Check]:
 def _tss_group_check() -> Check:
     """Whether this process can use a device of group ``tss``, saying why.
 
-    Why not just "user X is in group tss": root passed as a member without
-    being one, and a user added with ``usermod -aG`` passed while the
-    running session (which got its groups at login) still lacked the group,
-    so the check said ok and the device could not be opened."""
+    Why not just "user X is in group tss": root is not a member and needs
+    none, and a user added with ``usermod -aG`` is a member while the running
+    session (which got its groups at login) still lacks the group, and
+    cannot open the device."""
     try:
         tss = grp.getgrnam("tss")
     except KeyError:
@@ -148,11 +153,18 @@ def run_doctor(uri: str | None = None, *, pin: Any = None, tcti: str | None = No
                pin_problem: Exception | None = None) -> list[Check]:
     """Run every check relevant to ``uri`` (or the default TPM when none).
 
-    ``pin_problem`` is why the PIN could not be read (a PIN file others can
-    read, an unset ``--pin-env``): it is reported as a failed check, and the
-    checks that need no PIN still run. Why: the CLI stopped at that error
-    with exit 2, and an operator with a bad PIN file and a missing module
-    learnt only of the first."""
+    Args:
+        uri: a key URI (``pkcs11:``, ``tpm2:``, ``file:``), or None for the
+            PKCS#11 system checks and the default TPM.
+        pin: the PIN, passphrase or auth value to try (never printed).
+        tcti: the TPM, overriding the URI's (they must agree).
+        pin_problem: why the PIN could not be read (a PIN file others can read,
+            an unset ``--pin-env``): it is reported as a failed check, and the
+            checks that need no PIN still run.
+
+    Returns:
+        The checks, in order. Never raises: whatever goes wrong is a failed check.
+    """
     pin = as_secret(pin, "pin=")
     checks: list[Check] = []
     scheme = uri.split(":", 1)[0].lower() if uri else None
@@ -187,8 +199,8 @@ def run_doctor(uri: str | None = None, *, pin: Any = None, tcti: str | None = No
 
 
 def _unknown_scheme(uri: str, scheme: str) -> Check:
-    """What doctor says of a URI it has no checks for (it ran the TPM checks:
-    an operator with a typo in ``pkcs11:`` was told about a TPM)."""
+    """What doctor says of a URI it has no checks for (not the TPM checks: an
+    operator with a typo in ``pkcs11:`` must not be told about a TPM)."""
     if ":" not in uri:
         return Check("key URI", False, f"{uri[:60]!r} is not a key URI (scheme:…)",
                      "name the key as pkcs11:…, tpm2:… or file:/absolute/path.pem")

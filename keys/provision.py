@@ -54,6 +54,17 @@ _LISTERS = {
 
 
 def normalize_alg(alg: str) -> str:
+    """The COSE name of an algorithm.
+
+    Args:
+        alg: a CLI spelling (ed25519, p256, p384, rsa-pss) or a COSE name.
+
+    Returns:
+        EdDSA, ES256, ES384 or PS256.
+
+    Raises:
+        KeyURIError: not a str, or an unknown algorithm.
+    """
     if not isinstance(alg, str):  # was an AttributeError from .lower()
         raise KeyURIError(f"alg is a {type(alg).__name__}, not an algorithm name; use ed25519, p256, p384 or rsa-pss")
     name = ALG_ALIASES.get(alg.lower(), alg)
@@ -148,6 +159,12 @@ def list_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: Sec
               **opts: Any) -> list[dict[str, Any]]:
     """Keys visible at ``uri`` (a token, a TPM, a directory).
 
+    Args:
+        uri: ``file:/dir``, ``pkcs11:token=…``, ``tpm2:?tcti=…`` (or one key's URI).
+        pin: the token's PIN, or the passphrase of encrypted PEMs.
+        secrets_handler: asked for the PIN when none is given.
+        opts: backend options (each backend refuses those it does not take).
+
     Returns:
         One dict per key (uri, alg, kid and what the device says of it).
 
@@ -164,6 +181,12 @@ def show_key(uri: str, *, pin: str | Secret | None = None, secrets_handler: Secr
     signs once and its public key must verify that signature first: a device
     can pair a private key with another key's public-key object, and a
     verifier handed that PEM would reject everything the key seals.
+
+    Args:
+        uri: the key's URI.
+        pin: its PIN, passphrase or auth value.
+        secrets_handler: asked for the PIN when none is given.
+        opts: backend options (see ``open_signer``).
 
     Returns:
         ``uri``, ``alg``, ``kid``, ``public_key_pem`` and ``custody``.

@@ -63,9 +63,8 @@ def _send(fd: int, data: bytes | bytearray, direct: bool = True) -> None:
     """Write ``data`` whole to a child's stdin, a non-blocking pipe.
 
     Why not ``os.write`` alone: it lets go of the GIL and takes it back, and
-    with the producer's threads busy that hand-off cost each request about
-    15 µs of CPU (SoftHSM2 Ed25519 with a signing process: 251–254 against
-    267–268 µs a record, the same runs). A request is a few hundred bytes,
+    with the producer's threads busy that hand-off costs each request CPU
+    time the request itself does not need. A request is a few hundred bytes,
     below PIPE_BUF, which a pipe takes whole or refuses at once (EAGAIN), so
     libc's write with the GIL held never blocks; only when the pipe is full
     does this wait for the child to read, with the GIL released (select).
@@ -91,7 +90,12 @@ def _send(fd: int, data: bytes | bytearray, direct: bool = True) -> None:
 
 def send_secret(fd: int, secret: Secret) -> None:
     """Write a Secret's bytes whole to a non-blocking pipe, never holding them
-    in a variable (see :func:`_send` for the waiting)."""
+    in a variable (see :func:`_send` for the waiting).
+
+    Args:
+        fd: the pipe's write end.
+        secret: what to write.
+    """
     written = 0
     while written < secret.size():
         try:
@@ -216,7 +220,20 @@ class Child:
 
     def handshake(self, request: Secret, deadline: float) -> dict[str, Any]:
         """Send the start ``request`` (it holds the PIN: written from the
-        Secret, then wiped) and read the child's answer."""
+        Secret, then wiped) and read the child's answer.
+
+        Args:
+            request: the start frame (see ``_signing_process``).
+            deadline: ``time.monotonic()`` by which the answer must be in.
+
+        Returns:
+            The child's JSON answer.
+
+        Raises:
+            EOFError: the child exited (or was stopped by close()).
+            TimeoutError: no answer by ``deadline``.
+            OSError, ValueError: a broken pipe, or an answer that is not JSON.
+        """
         try:
             with self._lock:
                 if not self.accepting:  # stopped by close() meanwhile: its stdin is closed
@@ -227,7 +244,19 @@ class Child:
         return json.loads(self._read(HEADER.unpack(self._read(HEADER.size, deadline))[0], deadline))
 
     def sign_now(self, payload: bytes, deadline: float) -> bytes | None:
-        """One request answered before the reader starts (the self-test)."""
+        """One request answered before the reader starts (the self-test).
+
+        Args:
+            payload: the bytes to sign.
+            deadline: ``time.monotonic()`` by which the answer must be in.
+
+        Returns:
+            The signature; None when the module refused.
+
+        Raises:
+            EOFError: the child exited, or answered out of step.
+            TimeoutError: no answer by ``deadline``.
+        """
         self._write_or_eof(frame(payload))
         status, sequence, size = ANSWER.unpack(self._read(ANSWER.size, deadline))
         body = self._read(size, deadline) if size else b""
@@ -257,7 +286,14 @@ class Child:
 
     def start_reader(self, on_end: Callable[[Child, bool], None]) -> None:
         """Read answers until the child ends; ``on_end(child, refused)`` when it
-        takes no more requests (refused: the token said no to one)."""
+        takes no more requests (refused: the token said no to one).
+
+        Args:
+            on_end: called from the reader thread when the child takes no more requests.
+
+        Raises:
+            RuntimeError: no thread could be started.
+        """
         reader = threading.Thread(target=self._read_loop, args=(on_end,),
                                   name=f"capseal-signing-process-{self.proc.pid}", daemon=True)
         with self._lock:  # stop() decides under it whether a reader will settle the queue
@@ -267,7 +303,15 @@ class Child:
     # -- work
 
     def send(self, outcome: Outcome, payload: bytes) -> ChildRequest | None:
-        """The request, written to the child; None when the child takes no more."""
+        """The request, written to the child; None when the child takes no more.
+
+        Args:
+            outcome: how the signer turns the answer into a result.
+            payload: the bytes to sign.
+
+        Returns:
+            The pending request; None when the child takes no more.
+        """
         pending = ChildRequest(outcome, payload, self)
         with self._lock:
             if not self.accepting:
@@ -301,7 +345,11 @@ class Child:
         token hangs: its requests fail, see ``failure``), or, when asked
         (``stopped``: a caller that has waited a while, never the hot path,
         as it reads ``/proc``), it is stopped: its requests are then made
-        in-process, as for a child that died. Its reader then settles them all."""
+        in-process, as for a child that died. Its reader then settles them all.
+
+        Args:
+            stopped: also look whether the child is stopped (reads ``/proc``).
+        """
         if not self._waiting or self.proc.poll() is not None:
             return
         silent = time.monotonic() - self._progress
@@ -375,6 +423,7 @@ class Child:
                 self.retire()
 
     def retire(self) -> None:
+        """Take no more requests and close the child's stdin (it then answers what it read and exits)."""
         with self._lock:
             self._retire_locked()
 
@@ -414,7 +463,11 @@ class Child:
         whose reader never started has no queue: it is killed at once (its
         starter sees end of file and lets go of the pipes). A writer blocked
         on a full pipe (the child not reading) holds the lock: then the child
-        is killed without waiting, which frees the writer with a broken pipe."""
+        is killed without waiting, which frees the writer with a broken pipe.
+
+        Args:
+            timeout: seconds the child may take to finish its queue.
+        """
         deadline = time.monotonic() + timeout
         self.accepting = False
         self._retire_within(timeout)
@@ -449,7 +502,14 @@ class Child:
 def is_stopped(pid: int) -> bool:
     """Whether process ``pid`` is stopped (state T: SIGSTOP, a job-control
     stop; t: a debugger holds it), read from ``/proc``. Such a child answers
-    nothing until someone resumes it. False where ``/proc`` cannot say."""
+    nothing until someone resumes it. False where ``/proc`` cannot say.
+
+    Args:
+        pid: the process id.
+
+    Returns:
+        True for state T or t.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()

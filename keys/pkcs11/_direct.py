@@ -312,7 +312,16 @@ class FastSign:
         KeyboardInterrupt, a module that still says the buffer is too small)
         ends the operation before it returns or raises. And an operation
         someone else left active (CKR_OPERATION_ACTIVE) is ended once and
-        ``C_SignInit`` tried again, instead of failing every later signature."""
+        ``C_SignInit`` tried again, instead of failing every later signature.
+
+        Args:
+            session_handle: the session's handle.
+            key_handle: the private key's handle.
+            data: the bytes to sign (a digest, or the message for EdDSA).
+
+        Returns:
+            The signature, or None.
+        """
         done = False  # until an answer has ended the operation (or none began)
         try:
             rv = self._init(session_handle, ctypes.byref(self._mechanism), key_handle)

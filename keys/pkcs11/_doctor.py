@@ -29,7 +29,19 @@ def doctor_checks(uri: str | None, pin: str | Secret | None = None, *, pin_probl
     """What ``capseal doctor pkcs11:…`` checks, in order, stopping at the first
     failure (later checks need the earlier ones): the URI parses, the module
     loads (and is allowed), the token is present, the PIN works, the key is
-    there and can sign. Each failure carries its fix. Never prints the PIN."""
+    there and can sign, and the token shows it as protected. Each failure
+    carries its fix. Never prints the PIN, never raises.
+
+    Args:
+        uri: the key's (or token's) URI; None: no checks.
+        pin: the PIN to try.
+        pin_problem: why the CLI could not read the PIN it was told to use
+            (reported as the "PIN works" check).
+        _: other options the doctor passes to every backend.
+
+    Returns:
+        The checks.
+    """
     pin = as_secret(pin, "pin=")
     if not uri:
         return []

@@ -52,7 +52,13 @@ def close_session(session: Any, module_path: str, logged_in: bool) -> None:
     """Log out (if ``logged_in``: the login was ours, made by :func:`c_login`)
     and close ``session``. The session is closed whatever the logout answers:
     python-pkcs11's own ``close`` skips ``C_CloseSession`` when its
-    ``C_Logout`` fails. Lock held."""
+    ``C_Logout`` fails. Lock held.
+
+    Args:
+        session: the python-pkcs11 session.
+        module_path: the module's real path.
+        logged_in: whether the login was ours.
+    """
     if logged_in:
         c_logout(module_path, session.handle)
     try:
@@ -78,7 +84,24 @@ def open_logged_in(token: Any, pin: Secret | None, name: str, module_path: str, 
     handle (:func:`c_login`), so a refused login closes it: python-pkcs11's
     ``Token.open(user_pin=...)`` leaves the session it opened behind when
     ``C_Login`` fails, and every refused PIN used up one of the token's
-    sessions. Lock held."""
+    sessions. Lock held.
+
+    Args:
+        token: the python-pkcs11 token.
+        pin: the PIN (None: a PIN pad, or a token without login).
+        name: names the token in errors.
+        module_path: the module's real path.
+        pin_checked: the token took ``pin`` before in this process.
+
+    Returns:
+        The session, and whether this call made the login.
+
+    Raises:
+        PinLockedError: the user PIN is locked.
+        PinIncorrectError: no PIN for a token that needs one, or the token refused it.
+        SignerUnavailableError: other code holds the login and the PIN cannot be checked.
+        DeviceError: the token answered C_Login otherwise.
+    """
     flags = token.flags
     if flags & TokenFlag.USER_PIN_LOCKED:
         raise PinLockedError(f"{name}: the user PIN is locked (too many wrong attempts)",

@@ -34,7 +34,14 @@ _CKR_CRYPTOKI_ALREADY_INITIALIZED = 0x191
 
 
 def version_text(pair: tuple[int, int]) -> str:
-    """``(2, 6)`` → ``"2.6"``: a string, never a float (custody statements are hashed JSON)."""
+    """A CK_VERSION as text: a string, never a float (custody statements are hashed JSON).
+
+    Args:
+        pair: ``(major, minor)``.
+
+    Returns:
+        ``"2.6"`` for ``(2, 6)``.
+    """
     return f"{pair[0]}.{pair[1]}"
 
 
@@ -52,6 +59,11 @@ class Module:
     inherited: bool = False
 
     def info(self) -> dict[str, str]:
+        """What the library reports about itself.
+
+        Returns:
+            ``library_manufacturer``, ``library_description``, ``library_version``, ``cryptoki_version``.
+        """
         lib = self.lib
         return {
             "library_manufacturer": lib.manufacturer_id,
@@ -64,7 +76,11 @@ class Module:
         """``C_Finalize`` + ``C_Initialize``: SoftHSM2 (and some other modules)
         see tokens created, and recover from storage that vanished, only then.
         Every session of this module in the process dies; the generation bump
-        tells each TokenSession to reconnect instead of using a dead handle."""
+        tells each TokenSession to reconnect instead of using a dead handle.
+
+        Raises:
+            SignerUnavailableError: the module cannot be initialised.
+        """
         self.generation += 1
         log.info("re-initialising PKCS#11 module %s", self.path)
         failure = None
@@ -93,7 +109,14 @@ class Module:
         and nothing changes; a finalised one answers ``CKR_OK`` and is
         initialised by that very call. Without a trusted table, python-pkcs11's
         own message for ``CKR_CRYPTOKI_NOT_INITIALIZED`` (``exc``) decides,
-        and the module is re-initialised through python-pkcs11. Lock held."""
+        and the module is re-initialised through python-pkcs11. Lock held.
+
+        Args:
+            exc: the python-pkcs11 error that made the caller ask.
+
+        Returns:
+            True when the module was finalised and is initialised again.
+        """
         if self.inherited:  # a fork's first use: ensure_initialized's job
             return False
         rv = c_initialize(self.real)
@@ -110,6 +133,13 @@ class Module:
         return True
 
     def ensure_initialized(self) -> None:
+        """Initialise the module first if this process was forked since it was
+        loaded, or if an earlier re-initialisation failed. Lock held.
+
+        Raises:
+            SignerForkedError: the module cannot be initialised in this forked process.
+            SignerUnavailableError: it cannot be initialised.
+        """
         if self.inherited:
             self._initialize_in_fork()
         elif not self.lib.initialized:  # an earlier re-initialisation failed
@@ -142,6 +172,14 @@ _MODULES: dict[str, Module] = {}
 
 
 def module_hint(path: str) -> str:
+    """What to check when a module cannot be loaded or initialised.
+
+    Args:
+        path: the module's path.
+
+    Returns:
+        The hint (SoftHSM2: its configuration file and token directory).
+    """
     if "softhsm" in path.lower():
         conf = os.environ.get("SOFTHSM2_CONF", "/etc/softhsm/softhsm2.conf")
         return f"SoftHSM2 reads {conf} (SOFTHSM2_CONF): check that it exists and that its tokendir is there"
@@ -149,7 +187,20 @@ def module_hint(path: str) -> str:
 
 
 def load_module(path: str, allowlist: object = None) -> Module:
-    """Load (once per real path) the module at ``path``, after the allow-list check."""
+    """Load (once per real path) the module at ``path``, after the allow-list check.
+
+    Args:
+        path: the module's path.
+        allowlist: the caller's allow-list (see ``module_allowlist``).
+
+    Returns:
+        The loaded module.
+
+    Raises:
+        SignerUnavailableError: not on an allow-list in force, no such readable
+            file, it cannot be loaded or initialised, or PKCS#11 is refused here.
+        SignerForkedError: this process was forked in the middle of a call.
+    """
     real = check_module_allowed(path, allowlist)  # before anything is loaded
     with P11_LOCK:
         check_alive()

@@ -106,7 +106,18 @@ def _search(session: Any, attrs: dict[Attribute, Any]) -> list[Any]:
 
 
 def find_private_keys(session: Any, uri: PKCS11URI) -> list[Any]:
-    """Private keys matching the URI's ``object`` (CKA_LABEL) and ``id`` (CKA_ID)."""
+    """Private keys matching the URI's ``object`` (CKA_LABEL) and ``id`` (CKA_ID).
+
+    Args:
+        session: a python-pkcs11 session.
+        uri: the parsed URI.
+
+    Returns:
+        The private-key objects.
+
+    Raises:
+        KeyURIError: the URI's ``type`` is not ``private``.
+    """
     if uri.type not in (None, "private"):
         raise KeyURIError(f"pkcs11 URI: type={uri.type} cannot sign; a signing key URI names a private key (type=private)")
     attrs: dict[Attribute, Any] = {Attribute.CLASS: ObjectClass.PRIVATE_KEY}
@@ -118,8 +129,16 @@ def find_private_keys(session: Any, uri: PKCS11URI) -> list[Any]:
 
 
 def find_public_key(session: Any, private: Any) -> Any | None:
-    """The public-key object paired with ``private``: same CKA_ID (PKCS#11's
-    pairing convention), else same CKA_LABEL."""
+    """The public-key object paired with a private key: same CKA_ID (PKCS#11's
+    pairing convention), else same CKA_LABEL, of the same key type.
+
+    Args:
+        session: a python-pkcs11 session.
+        private: the private-key object.
+
+    Returns:
+        The one object found that way, or None.
+    """
     key_id = _attr(private, Attribute.ID) or b""
     label = _attr(private, Attribute.LABEL)
     key_type = _attr(private, Attribute.KEY_TYPE)
@@ -151,7 +170,19 @@ def _unwrap_point(point: bytes) -> bytes:
 
 def public_key_of(obj: Any, where: str) -> Any:
     """A ``cryptography`` public key from a public-key object (or an RSA private
-    key, whose modulus and exponent are public attributes)."""
+    key, whose modulus and exponent are public attributes).
+
+    Args:
+        obj: the object.
+        where: names the token and key in errors.
+
+    Returns:
+        The public key.
+
+    Raises:
+        UnsupportedAlgorithmError: another key type or curve (Ed448 included).
+        DeviceError: the point or modulus the token reports is malformed.
+    """
     key_type = _attr(obj, Attribute.KEY_TYPE)
     if key_type == KeyType.EC_EDWARDS:
         params = _attr(obj, Attribute.EC_PARAMS)
@@ -179,8 +210,22 @@ def public_key_of(obj: Any, where: str) -> Any:
 
 
 def load_keypair(session: Any, uri: PKCS11URI, where: str) -> KeyPair:
-    """The one private key the URI names, with its public key. Raises
-    KeyNotFoundError (none), KeyURIError (several), UnsupportedAlgorithmError."""
+    """The one private key the URI names, with its public key (from the token).
+
+    Args:
+        session: a python-pkcs11 session.
+        uri: the parsed URI.
+        where: names the token in errors.
+
+    Returns:
+        The key pair.
+
+    Raises:
+        KeyNotFoundError: no such private key, or no public-key object paired with it.
+        KeyURIError: several keys match.
+        UnsupportedAlgorithmError: a key that cannot sign here (CKA_SIGN false or
+            not reported, CKA_ALWAYS_AUTHENTICATE, an algorithm capseal does not sign with).
+    """
     found = find_private_keys(session, uri)
     if not found:
         raise KeyNotFoundError(
@@ -221,7 +266,15 @@ def load_keypair(session: Any, uri: PKCS11URI, where: str) -> KeyPair:
 
 
 def key_attributes(private: Any) -> dict[str, Any]:
-    """The custody-relevant attributes as the token reports them (absent ones left out)."""
+    """The custody-relevant attributes as the token reports them.
+
+    Args:
+        private: the private-key object.
+
+    Returns:
+        ``CKA_*`` names → booleans, the key-generation mechanism, label and id
+        (an attribute the token does not show is left out).
+    """
     out: dict[str, Any] = {}
     for name, attribute in CUSTODY_ATTRIBUTES:
         value = _attr(private, attribute)
@@ -243,11 +296,18 @@ def key_attributes(private: Any) -> dict[str, Any]:
 
 
 def attribute_shortfalls(reported: dict[str, Any], wanted: tuple[tuple[str, bool], ...]) -> list[str]:
-    """Each ``(name, value)`` of ``wanted`` that ``reported`` (as
-    :func:`key_attributes` gives it: an attribute the token did not report is
-    absent) does not hold, as what the token said: ``"CKA_SENSITIVE false"``,
-    or ``"CKA_TOKEN not reported by the token"`` — an attribute the token did
-    not report is never described as a value."""
+    """Each wanted attribute value that the reported ones do not hold, as what
+    the token said: ``"CKA_SENSITIVE false"``, or ``"CKA_TOKEN not reported
+    by the token"`` — an attribute the token did not report is never
+    described as a value.
+
+    Args:
+        reported: as :func:`key_attributes` gives them.
+        wanted: ``(name, value)`` pairs.
+
+    Returns:
+        The shortfalls (empty: none).
+    """
     out = []
     for name, want in wanted:
         have = reported.get(name)
@@ -259,9 +319,15 @@ def attribute_shortfalls(reported: dict[str, Any], wanted: tuple[tuple[str, bool
 
 
 def new_key_shortfalls(private: Any) -> list[str]:
-    """What a just-generated private key does not report as capseal's
-    template asked (:data:`NEW_KEY_REQUIRED`), worded by
-    :func:`attribute_shortfalls`."""
+    """What a just-generated private key does not report as capseal's template
+    asked (:data:`NEW_KEY_REQUIRED`), worded by :func:`attribute_shortfalls`.
+
+    Args:
+        private: the new private-key object.
+
+    Returns:
+        The shortfalls (empty: none).
+    """
     reported = {}
     for name, attribute, _ in NEW_KEY_REQUIRED:
         value = _attr(private, attribute)
@@ -282,9 +348,20 @@ class SignMechanism:
 
 def mechanism_for(alg: str, available: set[Any] | None) -> SignMechanism:
     """The mechanism for ``alg``. ECDSA is always CKM_ECDSA over a digest made
-    here (SoftHSM2 has no CKM_ECDSA_SHA256; every token has CKM_ECDSA). RSA-PSS
-    prefers CKM_SHA256_RSA_PKCS_PSS and falls back to CKM_RSA_PKCS_PSS over a
-    digest. ``available`` is the token's mechanism list (None: unknown)."""
+    here (SoftHSM2 has no CKM_ECDSA_SHA256; every token has CKM_ECDSA).
+    RSA-PSS prefers CKM_SHA256_RSA_PKCS_PSS and falls back to
+    CKM_RSA_PKCS_PSS over a digest.
+
+    Args:
+        alg: the COSE algorithm.
+        available: the token's mechanisms (None: unknown).
+
+    Returns:
+        The mechanism, its parameter, the prehash and the signature size.
+
+    Raises:
+        UnsupportedAlgorithmError: the token lists no mechanism for ``alg``.
+    """
     def has(m: Mechanism) -> bool:
         return available is None or m in available
 
@@ -334,11 +411,24 @@ def _templates(explicit_off: bool) -> tuple[dict[Attribute, Any], dict[Attribute
 
 
 def generate_keypair(rw_session: Any, alg: str, label: str, key_id: bytes, *, rsa_bits: int = 3072) -> None:
-    """Generate a signing key pair on the token: private half sensitive,
-    never extractable, token object, sign-only; public half verify-only.
-    The usages are asked for as false; a token that refuses that template
-    gets one without them, and the caller reads them back
-    (:func:`enabled_extra_usages`) either way."""
+    """Generate a signing key pair on the token: private half sensitive, never
+    extractable, token object, sign-only; public half verify-only. The usages
+    are asked for as false; a token that refuses that template gets one
+    without them, and the caller reads them back (:func:`enabled_extra_usages`)
+    either way.
+
+    Args:
+        rw_session: a read-write python-pkcs11 session.
+        alg: EdDSA, ES256, ES384 or PS256.
+        label: the CKA_LABEL of both halves.
+        key_id: their CKA_ID.
+        rsa_bits: the size of a PS256 key.
+
+    Raises:
+        UnsupportedAlgorithmError: another algorithm, or an RSA key under 2048 bits.
+        DeviceError: the token would not generate an Ed25519 key.
+        pkcs11.exceptions.PKCS11Error: the token's own refusals (the caller maps them).
+    """
     if alg == "PS256" and rsa_bits < 2048:
         raise UnsupportedAlgorithmError("RSA keys for PS256 are at least 2048 bits")
     if alg not in ("EdDSA", "PS256") and alg not in CURVE_PARAMS:
@@ -385,10 +475,17 @@ def _generate_ed25519(rw_session: Any, common: dict[str, Any], *, explicit_off: 
 
 
 def enabled_extra_usages(private: Any, public: Any | None) -> list[str]:
-    """The usages beyond sign/verify that the token reports as true on a new
-    key pair (CKA_DECRYPT, CKA_UNWRAP, CKA_DERIVE on the private half,
-    CKA_ENCRYPT, CKA_WRAP on the public one). An attribute the token does not
-    show is not counted: only what it says is true."""
+    """The usages beyond sign/verify that the token reports as true on a new key
+    pair. An attribute the token does not show is not counted: only what it
+    says is true.
+
+    Args:
+        private: the private half.
+        public: the public half, if found.
+
+    Returns:
+        Among CKA_DECRYPT, CKA_UNWRAP, CKA_DERIVE (private) and CKA_ENCRYPT, CKA_WRAP (public).
+    """
     found = [name for name, attribute in PRIVATE_USAGES_OFF if _attr(private, attribute)]
     if public is not None:
         found += [name for name, attribute in PUBLIC_USAGES_OFF if _attr(public, attribute)]
@@ -396,7 +493,16 @@ def enabled_extra_usages(private: Any, public: Any | None) -> list[str]:
 
 
 def objects_with(session: Any, *, label: str | None, key_id: bytes | None) -> list[Any]:
-    """Key objects (any class) already using ``label`` or ``key_id``."""
+    """Key objects (any class) already using a label or an id.
+
+    Args:
+        session: a python-pkcs11 session.
+        label: the CKA_LABEL (None: not searched).
+        key_id: the CKA_ID (None: not searched).
+
+    Returns:
+        The objects (one found by both appears twice).
+    """
     found: list[Any] = []
     if label is not None:
         found += _search(session, {Attribute.LABEL: label})

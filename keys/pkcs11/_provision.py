@@ -52,10 +52,27 @@ def create_key(
     and sign-only; the attributes are read back and the key is destroyed and
     the call refused if the token did not honour them. ``object`` (CKA_LABEL)
     is required; ``id`` (CKA_ID) is taken from the URI or made random. A key
-    that already uses the label or id is never overwritten.
+    that already uses the label or id is never overwritten. A create that
+    does not finish (a Ctrl-C meanwhile) destroys what it made.
+
+    Args:
+        uri: the new key's ``pkcs11:`` URI (``object=`` required).
+        alg: EdDSA, ES256, ES384 or PS256.
+        pin: the token's user PIN (else the URI's, else ``secrets_handler``).
+        secrets_handler: asked for the PIN when none is given otherwise.
+        module_allowlist: as for :meth:`PKCS11Signer.from_uri`.
+        rsa_bits: the size of a PS256 key (2048 or more).
+        options: none other; any is refused.
+
+    Returns:
+        The new key, opened.
 
     Raises:
         UnknownOptionError: an option not taken here (valid: pin, secrets_handler, module_allowlist, rsa_bits).
+        KeyURIError: no object=, an empty id=, type= other than private, or a label or id in use.
+        UnsupportedAlgorithmError: the token cannot sign with (or make) such a key; nothing was created.
+        DeviceError: the token did not make the key as asked (it was destroyed).
+        TokenNotFoundError, PinIncorrectError, PinLockedError, SignerUnavailableError: as for opening a signer.
     """
     check_options("keys create for a pkcs11: key", options, ("pin", "secrets_handler", "module_allowlist", "rsa_bits"))
     pin = as_secret(pin, "pin=")
@@ -125,12 +142,21 @@ def _undo_new_key(ts: TokenSession, label: str, key_id: bytes, where: str, exc: 
 
 def check_new_key(rw: Any, label: str, key_id: bytes, where: str) -> None:
     """Read a just-generated key pair's attributes back; the token may have
-    ignored the template. Destroys the pair and raises DeviceError unless the
-    private key reports what the template asked (a private token object,
-    sensitive, not and never extractable, signing: ``NEW_KEY_REQUIRED``; an
-    attribute it does not report fails, named as not reported) and neither
-    half can do more than sign / verify (no CKA_DECRYPT, CKA_UNWRAP,
-    CKA_DERIVE, CKA_ENCRYPT, CKA_WRAP). Lock held."""
+    ignored the template. Lock held.
+
+    Args:
+        rw: a read-write session.
+        label: the new key's CKA_LABEL.
+        key_id: its CKA_ID.
+        where: names the token and key.
+
+    Raises:
+        DeviceError: after destroying the pair, unless the private key reports
+            what the template asked (a private token object, sensitive, not and
+            never extractable, signing; an attribute it does not report fails,
+            named as not reported) and neither half can do more than sign /
+            verify (no CKA_DECRYPT, CKA_UNWRAP, CKA_DERIVE, CKA_ENCRYPT, CKA_WRAP).
+    """
     new = find_private_keys(rw, PKCS11URI(object=label, id=key_id))
     private = new[0] if len(new) == 1 else None
     problem = None
@@ -162,11 +188,22 @@ def list_keys(
     module_allowlist: Any = None,
     **options: Any,
 ) -> list[dict[str, Any]]:
-    """Private keys on the token (filtered by the URI's object/id), each with
-    its URI, algorithm, kid and custody attributes (``capseal keys list``).
+    """Private keys on the token (filtered by the URI's object/id) (``capseal keys list``).
+
+    Args:
+        uri: the token's (or a key's) ``pkcs11:`` URI.
+        pin: the token's user PIN (else the URI's, else ``secrets_handler``).
+        secrets_handler: asked for the PIN when none is given otherwise.
+        module_allowlist: as for :meth:`PKCS11Signer.from_uri`.
+        options: none other; any is refused.
+
+    Returns:
+        One entry per key: ``uri``, ``label``, ``id``, ``alg``, ``kid`` (or
+        ``error``) and its custody ``attributes``.
 
     Raises:
         UnknownOptionError: an option not taken here (valid: pin, secrets_handler, module_allowlist).
+        TokenNotFoundError, PinIncorrectError, PinLockedError, SignerUnavailableError: as for opening a signer.
     """
     check_options("keys list for a pkcs11: token", options, ("pin", "secrets_handler", "module_allowlist"))
     pin = as_secret(pin, "pin=")

@@ -86,7 +86,14 @@ def _library_matches(module: Module, uri: PKCS11URI) -> bool:
 
 
 def list_tokens(module: Module) -> list[Any]:
-    """Tokens present in the module's slots (under the lock)."""
+    """The tokens present in the module's slots. Lock held.
+
+    Args:
+        module: the loaded module.
+
+    Returns:
+        The python-pkcs11 tokens.
+    """
     tokens = []
     for slot in module.lib.get_slots(token_present=True):
         try:
@@ -105,16 +112,24 @@ _RESCAN_PAUSES = (0.0, 0.05, 0.2)
 def find_tokens(module: Module, uri: PKCS11URI) -> list[Any]:
     """Matching initialised tokens. SoftHSM2 only sees tokens that existed at
     ``C_Initialize``, and a module whose storage vanished answers
-    ``GeneralError``: in both cases re-initialise and look again.
+    ``GeneralError``: in both cases re-initialise and look again. Why more
+    than once, after a pause: SoftHSM2 rewrites a token's ``token.object`` at
+    every ``C_Login`` (the PIN-count flags), truncating it first, and a
+    ``C_Initialize`` in another process that reads it meanwhile leaves that
+    token out until the next ``C_Initialize``: several workers of one pool,
+    each logging in, can report to each other a token absent that is there.
+    Lock held.
 
-    Why more than once, after a pause: SoftHSM2 rewrites a token's
-    ``token.object`` at every ``C_Login`` (the PIN-count flags), truncating it
-    first, and a ``C_Initialize`` in another process that reads it meanwhile
-    leaves that token out until the next ``C_Initialize`` (measured: about 3
-    in 1,000 initialisations, while another process logs in over and over;
-    a second look without re-initialising found it 3 times in 29). Several
-    workers of one pool, each logging in, did that to each other: a token
-    reported absent that was there."""
+    Args:
+        module: the loaded module.
+        uri: the URI whose token attributes must match.
+
+    Returns:
+        The matching tokens (empty: none).
+
+    Raises:
+        SignerUnavailableError: the module cannot list its tokens.
+    """
     module.ensure_initialized()
     try:
         found = [t for t in list_tokens(module) if _token_matches(t, uri)]
@@ -178,9 +193,15 @@ class TokenSession:
 
     @property
     def name(self) -> str:
+        """How the token is named in messages (label, serial, module)."""
         return f"token {self.label!r} (serial {self.serial}, module {self.module.path})"
 
     def device_info(self) -> dict[str, Any]:
+        """What the token and its library report about themselves (custody's ``device``).
+
+        Returns:
+            Label, manufacturer, model, serial, versions (as text), slot and module.
+        """
         token, slot = self.token, self.token.slot
         info: dict[str, Any] = {
             "token_label": token.label,
@@ -201,10 +222,22 @@ class TokenSession:
     # -- connection
 
     def live(self) -> bool:
+        """Whether the session is open and of the module's current generation.
+
+        Returns:
+            True when it can be used as it is.
+        """
         return self.session is not None and self.generation == self.module.generation
 
     def ensure(self) -> Any:
-        """The logged-in session, reconnecting if it is gone."""
+        """The logged-in session, reconnecting if it is gone.
+
+        Returns:
+            The python-pkcs11 session.
+
+        Raises:
+            SignerUnavailableError, TokenNotFoundError, PinIncorrectError: see :meth:`connect`.
+        """
         check_alive()
         if not self.live():
             self.connect()
@@ -212,9 +245,16 @@ class TokenSession:
 
     def connect(self, *, pin_checked: bool = True) -> None:
         """Find the token again (by label and serial), open a session, log in.
-        ``pin_checked``: the token took this session's PIN before (a
-        reconnect); False for a PIN tried for the first time (see
-        :func:`open_logged_in`)."""
+
+        Args:
+            pin_checked: the token took this session's PIN before (a reconnect);
+                False for a PIN tried for the first time (see ``open_logged_in``).
+
+        Raises:
+            TokenNotFoundError: the token is not there.
+            PinIncorrectError, PinLockedError: the login is refused.
+            SignerUnavailableError: PKCS#11 is refused in this process, or the module cannot list its tokens.
+        """
         self._drop()
         found = find_tokens(self.module, self._match)
         if not found:
@@ -228,9 +268,13 @@ class TokenSession:
         self.epoch += 1
 
     def invalidate(self, exc: BaseException) -> None:
-        """The session (or a key handle) failed with ``exc``: forget it so the
-        next call reconnects. A handle that is already dead is not closed
-        (its number may by now belong to someone else's session)."""
+        """The session (or a key handle) failed: forget it so the next call
+        reconnects. A handle that is already dead is not closed (its number may
+        by now belong to someone else's session).
+
+        Args:
+            exc: the python-pkcs11 error.
+        """
         self.reconnects += 1
         log.warning("%s: %s; reconnecting", self.name, type(exc).__name__)
         dead = isinstance(exc, (p11x.SessionClosed, p11x.SessionHandleInvalid, p11x.DeviceRemoved, p11x.TokenNotPresent))
@@ -246,13 +290,28 @@ class TokenSession:
             close_session(session, self.module.real, logged_in)
 
     def pin_matches(self, pin: Secret | None) -> bool:
+        """Whether a PIN is the one this session holds.
+
+        Args:
+            pin: the PIN (None: none).
+
+        Returns:
+            True for the same PIN (or none on both sides).
+        """
         if self._pin is None or pin is None:
             return self._pin is None and pin is None
         return self._pin.matches(pin)
 
     def check_pin(self, pin: Secret | None) -> None:
-        """A second signer on a logged-in token: the token cannot be asked
-        again (``UserAlreadyLoggedIn``), so compare with the PIN that worked."""
+        """A second signer on a logged-in token: the token cannot be asked again
+        (``UserAlreadyLoggedIn``), so the PIN is compared with the one that worked.
+
+        Args:
+            pin: the second signer's PIN.
+
+        Raises:
+            PinIncorrectError: it differs (or one side has none).
+        """
         if self._pin is None or pin is None:
             if self._pin is not pin:
                 raise PinIncorrectError(f"{self.name} is logged in with a PIN; this caller gave none")
@@ -263,32 +322,43 @@ class TokenSession:
             )
 
     def pin_for_child(self) -> Secret | None:
-        """The PIN this process logged in with (as a Secret), for a signing
-        process of this signer's (``_signing_process``), which sends it down the
-        child's stdin, and for ``create_key``, which opens the new key with
-        it. Read under the lock: ``open_token`` swaps in a caller's PIN while
-        it tries it, and only a PIN the token took is sent."""
+        """The PIN this process logged in with, for a signing process of this
+        signer's (``_signing_process``), which sends it down the child's stdin,
+        and for ``create_key``, which opens the new key with it. Read under the
+        lock: ``open_token`` swaps in a caller's PIN while it tries it, and only
+        a PIN the token took is sent.
+
+        Returns:
+            The PIN as a Secret, or None.
+        """
         with P11_LOCK:
             return self._pin
 
     def child_refused(self, sent: Secret | None) -> None:
-        """A signing process's child was refused the PIN ``sent`` (None: no
-        PIN, a PIN pad, whose refusal is marked too: nobody is prompted again
-        in the background): remembered (see ``pin_refused``) if it is still
-        what this process holds — a caller may have brought the right one
-        meanwhile, and then the next start tries that."""
+        """A signing process's child was refused a PIN: remembered (see
+        ``pin_refused``) if it is still what this process holds — a caller may
+        have brought the right one meanwhile, and then the next start tries that.
+
+        Args:
+            sent: the PIN the child was sent (None: none, a PIN pad, whose refusal
+                is marked too: nobody is prompted again in the background).
+        """
         with P11_LOCK:
             if self.pin_matches(sent):
                 self.pin_refused = True
 
     def child_accepted(self, sent: Secret | None) -> None:
-        """A child logged in with ``sent``: if it is what this process holds,
-        the token takes it (again)."""
+        """A child logged in: if with what this process holds, the token takes it (again).
+
+        Args:
+            sent: the PIN the child was sent.
+        """
         with P11_LOCK:
             if self.pin_matches(sent):
                 self.pin_refused = False
 
     def close(self) -> None:
+        """Close the session (logging out a login of ours). Lock held."""
         self._drop()
 
 
@@ -298,10 +368,25 @@ _TOKENS: dict[tuple[str, str], TokenSession] = {}
 
 def open_token(uri: PKCS11URI, *, pin: str | Secret | None, module_allowlist: object = None,
                pin_prompt: Callable[[str], str | None] | None = None) -> TokenSession:
-    """The shared :class:`TokenSession` for the token ``uri`` names, logged in.
+    """The shared :class:`TokenSession` for the token ``uri`` names, logged in
+    (a second caller with the same PIN shares it; the PIN is checked against
+    the one the token took).
 
-    Raises TokenNotFoundError (no token matches), KeyURIError (several match),
-    PinIncorrectError / PinLockedError, SignerUnavailableError (module)."""
+    Args:
+        uri: the parsed URI.
+        pin: the PIN (None: a PIN pad, a token without login, or ``pin_prompt``).
+        module_allowlist: as for ``PKCS11Signer.from_uri``.
+        pin_prompt: asked for the PIN when none is given (never under the lock).
+
+    Returns:
+        The token session; :func:`release_token` it when done.
+
+    Raises:
+        TokenNotFoundError: no token matches.
+        KeyURIError: several tokens match.
+        PinIncorrectError, PinLockedError: the PIN is refused, or differs from the one the token took.
+        SignerUnavailableError: the module cannot be loaded, or PKCS#11 is refused in this process.
+    """
     pin = as_secret(pin, "pin=")
     module = load_module(resolve_module(uri), module_allowlist)
     with P11_LOCK:
@@ -363,7 +448,11 @@ def _secret_for(pin: Secret | None, existing: TokenSession | None, label: str,
 
 
 def release_token(ts: TokenSession) -> None:
-    """A user of ``ts`` is done; the last one closes the session (logging out)."""
+    """A user of ``ts`` is done; the last one closes the session (logging out).
+
+    Args:
+        ts: the token session.
+    """
     with P11_LOCK:
         ts.users -= 1
         if ts.users <= 0:

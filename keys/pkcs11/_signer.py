@@ -42,10 +42,22 @@ __all__ = ["PKCS11Signer", "pin_for", "parse", "check_sign_mechanism", "token_me
 
 
 def pin_for(uri: PKCS11URI, pin: str | Secret | None) -> Secret | None:
-    """The PIN to log in with, held as a :class:`Secret`: the ``pin``
-    argument, else the URI's ``pin-value``, else the file its ``pin-source``
-    names; None when none. Checked here, where its source is known (see
-    ``usable_pin``), and named after it and the token."""
+    """The PIN to log in with: the ``pin`` argument, else the URI's
+    ``pin-value``, else the file its ``pin-source`` names. Checked here,
+    where its source is known (see :meth:`~capseal.keys.secret.Secret.usable_pin`),
+    and named after it and the token.
+
+    Args:
+        uri: the parsed URI.
+        pin: the caller's PIN, if any.
+
+    Returns:
+        The PIN as a Secret; None when there is none.
+
+    Raises:
+        PinIncorrectError: the PIN cannot be right (empty, not text, a control character).
+        KeyURIError, SecretFileExposedError: the pin-source cannot be read, or others can read it.
+    """
     token = uri.describe_token()
     pin = as_secret(pin, "pin=")
     if pin is not None:
@@ -58,6 +70,17 @@ def pin_for(uri: PKCS11URI, pin: str | Secret | None) -> Secret | None:
 
 
 def parse(uri: str | PKCS11URI) -> PKCS11URI:
+    """A URI, parsed if it is text.
+
+    Args:
+        uri: the URI text or a PKCS11URI.
+
+    Returns:
+        The PKCS11URI.
+
+    Raises:
+        KeyURIError: see :func:`parse_pkcs11_uri`.
+    """
     return uri if isinstance(uri, PKCS11URI) else parse_pkcs11_uri(uri)
 
 
@@ -111,6 +134,7 @@ class PKCS11Signer(Signer):
         self._fast = FastSign.create(ts.module.real, self._mech.mechanism, self._mech.param, self._mech.size,
                                      software_token=in_process)
         self._process: SigningProcess | None = None
+        self._signed_here = 0  # signatures made in this process (the signing process's child makes the others)
         self._answer_timeout = answer_timeout
         if signing_process:
             try:
@@ -187,14 +211,17 @@ class PKCS11Signer(Signer):
 
     @property
     def alg(self) -> str:
+        """The COSE algorithm of the key (from its public key on the token)."""
         return self._alg
 
     @property
     def public_key(self) -> Any:
+        """The public key, read from the token's public-key object."""
         return self._public
 
     @property
     def uri(self) -> str:
+        """The key's URI, without any PIN."""
         return self._uri.to_string()
 
     @property
@@ -214,6 +241,12 @@ class PKCS11Signer(Signer):
         tests); None when it signs with python-pkcs11's ``key.sign`` only (a
         mechanism with parameters, no trusted function table, or ``CAPSEAL_NO_DIRECT``)."""
         return self._fast
+
+    @property
+    def signatures_in_process(self) -> int:
+        """How many signatures this process has asked the token for itself
+        (diagnostics and tests: with a signing process, its child makes the others)."""
+        return self._signed_here
 
     @property
     def signing_process(self) -> SigningProcess | None:
@@ -242,6 +275,11 @@ class PKCS11Signer(Signer):
         return self._key(ts, session)
 
     def describe_short(self) -> str:
+        """How the signer is named in messages.
+
+        Returns:
+            ``PKCS11Signer(token 'x', object='k')``.
+        """
         return f"PKCS11Signer({self._uri.describe_token()}, {self._uri.describe_key()})"
 
     def _key(self, ts: TokenSession, session: Any) -> Any:
@@ -261,13 +299,36 @@ class PKCS11Signer(Signer):
         return mech.prehash(data).digest() if mech.prehash is not None else bytes(data)
 
     def sign(self, data: bytes) -> SignatureResult:
+        """Sign ``data`` on the token (see :meth:`Signer.sign`): a signing process's
+        child makes it when there is one, else this process, with one reconnect
+        if the session died.
+
+        Args:
+            data: the message (hashed here for ECDSA; EdDSA signs the message).
+
+        Returns:
+            The signature (ECDSA as raw r‖s).
+
+        Raises:
+            SignerUnavailableError: the signer was closed, or the token went away and
+                did not come back.
+            PinIncorrectError, PinLockedError: the login was refused on a reconnect.
+            DeviceError: the token refused, or answered with a signature of the wrong size.
+        """
         if self._process is not None:
             return self.begin_sign(data).result()
         return self._sign_in_process(self._payload(data))
 
     def begin_sign(self, data: bytes) -> PendingSignature:
-        """With a signing process: the request is in the child's pipe when this
-        returns. Otherwise the signature is made in ``result()``."""
+        """Start signing ``data``. With a signing process the request is in the
+        child's pipe when this returns; otherwise the signature is made in ``result()``.
+
+        Args:
+            data: the message.
+
+        Returns:
+            The pending signature.
+        """
         process = self._process
         if process is None:
             return super().begin_sign(data)
@@ -284,6 +345,7 @@ class PKCS11Signer(Signer):
 
         def call(session: Any) -> bytes:
             key = self._key(ts, session)
+            self._signed_here += 1  # under P11_LOCK
             if fast is not None:
                 signature = fast.sign(session.handle, key.handle, payload)
                 if signature is not None:
@@ -301,10 +363,18 @@ class PKCS11Signer(Signer):
         return SignatureResult(signature, self._kid_cache, self._alg)
 
     def describe(self) -> dict[str, Any]:
-        """Custody statement from what the token reports *now*: token and
+        """The custody statement from what the token reports *now*: token and
         library identity, and the key's CKA_SENSITIVE, CKA_NEVER_EXTRACTABLE,
         CKA_LOCAL, … ``software_device`` is true for SoftHSM2, unknown (left
-        out) for anything else: a token's name is not evidence of hardware."""
+        out) for anything else: a token's name is not evidence of hardware.
+
+        Returns:
+            The statement.
+
+        Raises:
+            SignerUnavailableError: the signer was closed, or the token went away.
+            DeviceError: the token refused to answer.
+        """
         ts = self._ts
         if ts is None:
             raise SignerUnavailableError(f"{self.describe_short()} was closed")
@@ -354,10 +424,22 @@ def _timeout(value: object) -> float | None:
 
 
 def check_sign_mechanism(alg: str, mechanisms: set[Any] | None, where: str, outcome: str) -> SignMechanism:
-    """``mechanism_for(alg, mechanisms)``, its refusal naming the token and key
-    (``where``) and what it means (``outcome``). Why: the bare "the token has
-    no CKM_EDDSA mechanism" named neither, and the doctor's fix for an error
-    without a hint is "create it", wrong for a key that is there."""
+    """The mechanism to sign ``alg`` with, its refusal naming the token and key
+    and what it means (the doctor's fix for an error without a hint is
+    "create it", wrong for a key that is there).
+
+    Args:
+        alg: the COSE algorithm.
+        mechanisms: the token's mechanisms (None: unknown).
+        where: names the token and key.
+        outcome: what the refusal means, e.g. "nothing was created".
+
+    Returns:
+        The mechanism.
+
+    Raises:
+        UnsupportedAlgorithmError: the token has no mechanism for ``alg``.
+    """
     try:
         return mechanism_for(alg, mechanisms)
     except UnsupportedAlgorithmError as exc:
@@ -369,6 +451,14 @@ def check_sign_mechanism(alg: str, mechanisms: set[Any] | None, where: str, outc
 
 
 def token_mechanisms(ts: TokenSession) -> set[Any] | None:
+    """The mechanisms a token lists. Lock held.
+
+    Args:
+        ts: the token session.
+
+    Returns:
+        The mechanisms; None when the module cannot list them (the call itself is tried then).
+    """
     try:
         return set(ts.token.slot.get_mechanisms())
     except Exception:  # a module that cannot list mechanisms: try the call itself

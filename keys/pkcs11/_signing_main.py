@@ -140,10 +140,10 @@ _FLUSH_AFTER = 0.02  # s: answers gathered this long are written even mid-burst
 
 def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, sign: Any) -> None:
     """Sign every whole request read, and write their answers together: once
-    per burst, and every 20 ms within a long one. Why: one write per burst
-    wakes the parent's reader once, but a burst on a slow token (a smart card
-    at ~100 ms a signature, 256 requests) would leave the parent hearing
-    nothing for long enough to take the child for hung.
+    per burst, and every ``_FLUSH_AFTER`` seconds within a long one. Why: one
+    write per burst wakes the parent's reader once, but a long burst on a slow
+    token (a smart card) would leave the parent hearing nothing for long
+    enough to take the child for hung.
 
     Ends at end of file on stdin, and also when the parent is gone though
     stdin stays open (a process the parent forked without exec may hold its
@@ -180,6 +180,11 @@ def _serve(rfd: int, wfd: int, session_handle: int, key_handle: int, sign: Any) 
 
 
 def main() -> int:
+    """The child's whole life: read the start frame, open the key, answer, sign until stdin closes.
+
+    Returns:
+        The exit status: 0, or 1 when the key could not be opened.
+    """
     rfd, wfd = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, sys.stdout.fileno())  # anything printed from here on goes nowhere

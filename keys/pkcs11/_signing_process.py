@@ -9,7 +9,7 @@ straight from one signature to the next, while this process's threads do
 their Python work on the other core. Opt-in (``signing_process=True``):
 a second process and a second logged-in session are the operator's call.
 
-What stays as it was:
+What does not change with it:
 
 * the producer still verifies every signature against the public key this
   process read from the token (``external_device``); on top, each new child
@@ -119,11 +119,26 @@ class Credentials(Protocol):
     pin_refused: bool
     child_starts: threading.Lock  # background starts of any signer's child go one at a time
 
-    def pin_for_child(self) -> Secret | None: ...
+    def pin_for_child(self) -> Secret | None:
+        """The PIN to send a new child.
 
-    def child_refused(self, sent: Secret | None) -> None: ...
+        Returns:
+            The PIN the token took, or None.
+        """
 
-    def child_accepted(self, sent: Secret | None) -> None: ...
+    def child_refused(self, sent: Secret | None) -> None:
+        """A child was refused ``sent``.
+
+        Args:
+            sent: the PIN it was sent.
+        """
+
+    def child_accepted(self, sent: Secret | None) -> None:
+        """A child logged in with ``sent``.
+
+        Args:
+            sent: the PIN it was sent.
+        """
 
 
 class SigningProcess:
@@ -214,12 +229,16 @@ class SigningProcess:
         return PendingSignature.deferred(sign_here, payload)  # no child to ask: signed here on result()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the children, a child still starting included: each signs what
-        it has been sent (for up to ``timeout`` seconds; then it is killed
-        and those requests are made in this process, or fail as the signer's
-        own path does, or fail outright when the child ran but the token did
-        not answer it: see :meth:`Child.stop`). Idempotent. In a process forked from this one, does
-        nothing: the children are the parent's (the fork let go of their pipes)."""
+        """Stop the children, a child still starting included: each signs what it
+        has been sent (for up to ``timeout`` seconds; then it is killed and those
+        requests are made in this process, or fail as the signer's own path does,
+        or fail outright when the child ran but the token did not answer it: see
+        :meth:`Child.stop`). Idempotent. In a process forked from this one, does
+        nothing: the children are the parent's (the fork let go of their pipes).
+
+        Args:
+            timeout: seconds each child may take to finish what it was sent.
+        """
         if os.getpid() != self._pid:
             return
         with self._lock:

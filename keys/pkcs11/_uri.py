@@ -93,7 +93,15 @@ _HINTED_MODULES = tuple((name, path) for name, path in KNOWN_MODULES.items() if 
 
 def pct_encode(value: str | bytes, *, query: bool = False, all_bytes: bool = False) -> str:
     """Percent-encode a value for a path (default) or query attribute.
-    ``all_bytes`` encodes every byte (RFC 7512's advice for ``id``)."""
+
+    Args:
+        value: text (encoded as UTF-8) or bytes.
+        query: encode for the query (``/``, ``?`` and ``|`` stay as they are).
+        all_bytes: encode every byte (RFC 7512's advice for ``id``).
+
+    Returns:
+        The encoded value.
+    """
     raw = value.encode("utf-8") if isinstance(value, str) else value
     safe = _SAFE_QUERY if query else _SAFE_PATH
     out = []
@@ -156,8 +164,14 @@ class PKCS11URI:
     # ------------------------------------------------------------------ printing
 
     def to_string(self, *, include_pin: bool = False) -> str:
-        """The URI in canonical form (path attributes in RFC order). The
-        ``pin-value`` is left out unless ``include_pin`` is true."""
+        """The URI in canonical form (path attributes in RFC order).
+
+        Args:
+            include_pin: keep the ``pin-value`` (left out by default).
+
+        Returns:
+            The URI text.
+        """
         path: list[str] = []
         for name in PATH_ATTRS:
             value = getattr(self, name.replace("-", "_"))
@@ -181,13 +195,30 @@ class PKCS11URI:
         return self.to_string()
 
     def without_pin(self) -> PKCS11URI:
+        """The same URI without its pin-value.
+
+        Returns:
+            A new PKCS11URI.
+        """
         return replace(self, pin_value=None)
 
     def with_id(self, key_id: bytes) -> PKCS11URI:
+        """The same URI naming another ``id``.
+
+        Args:
+            key_id: the CKA_ID.
+
+        Returns:
+            A new PKCS11URI.
+        """
         return replace(self, id=key_id)
 
     def describe_key(self) -> str:
-        """``object='k1' id=01`` — how the key is named, for error messages."""
+        """How the key is named, for messages.
+
+        Returns:
+            ``object='k1' id=01``, or "any private key".
+        """
         parts = []
         if self.object is not None:
             parts.append(f"object={self.object!r}")
@@ -196,7 +227,11 @@ class PKCS11URI:
         return " ".join(parts) or "any private key"
 
     def describe_token(self) -> str:
-        """``token 'agents'`` (or serial/model) — how the token is named."""
+        """How the token is named, for messages.
+
+        Returns:
+            ``token 'agents'`` (or by serial, model or manufacturer), or "the module's only token".
+        """
         if self.token is not None:
             return f"token {self.token!r}"
         for attr in ("serial", "model", "manufacturer"):
@@ -306,7 +341,16 @@ def parse_pkcs11_uri(uri: str) -> PKCS11URI:
     RFC 3986 requires to be pct-encoded (e.g. a space), a bad pct escape,
     ``type`` outside RFC 7512's list, non-numeric ``slot-id`` or
     ``library-version``, and both ``pin-source`` and ``pin-value`` (RFC 7512:
-    such a URI SHOULD be refused). The error never quotes a ``pin-value``.
+    such a URI SHOULD be refused).
+
+    Args:
+        uri: the URI text.
+
+    Returns:
+        The parsed URI (its pin-value held as a Secret).
+
+    Raises:
+        KeyURIError: what is wrong, never quoting a ``pin-value``.
     """
     if not isinstance(uri, str):
         raise KeyURIError("a pkcs11 URI is a string")
@@ -390,7 +434,18 @@ def resolve_module(uri: PKCS11URI) -> str:
     """The module file the URI names: ``module-path`` (a file, or a directory
     searched for ``module-name``), else ``module-name`` in the usual module
     directories. RFC 7512 leaves using both implementation-specific; here
-    module-path wins and module-name only picks a file inside a directory."""
+    module-path wins and module-name only picks a file inside a directory.
+
+    Args:
+        uri: the parsed URI.
+
+    Returns:
+        The module's path.
+
+    Raises:
+        KeyURIError: the URI names no module, or a directory without module-name.
+        SignerUnavailableError: the module named is not found.
+    """
     if uri.module_path is not None:
         p = Path(uri.module_path)
         if p.is_dir():
@@ -421,7 +476,14 @@ def module_allowlist(explicit: object = None) -> list[list[str]]:
     """The allow-lists in force: the ``module_allowlist=`` argument and the
     ``CAPSEAL_PKCS11_MODULES`` environment variable (colon-separated). A module
     must be on *every* list that is set, so a caller cannot widen what the
-    operator's environment allows."""
+    operator's environment allows.
+
+    Args:
+        explicit: a list of paths, one path, a colon-separated string, or None.
+
+    Returns:
+        Each list in force (none: any module may be loaded).
+    """
     lists: list[list[str]] = []
     if explicit is not None:
         if isinstance(explicit, str):
@@ -438,9 +500,20 @@ def module_allowlist(explicit: object = None) -> list[list[str]]:
 
 
 def check_module_allowed(path: str, explicit: object = None) -> str:
-    """Refuse ``path`` unless it is on every allow-list in force, comparing
-    real paths (symlinks resolved). Runs *before* the module is loaded: loading
-    a shared object runs its code. Returns the module's real path."""
+    """Refuse a module unless it is on every allow-list in force, comparing
+    real paths (symlinks resolved). Runs *before* the module is loaded:
+    loading a shared object runs its code.
+
+    Args:
+        path: the module's path.
+        explicit: the caller's allow-list (see :func:`module_allowlist`).
+
+    Returns:
+        The module's real path.
+
+    Raises:
+        SignerUnavailableError: the module is not on a list in force.
+    """
     real = os.path.realpath(path)
     for allowed in module_allowlist(explicit):
         reals = {os.path.realpath(a) for a in allowed}
@@ -458,9 +531,15 @@ def check_module_allowed(path: str, explicit: object = None) -> str:
 
 def read_pin_source(source: str) -> Secret:
     """The PIN from a ``pin-source`` (a ``file:`` URI or a file path), held as
-    a :class:`Secret`. The file holds the PIN (one trailing newline is
-    dropped). Program sources (``|command``) are refused: capseal does not
-    run commands named in URIs.
+    a :class:`~capseal.keys.secret.Secret`. The file holds the PIN (one
+    trailing newline is dropped). Program sources (``|command``) are
+    refused: capseal does not run commands named in URIs.
+
+    Args:
+        source: the URI's pin-source value.
+
+    Returns:
+        The PIN.
 
     Raises:
         KeyURIError: the source is a program, names no readable file, or the file is not UTF-8 text.

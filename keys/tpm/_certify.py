@@ -49,6 +49,14 @@ _HASHES = {int(TPM2_ALG.SHA256): hashes.SHA256, int(TPM2_ALG.SHA384): hashes.SHA
 
 
 def spki_der(public_key: Any) -> bytes:
+    """A public key's DER SubjectPublicKeyInfo.
+
+    Args:
+        public_key: a ``cryptography`` public key.
+
+    Returns:
+        The DER bytes.
+    """
     return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
@@ -58,11 +66,25 @@ def _b64(data: bytes) -> str:
 
 def take_certify(ectx: Any, key_tr: Any, key_public: TPM2B_PUBLIC, ak_tr: Any, ak_handle: int,
                  public_key: Any, tcti: str) -> dict[str, Any]:
-    """Run TPM2_Certify(key, AK) on ``ectx`` and return the verified record.
+    """Run TPM2_Certify(key, AK) and return the verified record. Runs on the TPM
+    worker thread.
 
-    Runs on the TPM worker thread. Raises KeyNotFoundError when the AK is
-    missing, DeviceError when it is not a restricted signing key, and
-    SignatureFailedError when the TPM's answer does not verify.
+    Args:
+        ectx: the ESAPI context.
+        key_tr: the signing key's ESYS_TR.
+        key_public: its public area.
+        ak_tr: the AK's ESYS_TR.
+        ak_handle: the AK's persistent handle.
+        public_key: the signing key's ``cryptography`` public key.
+        tcti: the TPM, named in errors.
+
+    Returns:
+        The ``tpm2-certify`` record (see the module docstring).
+
+    Raises:
+        KeyNotFoundError: the AK is missing.
+        DeviceError: the AK is not a restricted signing key.
+        SignatureFailedError: the TPM's answer does not verify.
     """
     try:
         ak_public, _ak_name, _ = ectx.read_public(ak_tr)
@@ -93,7 +115,9 @@ def take_certify(ectx: Any, key_tr: Any, key_public: TPM2B_PUBLIC, ak_tr: Any, a
 
 
 def verify_certify(record: Any, *, public_key: Any = None, trusted_ak_names: Any = None) -> list[str]:
-    """Check a ``tpm2-certify`` record; returns the problems found (empty = verified). Never raises.
+    """Check a ``tpm2-certify`` record. Never raises: a malformed record is a
+    problem in the list. (:func:`capseal.keys.verify_certify` also takes a
+    PEM and checks its arguments without tpm2-pytss.)
 
     Checks: the AK public area hashes to ``ak_name`` and is a restricted
     signing key; its PEM is that public area's key; the signature by the AK
@@ -101,8 +125,16 @@ def verify_certify(record: Any, *, public_key: Any = None, trusted_ak_names: Any
     TPM_ST_ATTEST_CERTIFY; ``extraData`` = ``qualifying_data`` = SHA-256 of the
     key's SPKI; the certified name = ``key_name`` = the hash of
     ``key_public_area``, whose key is ``public_key`` (when given) and whose
-    attributes include fixedTPM and fixedParent. ``trusted_ak_names``
-    (hex names) turns an unpinned AK into a problem.
+    attributes include fixedTPM and fixedParent.
+
+    Args:
+        record: the record (a custody statement's ``tpm_certify``).
+        public_key: the ``cryptography`` public key the record must be about (None: any).
+        trusted_ak_names: hex TPM names of the AKs enrolled; an AK not among
+            them is a problem (None: not checked against a list).
+
+    Returns:
+        The problems found, each a sentence (empty: verified).
     """
     problems: list[str] = []
     try:

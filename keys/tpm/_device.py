@@ -142,15 +142,22 @@ class TPMDevice:
              retry: bool = True) -> T:
         """Run ``fn(ectx)`` on the worker thread and return its result.
 
-        ``what`` names the operation in error messages (default: ``fn.__name__``).
+        Args:
+            fn: the work, given the ESAPI context; it fetches handles through
+                :meth:`memo` rather than keep them between calls.
+            what: names the operation in error messages (default: ``fn.__name__``).
+            timeout: seconds the TPM may spend on one command (a hung TPM); once the
+                running command has taken longer, the job is abandoned (see :meth:`wait`).
+            retry: when the connection turns out to be dead, reconnect and run ``fn``
+                once more (only for idempotent work; provisioning passes False).
 
-        ``retry``: when the connection turns out to be dead, reconnect and run
-        ``fn`` once more (only for idempotent work; provisioning passes False).
-        ``timeout``: seconds the TPM may spend on one command (a hung TPM);
-        once the running command has taken longer, SignerUnavailableError is
-        raised and the job is abandoned (see :meth:`wait`).
-        Raises typed capseal errors only (see :func:`map_tss_error`); other
-        exceptions from ``fn`` become DeviceError (the original is chained).
+        Returns:
+            What ``fn`` returns.
+
+        Raises:
+            SignerForkedError: this process was forked from the one that opened the device.
+            CapsealError: typed errors only (see ``_errors.map_tss_error``); other
+                exceptions from ``fn`` become DeviceError (the original is chained).
         """
         what = what or getattr(fn, "__name__", "TPM command").strip("<>")
         if threading.current_thread() is self._thread:  # re-entrant use from inside a job
@@ -158,11 +165,24 @@ class TPMDevice:
         return self.wait(self.submit(fn, what=what, retry=retry), timeout)
 
     def submit(self, fn: Callable[[Any], T], *, what: str, retry: bool = True) -> Future[T]:
-        """Queue ``fn(ectx)`` for the worker and return at once; :meth:`wait`
-        for the result. Why: a caller that keeps several commands queued keeps
-        the TPM busy back to back, instead of leaving it idle while each
-        result travels to the caller's thread and the next command back (the
-        signing pipeline does this). Must not be called from inside a job."""
+        """Queue ``fn(ectx)`` for the worker and return at once. Why: a caller that
+        keeps several commands queued keeps the TPM busy back to back, instead of
+        leaving it idle while each result travels to the caller's thread and the
+        next command back (the signing pipeline does this).
+
+        Args:
+            fn: the work, as for :meth:`call`.
+            what: names the operation in error messages.
+            retry: as for :meth:`call`.
+
+        Returns:
+            The job's future; :meth:`wait` for its result.
+
+        Raises:
+            RuntimeError: called from inside a job (it would wait on itself).
+            SignerForkedError: this process was forked from the one that opened the device.
+            SignerUnavailableError: the device was closed.
+        """
         if threading.current_thread() is self._thread:
             raise RuntimeError("TPMDevice.submit from inside a job would wait on itself; use call()")
         if self._forked:  # checked first: in the child a closed device is a forked one
@@ -175,13 +195,25 @@ class TPMDevice:
 
     def wait(self, fut: Future[T], timeout: float | None = None) -> T:
         """The result of a job queued with :meth:`submit`, as :meth:`call` returns it.
+        The timeout bounds how long the TPM may spend on *one* command, not how
+        long a job may wait its turn: a deep queue in front of a working TPM never
+        times out. Once the command the worker is running has gone on for
+        ``timeout`` since it started, the TPM is taken for hung, and every job
+        waiting on it — queued or running — is abandoned at once (dropped if it
+        has not started).
 
-        ``timeout`` bounds how long the TPM may spend on *one* command, not
-        how long a job may wait its turn: a deep queue in front of a working
-        TPM never times out. Once the command the worker is running has gone
-        on for ``timeout`` since it started, the TPM is taken for hung, and
-        every job waiting on it — queued or running — is abandoned at once
-        (dropped if it has not started) with SignerUnavailableError."""
+        Args:
+            fut: the job's future.
+            timeout: seconds one command may take (None: no limit).
+
+        Returns:
+            The job's result.
+
+        Raises:
+            SignerUnavailableError: the TPM hung, or the device was closed meanwhile.
+            SignerForkedError: this process was forked after the job was queued.
+            CapsealError: what the job raised (see :meth:`call`).
+        """
         if self._forked:  # a job queued before the fork: no worker here will run it
             raise self._fork_error()
         while True:
@@ -198,20 +230,35 @@ class TPMDevice:
                     raise SignerUnavailableError(f"TPM {self.tcti} did not answer within {timeout} s") from None
 
     def info(self) -> TPMInfo:
-        """What the TPM reports about itself (read once per connection)."""
+        """What the TPM reports about itself (read once per connection).
+
+        Returns:
+            The TPM's :class:`TPMInfo`.
+
+        Raises:
+            SignerUnavailableError: the TPM is unreachable.
+        """
         return self.call(lambda _ectx: self._current_info(), what="reading TPM properties")
 
     def memo(self, key: Hashable, factory: Callable[[Any], Any], *, flush: bool = False) -> Any:
         """Per-connection memo, for use *inside* a :meth:`call` function only.
+        ``factory(ectx)`` runs once per connection; a reconnect forgets the value
+        (an ESYS_TR from an old context means nothing in a new one). Entries
+        marked ``flush`` are also flushed when a call fails with
+        TPM_RC_OBJECT_MEMORY (swtpm has three slots); the call is then run once
+        more and ``factory`` loads the object again.
 
-        ``factory(ectx)`` runs once per connection; a reconnect forgets the
-        value (an ESYS_TR from an old context means nothing in a new one).
-        ``flush=True`` marks the value as a transient object this device must
-        flush when it forgets it (close, reconnect, :meth:`forget`). Such
-        entries are also flushed when a call fails with TPM_RC_OBJECT_MEMORY
-        (swtpm has three slots); the call is then run once more and
-        ``factory`` loads the object again, so ``fn`` must fetch handles
-        through ``memo`` rather than keep them between calls.
+        Args:
+            key: the entry's key (a signer keeps its own token in it).
+            factory: makes the value (an ESYS_TR, say).
+            flush: the value is a transient object this device must flush when it
+                forgets it (close, reconnect, :meth:`forget`).
+
+        Returns:
+            The value.
+
+        Raises:
+            RuntimeError: called outside a job.
         """
         self._assert_worker()
         hit = self._memo.get(key)
@@ -224,17 +271,32 @@ class TPMDevice:
         return value
 
     def cached(self, key: Hashable) -> Any | None:
-        """The memo value for ``key`` on this connection, or None (nothing is
-        made); inside a call only."""
+        """The memo value for ``key`` on this connection; nothing is made. Inside a call only.
+
+        Args:
+            key: the entry's key.
+
+        Returns:
+            The value, or None.
+
+        Raises:
+            RuntimeError: called outside a job.
+        """
         self._assert_worker()
         hit = self._memo.get(key)
         return None if hit is None else hit[0]
 
     def forget(self, key: Hashable, *, flush: bool = True) -> None:
-        """Drop a memo entry (flushing it if it is a transient); inside a call only.
+        """Drop a memo entry (flushing it if it is a transient). Inside a call only.
 
-        ``flush=False`` only lets go of the ESYS_TR: for a handle that may now
-        hold another process's object, which must not be flushed."""
+        Args:
+            key: the entry's key.
+            flush: False only lets go of the ESYS_TR, for a handle that may now
+                hold another process's object, which must not be flushed.
+
+        Raises:
+            RuntimeError: called outside a job.
+        """
         self._assert_worker()
         hit = self._memo.pop(key, None)
         if hit is not None and hit[1]:
@@ -247,13 +309,24 @@ class TPMDevice:
     def make_room(self) -> None:
         """Flush this device's cached transient objects (they reload on demand),
         so a job that needs several slots (provisioning: SRK + key) gets them.
-        Inside a call only."""
+        Inside a call only.
+
+        Raises:
+            RuntimeError: called outside a job.
+        """
         self._assert_worker()
         self._evict_cached_transients()
 
     def foreign_transients(self) -> list[int]:
-        """TPM handles of the transient objects that no capseal device of this
-        process holds (another process's, or a crashed one's). Inside a call only."""
+        """The transient objects that no capseal device of this process holds (another
+        process's, or a crashed one's). Inside a call only.
+
+        Returns:
+            Their TPM handles.
+
+        Raises:
+            RuntimeError: called outside a job.
+        """
         self._assert_worker()
         return [h for h in transient_handles(self._ectx) if h not in _owned_in_process(self.tcti)]
 
@@ -263,12 +336,13 @@ class TPMDevice:
         return self._generation
 
     def close(self) -> None:
-        """Flush what this device loaded, close the context, stop the worker. Idempotent.
+        """Flush what this device loaded, close the context, stop the worker. Idempotent; raises nothing.
 
         In a forked process it only marks this copy closed: the worker is not
         there to stop, and closing the parent's ESAPI context here would end
         the parent's TCTI session (an mssim/swtpm TCTI says goodbye on the
-        shared socket)."""
+        shared socket).
+        """
         if self._forked:
             self._closed = True
             return
@@ -508,9 +582,14 @@ process.on_fork("devices", after_in_child=_after_fork_in_child)
 
 
 def get_device(tcti: str | None = None) -> TPMDevice:
-    """The process-wide :class:`TPMDevice` for ``tcti`` (default ``device:/dev/tpmrm0``).
+    """The process-wide device for a TPM, created on first use; it connects
+    lazily, on the first call.
 
-    Created on first use; it connects lazily, on the first call.
+    Args:
+        tcti: the TPM (default ``device:/dev/tpmrm0``).
+
+    Returns:
+        The :class:`TPMDevice` (one per TCTI in this process).
     """
     key = (tcti or DEFAULT_TCTI).strip()
     with _REGISTRY_LOCK:

@@ -29,12 +29,22 @@ def doctor_checks(uri: str | None, *, pin: str | Secret | None = None, tcti: str
                   **_: Any) -> list[Check]:
     """Checks for ``capseal doctor``: the TPM answers on the TCTI, is not in
     lockout and no other process holds transient objects; the key (if a URI
-    is given) exists and has an algorithm capseal signs with; the AK
-    (``ak-handle``) is a restricted signing key. Never raises.
+    is given) exists and has an algorithm capseal signs with, and its auth
+    value works (or why it was not tried); the AK (``ak-handle``) certifies
+    it. Never raises. Looking must not change the TPM: the checks run on a
+    private device that flushes nothing it did not load
+    (``flush_others=False``), so another process's objects survive and are
+    reported instead.
 
-    Looking must not change the TPM: the checks run on a private device that
-    flushes nothing it did not load (``flush_others=False``), so another
-    process's objects survive and are reported instead."""
+    Args:
+        uri: the key's (or TPM's) ``tpm2:`` URI; None: the TPM alone.
+        pin: the key's auth value, to try (only when a refusal cannot lock the TPM).
+        tcti: the TPM, overriding the URI's.
+        _: other options the doctor passes to every backend.
+
+    Returns:
+        The checks.
+    """
     pin = as_secret(pin, "pin=")
     try:
         if uri:

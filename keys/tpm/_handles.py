@@ -15,10 +15,18 @@ __all__ = ["listed_handles", "is_listed", "persistent_tr", "transient_handles", 
 
 def listed_handles(ectx: Any, first: int, types: frozenset[int]) -> list[int]:
     """Every handle the TPM lists (TPM2_GetCapability(TPM_CAP_HANDLES)) from
-    ``first`` on whose type (top byte) is in ``types``, over all pages.
+    ``first`` on, over all pages. Why the type filter: asked for loaded
+    sessions (0x02000000) a TPM lists HMAC sessions *and* policy sessions
+    (0x03xxxxxx) in one answer.
 
-    Why the type filter: asked for loaded sessions (0x02000000) a TPM lists
-    HMAC sessions *and* policy sessions (0x03xxxxxx) in one answer."""
+    Args:
+        ectx: the ESAPI context.
+        first: the first handle asked for.
+        types: the handle types (top byte, TPM2_HT) kept.
+
+    Returns:
+        The handles.
+    """
     out: list[int] = []
     start = first
     while True:
@@ -31,40 +39,80 @@ def listed_handles(ectx: Any, first: int, types: frozenset[int]) -> list[int]:
 
 
 def is_listed(ectx: Any, handle: int) -> bool:
-    """Whether TPM_CAP_HANDLES lists ``handle`` (a persistent object there).
-
-    Why asked before ``Esys_TR_FromTPMPublic``: on an empty handle that call
-    fails, as expected, but libtss2 first prints three ERROR lines to stderr.
+    """Whether TPM_CAP_HANDLES lists a handle (a persistent object there). Why
+    asked before ``Esys_TR_FromTPMPublic``: on an empty handle that call
+    fails, as expected, but libtss2 first prints three ERROR lines to stderr;
     capseal leaves the TSS's logging (``TSS2_LOG``) to the application, so it
-    does not make calls it expects to fail."""
+    does not make calls it expects to fail.
+
+    Args:
+        ectx: the ESAPI context.
+        handle: the handle.
+
+    Returns:
+        True when listed.
+    """
     _more, data = ectx.get_capability(TPM2_CAP.HANDLES, handle, 1)
     return handle in [int(h) for h in data.data.handles]
 
 
 def persistent_tr(ectx: Any, handle: int, tcti: str, what: str = "object", hint: str | None = None) -> Any:
-    """The ESYS_TR of the object at persistent ``handle``; KeyNotFoundError
-    naming ``what``, the handle and the TCTI (with ``hint``) when the TPM lists
-    nothing there (see :func:`is_listed`)."""
+    """The ESYS_TR of the object at a persistent handle.
+
+    Args:
+        ectx: the ESAPI context (inside a device call).
+        handle: the persistent handle.
+        tcti: the TPM, named in errors.
+        what: names the object in errors ("attestation key", …).
+        hint: the error's hint.
+
+    Returns:
+        The ESYS_TR.
+
+    Raises:
+        KeyNotFoundError: the TPM lists nothing there (see :func:`is_listed`).
+    """
     if not is_listed(ectx, handle):
         raise KeyNotFoundError(f"no {what} at persistent handle 0x{handle:08x} on TPM {tcti}", hint=hint)
     return ectx.tr_from_tpmpublic(handle)
 
 
 def transient_handles(ectx: Any) -> list[int]:
-    """Every transient object loaded in the TPM (as this connection sees it:
-    all of them without a resource manager, its own on /dev/tpmrm0)."""
+    """Every transient object loaded in the TPM, as this connection sees it (all
+    of them without a resource manager, its own on /dev/tpmrm0).
+
+    Args:
+        ectx: the ESAPI context.
+
+    Returns:
+        Their handles.
+    """
     return listed_handles(ectx, int(TPM2_HC.TRANSIENT_FIRST), frozenset({int(TPM2_HT.TRANSIENT)}))
 
 
 def session_handles(ectx: Any) -> list[int]:
-    """Every loaded HMAC and policy session."""
+    """Every loaded HMAC and policy session.
+
+    Args:
+        ectx: the ESAPI context.
+
+    Returns:
+        Their handles.
+    """
     return listed_handles(ectx, int(TPM2_HC.LOADED_SESSION_FIRST),
                           frozenset({int(TPM2_HT.HMAC_SESSION), int(TPM2_HT.POLICY_SESSION)}))
 
 
 def flush_handles(ectx: Any, handles: list[int]) -> list[int]:
-    """Flush each handle (objects and sessions alike: ESYS reaches both through
-    tr_from_tpmpublic); return those that were flushed (others were gone)."""
+    """Flush handles (objects and sessions alike: ESYS reaches both through tr_from_tpmpublic).
+
+    Args:
+        ectx: the ESAPI context.
+        handles: the handles.
+
+    Returns:
+        Those flushed (the others were gone).
+    """
     flushed = []
     for handle in handles:
         try:

@@ -19,7 +19,7 @@ _PT_FIRMWARE_VERSION_2 = int(TPM2_PT.FIXED) + 12
 
 #: TCG vendor IDs (TPM_PT_MANUFACTURER) of companies that make TPM chips or
 #: firmware TPMs inside a CPU/SoC. A TPM reporting one of these is recorded as
-#: not a software device (design: False only when the device says so).
+#: not a software device (False only when the device says so).
 HARDWARE_MANUFACTURERS = frozenset(
     {"AMD", "ATML", "BRCM", "CSCO", "HISI", "IFX", "INTC", "NSM", "NTC", "NTZ", "QCOM", "ROCC", "SMSC",
      "SMSN", "SNS", "STM", "TXN", "WEC"}
@@ -29,12 +29,19 @@ VIRTUAL_MANUFACTURERS = frozenset({"MSFT", "GOOG"})
 
 
 def classify_software(manufacturer: str, vendor: str, tcti: str) -> tuple[bool | None, str]:
-    """``(software_device, reason)`` from what the TPM reported.
+    """Whether a TPM is software, from what it reported: ``IBM`` with vendor
+    string ``SW TPM`` is the TCG reference implementation as shipped by
+    libtpms/swtpm (and the IBM/Microsoft simulators) → True; a ``swtpm:`` or
+    ``mssim:`` TCTI only ever reaches a simulator → True; a chip or
+    firmware-TPM vendor → False; anything else → None (unknown).
 
-    * ``IBM`` + vendor string ``SW TPM``: the TCG reference implementation as
-      shipped by libtpms/swtpm (and the IBM/Microsoft simulators) → True;
-    * a ``swtpm:`` or ``mssim:`` TCTI only ever reaches a simulator → True;
-    * a chip or firmware-TPM vendor → False; anything else → None (unknown).
+    Args:
+        manufacturer: TPM_PT_MANUFACTURER as text.
+        vendor: the vendor strings.
+        tcti: the TCTI it was reached through.
+
+    Returns:
+        ``(software_device, reason)``.
     """
     kind = tcti.split(":", 1)[0].strip().lower()
     if manufacturer == "IBM" and " ".join(vendor.split()) == "SW TPM":
@@ -79,10 +86,18 @@ class TPMInfo:
 
     @property
     def spec_version(self) -> str:
+        """The specification version, e.g. ``2.0 rev 1.59``."""
         return f"{self.spec_family} rev {self.spec_revision // 100}.{self.spec_revision % 100:02d}"
 
     def supports(self, alg_id: int) -> bool:
-        """Does the TPM list ``alg_id`` (a TPM2_ALG value) in TPM_CAP_ALGS?"""
+        """Whether the TPM lists an algorithm in TPM_CAP_ALGS.
+
+        Args:
+            alg_id: a TPM2_ALG value.
+
+        Returns:
+            True when listed.
+        """
         return int(alg_id) in self.algorithms
 
     def evidence_device(self) -> dict[str, Any]:
@@ -95,7 +110,11 @@ class TPMInfo:
                 "software": self.software}
 
     def to_dict(self) -> dict[str, Any]:
-        """Custody-statement form; no floats, no secrets."""
+        """The custody statement's ``device`` member.
+
+        Returns:
+            JSON values only: no float, no secret.
+        """
         return {
             "manufacturer": self.manufacturer,
             "vendor": self.vendor,

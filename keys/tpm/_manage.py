@@ -45,11 +45,29 @@ __all__ = ["create_key", "delete_key", "list_keys"]
 def create_key(uri: str, alg: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
                **opts: Any) -> TPMSigner:
     """``capseal keys create tpm2:…``: a new key generated inside the TPM.
-
     ``tpm2:handle=0x81…`` persists it at that (empty) handle;
     ``tpm2:keyfile=/path`` writes a TSS2 PRIVATE KEY (mode 0600, never
-    overwriting) whose parent is the SRK. ``pin`` becomes the key's auth value
-    (and the key stays DA-protected)."""
+    overwriting) whose parent is the SRK. A create that does not finish (a
+    Ctrl-C meanwhile) removes what it made.
+
+    Args:
+        uri: the new key's URI.
+        alg: p256, p384, rsa-pss (or the COSE names).
+        pin: becomes the key's auth value (the key then stays DA-protected).
+        secrets_handler: not asked.
+        opts: ``tcti``; any other is refused.
+
+    Returns:
+        The new key, opened.
+
+    Raises:
+        UnknownOptionError: an option not taken here.
+        KeyURIError: the URI names no key, or the key file cannot be written.
+        HandleInUseError: the handle or key file is taken.
+        UnsupportedAlgorithmError: the TPM cannot make such a key.
+        PinIncorrectError: the auth value is not usable, or too long for the key.
+        SignerUnavailableError, DeviceError: as for other TPM commands.
+    """
     pin = as_secret(pin, "pin=")
     tcti = opts.pop("tcti", None)
     check_options("keys create for a tpm2: key", opts, ("pin", "secrets_handler", "tcti"))
@@ -194,9 +212,25 @@ def delete_key(uri: str, *, kid: str | None = None, pin: str | Secret | None = N
 
 def list_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: SecretsHandler | None = None,
               **opts: Any) -> list[dict[str, Any]]:
-    """``capseal keys list tpm2:?tcti=…``: every persistent object on the TPM
-    (role, type, kid, name, attributes); for a handle or keyfile URI, that key
-    (none when no object is at the handle, as a PKCS#11 URI's filter lists none)."""
+    """``capseal keys list tpm2:?tcti=…``: every persistent object on the TPM;
+    for a handle or keyfile URI, that key (none when no object is at the
+    handle, as a PKCS#11 URI's filter lists none).
+
+    Args:
+        uri: the TPM's (or a key's) URI.
+        pin: not needed.
+        secrets_handler: not asked.
+        opts: ``tcti``; any other is refused.
+
+    Returns:
+        One entry per object (see ``key_summary``) with its ``uri``; a key file's
+        also with ``parent`` and ``empty_auth``.
+
+    Raises:
+        UnknownOptionError: an option not taken here.
+        KeyURIError, KeyNotFoundError: the URI is malformed, or the key file cannot be read.
+        SignerUnavailableError, DeviceError: as for other TPM commands.
+    """
     tcti = opts.pop("tcti", None)
     check_options("keys list for a tpm2: TPM", opts, ("pin", "secrets_handler", "tcti"))
     ref = parse_tpm_uri(uri, tcti=tcti)

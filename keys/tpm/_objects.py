@@ -107,27 +107,44 @@ class HandleInUseError(SignerError):
     or holds an object capseal can neither read nor evict."""
 
 
-
 def srk_template() -> TPM2B_PUBLIC:
     """The TCG storage root key template (ECC P-256, AES-128-CFB, empty unique):
     the parent ``0x40000001`` means in a TSS2 PRIVATE KEY, as tpm2-tss-engine,
     tpm2-openssl and ``tpm2_pytss.tsskey`` create it. Primaries are
-    deterministic per seed and template, so any process gets the same SRK."""
+    deterministic per seed and template, so any process gets the same SRK.
+
+    Returns:
+        The template.
+    """
     return TPM2B_PUBLIC.parse(SRK_TEMPLATE, objectAttributes=_SRK_ATTRS)
 
 
 def key_attributes(public: TPM2B_PUBLIC) -> dict[str, bool]:
-    """TPMA_OBJECT bits of a public area, by their TPM specification names."""
+    """The TPMA_OBJECT bits of a public area, by their TPM specification names.
+
+    Args:
+        public: the public area.
+
+    Returns:
+        ``{"fixedTPM": True, "noDA": False, …}``.
+    """
     attrs = public.publicArea.objectAttributes
     return {name: bool(attrs & bit) for name, bit in _ATTRIBUTE_NAMES}
 
 
 def create_key_hint(tcti: str, handle: int) -> str:
     """The command that creates a signing key at an empty persistent handle.
-
     Why not ``capseal tpm provision --handle``: on a TPM that is already
     provisioned that refuses, and its ``--force`` replaces the pinned
-    attestation key too. ``keys create`` touches only the one handle."""
+    attestation key too. ``keys create`` touches only the one handle.
+
+    Args:
+        tcti: the TPM.
+        handle: the handle.
+
+    Returns:
+        The command line.
+    """
     return f"capseal keys create '{TPMKeyURI(tcti=tcti, handle=handle).to_uri()}' --alg p256"
 
 
@@ -139,13 +156,18 @@ CREATE_AUTH_BYTES = 32
 
 
 def auth_value(pin: object, where: str, limit: int = MAX_AUTH_BYTES) -> Secret | None:
-    """The auth value ``pin`` (a str or a Secret) checked for the TPM and held
-    as a :class:`Secret` (its UTF-8 bytes go to the TPM); None for no pin or "".
+    """An auth value checked for the TPM. Why here: a non-str, text that is not
+    UTF-8 (a UnicodeEncodeError's args would hold the whole value) and an
+    overlong value are each refused before tpm2-pytss sees them, naming
+    ``where`` and no part of the value.
 
-    Why checked here: ``pin.encode()`` was an AttributeError for a non-str, a
-    UnicodeEncodeError whose args hold the whole pin for text that is not
-    UTF-8, and an overlong value an IndexError from tpm2-pytss. Each is now
-    PinIncorrectError naming ``where``, with no part of the value.
+    Args:
+        pin: a str or a :class:`~capseal.keys.secret.Secret` (its UTF-8 bytes go to the TPM).
+        where: names the key in errors.
+        limit: the most bytes it may have.
+
+    Returns:
+        The value as a Secret; None for no pin or "".
 
     Raises:
         PinIncorrectError: the value is not usable text, or longer than ``limit`` bytes.
@@ -162,7 +184,14 @@ def auth_value(pin: object, where: str, limit: int = MAX_AUTH_BYTES) -> Secret |
 
 
 def eddsa_refusal(info: TPMInfo) -> UnsupportedAlgorithmError:
-    """Why this TPM cannot make capseal an Ed25519 key (always an error today)."""
+    """Why this TPM cannot make capseal an Ed25519 key (always an error today).
+
+    Args:
+        info: what the TPM reported about itself.
+
+    Returns:
+        The error, saying which part is missing.
+    """
     who = f"TPM {info.tcti} ({info.manufacturer} {info.vendor.strip()})"
     if not info.supports(TPM_ALG_EDDSA):
         return UnsupportedAlgorithmError(
@@ -226,7 +255,18 @@ class KeyShape:
 
 
 def signing_template(alg: str, *, with_auth: bool) -> TPM2B_PUBLIC:
-    """Template of an unrestricted signing key for a COSE algorithm."""
+    """The template of an unrestricted signing key (see the module docstring).
+
+    Args:
+        alg: ES256, ES384 or PS256.
+        with_auth: the key gets an auth value (and stays dictionary-attack protected).
+
+    Returns:
+        The template.
+
+    Raises:
+        UnsupportedAlgorithmError: another algorithm.
+    """
     template = _TEMPLATES.get(alg)
     if template is None:
         raise UnsupportedAlgorithmError(f"capseal cannot create a TPM key for {alg!r}; use p256, p384 or rsa-pss")
@@ -236,13 +276,32 @@ def signing_template(alg: str, *, with_auth: bool) -> TPM2B_PUBLIC:
 
 def cose_alg(alg: object) -> str:
     """The COSE name for a CLI (``p256``) or COSE (``ES256``) algorithm name.
-    Why checked: a non-str was an AttributeError from ``.lower()``."""
+
+    Args:
+        alg: the name.
+
+    Returns:
+        The COSE name (an unknown one unchanged: the caller refuses it).
+
+    Raises:
+        KeyURIError: not a str.
+    """
     if not isinstance(alg, str):
         raise KeyURIError(f"alg is a {type(alg).__name__}, not an algorithm name; use p256, p384 or rsa-pss")
     return CLI_ALGS.get(alg.lower(), alg)
 
 
 def check_alg_supported(info: TPMInfo, alg: str) -> None:
+    """Refuse an algorithm the TPM cannot make keys for.
+
+    Args:
+        info: what the TPM reported about itself.
+        alg: the COSE algorithm.
+
+    Raises:
+        UnsupportedAlgorithmError: EdDSA, an unknown algorithm, or one whose
+            algorithms the TPM does not list in TPM_CAP_ALGS.
+    """
     if alg == "EdDSA":
         raise eddsa_refusal(info)
     needs = {"ES256": (TPM2_ALG.ECC, TPM2_ALG.ECDSA, TPM2_ALG.SHA256), "ES384": (TPM2_ALG.ECC, TPM2_ALG.ECDSA, TPM2_ALG.SHA384),
@@ -257,6 +316,20 @@ def check_alg_supported(info: TPMInfo, alg: str) -> None:
 
 
 def persistent_key_tr(ectx: Any, handle: int, tcti: str, what: str) -> Any:
+    """The ESYS_TR of a key at a persistent handle.
+
+    Args:
+        ectx: the ESAPI context.
+        handle: the handle.
+        tcti: the TPM, named in errors.
+        what: names the key in errors.
+
+    Returns:
+        The ESYS_TR.
+
+    Raises:
+        KeyNotFoundError: nothing there, or gone by the time it was read.
+    """
     try:
         return persistent_tr(ectx, handle, tcti, what)
     except TSS2_Exception as exc:
@@ -266,12 +339,20 @@ def persistent_key_tr(ectx: Any, handle: int, tcti: str, what: str) -> Any:
 
 
 def keyfile_public(kf: TPMKeyFile, where: str) -> TPM2B_PUBLIC:
-    """The key file's public area, refused with KeyURIError unless it is one
-    whole TPM2B_PUBLIC whose name can be computed.
+    """A key file's public area. Why the name is computed: tpm2-pytss unmarshals
+    ``00 00`` or a made-up type without complaint, and only hashing it
+    (``get_name``) raises a ValueError or a raw TSS2_Exception.
 
-    Why the name: tpm2-pytss unmarshals ``00 00`` or a made-up type without
-    complaint, and only hashing it (``get_name``) raises — a ValueError or a
-    raw TSS2_Exception that ``keys list`` let escape as an internal error."""
+    Args:
+        kf: the key file.
+        where: names it in errors.
+
+    Returns:
+        The public area.
+
+    Raises:
+        KeyURIError: the pubkey is not one whole TPM2B_PUBLIC whose name can be computed.
+    """
     try:
         public, used = TPM2B_PUBLIC.unmarshal(kf.public)
         if used == len(kf.public):
@@ -284,6 +365,18 @@ def keyfile_public(kf: TPMKeyFile, where: str) -> TPM2B_PUBLIC:
 
 
 def read_keyfile(path: str) -> TPMKeyFile:
+    """Read a ``TSS2 PRIVATE KEY`` file, with a bound on its size.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The key file.
+
+    Raises:
+        KeyNotFoundError: no such file, it cannot be read, or it is too large.
+        KeyURIError: a path no file can have (a NUL byte), or see :meth:`TPMKeyFile.from_pem`.
+    """
     p = Path(path)
     try:
         data, _ = read_capped(p, MAX_KEY_FILE)
@@ -299,6 +392,16 @@ def read_keyfile(path: str) -> TPMKeyFile:
 
 
 def write_keyfile(path: str, kf: TPMKeyFile) -> None:
+    """Write a new key file (mode 0600, never over an existing one).
+
+    Args:
+        path: the new file.
+        kf: the key file.
+
+    Raises:
+        FileExistsError: something is at ``path``.
+        OSError: it cannot be written.
+    """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(kf.to_pem())
@@ -314,8 +417,19 @@ def ak_template() -> TPM2B_PUBLIC:
 
 
 def read_persistent(ectx: Any, handle: int) -> TPM2B_PUBLIC | None:
-    """The public area at a persistent handle, or None when the handle is empty
-    (the TPM lists nothing there: asked first, see ``is_listed``)."""
+    """The public area at a persistent handle (the TPM is asked first whether it
+    lists anything there, see ``is_listed``).
+
+    Args:
+        ectx: the ESAPI context.
+        handle: the handle.
+
+    Returns:
+        The public area, or None when the handle is empty.
+
+    Raises:
+        TSS2_Exception: the TPM refused otherwise (the device maps it).
+    """
     if not is_listed(ectx, handle):
         return None
     try:
@@ -332,10 +446,21 @@ def read_persistent(ectx: Any, handle: int) -> TPM2B_PUBLIC | None:
 
 
 def occupant(ectx: Any, handle: int, tcti: str) -> TPM2B_PUBLIC | None:
-    """:func:`read_persistent`, refusing a handle that is taken by an object
-    that cannot be read. Why: it used to read as empty, so provisioning
-    persisted the signing key and then failed at the AK's handle
-    (TPM_RC_NV_DEFINED), leaving half a job done."""
+    """:func:`read_persistent`, refusing a handle that is taken by an object that
+    cannot be read: read as empty, provisioning would persist the signing key
+    and then fail at the AK's handle (TPM_RC_NV_DEFINED), leaving half a job done.
+
+    Args:
+        ectx: the ESAPI context.
+        handle: the handle.
+        tcti: the TPM, named in errors.
+
+    Returns:
+        The public area, or None when the handle is empty.
+
+    Raises:
+        HandleInUseError: an object is listed there that cannot be read.
+    """
     public = read_persistent(ectx, handle)
     if public is None and is_listed(ectx, handle):
         raise HandleInUseError(
@@ -349,8 +474,13 @@ def occupant(ectx: Any, handle: int, tcti: str) -> TPM2B_PUBLIC | None:
 
 
 def flush_all(ectx: Any, objects: list[Any]) -> None:
-    """Flush transient objects on every path; a flush that fails (the
-    connection broke) must not hide the error that got us here."""
+    """Flush transient objects on every path; a flush that fails (the connection
+    broke) must not hide the error that got us here.
+
+    Args:
+        ectx: the ESAPI context.
+        objects: their ESYS_TRs.
+    """
     for tr in objects:
         try:
             ectx.flush_context(tr)
@@ -359,6 +489,20 @@ def flush_all(ectx: Any, objects: list[Any]) -> None:
 
 
 def create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: Secret | None = None) -> tuple[Any, Any]:
+    """Create a key under the SRK.
+
+    Args:
+        ectx: the ESAPI context.
+        srk: the SRK's ESYS_TR.
+        template: the key's template.
+        auth: its auth value (None: empty).
+
+    Returns:
+        The new key's private and public blobs.
+
+    Raises:
+        TSS2_Exception: the TPM refused (the device maps it).
+    """
     sensitive = TPM2B_SENSITIVE_CREATE()
     if auth is not None:
         sensitive.sensitive.userAuth = auth.encoded()
@@ -367,6 +511,18 @@ def create_under_srk(ectx: Any, srk: Any, template: TPM2B_PUBLIC, auth: Secret |
 
 
 def persist(ectx: Any, srk: Any, private: Any, public: Any, handle: int) -> None:
+    """Load a new key and persist it at a handle.
+
+    Args:
+        ectx: the ESAPI context.
+        srk: the SRK's ESYS_TR.
+        private: the key's private blob.
+        public: its public blob.
+        handle: the persistent handle.
+
+    Raises:
+        TSS2_Exception: the TPM refused (the device maps it).
+    """
     key = ectx.load(srk, private, public)
     try:
         close_tr(ectx, ectx.evict_control(ESYS_TR.OWNER, key, handle))  # the new persistent object's ESYS_TR
@@ -375,16 +531,30 @@ def persist(ectx: Any, srk: Any, private: Any, public: Any, handle: int) -> None
 
 
 def evict(ectx: Any, handle: int) -> None:
-    """Evict the persistent object at ``handle``, and let go of its ESYS_TR:
-    ESYS keeps the evicted object's entry otherwise, and a key persisted at
-    the handle later is then looked up under that stale name (evicting it
-    failed with ESYS's catch-all 0x70001)."""
+    """Evict the persistent object at a handle, and let go of its ESYS_TR: ESYS
+    keeps the evicted object's entry otherwise, and a key persisted at the
+    handle later is then looked up under that stale name (ESYS answers its
+    catch-all error when it is evicted in turn).
+
+    Args:
+        ectx: the ESAPI context.
+        handle: the handle.
+
+    Raises:
+        TSS2_Exception: the TPM refused (the device maps it).
+    """
     tr = ectx.tr_from_tpmpublic(handle)
     ectx.evict_control(ESYS_TR.OWNER, tr, handle)
     close_tr(ectx, tr)
 
 
 def close_tr(ectx: Any, tr: Any) -> None:
+    """Let go of an ESYS_TR (nothing for None or ESYS_TR.NONE); a failure is ignored.
+
+    Args:
+        ectx: the ESAPI context.
+        tr: the ESYS_TR.
+    """
     if tr is None or int(tr) == int(ESYS_TR.NONE):
         return
     try:
@@ -394,6 +564,17 @@ def close_tr(ectx: Any, tr: Any) -> None:
 
 
 def key_summary(public: TPM2B_PUBLIC, handle: int | None = None) -> dict[str, Any]:
+    """What ``keys list`` and ``provision`` say of an object.
+
+    Args:
+        public: its public area.
+        handle: its persistent handle, if it has one.
+
+    Returns:
+        ``handle``, ``name``, ``public_key_pem`` and ``kid`` (keys with an SPKI),
+        ``type``, ``role`` (signing-key, attestation-key, storage-key, other)
+        and ``attributes``.
+    """
     out: dict[str, Any] = {}
     if handle is not None:
         out["handle"] = format_handle(handle)

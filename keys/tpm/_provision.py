@@ -71,9 +71,29 @@ def _persistent_room(ectx: Any) -> int | None:
 def provision(tcti: str | None, *, signing_handle: int = 0x81000101, ak_handle: int = 0x81000102,
               alg: str = "p256", force: bool = False) -> dict[str, Any]:
     """Create the SRK (transient), a persistent signing key and a persistent
-    restricted P-256 attestation key; return handles, URIs, public keys and
-    names, plus the signing key's custody statement with a verified
-    TPM2_Certify by the AK. Refuses occupied handles unless ``force``."""
+    restricted P-256 attestation key, checking all that can be checked first
+    (see the module docstring).
+
+    Args:
+        tcti: the TPM (None: ``device:/dev/tpmrm0``).
+        signing_handle: the signing key's persistent handle.
+        ak_handle: the attestation key's persistent handle.
+        alg: the signing key's algorithm: p256, p384 or rsa-pss.
+        force: replace keys already at the handles.
+
+    Returns:
+        ``tcti``, ``device``, ``software_device``, ``srk``, ``signing_key`` and
+        ``attestation_key`` (handles, URIs, public keys and names), ``replaced``,
+        and the signing key's ``custody`` with a verified TPM2_Certify by the AK.
+
+    Raises:
+        KeyURIError, InputError: bad handles (not persistent, the same twice) or options.
+        HandleInUseError: a handle is taken (without ``force``), or holds an object that cannot be read.
+        UnsupportedAlgorithmError: the TPM cannot make such keys.
+        DeviceError: no NV room for the new objects; nothing was changed.
+        ProvisionIncompleteError: a failure after the TPM was changed, naming what each handle holds now.
+        SignerUnavailableError: the TPM is unreachable.
+    """
     tcti = DEFAULT_TCTI if tcti is None else check_tcti(tcti, "--tcti")
     cose_name = cose_alg(alg)
     handle_argument(signing_handle, "signing_handle")

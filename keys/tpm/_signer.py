@@ -248,19 +248,30 @@ class TPMSigner(Signer):
 
     @property
     def alg(self) -> str:
+        """The COSE algorithm of the key (from its public area)."""
         return self._shape.alg
 
     @property
     def public_key(self) -> Any:
+        """The key's public key, from its public area."""
         return self._shape.public_key
 
     @property
     def uri(self) -> str:
+        """The key's ``tpm2:`` URI in canonical form (never an auth value)."""
         return self._ref.to_uri()
 
     @property
     def device(self) -> TPMDevice:
+        """The TPM device (worker thread) this signer queues on."""
         return self._device
+
+    @property
+    def direct_path(self) -> DirectSign | None:
+        """The direct ``Esys_Sign`` this signer takes (diagnostics and tests);
+        None when it calls ``ESAPI.sign`` (tpm2-pytss without what it needs, or
+        ``CAPSEAL_NO_DIRECT``)."""
+        return self._fast
 
     @property
     def public_area(self) -> TPM2B_PUBLIC:
@@ -280,9 +291,22 @@ class TPMSigner(Signer):
         (each capseal process flushes what it did not load when it connects),
         and TPM2_Sign would then sign with that key. On a mismatch the key is
         reloaded with its name check (:meth:`forget_cached_key`) and signed
-        once more; SignatureFailedError if it still does not verify. The
-        producer queues with :meth:`begin_sign` and checks every signature
-        itself (about 0.1 ms for P-256), so it pays the check once."""
+        once more. The producer queues with :meth:`begin_sign` and checks every
+        signature itself, so it pays the check once.
+
+        Args:
+            data: the message (hashed here; the TPM signs the digest).
+
+        Returns:
+            The signature (ECDSA as raw r‖s, RSA-PSS padded to the key size).
+
+        Raises:
+            SignatureFailedError: the signature still does not verify after the reload.
+            PinIncorrectError: the TPM refused the key's auth value.
+            KeyNotFoundError: the key is gone, or another key is where it was.
+            SignerUnavailableError: the signer was closed, or the TPM is unreachable or took longer than ``timeout``.
+            DeviceError: the TPM refused otherwise.
+        """
         from capseal.cose import signature_ok
 
         for attempt in (0, 1):
@@ -296,9 +320,19 @@ class TPMSigner(Signer):
 
     def begin_sign(self, data: bytes) -> PendingSignature:
         """Queue the signature on the device's worker and return at once;
-        ``result()`` waits for it (``sign`` is just that). The timeout bounds
-        the TPM's time per command, never the wait in the queue (see
-        :meth:`TPMDevice.wait`)."""
+        ``result()`` waits for it. The timeout bounds the TPM's time per command,
+        never the wait in the queue (see :meth:`TPMDevice.wait`).
+
+        Args:
+            data: the message.
+
+        Returns:
+            The pending signature (not checked against the public key: the caller
+            checks it, or calls :meth:`sign`).
+
+        Raises:
+            SignerUnavailableError: the signer was closed.
+        """
         if self._closed:
             raise SignerUnavailableError(f"{self.describe_short()} was closed")
         digest = self._digest(data).digest()
@@ -372,9 +406,18 @@ class TPMSigner(Signer):
                           timeout=self._timeout, retry=False)
 
     def describe(self) -> dict[str, Any]:
-        """Custody statement from what the TPM reports now: device properties,
+        """The custody statement from what the TPM reports now: device properties,
         the key's public area (attributes, name) and, with an AK, a verified
-        TPM2_Certify of the key by the AK."""
+        TPM2_Certify of the key by the AK (or why none was taken).
+
+        Returns:
+            The statement; ``software_device`` as the TPM's own strings say.
+
+        Raises:
+            SignerUnavailableError: the signer was closed, or the TPM is unreachable.
+            KeyNotFoundError: the key or the AK is gone.
+            DeviceError: the TPM refused, or the TPM2_Certify did not verify.
+        """
         if self._closed:
             raise SignerUnavailableError(f"{self.describe_short()} was closed")
         return self._device.call(self._describe_on_worker, what=f"describing {self._ref.describe_key()}",

@@ -1,6 +1,6 @@
 """``tpm2:`` key URIs and ``TSS2 PRIVATE KEY`` files. Pure Python, no TPM needed.
 
-URI grammar (design §5), attributes as in RFC 7512 (``;`` in the path, ``&`` in
+URI grammar, attributes as in RFC 7512 (``;`` in the path, ``&`` in
 the query, values percent-encoded where they contain those characters)::
 
     tpm2:handle=0x81000101?tcti=swtpm:host=127.0.0.1,port=2321&ak-handle=0x81000102
@@ -78,12 +78,22 @@ TCTI_NAMES = ("device", "swtpm", "mssim", "tabrmd")
 
 def parse_handle(text: str, what: str = "handle") -> int:
     """A TPM handle written as ``0x`` (or ``0X``) and 1–8 hex digits, or in
-    decimal without a leading zero.
+    decimal without a leading zero. Why this strict: ``int(text, 0)`` would
+    also take ``0x8100_0101``, ``+0x…``, octal, binary, surrounding spaces and
+    non-ASCII digits, so two spellings that look different could name the same
+    key (or a typo could name another one); tpm2-tools read ``0123`` as octal,
+    Python as decimal.
 
-    Why this strict: ``int(text, 0)`` would also take ``0x8100_0101``,
-    ``+0x…``, octal, binary, surrounding spaces and non-ASCII digits, so two
-    spellings that look different could name the same key (or a typo could
-    name another one); tpm2-tools read ``0123`` as octal, Python as decimal."""
+    Args:
+        text: the handle as written.
+        what: names it in errors (``handle``, ``--ak-handle``, …).
+
+    Returns:
+        The handle.
+
+    Raises:
+        KeyURIError: any other spelling, or more than 32 bits.
+    """
     if not isinstance(text, str) or not (_HEX_HANDLE.fullmatch(text) or _DEC_HANDLE.fullmatch(text)):
         leading_zero = isinstance(text, str) and text[:1] == "0" and text[1:].isdigit() and text.isascii()
         raise KeyURIError(f"{what} {text!r} is not a TPM handle: write 0x and 1-8 hex digits (0x81000101) "
@@ -97,10 +107,18 @@ def parse_handle(text: str, what: str = "handle") -> int:
 
 def handle_argument(value: object, what: str) -> int:
     """A handle given to the Python API, which takes an int (``0x81000101``).
+    Text is parsed with :func:`parse_handle`, never guessed at.
 
-    Why checked: a str there was a raw TypeError from the range check (``'<='
-    not supported``), a float a ValueError from formatting it, and True read
-    as handle 1. Text is parsed with :func:`parse_handle`, never guessed at."""
+    Args:
+        value: the argument.
+        what: names it in errors.
+
+    Returns:
+        The handle.
+
+    Raises:
+        KeyURIError: not an int (a bool is not one).
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         raise KeyURIError(f"{what} is a {type(value).__name__}, not an int TPM handle (e.g. 0x81000101)")
     return value
@@ -108,7 +126,18 @@ def handle_argument(value: object, what: str) -> int:
 
 def parse_persistent_handle(text: str, what: str) -> int:
     """:func:`parse_handle`, refusing anything outside the persistent range,
-    with :func:`hex_hint` (``--handle 81000101`` means 0x81000101)."""
+    with :func:`hex_hint` (``--handle 81000101`` means 0x81000101).
+
+    Args:
+        text: the handle as written.
+        what: names it in errors.
+
+    Returns:
+        The handle.
+
+    Raises:
+        KeyURIError: not a handle, or not a persistent one.
+    """
     value = parse_handle(text, what)
     if not is_persistent_handle(value):
         raise KeyURIError(f"{what} {format_handle(value)} is not a persistent handle (0x81000000–0x817fffff)"
@@ -118,8 +147,16 @@ def parse_persistent_handle(text: str, what: str) -> int:
 
 def hex_hint(text: str, value: int | None = None) -> str:
     """For a handle of eight hex digits written without ``0x`` (``81000101``,
-    read as decimal, or ``8100010a``, not a number at all): name the handle
-    it most likely meant. Empty otherwise."""
+    read as decimal, or ``8100010a``, not a number at all): the handle it
+    most likely meant.
+
+    Args:
+        text: the handle as written.
+        value: what it was read as, if it was read.
+
+    Returns:
+        `` (… did you mean 0x81000101?)``; empty otherwise.
+    """
     if not isinstance(text, str) or len(text) != 8 or not _HEX_DIGITS.fullmatch(text):
         return ""
     read = f"{text} is decimal, 0x{value:08x}; " if value is not None else ""
@@ -127,16 +164,25 @@ def hex_hint(text: str, value: int | None = None) -> str:
 
 
 def check_tcti(tcti: str, where: str = "tcti") -> str:
-    """``tcti`` with surrounding spaces removed; refuses an empty one, a TCTI
-    other than :data:`TCTI_NAMES`, and simulator options the TSS would refuse.
+    """Check a TCTI before the TSS sees it. Why: an empty ``tcti=`` (or
+    ``--tcti ""``) must not fall back to ``device:/dev/tpmrm0``, silently
+    selecting a TPM nobody named. The part before ``:`` is a library the TSS
+    loads: a path there is ``dlopen()``ed as it stands, and ``cmd:`` runs its
+    configuration as a shell command, so a key URI could run any code; only
+    the TCTIs capseal documents are opened. A bad ``swtpm:``/``mssim:``
+    option is named here, not left to the TSS's "a parameter has a bad value".
 
-    Why: an empty ``tcti=`` (or ``--tcti ""``) used to fall back to
-    ``device:/dev/tpmrm0``, silently selecting a TPM nobody named. The part
-    before ``:`` is a library the TSS loads: a path there is ``dlopen()``ed as
-    it stands, and ``cmd:`` runs its configuration as a shell command, so a
-    key URI could run any code; only the TCTIs capseal documents are opened.
-    A bad ``swtpm:``/``mssim:`` option used to come back from the TSS as "not
-    reachable … A parameter has a bad value", naming nothing."""
+    Args:
+        tcti: the TCTI.
+        where: names it in errors (``tcti=``, ``--tcti``, …).
+
+    Returns:
+        The TCTI with surrounding spaces removed.
+
+    Raises:
+        KeyURIError: not a str, empty, a control character, a TCTI other than
+            :data:`TCTI_NAMES`, or simulator options the TSS would refuse.
+    """
     if not isinstance(tcti, str):
         raise KeyURIError(f"{where} is a {type(tcti).__name__}, not a TCTI string")
     text = tcti.strip()
@@ -177,11 +223,26 @@ def _check_socket_conf(text: str, conf: str) -> None:
 
 
 def format_handle(handle: int) -> str:
+    """A handle as capseal prints it.
+
+    Args:
+        handle: the handle.
+
+    Returns:
+        ``0x`` and eight lower-case hex digits.
+    """
     return f"0x{handle:08x}"
 
 
 def is_persistent_handle(handle: int) -> bool:
-    """Owner-hierarchy persistent range 0x81000000–0x817FFFFF (TCG handle registry)."""
+    """Whether a handle is in the owner hierarchy's persistent range (TCG handle registry).
+
+    Args:
+        handle: the handle.
+
+    Returns:
+        True for 0x81000000–0x817FFFFF.
+    """
     return 0x81000000 <= handle <= 0x817FFFFF
 
 
@@ -196,10 +257,15 @@ class TPMKeyURI:
 
     @property
     def names_key(self) -> bool:
+        """Whether the URI names a key (a handle or a key file), not only a TPM."""
         return self.handle is not None or self.keyfile is not None
 
     def describe_key(self) -> str:
-        """Human name of the key for error messages (never a secret)."""
+        """How the key is named in messages (never a secret).
+
+        Returns:
+            ``TPM key 0x81000101 on swtpm:…``, ``TPM key file /path on …`` or ``TPM …``.
+        """
         if self.handle is not None:
             return f"TPM key {format_handle(self.handle)} on {self.tcti}"
         if self.keyfile is not None:
@@ -207,7 +273,11 @@ class TPMKeyURI:
         return f"TPM {self.tcti}"
 
     def to_uri(self) -> str:
-        """Canonical form: explicit TCTI, lower-case hex handles."""
+        """The URI in canonical form: explicit TCTI, lower-case hex handles.
+
+        Returns:
+            The URI text.
+        """
         if self.handle is not None:
             path = f"handle={format_handle(self.handle)}"
         elif self.keyfile is not None:
@@ -253,17 +323,40 @@ def _split_uri(uri: str) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def explicit_tcti(uri: str) -> str | None:
-    """The TCTI a ``tpm2:`` URI names in its ``tcti=`` attribute (checked as
-    :func:`parse_tpm_uri` checks it), or None when it names none."""
+    """The TCTI a ``tpm2:`` URI names in its ``tcti=`` attribute, checked as
+    :func:`parse_tpm_uri` checks it.
+
+    Args:
+        uri: the URI.
+
+    Returns:
+        The TCTI, or None when the URI names none.
+
+    Raises:
+        KeyURIError: a malformed URI or TCTI.
+    """
     _attrs, params = _split_uri(uri)
     return check_tcti(params["tcti"], "tcti=") if "tcti" in params else None
 
 
 def parse_tpm_uri(uri: str, *, tcti: str | None = None, ak_handle: int | None = None) -> TPMKeyURI:
-    """Parse a ``tpm2:`` URI; ``tcti``/``ak_handle`` override the query's values.
+    """Parse a ``tpm2:`` URI, refusing anything unknown or ambiguous (a typo
+    must not silently select another key or TPM). A relative key file path is
+    made absolute against the working directory.
 
-    Raises KeyURIError for anything unknown or ambiguous (a typo must not
-    silently select another key or TPM)."""
+    Args:
+        uri: the URI.
+        tcti: overrides the URI's ``tcti=``.
+        ak_handle: overrides the URI's ``ak-handle=``.
+
+    Returns:
+        The parsed URI (the default TCTI ``device:/dev/tpmrm0`` when none is named).
+
+    Raises:
+        KeyURIError: unknown or repeated attributes, an auth value in the URI,
+            both handle= and keyfile=, a handle that is not persistent, an empty
+            or NUL-holding key file path, a bad TCTI, or an ak-handle equal to the key's.
+    """
     attrs, params = _split_uri(uri)
     if "handle" in attrs and "keyfile" in attrs:
         raise KeyURIError("a tpm2: URI names either handle= or keyfile=, not both")
@@ -379,6 +472,11 @@ class TPMKeyFile:
         return f"TPMKeyFile(parent=0x{self.parent:08x}, empty_auth={self.empty_auth}, {len(self.private)}-byte private blob)"
 
     def to_der(self) -> bytes:
+        """The key file's ASN.1 ``TPMKey``.
+
+        Returns:
+            The DER bytes.
+        """
         body = _der_oid(_LOADABLE_OID)
         body += _tlv(0xA0, _tlv(0x01, b"\xff" if self.empty_auth else b"\x00"))
         if self.description is not None:
@@ -387,12 +485,29 @@ class TPMKeyFile:
         return _tlv(0x30, body)
 
     def to_pem(self) -> bytes:
+        """The key file as written to disk.
+
+        Returns:
+            The ``TSS2 PRIVATE KEY`` PEM bytes.
+        """
         b64 = base64.b64encode(self.to_der()).decode("ascii")
         lines = [b64[i:i + 64] for i in range(0, len(b64), 64)]
         return ("-----BEGIN TSS2 PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END TSS2 PRIVATE KEY-----\n").encode()
 
     @classmethod
     def from_der(cls, data: bytes, where: str = "key file") -> TPMKeyFile:
+        """Read an ASN.1 ``TPMKey``; only loadable keys without policies are accepted.
+
+        Args:
+            data: the DER bytes.
+            where: names the file in errors.
+
+        Returns:
+            The key file.
+
+        Raises:
+            KeyURIError: not a TPMKey, another key type, a policy or secret, or a malformed structure.
+        """
         try:
             tag, seq, end = _read_tlv(data, 0)
             if tag != 0x30 or end != len(data):
@@ -444,6 +559,18 @@ class TPMKeyFile:
 
     @classmethod
     def from_pem(cls, data: bytes, where: str = "key file") -> TPMKeyFile:
+        """Read a ``TSS2 PRIVATE KEY`` PEM.
+
+        Args:
+            data: the file's bytes.
+            where: names the file in errors.
+
+        Returns:
+            The key file.
+
+        Raises:
+            KeyURIError: no such PEM block, a block that is not base64, or see :meth:`from_der`.
+        """
         text = data.decode("ascii", "replace")
         m = re.search(r"-----BEGIN TSS2 PRIVATE KEY-----(.*?)-----END TSS2 PRIVATE KEY-----", text, re.S)
         if m is None:

@@ -36,6 +36,8 @@ from capseal.keys import (
     open_signer,
     write_pkcs8,
 )
+from capseal.keys.direct import NO_DIRECT_ENV, direct_calls_allowed
+from capseal.keys.pkcs11 import PKCS11Signer
 from capseal.keys.provision import create_key
 
 MESSAGE = b"the contract's message \x00\xff"
@@ -223,3 +225,41 @@ def test_a_pin_in_the_uri_is_not_shown_either(softhsm: Any, keys: dict[str, Made
         shown = [repr(signer), str(signer), signer.describe_short(), signer.uri, json.dumps(signer.describe())]
         assert signer.sign(MESSAGE).alg == "EdDSA"
     assert not any(softhsm.pin in text for text in shown), shown
+
+
+@pytest.mark.parametrize("switch", ["1", ""], ids=["CAPSEAL_NO_DIRECT=1", "unset"])
+def test_the_switch_decides_the_path_and_the_signatures_are_the_same(made: Made, switch: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """CAPSEAL_NO_DIRECT=1 leaves every backend on its library's plain path
+    (python-pkcs11's key.sign, tpm2-pytss's ESAPI.sign): no direct path at
+    all; unset, the hardware backends take theirs (Ed25519 and ECDSA keys).
+    Either way the signatures verify, with the same kid and alg."""
+    monkeypatch.setenv(NO_DIRECT_ENV, switch)
+    assert direct_calls_allowed() is (switch == "")
+    with open_signer(made.uri, pin=made.pin) as opened:
+        result = opened.sign(MESSAGE)
+        direct = getattr(opened, "direct_path", None)
+        assert _verifies(opened.public_key, result.alg, result.signature, MESSAGE)
+        assert (result.kid, result.alg) == (opened.kid, made.alg)
+    if made.backend in ("pkcs11", "tpm2"):
+        assert (direct is not None) is (switch == "")
+        if switch == "" and isinstance(opened, PKCS11Signer):
+            assert direct is not None and direct.signatures > 0  # the signature above went the direct way
+    else:
+        assert direct is None  # software keys have no other path
+
+
+@pytest.mark.softhsm
+def test_a_signing_process_under_the_switch_signs_in_its_child_on_the_plain_path(
+        softhsm: Any, keys: dict[str, Made], request: pytest.FixtureRequest,
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child reads the switch from the environment it inherits: it signs
+    with key.sign, and every signature still comes from it, none from here."""
+    made = _make("softhsm-p256", keys, request, tmp_path_factory)
+    monkeypatch.setenv(NO_DIRECT_ENV, "1")
+    with open_signer(made.uri, pin=made.pin, signing_process=True) as opened:
+        assert isinstance(opened, PKCS11Signer) and opened.direct_path is None
+        results = [opened.begin_sign(MESSAGE + bytes([i])) for i in range(20)]
+        signed = [pending.result() for pending in results]
+        assert all(_verifies(opened.public_key, r.alg, r.signature, MESSAGE + bytes([i])) for i, r in enumerate(signed))
+        assert opened.signatures_in_process == 0

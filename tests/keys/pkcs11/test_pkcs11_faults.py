@@ -162,11 +162,13 @@ def test_sessions_closed_underneath_reconnect(fault_token: dict[str, Any], tmp_p
     assert "reconnecting" in logs.text and PIN not in logs.text
 
 
-def test_direct_c_sign_hands_every_failure_to_python_pkcs11(fault_token: dict[str, Any], tmp_path: Path) -> None:
+def test_direct_c_sign_hands_every_failure_to_python_pkcs11(fault_token: dict[str, Any], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The direct C_Sign path (Ed25519 and ECDSA keys) answers None for any
     return value but CKR_OK, on a dead session as on a wrong key handle, and
     leaves no signing operation active: the same signature then goes through
     python-pkcs11, which raises its typed error and the signer reconnects."""
+    monkeypatch.delenv("CAPSEAL_NO_DIRECT", raising=False)  # the direct path is what is tested
     with open_signer(fault_token["uri"], pin=PIN) as signer:
         assert isinstance(signer, PKCS11Signer)
         fast = signer.direct_path
@@ -203,9 +205,10 @@ class _InterruptedCSign:
         raise KeyboardInterrupt
 
 
-def test_no_signing_operation_is_left_active(fault_token: dict[str, Any]) -> None:
+def test_no_signing_operation_is_left_active(fault_token: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """Neither an interrupt between C_SignInit and C_Sign nor an operation
     someone else left active on the shared session stops later signatures."""
+    monkeypatch.delenv("CAPSEAL_NO_DIRECT", raising=False)  # the direct path is what is tested
     message = b"operation state"
     with open_signer(fault_token["uri"], pin=PIN) as signer:
         assert isinstance(signer, PKCS11Signer)
@@ -235,10 +238,12 @@ class _PSSParams(ctypes.Structure):
     _fields_ = [("hashAlg", ctypes.c_ulong), ("mgf", ctypes.c_ulong), ("sLen", ctypes.c_ulong)]
 
 
-def test_a_multi_part_operation_left_on_the_shared_session(fault_token: dict[str, Any]) -> None:
+def test_a_multi_part_operation_left_on_the_shared_session(fault_token: dict[str, Any],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Another key of the same token (so the same logged-in session) has a
     multi-part RSA-PSS signature left half done (C_SignInit + C_SignUpdate,
     never finished): the Ed25519 signer ends it and signs, without a reconnect."""
+    monkeypatch.delenv("CAPSEAL_NO_DIRECT", raising=False)  # the direct path is what is tested
     from capseal.keys.pkcs11._direct import (  # the module's table, to leave an operation active
         _FunctionList,
         _Mechanism,

@@ -66,6 +66,7 @@ def test_a_token_behind_a_proxy_module_never_keeps_the_gil(softhsm: Any, tmp_pat
     log = tmp_path / "spy.log"
     env = {**os.environ, "PKCS11SPY": softhsm.module, "PKCS11SPY_OUTPUT": str(log),
            "SOFTHSM2_CONF": softhsm.conf, "CAPSEAL_TEST_PIN": softhsm.pin}
+    env.pop("CAPSEAL_NO_DIRECT", None)  # the direct path's GIL choice behind a proxy is what is tested
     uri = f"pkcs11:token={softhsm.label};object={label}?module-path={spy}"
     proc = subprocess.run([sys.executable, "-c", _CHILD, uri, str(tmp_path / "l.db")], env=env,
                           capture_output=True, text=True, timeout=120)

@@ -46,10 +46,8 @@ def _key(softhsm: Any, alg: str, *, rsa_bits: int = 2048) -> str:
 
 
 def _parent_signed(signer: PKCS11Signer) -> bool:
-    """Has this process made a signature with the direct path?"""
-    fast = signer.direct_path
-    assert fast is not None
-    return fast.signatures > 0
+    """Has this process asked the token for a signature itself (on either path)?"""
+    return signer.signatures_in_process > 0
 
 
 def _alive(pid: int) -> bool:
