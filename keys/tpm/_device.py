@@ -331,6 +331,21 @@ class TPMDevice:
         return [h for h in transient_handles(self._ectx) if h not in _owned_in_process(self.tcti)]
 
     @property
+    def busy(self) -> bool:
+        """Whether the worker is running a command now (diagnostics and tests)."""
+        return self._busy_since is not None
+
+    @property
+    def waiting(self) -> int:
+        """How many jobs wait in the queue behind the one running (diagnostics and tests)."""
+        return self._jobs.qsize()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the device holds an ESAPI context now (it connects on its first call)."""
+        return self._ectx is not None
+
+    @property
     def generation(self) -> int:
         """Incremented on every (re)connect; lets callers notice a reconnect."""
         return self._generation

@@ -307,7 +307,7 @@ def test_close_without_drain_leaves_the_queue_null_never_half_written(producer: 
     producer.flush()  # these are queued behind the quote in flight
     closer = threading.Thread(target=worker.close, kwargs={"drain": False})
     closer.start()
-    while closer.is_alive() and not worker._discard:  # close(drain=False) has flagged the queue
+    while closer.is_alive() and not worker._discard:  # close(drain=False) has flagged the queue (its own flag)
         closer.join(0.01)
     gate.release.set()
     closer.join(30)

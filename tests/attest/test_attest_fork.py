@@ -70,6 +70,7 @@ def test_inherited_worker_refuses_every_call_in_the_child_and_the_parent_quotes_
     worker = attach(producer, quoter, max_records=1000, max_delay=60)
     ids = [producer.seal(spec(i)).capsule_id for i in range(5)]
     boundary = producer.epoch_record.capsule_id
+    # the worker's queue itself: empty once its thread took the ids (no public view of the queue)
     _wait_until(lambda: not worker._buf and worker.stats.solo_quoted == 1, "took the ids into its batch")
     record = producer.ledger.get(ids[0])
     ak_uri = quoter.ak.ref.uri()
@@ -87,7 +88,7 @@ def test_inherited_worker_refuses_every_call_in_the_child_and_the_parent_quotes_
         seen["close_no_drain"] = attempt(lambda: worker.close(drain=False, timeout=None))
         seen["flush_after_close"] = attempt(worker.flush)
         seen["observe_after_close"] = attempt(lambda: worker.observe_id(PLANTED, 100, False))
-        seen["queued"] = len(worker._buf)
+        seen["queued"] = len(worker._buf)  # the inherited copy's own queue: nothing was put there
         seen["pid"] = os.getpid()
         return seen
 

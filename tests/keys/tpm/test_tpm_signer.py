@@ -479,6 +479,7 @@ def test_a_closed_key_file_signer_loads_nothing_again(tpm: dict[str, Any]) -> No
     signer.close()
     with pytest.raises(SignerUnavailableError, match="closed"):
         signer.describe()
+    # the signer's own job, queued behind its release: no public call can queue it after close()
     late = device.submit(lambda ectx: signer._sign_on_worker(ectx, digest), what="a signature queued as close() ran")
     with pytest.raises(SignerUnavailableError, match="closed"):
         device.wait(late)
