@@ -16,6 +16,19 @@ ledger keeps the earlier null state in the record's evidence history.
 
 Verification (:func:`verify_evidence`, :func:`evidence_status`) needs neither
 tpm2-pytss nor a TPM: only ``cryptography``.
+
+Public modules (the TPM side loads on first use: it needs tpm2-pytss):
+
+* :mod:`capseal.attest.evidence` — the slot's shape: PCR selections, quotes, AK identities;
+* :mod:`capseal.attest.verify` — verifying a slot (never raises);
+* :mod:`capseal.attest.trust` — which AKs a verifier trusts;
+* :mod:`capseal.attest.tpmwire` — the TPM wire structures a verifier reads, in pure Python;
+* :mod:`capseal.attest.tpm` — the attestation key on a TPM, and quotes taken with it;
+* :mod:`capseal.attest.quoter` — verified quotes, one record's slot filled;
+* :mod:`capseal.attest.batch` — one quote per batch of records, off the seal path;
+* :mod:`capseal.attest.writer` — a quoted batch written to the ledger, verified first;
+* :mod:`capseal.attest.platform` — evidence wired into a producer (:func:`attach`);
+* :mod:`capseal.attest.merkle` — the name :mod:`capseal.merkle` had here before.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The platform record per epoch, and wiring evidence into a Producer (item 6).
+"""The platform record per epoch, and wiring evidence into a Producer.
 
 Each epoch opens with an epoch-boundary capsule (``fyi``, ``verdict_class:
 epoch_boundary``) that describes the signing key as observed. Its slot gets a
