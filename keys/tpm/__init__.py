@@ -4,6 +4,13 @@
 >>> from capseal.keys import open_signer
 >>> signer = open_signer("tpm2:handle=0x81000101?tcti=swtpm:host=127.0.0.1,port=2321")  # doctest: +SKIP
 
+The device interface (``capseal.attest`` uses it for TPM2_Quote)::
+
+    dev = get_device("swtpm:host=127.0.0.1,port=2321")   # process-wide, one per TCTI
+    info = dev.info()                                     # TPMInfo: manufacturer, vendor, firmware, software
+    name = dev.call(lambda ectx: ectx.read_public(ectx.tr_from_tpmpublic(0x81000102))[1])
+    # inside a call: dev.memo(key, factory, flush=...) keeps a handle for this connection only
+
 The URI and key-file names (:func:`parse_tpm_uri`, :class:`TPMKeyURI`,
 :class:`TPMKeyFile`, …) are pure Python and load with this package; the rest
 needs tpm2-pytss (``pip install 'capseal[tpm]'``) and loads on first use, so

@@ -15,14 +15,12 @@ Why the connection care:
   not load: they may be another running process's (whose cached handles would
   then name other keys). On TPM_RC_OBJECT_MEMORY, when no other process's
   objects are loaded, it gives up its own cached objects and runs the command
-  once more; otherwise, or then, TPMObjectMemoryError says how
-  to free the slots (a process that crashed after capseal connected leaves
-  its objects until they are flushed, or until capseal connects again).
-  Objects capseal loads are flushed in ``finally`` blocks, or kept
-  in a per-connection memo (:meth:`TPMDevice.memo`) and flushed on close (or
-  when the slots run out, to be reloaded on demand).
-  (Consequence: on a TPM without a resource manager, capseal assumes one
-  process uses it at a time. ``/dev/tpmrm0`` isolates processes.) A device
+  once more; otherwise, or then, TPMObjectMemoryError says how to free the
+  slots. Objects capseal loads are flushed in ``finally`` blocks, or kept in
+  a per-connection memo (:meth:`TPMDevice.memo`) and flushed on close (or
+  when the slots run out, to be reloaded on demand). On a TPM without a
+  resource manager capseal assumes one process uses it at a time
+  (``/dev/tpmrm0`` isolates processes). A device
   opened with ``flush_others=False`` (``capseal doctor``) never flushes what
   it did not load: a check must not change the TPM.
 * When the TPM goes away (swtpm stopped, device reset) the call fails with
@@ -32,21 +30,15 @@ Why the connection care:
   (the default) is retried once on a fresh connection, which covers "the TPM
   restarted between two calls".
 
-Interface (stable; ``capseal.attest`` uses it for TPM2_Quote)::
-
-    dev = get_device("swtpm:host=127.0.0.1,port=2321")   # process-wide, one per TCTI
-    info = dev.info()                                     # TPMInfo: manufacturer, vendor, firmware, software
-    name = dev.call(lambda ectx: ectx.read_public(ectx.tr_from_tpmpublic(0x81000102))[1])
-    # inside a call: dev.memo(key, factory, flush=...) keeps a handle for this connection only
-
-A device belongs to the process that opened it. In a process forked from that
-one (without exec) the worker thread does not exist and the TPM connection is
-the parent's: every call raises SignerForkedError (a SignerUnavailableError)
-saying so, ``close()`` lets go of that copy without sending the TPM anything,
-and :func:`get_device` opens a connection of the child's own (see
-:func:`_inherited`, :func:`_after_fork_in_child`; both registered with
-:mod:`capseal.process`, whose exit handler also closes every device after
-the producers have had their records signed).
+The interface is shown in the package facade's docstring. A device belongs
+to the process that opened it. In a process forked from that one (without
+exec) the worker thread does not exist and the TPM connection is the parent's:
+every call raises SignerForkedError (a SignerUnavailableError) saying so,
+``close()`` lets go of that copy without sending the TPM anything, and
+:func:`get_device` opens a connection of the child's own (see
+:meth:`TPMDevice.mark_inherited` and ``_live``, registered with
+:mod:`capseal.process`, whose exit handler also closes every device after the
+producers have had their records signed).
 
 Errors: every ``TSS2_Exception`` leaves :meth:`call` as a typed
 :mod:`capseal.errors` exception (see ``_errors.map_tss_error``) whose message
@@ -59,7 +51,6 @@ import os
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as _FutureTimeout
@@ -73,6 +64,7 @@ from capseal.errors import CapsealError, DeviceError, SignerForkedError, SignerU
 from ._errors import is_object_memory, is_transport_error, map_tss_error
 from ._handles import flush_handles, session_handles, transient_handles
 from ._info import TPMInfo, read_info
+from ._live import owned_in_process, registered, registered_devices, track, unregister
 from ._uri import DEFAULT_TCTI, check_tcti
 
 __all__ = ["TPMDevice", "get_device", "close_all"]
@@ -80,11 +72,7 @@ __all__ = ["TPMDevice", "get_device", "close_all"]
 T = TypeVar("T")
 
 
-class _Stop:
-    pass
-
-
-_STOP = _Stop()
+_STOP = object()  # the job that stops the worker
 
 
 class TPMDevice:
@@ -119,12 +107,29 @@ class TPMDevice:
         #: timeouts of :meth:`wait` count from it
         self._busy_since: float | None = None
         self._pid = os.getpid()  # the process that opened it (named in SignerForkedError)
-        self._forked = False  # set in a forked child by _inherited
+        self._forked = False  # set in a forked child (mark_inherited)
         self._thread = threading.Thread(target=self._worker, name=f"capseal-tpm[{tcti}]", daemon=True)
         self._thread.start()
-        _DEVICES.add(self)
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        track(self)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (or the device is a forked copy that was closed)."""
+        return self._closed
+
+    @property
+    def owned_handles(self) -> frozenset[int]:
+        """TPM handles of the transients this device holds now (none once it is
+        closed, or in a forked process)."""
+        return frozenset() if self._closed or self._forked else self._owned
+
+    def mark_inherited(self) -> None:
+        """In a forked child: each call on a parent's device raises
+        SignerForkedError instead of waiting for a worker thread that does not
+        exist here (then saying "closed"). Its ESAPI context is never closed
+        here (see :meth:`close`); tpm2-pytss does not close one when it is
+        freed either."""
+        self._forked = True
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("connected" if self._ectx is not None else "idle")
@@ -328,7 +333,7 @@ class TPMDevice:
             RuntimeError: called outside a job.
         """
         self._assert_worker()
-        return [h for h in transient_handles(self._ectx) if h not in _owned_in_process(self.tcti)]
+        return [h for h in transient_handles(self._ectx) if h not in owned_in_process(self.tcti)]
 
     @property
     def busy(self) -> bool:
@@ -365,9 +370,7 @@ class TPMDevice:
             if self._closed:
                 return
             self._closed = True
-        with _REGISTRY_LOCK:
-            if _REGISTRY.get(self.tcti) is self:
-                del _REGISTRY[self.tcti]
+        unregister(self)
         done: Future[None] = Future()
         self._jobs.put((_STOP, False, "close", done))  # the worker ends after what is queued before it
         if threading.current_thread() is self._thread:  # closed from inside a job: no waiting on itself
@@ -482,7 +485,7 @@ class TPMDevice:
         alone; one another device's job holds only for the job's length (an
         SRK while a key file loads) is not known here: one process keeps one
         device per TPM (:func:`get_device`), doctor's private one aside."""
-        owned = _owned_in_process(self.tcti)
+        owned = owned_in_process(self.tcti)
         flush_handles(ectx, [h for h in transient_handles(ectx) if h not in owned])
         flush_handles(ectx, session_handles(ectx))
 
@@ -550,50 +553,8 @@ def _close_quietly(ectx: Any) -> None:
     except Exception:
         pass
 
+
 # ---------------------------------------------------------------------------- registry
-
-_REGISTRY: dict[str, TPMDevice] = {}
-_REGISTRY_LOCK = threading.Lock()
-
-
-def _inherited(dev: TPMDevice) -> None:
-    """In a forked child: each call on a parent's device raises SignerForkedError
-    instead of waiting for a worker thread that does not exist here (then
-    saying "closed"). Its ESAPI context is never closed here (see close());
-    tpm2-pytss does not close one when it is freed either."""
-    dev._forked = True
-
-
-#: every device of this process, registered or private (a fork() marks them all)
-_DEVICES: process.ForkCopies[TPMDevice] = process.ForkCopies(_inherited)
-#: the same, for finding which transient handles capseal holds in this process
-_LIVE: weakref.WeakSet[TPMDevice] = weakref.WeakSet()
-_LIVE_LOCK = threading.Lock()  # a WeakSet iterated while another thread adds raises RuntimeError
-
-
-def _owned_in_process(tcti: str) -> frozenset[int]:
-    """TPM handles of the transients that capseal devices of this process on
-    ``tcti`` hold (a private device and the shared one may both be open)."""
-    owned: set[int] = set()
-    with _LIVE_LOCK:
-        devices = list(_LIVE)
-    for dev in devices:
-        if dev.tcti == tcti and not dev._closed and not dev._forked:
-            owned |= dev._owned
-    return frozenset(owned)
-
-
-def _after_fork_in_child() -> None:
-    """Empty the registry in a forked child, so :func:`get_device` — and
-    ``open_signer`` — open a connection of the child's own and the exit's
-    close_all leaves the parent's alone."""
-    global _REGISTRY_LOCK, _LIVE_LOCK
-    _REGISTRY_LOCK = threading.Lock()  # a parent thread may have held it at the fork
-    _LIVE_LOCK = threading.Lock()
-    _REGISTRY.clear()
-
-
-process.on_fork("devices", after_in_child=_after_fork_in_child)
 
 
 def get_device(tcti: str | None = None) -> TPMDevice:
@@ -606,21 +567,13 @@ def get_device(tcti: str | None = None) -> TPMDevice:
     Returns:
         The :class:`TPMDevice` (one per TCTI in this process).
     """
-    key = (tcti or DEFAULT_TCTI).strip()
-    with _REGISTRY_LOCK:
-        dev = _REGISTRY.get(key)
-        if dev is None or dev._closed:
-            dev = TPMDevice(key)
-            _REGISTRY[key] = dev
-        return dev
+    return registered((tcti or DEFAULT_TCTI).strip(), TPMDevice)
 
 
 def close_all() -> None:
     """Close every device of the registry (each flushes what capseal loaded).
     Run at exit, after every open producer is closed (:mod:`capseal.process`)."""
-    with _REGISTRY_LOCK:
-        devices = list(_REGISTRY.values())
-    for dev in devices:
+    for dev in registered_devices():
         dev.close()
 
 

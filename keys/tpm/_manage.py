@@ -24,18 +24,13 @@ from ._objects import (
     auth_value,
     check_alg_supported,
     cose_alg,
-    create_under_srk,
-    evict,
-    key_summary,
     keyfile_public,
-    occupant,
-    persist,
     read_keyfile,
-    read_persistent,
     signing_template,
     srk_template,
     write_keyfile,
 )
+from ._persistent import create_under_srk, evict, key_summary, occupant, persist, read_persistent
 from ._signer import TPMSigner
 from ._uri import TPM_RH_OWNER, TPMKeyFile, TPMKeyURI, format_handle, is_persistent_handle, parse_tpm_uri
 

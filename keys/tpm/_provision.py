@@ -33,17 +33,11 @@ from ._objects import (
     HandleInUseError,
     ak_template,
     check_alg_supported,
-    close_tr,
     cose_alg,
-    create_under_srk,
-    evict,
-    flush_all,
-    key_summary,
-    occupant,
-    read_persistent,
     signing_template,
     srk_template,
 )
+from ._persistent import close_tr, create_under_srk, evict, flush_all, key_summary, occupant, read_persistent
 from ._signer import TPMSigner
 from ._uri import DEFAULT_TCTI, TPMKeyURI, check_tcti, format_handle, handle_argument, is_persistent_handle
 
