@@ -144,8 +144,8 @@ class BatchEvidence:
         start: bool = True,
     ) -> None:
         _check_limits(max_records, max_delay)
-        if getattr(ledger, "_forked", False):  # as Producer(): a worker that could only fail
-            raise ledger._fork_error("BatchEvidence()")
+        if getattr(ledger, "forked", False):  # as Producer(): a worker that could only fail
+            ledger.refuse_if_forked("BatchEvidence()")
         self.ledger = ledger
         self.quoter = quoter
         self.max_records = max_records

@@ -1,14 +1,10 @@
 """libsodium's Ed25519 verify, for the producer's check of each device
-signature (design §3 principle 3), when the system has libsodium.
+signature before it is written, when the system has libsodium.
 
 Why: with a token's signatures made in a signing process, the producer's
-CPU per record bounds the sealed rate on a 2-vCPU host, and its largest part
-was this check: OpenSSL's Ed25519 verify through cryptography, about 104 µs
-of CPU here, against about 48 µs for libsodium's. Measured with SoftHSM2 Ed25519
-and a signing process (``bench/keys.py``, both checks in each run): 60–69 %
-of the token's raw ``C_Sign`` rate with cryptography's check, 78–92 % with
-libsodium's (twelve runs); the producer's CPU per record about 300–350 µs
-against 216–286 µs.
+CPU per record bounds the sealed rate, and this check is its largest part;
+libsodium's verify costs about half of OpenSSL's (``bench/keys.py`` prints
+the rates with each).
 
 Why it is safe to use for this check: libsodium (1.0.16 and later, without
 ``ED25519_COMPAT``) accepts a subset of what OpenSSL accepts. Both compute

@@ -3,7 +3,7 @@
 ``verify_ledger(path)`` runs, for a capseal ledger:
   * the ledger's own integrity: both hash chains (records and evidence), seq
     continuity, header/body agreement (record id = capsule id, epistemic type);
-  * the file's (:mod:`._ledger_audit`): SQLite's integrity check, each chain
+  * the file's (:func:`capseal.ledger.file_findings`): SQLite's integrity check, each chain
     against the head the ledger recorded (rows lost from its end), the lookup
     columns against the bodies; a damaged file is reported as such, with every
     record that can still be read;
@@ -35,17 +35,17 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 
-from . import _ledger_audit
 from .canonical import capsule_id, hex_bytes, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
 from .errors import InputError, LedgerCorruptError, MalformedJSONError
 from .findings import Finding
-from .ledger import Ledger, StoredEntry
+from .ledger import AuditLedger, Ledger, StoredEntry, column_findings, empty_finding, failure_finding, file_findings
 from .record import RECEIVED_CAPSULE, dumps_canonical, epistemic_type_for_capsule, strict_json
 from .trust import trusted_keys
 from .verify import verify, verify_store
 
-__all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS"]
+__all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS", "open_effects",
+           "OPEN_EFFECT"]
 
 #: record_type prefix -> "module:function(entry, context) -> RecordReport" for non-capsule records.
 RECORD_VERIFIERS: dict[str, str] = {"judge:": "capseal.judge.verify:verify_entry",
@@ -300,6 +300,37 @@ def _custody_findings(custody: Any, keys: KeyDirectory) -> list[Finding]:
     return [Finding("custody_certify_invalid", f"TPM2_Certify in the custody statement: {p}") for p in problems]
 
 
+#: the code of the info finding on a planned or dispatched effect whose outcome is not in the ledger
+OPEN_EFFECT = "effect_outcome_missing"
+
+
+def open_effects(capsules: list[dict[str, Any]]) -> dict[int, Finding]:
+    """The open items of a ledger's capsules: each effect still ``planned``
+    or ``dispatched`` that no capsule chains to, so no outcome (confirmed,
+    failed, a refusal, a resolution) was recorded for it. Never raises.
+
+    Args:
+        capsules: the ledger's capsules, in ledger order.
+
+    Returns:
+        Index in ``capsules`` -> an info finding saying so.
+    """
+    children: set[str] = set()
+    for capsule in capsules:
+        chain = capsule.get("chain")
+        parent = chain.get("parent_capsule_id") if isinstance(chain, Mapping) else None
+        if isinstance(parent, str):
+            children.add(parent)
+    out: dict[int, Finding] = {}
+    for i, capsule in enumerate(capsules):
+        effect = capsule.get("effect")
+        status = effect.get("status") if isinstance(effect, Mapping) else None
+        if status in ("planned", "dispatched") and capsule.get("capsule_id") not in children:
+            out[i] = Finding(OPEN_EFFECT, f"an open item: this {status} effect has no outcome in the ledger (no "
+                             "capsule chains to it)", severity="info")
+    return out
+
+
 def verify_ledger(
     path: str | Path,
     *,
@@ -329,7 +360,7 @@ def verify_ledger(
         ``trusted_keys_unusable`` finding.
     """
     report = LedgerReport(path=str(path), ok=False)
-    empty = _ledger_audit.empty_finding(path)
+    empty = empty_finding(path)
     if empty is not None:
         report.findings.append(empty)
         return report
@@ -340,11 +371,11 @@ def verify_ledger(
         return report
     report.anchors = len(keys.trusted or ())
     try:
-        with _ledger_audit.AuditLedger(path, readonly=True) as ledger:
+        with AuditLedger(path) as ledger:
             with ledger.snapshot():
                 _verify_open_ledger(ledger, report, keys, evidence, evidence_trust)
     except Exception as exc:  # never raise: report why it could not run
-        report.findings.append(_ledger_audit.failure_finding(exc))
+        report.findings.append(failure_finding(exc))
         report.ok = False
         return report
     report.ok = not any(f.severity == "error" for f in report.findings) and all(r.ok for r in report.records)
@@ -355,7 +386,7 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
     for problem in ledger.check_chain():  # rows SQLite cannot read are among these
         report.findings.append(Finding("ledger_chain_broken", problem))
     entries: list[StoredEntry] = list(ledger.entries(damaged=[]))
-    report.findings.extend(_ledger_audit.file_findings(ledger, entries))
+    report.findings.extend(file_findings(ledger, entries))
     capsule_entries = [e for e in entries if e.record_type == "capsule" and e.damage is None]
     received_entries = [e for e in entries if e.record_type == RECEIVED_CAPSULE and e.damage is None]
     bodies = {e.seq: _capsule_body(e) for e in capsule_entries + received_entries}
@@ -370,8 +401,11 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
     # as received from another producer is checked on its own (its chain is in its producer's ledger)
     checked = list(zip(capsule_entries, capsules, verify_store(capsules)))
     checked += [(e, _capsule_of(bodies[e.seq]), verify(_capsule_of(bodies[e.seq]))) for e in received_entries]
-    for e, capsule, result in checked:
+    still_open = open_effects(capsules)  # by index in capsules, which checked begins with
+    for index, (e, capsule, result) in enumerate(checked):
         rr = _capsule_report(e, capsule, bodies[e.seq], result, keys, signed_custody)
+        if index in still_open:
+            rr.findings.append(still_open[index])
         if e.record_type == RECEIVED_CAPSULE:
             rr.findings.append(Finding("capsule_received", "kept as received from another producer, checked on its "
                                        "own: its chain is in its producer's ledger", severity="info"))
@@ -388,7 +422,7 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
         else:
             rr = _verify_other(e, ledger, keys)
             if any(e.record_type.startswith(prefix) for prefix in RECORD_VERIFIERS):  # records capseal writes
-                rr.findings.extend(_ledger_audit.column_findings(e, _parsed(e.body)))
+                rr.findings.extend(column_findings(e, _parsed(e.body)))
         body_problem = _ambiguous_body(e.body)
         if body_problem is not None:
             rr.findings.append(Finding("record_body_not_canonical", body_problem))
@@ -448,7 +482,7 @@ def _capsule_report(e: StoredEntry, capsule: dict[str, Any], body: Mapping[str, 
     rr.findings.extend(sig_findings)
     if verdict == "unclaimed":
         rr.findings.append(Finding("record_unsigned", "every record in a capseal ledger is signed; this one is not"))
-    rr.findings.extend(_ledger_audit.column_findings(e, body))
+    rr.findings.extend(column_findings(e, body))
     return rr
 
 

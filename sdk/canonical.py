@@ -4,12 +4,12 @@
 value; floats are forbidden and integers outside ±(2^53−1) must be strings. We check
 those rules in one walk *before* canonicalizing, so the error names the JSON path.
 
-Speed (design §6): for values made of strings, integers, booleans, null, arrays and
+Speed: for values made of strings, integers, booleans, null, arrays and
 objects, ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
 produces the JCS bytes except for key order when a key holds a character outside the
 BMP (JCS sorts by UTF-16 code units, Python by code points). The walk notices such
 keys and sends those values to ``rfc8785``, which stays the reference; the fast path
-is property-tested byte-equal against it (tests/test_canonical.py).
+is property-tested byte-equal against it (tests/core/test_canonical.py).
 """
 
 from __future__ import annotations

@@ -285,8 +285,7 @@ class Producer:
         self.ledger.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _refuse_if_forked(self, what: str) -> None:
-        if self.ledger._forked:
-            raise self.ledger._fork_error(what)
+        self.ledger.refuse_if_forked(what)
 
     @staticmethod
     def _body(spec: Mapping[str, Any], parent: Parent | None, relation: str) -> dict[str, Any]:
@@ -319,7 +318,7 @@ class Producer:
 
     def _seal(self, spec: dict[str, Any], parent: PendingRecord | None = None) -> SealedRecord:
         self._refuse_if_forked("Producer.seal()")  # before anything is signed or queued
-        self.ledger._refuse_inside_commit("seal()")
+        self.ledger.refuse_inside_commit("seal()")
         if self._pipeline is not None and self._pipeline.busy:
             # a token or TPM with submitted records still on their way: this one
             # goes behind them, so one thread's records reach the ledger in order
@@ -385,7 +384,7 @@ class Producer:
             LedgerError: called from an observer (it would wait on its own commit).
         """
         timeout = timeout_arg(timeout)
-        if self.ledger._forked:  # this copy is let go of: nothing is waited for or written
+        if self.ledger.forked:  # this copy is let go of: nothing is waited for or written
             self._closed = True
             if self._owns_ledger:
                 self.ledger.close()
@@ -395,7 +394,7 @@ class Producer:
         def start() -> None:  # under the epoch lock: a first submit() making the pipeline goes before or after
             busy = self._pipeline is not None and self._pipeline.busy
             if self._owns_ledger or self._writer.has_id_observers or busy or self._unwritten():
-                self.ledger._refuse_inside_commit("Producer.close()")  # before anything is closed
+                self.ledger.refuse_inside_commit("Producer.close()")  # before anything is closed
             self._closed = True
 
         try:
@@ -417,7 +416,7 @@ class Producer:
             self.ledger.close()
             return outcome
         # a shared ledger: its owner closes it, but what this producer submitted becomes durable now
-        self.ledger._wait(self._unwritten(), None)
+        self.ledger.wait(self._unwritten(), None)
         self._writer.stop_id_observers()
         return outcome
 

@@ -1,5 +1,5 @@
 """The sealed record ``capseal-record/1``: a capsule, its envelopes, and the
-hardware-evidence slot kept *beside* the capsule (design §4).
+hardware-evidence slot kept *beside* the capsule.
 
 The slot is ``None`` until a TPM quote is taken. It is never ``{}`` and never
 inside the capsule: anything inside is hashed into ``capsule_id``, and a quote

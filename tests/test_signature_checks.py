@@ -162,19 +162,19 @@ def _rewrite_body(path: Path, record_id: str, body: bytes) -> None:
     of them (in ``meta``, and its side file)."""
     import sqlite3
 
-    from capseal.ledger import _GENESIS, _links, _row_hash
+    from capseal.ledger import GENESIS, row_hash
 
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("DROP TRIGGER records_no_update")
     db.execute("UPDATE records SET body=? WHERE record_id=?", (body, record_id))
-    prev = _GENESIS.hex()
+    prev = GENESIS
     rows = db.execute("SELECT seq, record_id, record_type, epistemic_type, links, nonce, body FROM records ORDER BY seq")
     for seq, rid, rtype, etype, links, nonce, stored in rows.fetchall():
         header = {"seq": seq, "record_id": rid, "record_type": rtype, "epistemic_type": etype,
-                  "links": [dict(x) for x in _links(links)], "nonce": nonce}
-        row_hash = _row_hash(prev, header, bytes(stored))
-        db.execute("UPDATE records SET prev_hash=?, row_hash=? WHERE seq=?", (prev, row_hash, seq))
-        prev = row_hash
+                  "links": json.loads(links), "nonce": nonce}
+        hashed = row_hash(prev, header, bytes(stored))
+        db.execute("UPDATE records SET prev_hash=?, row_hash=? WHERE seq=?", (prev, hashed, seq))
+        prev = hashed
     db.execute("UPDATE meta SET value=? WHERE key='head'", (f"{seq} {prev}",))
     db.close()
     Path(f"{path}-head").unlink()

@@ -62,7 +62,7 @@ from capseal import process
 from capseal.errors import CapsealError, DeviceError, SignerForkedError, SignerUnavailableError
 
 from ._errors import is_object_memory, is_transport_error, map_tss_error
-from ._handles import flush_handles, session_handles, transient_handles
+from ._handles import StaleHandleError, flush_handles, session_handles, transient_handles
 from ._info import TPMInfo, read_info
 from ._live import owned_in_process, registered, registered_devices, track, unregister
 from ._uri import DEFAULT_TCTI, check_tcti
@@ -420,13 +420,15 @@ class TPMDevice:
 
     def _run(self, fn: Callable[[Any], T], retry: bool, what: str) -> T:
         """Run ``fn`` on this worker's context. With ``retry``: once more on a
-        fresh connection after a transport failure of a stale one, and once
-        more after TPM_RC_OBJECT_MEMORY when this device's cached transients
+        fresh connection after a transport failure of a stale one, or after a
+        persistent object changed behind this context; once more after
+        TPM_RC_OBJECT_MEMORY when this device's cached transients
         were given up (they reload on demand). A re-entrant call never frees
         slots: the outer job may hold objects it has not memoized. Objects
         capseal did not load are never flushed here (see OBJECT_MEMORY_HINT)."""
         reconnect = retry
         evict = retry
+        stale = retry
         self._depth += 1
         try:
             while True:
@@ -448,6 +450,14 @@ class TPMDevice:
                         if not self._others_hold_objects() and self._evict_cached_transients():
                             continue
                     raise map_tss_error(exc, self.tcti, what) from None
+                except StaleHandleError as exc:
+                    # a fresh context reads every name from the TPM again; not inside a
+                    # re-entrant call, whose outer job holds objects of this context
+                    if stale and self._depth == 1:
+                        stale = False
+                        self._disconnect(flush=False)
+                        continue
+                    raise DeviceError(f"{what} on TPM {self.tcti} failed: {exc}") from None
                 except CapsealError:
                     raise
                 except Exception as exc:  # tpm2-pytss type/value errors: still a typed error naming the TCTI

@@ -36,6 +36,7 @@ __all__ = [
     "names_no_object",
     "is_auth_failure",
     "is_integrity_failure",
+    "is_stale_name",
     "auth_value_hint",
     "unreachable_fix",
 ]
@@ -130,6 +131,21 @@ def is_integrity_failure(exc: TSS2_Exception) -> bool:
         True for TPM_RC_INTEGRITY.
     """
     return int(exc.error) == int(TPM2_RC.INTEGRITY)
+
+
+def is_stale_name(exc: TSS2_Exception) -> bool:
+    """Whether ESAPI refused to look up a persistent handle because the object
+    the TPM has there is not the one the context remembers under that handle
+    (``Esys_TR_FromTPMPublic`` answers its catch-all
+    ``TSS2_ESYS_RC_GENERAL_FAILURE`` when the names differ).
+
+    Args:
+        exc: a TSS2 failure of ``tr_from_tpmpublic``.
+
+    Returns:
+        True for TSS2_ESYS_RC_GENERAL_FAILURE.
+    """
+    return int(exc.rc) == int(TSS2_RC.ESYS_RC_GENERAL_FAILURE)
 
 
 #: Fix for TPM_RC_OBJECT_MEMORY. While it runs, capseal never flushes objects

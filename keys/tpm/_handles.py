@@ -11,7 +11,11 @@ from tpm2_pytss.constants import TPM2_CAP, TPM2_HC, TPM2_HR, TPM2_HT
 
 from capseal.errors import KeyNotFoundError
 
-__all__ = ["listed_handles", "is_listed", "persistent_tr", "transient_handles", "session_handles", "flush_handles"]
+from ._errors import is_stale_name
+
+__all__ = ["listed_handles", "is_listed", "persistent_tr", "StaleHandleError", "transient_handles",
+           "session_handles", "flush_handles"]
+
 
 def listed_handles(ectx: Any, first: int, types: frozenset[int]) -> list[int]:
     """Every handle the TPM lists (TPM2_GetCapability(TPM_CAP_HANDLES)) from
@@ -71,10 +75,29 @@ def persistent_tr(ectx: Any, handle: int, tcti: str, what: str = "object", hint:
 
     Raises:
         KeyNotFoundError: the TPM lists nothing there (see :func:`is_listed`).
+        StaleHandleError: the object there is not the one this context knew
+            at that handle (it was replaced since).
     """
     if not is_listed(ectx, handle):
         raise KeyNotFoundError(f"no {what} at persistent handle 0x{handle:08x} on TPM {tcti}", hint=hint)
-    return ectx.tr_from_tpmpublic(handle)
+    try:
+        return ectx.tr_from_tpmpublic(handle)
+    except TSS2_Exception as exc:
+        if is_stale_name(exc):
+            raise StaleHandleError(handle, what) from None
+        raise
+
+
+class StaleHandleError(Exception):
+    """ESYS still holds an object for this persistent handle under the name it
+    had before: the object was replaced since (by another process, or the TPM
+    behind the TCTI is another one), so the context is out of date. The device
+    runs the job once more on a fresh context; a signer whose key changed is
+    refused there by its pinned TPM name."""
+
+    def __init__(self, handle: int, what: str) -> None:
+        super().__init__(f"the {what} at persistent handle 0x{handle:08x} is not the object this connection "
+                         "knew there")
 
 
 def transient_handles(ectx: Any) -> list[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from capseal.keys import Signer
 
@@ -52,7 +52,7 @@ def text(name: str, value: Any, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str):
-        return _refuse(name, value, "a string" + (" or None" if optional else ""))
+        _refuse(name, value, "a string" + (" or None" if optional else ""))
     return _utf8(name, value)
 
 
@@ -74,7 +74,7 @@ def identity(name: str, value: Any) -> str:
         InputError: otherwise, naming ``name``.
     """
     if not isinstance(value, str) or not value:
-        return _refuse(name, value, "a non-empty string")
+        _refuse(name, value, "a non-empty string")
     if _CONTROL(value):
         raise InputError(f"{name} holds a control character (U+0000–U+001F or U+007F): {shown(value)}")
     return _utf8(name, value)
@@ -89,7 +89,7 @@ def capsule_ref(name: str, value: Any) -> str:
     """
     capsule_id = value.capsule_id if isinstance(value, SealedRecord) else value
     if not is_hex64(capsule_id):
-        return _refuse(name, value, "a SealedRecord or a 64-digit lowercase hex capsule id")
+        _refuse(name, value, "a SealedRecord or a 64-digit lowercase hex capsule id")
     return str(capsule_id)
 
 
@@ -139,8 +139,8 @@ def producer_arguments(operator: Any, developer: Any, signer: Any, ledger: Any, 
         raise InputError("model_id and provider are given together or not at all "
                          "(model_attestation holds both or neither)")
     texts(optional=True, model_id=model_id, provider=provider)
-    if isinstance(ledger, Ledger) and ledger._forked:  # before the signer's self-test
-        raise ledger._fork_error("Producer()")
+    if isinstance(ledger, Ledger):  # before the signer's self-test
+        ledger.refuse_if_forked("Producer()")
     return path
 
 
@@ -157,5 +157,5 @@ def epoch(epoch_id: Any) -> None:
             raise InputError(f"epoch_id is a non-empty string, or None for a new one ({exc})") from None
 
 
-def _refuse(name: str, value: Any, what: str) -> Any:
+def _refuse(name: str, value: Any, what: str) -> NoReturn:
     raise InputError(f"{name} is {what}, not {shown(value)}")

@@ -1,11 +1,9 @@
 """A signing pipeline for devices that sign outside the GIL (tokens, TPMs).
 
-Why: a PKCS#11 token or TPM spends hundreds of microseconds per signature in C
-code that releases the GIL, while capseal's own work per record (canonical
-form, model, Class-1 self-check, the ledger) needs the GIL. Done one after
-the other the two add up; done in three stages they overlap, and the device
-sets the pace (checking the device's signature overlaps too: recent
-cryptography releases, 50.0.2 here, let go of the GIL while verifying):
+Why: a PKCS#11 token or TPM spends much of each signature in C code that
+releases the GIL, while capseal's own work per record (canonical form, model,
+Class-1 self-check, the ledger) needs the GIL. Done one after the other the
+two add up; done in three stages they overlap, and the device sets the pace:
 
 1. the caller's thread prepares the capsule and the bytes to be signed (every
    refusal of the caller's input happens here, before anything is queued);
@@ -16,34 +14,21 @@ cryptography releases, 50.0.2 here, let go of the GIL while verifying):
 
 A device with its own command queue (a TPM: ``Signer.queues_signatures``)
 needs no signing thread: ``begin(job)`` queues the signature on the device
-from the caller's thread and the finishing thread takes the results in order.
-Why: with a thread that waits on each signature, the TPM sat idle while each
-result travelled to that thread and the next command back, about 40 % of the
-time at full speed (measured with swtpm); queued, its commands run back to
-back.
+from the caller's thread and the finishing thread takes the results in order,
+so the device's commands run back to back instead of waiting for each result
+to travel to a thread and the next command back.
 
 Order is kept end to end (single-threaded FIFO stages), a device error fails
 only its own record (nothing is written for it), and the jobs under way are
 bounded (``depth``) so a slow device pushes back on callers instead of growing
 memory.
 
-The hand-offs are ``queue.SimpleQueue`` (C, one lock) and the bound is kept
-on the pipeline's own count of jobs under way, which it keeps anyway. With
-``queue.Queue`` (Python code and a fresh ``Condition`` waiter per blocking
-call, at each of two hand-offs) the pipeline cost about 210 µs of CPU per
-record over sealing on one thread, measured with a software key sent through
-it; with SimpleQueue, 40–110 µs. A caller that finds the pipeline full waits
-for one job to finish, not for a batch, and each finished job wakes one
-waiting caller: the wait hands the GIL to the signing thread once per
-record, while a caller refilling in bursts (waiting for depth/8 to drain)
-kept the GIL through each burst and the token idled behind it (SoftHSM2
-Ed25519: 1,170–1,340 against 1,550–1,920 sealed/s).
-
-What is left between the token and its raw rate, measured with SoftHSM2
-Ed25519 on this 2-vCPU host: per record, the signing thread waits 130–190 µs
-for the GIL after each ``C_Sign`` returns (other threads hold it), and
-``C_Sign`` itself takes 10–50 % more CPU than alone while the other vCPU
-works (a Python loop in an unrelated process on that vCPU: about +30 %).
+The hand-offs are ``queue.SimpleQueue`` (C, one lock: ``queue.Queue`` makes a
+``Condition`` waiter per blocking call) and the bound is kept on the
+pipeline's own count of jobs under way. A caller that finds the pipeline full
+waits for one job to finish, not for a batch, and each finished job wakes one
+waiting caller, so the GIL goes to the signing thread once per record instead
+of staying with a caller refilling in bursts while the token idles.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def test_verify_with_trusted_keys_refuses_what_no_trusted_key_signed(sealed: tup
 def test_verify_ledger_reads_the_header_type_against_the_capsule(sealed: tuple[Path, Path, Path]) -> None:
     """EL -00 §4.1: a record's epistemic type is fixed at commit; a header
     upgraded behind SQLite's back (row hashes recomputed) is found."""
-    from capseal.ledger import _row_hash
+    from capseal.ledger import row_hash as rehash
 
     _, ledger, _ = sealed
     with sqlite3.connect(ledger) as db:
@@ -143,7 +143,7 @@ def test_verify_ledger_reads_the_header_type_against_the_capsule(sealed: tuple[P
             etype = "observed_event"  # every row claims to be an observed event
             header = {"seq": seq, "record_id": rid, "record_type": rtype, "epistemic_type": etype,
                       "links": json.loads(links), "nonce": nonce}
-            row_hash = _row_hash(prev, header, body)
+            row_hash = rehash(prev, header, body)
             db.execute("UPDATE records SET epistemic_type = ?, prev_hash = ?, row_hash = ? WHERE seq = ?",
                        (etype, prev, row_hash, seq))
             prev = row_hash

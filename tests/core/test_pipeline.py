@@ -1087,9 +1087,9 @@ def test_a_producer_close_interrupted_by_ctrl_c_is_done_by_the_next_close(tmp_pa
     _interrupt_once(producer._pipeline, "close")
     with pytest.raises(KeyboardInterrupt):
         producer.close()
-    assert not producer.ledger._closed
+    assert not producer.ledger.closed
     producer.close(timeout=5)  # does it all
-    assert producer.ledger._closed and pending.result(timeout=5).seq == 2
+    assert producer.ledger.closed and pending.result(timeout=5).seq == 2
 
 
 def test_a_second_producer_close_with_a_timeout_says_the_first_is_still_going(tmp_path: Path) -> None:
@@ -1110,11 +1110,11 @@ def test_a_second_producer_close_with_a_timeout_says_the_first_is_still_going(tm
         assert _until(lambda: producer._closing._running)
         with pytest.raises(LedgerError, match="close\\(\\) still under way in another thread after 0.3 s"):
             producer.close(timeout=0.3)
-        assert not producer.ledger._closed
+        assert not producer.ledger.closed
     finally:
         go.set()
         first.join(10)
-    assert producer.ledger._closed and pending.result(timeout=5).seq == 3
+    assert producer.ledger.closed and pending.result(timeout=5).seq == 3
     producer.close(timeout=0.3)  # after the first has finished: nothing to do, nothing raised
 
 

@@ -396,7 +396,8 @@ def test_a_fork_taken_mid_transaction_refuses_every_ledger_in_the_fork(
     path, other = tmp_path / "l.db", tmp_path / "other.db"
     parent = Ledger(path)
     parent.append(_entry(1))
-    with held_elsewhere(parent._write_lock):
+    # private on purpose: a stuck commit, made by holding the engine's write lock from another thread
+    with held_elsewhere(parent._storage.write_lock):
         seen = in_child(lambda: {"same": attempt(lambda: Ledger(path)), "other": attempt(lambda: Ledger(other))})
     for name in ("same", "other"):
         refused = seen[name]
@@ -510,9 +511,10 @@ def test_a_fork_inside_a_transaction_on_the_committing_thread_refuses_the_file(t
         if statement.startswith("INSERT INTO records") and not children:
             children.append(ForkedChild(lambda: attempt(lambda: Ledger(path)), alarm=20))
 
-    ledger._db.set_trace_callback(fork_mid_transaction)
+    # private on purpose: the writing connection's trace hook places the fork inside the transaction
+    ledger._storage._db.set_trace_callback(fork_mid_transaction)  # type: ignore[attr-defined]
     ledger.append(_entry(2))
-    ledger._db.set_trace_callback(None)
+    ledger._storage._db.set_trace_callback(None)  # type: ignore[attr-defined]
     refused = children[0].result()
     assert isinstance(refused, dict) and refused["type"] == LedgerForkedError.__name__, refused
     assert "in use in the parent" in refused["message"]
@@ -564,7 +566,9 @@ def test_a_fork_that_carries_on_from_a_commit_callback_never_commits(tmp_path: P
     ledger = Ledger(path)
     parent = os.getpid()
     sql_read, sql_write = os.pipe()
-    ledger._db.set_trace_callback(lambda sql: os.getpid() != parent and os.write(sql_write, sql[:40].encode() + b"\n"))
+    # private on purpose: the writing connection's trace hook shows any SQL the fork runs on it
+    ledger._storage._db.set_trace_callback(  # type: ignore[attr-defined]
+        lambda sql: os.getpid() != parent and os.write(sql_write, sql[:40].encode() + b"\n"))
     forked: list[int] = []
 
     def fork_and_carry_on(stored: list[Any]) -> None:
@@ -591,7 +595,7 @@ def test_a_fork_that_carries_on_from_a_commit_callback_never_commits(tmp_path: P
     ledger.flush()
     _, status = os.waitpid(forked[0], 0)
     assert os.waitstatus_to_exitcode(status) != 3, "the listener ran on the main thread"
-    ledger._db.set_trace_callback(None)
+    ledger._storage._db.set_trace_callback(None)  # type: ignore[attr-defined]
     os.close(sql_write)
     child_sql = os.read(sql_read, 65536)
     os.close(sql_read)

@@ -25,6 +25,7 @@ from capseal.keys.tpm._errors import (  # the predicates themselves: what the si
     is_auth_failure,
     is_integrity_failure,
     is_object_memory,
+    is_stale_name,
     is_transport_error,
     names_no_object,
 )
@@ -105,7 +106,9 @@ def test_the_predicates_say_yes_to_their_codes_only() -> None:
         TPM2_RC.OBJECT_MEMORY, TPM2_RC.HANDLE, TPM2_RC.REFERENCE_H0, TPM2_RC.AUTH_FAIL, TPM2_RC.BAD_AUTH,
         TPM2_RC.INTEGRITY, TPM2_RC.LOCKOUT, TPM2_RC.VALUE)]
     every += [_layer(TSS2_RC.TCTI_RC_LAYER, TSS2_RC.BASE_RC_IO_ERROR),
-              _layer(TSS2_RC.ESAPI_RC_LAYER, TSS2_RC.BASE_RC_BAD_REFERENCE)]
+              _layer(TSS2_RC.ESAPI_RC_LAYER, TSS2_RC.BASE_RC_BAD_REFERENCE),
+              _layer(TSS2_RC.ESAPI_RC_LAYER, TSS2_RC.BASE_RC_GENERAL_FAILURE),
+              _layer(TSS2_RC.SYS_RC_LAYER, TSS2_RC.BASE_RC_GENERAL_FAILURE)]
 
     def which(predicate: object) -> list[str]:
         return [f"0x{int(e.rc):x}" for e in every if predicate(e)]  # type: ignore[operator]
@@ -117,5 +120,7 @@ def test_the_predicates_say_yes_to_their_codes_only() -> None:
     assert which(is_integrity_failure) == [f"0x{int(TPM2_RC.INTEGRITY):x}"]
     assert which(is_transport_error) == [f"0x{int(TSS2_RC.TCTI_RC_LAYER) | int(TSS2_RC.BASE_RC_IO_ERROR):x}"]
     assert not is_transport_error(OSError("not a TSS2 failure"))
+    # the name mismatch Esys_TR_FromTPMPublic reports: ESAPI's catch-all, no other layer's
+    assert which(is_stale_name) == [f"0x{int(TSS2_RC.ESYS_RC_GENERAL_FAILURE):x}"]
     # an auth failure names its session: the number is stripped before the code is read
     assert is_auth_failure(_tpm(TPM2_RC.AUTH_FAIL, session=2)) and is_auth_failure(_tpm(TPM2_RC.BAD_AUTH, session=3))

@@ -6,57 +6,57 @@
   ``ledger_not_capseal``, ``ledger_corrupt``); only what says nothing about
   the file (it is missing, unreadable to this user, locked, of a format
   this capseal does not read) is ``ledger_unreadable``;
-* **SQLite's integrity check** (``ledger_integrity_failed``): a damaged page,
-  an index that no longer matches its table (one flipped bit in an index
-  makes a lookup miss, and a duplicate then goes in);
+* **the engine's integrity check** (``ledger_integrity_failed``): for SQLite,
+  a damaged page, an index that no longer matches its table (one flipped bit
+  in an index makes a lookup miss, and a duplicate then goes in);
 * **the chains' heads** (``ledger_tail_missing``, ``ledger_head_mismatch``):
-  the head each chain recorded in ``meta`` and in its side file, against
-  the rows that can be read (see :mod:`._ledger_head`);
+  the head each chain recorded (in ``meta`` and in the side file), against
+  the rows that can be read (see :mod:`._head`);
 * **the lookup columns** (``ledger_column_mismatch``): a row's
   ``action_id``, ``stream`` and ``tag``, outside its row hash, against what
   its hashed body gives.
 
 Reading goes on past damage: the reader here is read-only and lenient (a
 file shorter than its header says is read as far as it goes), and rows
-SQLite cannot read are skipped and reported, so the rest are still checked.
+the engine cannot read are skipped and reported, so the rest are still checked.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import _ledger_head
-from ._ledger_columns import row_columns
-from .errors import LedgerBusyError, LedgerCorruptError, LedgerFormatError, NotALedgerError
-from .findings import Finding
-from .ledger import Ledger, StoredEntry, _is_busy
+from ..errors import LedgerBusyError, LedgerCorruptError, LedgerFormatError, NotALedgerError
+from ..findings import Finding
+from . import _head
+from ._columns import row_columns
+from ._format import StoredEntry
+from ._ledger import Ledger
+from ._sqlite_open import is_busy
 
 __all__ = ["AuditLedger", "empty_finding", "failure_finding", "file_findings", "column_findings"]
 
-_MAX_INTEGRITY = 10  # messages from SQLite's integrity check reported one by one; the rest are counted
-
 
 class AuditLedger(Ledger):
-    """A ledger opened read-only to be audited: it reads on past damage, and
-    reads its side file as each snapshot begins (see :attr:`side`)."""
+    """A ledger opened to be audited: read-only, reading on past damage, and
+    reading the heads its side file records as each snapshot begins (so they
+    name no commit the snapshot cannot see: writers write that file after
+    each commit).
+
+    Args:
+        path: the ledger file.
+
+    Raises:
+        LedgerError (and its subclasses): as :class:`Ledger` opened read-only.
+    """
 
     _lenient_reads = True
-    #: the side file's heads and problems, read as the latest snapshot began:
-    #: before its first query, so they name no commit the snapshot cannot see
-    #: (writers write the file after each commit)
-    side: tuple[list[tuple[str, _ledger_head.Head]], list[str]] = ([], [])
 
-    @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        if getattr(self._snap, "db", None) is None:  # a new snapshot, not a nested one
-            self.side = _ledger_head.side_heads(self._real_path)
-        with super().snapshot():
-            yield
+    def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 30.0) -> None:
+        super().__init__(path, readonly=True, lock_timeout=lock_timeout)
 
 
 def empty_finding(path: str | Path) -> Finding | None:
@@ -91,14 +91,14 @@ def failure_finding(exc: BaseException) -> Finding:
         return Finding("ledger_unreadable", text)
     if isinstance(exc, NotALedgerError):
         return Finding("ledger_not_capseal", text)
-    if isinstance(exc, LedgerCorruptError) or (isinstance(exc, sqlite3.DatabaseError) and not _is_busy(exc)):
+    if isinstance(exc, LedgerCorruptError) or (isinstance(exc, sqlite3.DatabaseError) and not is_busy(exc)):
         return Finding("ledger_corrupt", text)
     return Finding("ledger_unreadable", text)
 
 
 def file_findings(ledger: Ledger, entries: Iterable[StoredEntry]) -> list[Finding]:
-    """SQLite's integrity check, and the heads of both chains. Never raises
-    for what the file holds.
+    """The engine's integrity check, and the heads of both chains. Never
+    raises for what the file holds.
 
     Args:
         ledger: the ledger, inside its snapshot.
@@ -106,48 +106,30 @@ def file_findings(ledger: Ledger, entries: Iterable[StoredEntry]) -> list[Findin
 
     Returns:
         The findings (empty when the file is sound).
+
+    Raises:
+        LedgerBusyError: another connection kept the file locked too long.
     """
-    return _integrity(ledger) + _heads(ledger, {e.seq: e.row_hash for e in entries})
-
-
-def _integrity(ledger: Ledger) -> list[Finding]:
-    rows: list[Any] | None = None
-    for limit in (100, 10, 1):  # a check that goes on far enough into the damage can stop on it: fewer, then
-        try:
-            rows = ledger._query(f"PRAGMA integrity_check({limit})")
-            break
-        except sqlite3.DatabaseError as exc:
-            if _is_busy(exc):
-                raise
-            error = exc
-    if rows is None:
-        return [Finding("ledger_integrity_failed", f"SQLite's integrity check stopped on the damage: {error}")]
-    messages = [line for row in rows for line in str(row[0]).splitlines()
-                if line != "ok" and not line.startswith("*** in database")]
-    findings = [Finding("ledger_integrity_failed", f"SQLite's integrity check: {m}") for m in messages[:_MAX_INTEGRITY]]
-    if len(messages) > _MAX_INTEGRITY:
-        findings.append(Finding("ledger_integrity_failed",
-                                f"SQLite's integrity check: {len(messages) - _MAX_INTEGRITY} more problem(s)"))
-    return findings
+    storage = ledger._storage
+    findings = [Finding("ledger_integrity_failed", text) for text in storage.integrity_check()]
+    return findings + _heads(ledger, {e.seq: e.row_hash for e in entries})
 
 
 def _heads(ledger: Ledger, records: dict[int, Any]) -> list[Finding]:
+    storage = ledger._storage
     try:
-        ident = _ledger_head.ledger_id(ledger._query)
-        heads, damaged = _ledger_head.meta_heads(ledger._query)
-        evidence = {ev.eid: ev.row_hash for ev in ledger.evidence_entries(damaged=[])}
-    except sqlite3.DatabaseError as exc:  # meta cannot be read: the integrity check says why
-        if _is_busy(exc):
+        recorded = storage.recorded_heads()
+        evidence = {ev.eid: ev.row_hash for ev in storage.evidence_rows(batch=500, damaged=[])}
+    except storage.damage_errors as exc:  # the heads cannot be read: the integrity check says why
+        if is_busy(exc):
             raise
         return [Finding("ledger_head_unreadable", f"the heads in meta cannot be read ({exc})", severity="warning")]
-    heads_in_file, unreadable = ledger.side if isinstance(ledger, AuditLedger) else _ledger_head.side_heads(ledger._real_path)
-    side = [head for owner, head in heads_in_file if owner == ident]
-    findings = [Finding("ledger_head_mismatch", f"{text}: the file was edited") for text in damaged]
-    findings += [Finding("ledger_head_unreadable", text, severity="warning") for text in unreadable]
+    findings = [Finding("ledger_head_mismatch", f"{text}: the file was edited") for text in recorded.damaged]
+    findings += [Finding("ledger_head_unreadable", text, severity="warning") for text in recorded.unreadable]
     rows = {"records": records, "evidence": evidence}
-    for head in heads + side:
+    for head in recorded.heads:
         chain = rows[head.kind]
-        problem = _ledger_head.shortfall(head, max(chain, default=0), chain.get)
+        problem = _head.shortfall(head, max(chain, default=0), chain.get)
         if problem is not None:
             how, text = problem
             findings.append(Finding("ledger_tail_missing" if how == "missing" else "ledger_head_mismatch", text))

@@ -3,18 +3,19 @@
 SQLite forbids using a connection in a process forked from the one that
 opened it, and a ledger's committer thread does not exist in the fork. So a
 forked process refuses every call on a ledger it inherited
-(``LedgerForkedError``, raised by the ledger itself on a flag set here), and
-opens its own. Three things make that safe; each was a lost record or a hang:
+(``LedgerForkedError``, raised by the ledger's parts on the :class:`ForkGuard`
+flag set here), and opens its own. Three things make that safe; without
+any one of them records are lost or a process hangs:
 
 * **No SQLite call is in flight at the fork.** Before a fork, every open
   ledger's write and read locks are taken (waiting, within the fork's one
-  deadline, :data:`capseal.process.FORK_WAIT` s, for a running transaction to end; a ledger's own commit callbacks,
-  which run after its COMMIT, do not wait on themselves) and held across it.
-  A ledger holds its write lock while it opens its connections too. A
-  connection copied mid-transaction would, once let go of in the fork, roll
-  back into the WAL index the parent shares; a fork taken mid-commit also
-  copied SQLite's write lock, and the fork's own ledger on that file then
-  failed after 30 s or hung.
+  deadline, :data:`capseal.process.FORK_WAIT` s, for a running transaction
+  to end; a ledger's own commit callbacks, which run after its COMMIT, do
+  not wait on themselves) and held across it. A ledger holds its write lock
+  while it opens its connections too. A connection copied mid-transaction
+  would, once let go of in the fork, roll back into the WAL index the parent
+  shares; a fork taken mid-commit would also copy SQLite's write lock, and
+  the fork's own ledger on that file would find it held by nobody, and wait.
 * **The inherited connections are never closed the ordinary way.** Closing
   runs SQLite's last-connection checkpoint, whose stale view of the WAL
   (this copy's) checkpoints nothing and then deletes the ``-wal`` file by
@@ -48,20 +49,64 @@ import sys
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
-from . import process
-from .errors import LedgerForkedError
+from .. import process
+from ..errors import LedgerForkedError
 
 log = logging.getLogger("capseal")
 
-if TYPE_CHECKING:
-    from .ledger import Ledger
+__all__ = ["ForkGuard", "register", "forget", "before_opening"]
 
-__all__ = ["register", "forget", "before_opening"]
+
+class ForkGuard:
+    """A ledger's flag "inherited through fork", shared by its parts: each
+    refuses every call once it is set (one attribute test on the hot path).
+
+    Args:
+        path: the ledger's path (named in the refusal).
+    """
+
+    __slots__ = ("forked", "_path", "_pid")
+
+    def __init__(self, path: Path) -> None:
+        self.forked = False
+        self._path = path
+        self._pid = os.getpid()  # the process that opened it
+
+    def error(self, what: str) -> LedgerForkedError:
+        """The refusal of ``what`` in a forked copy (callers test ``forked`` first)."""
+        return LedgerForkedError(
+            f"{what}: the ledger {self._path} was opened by process {self._pid}, and this is process "
+            f"{os.getpid()}, forked from it: its SQLite connections and threads belong to process {self._pid}. "
+            "Open a new Ledger (or Producer) in this process; nothing was written")
+
+
+class Forkable(Protocol):
+    """What this module uses of a ledger (the package's Ledger)."""
+
+    path: Path
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def forked(self) -> bool: ...
+
+    def unfinished(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def _fork_parts(self) -> tuple[Any, Any, ForkGuard]:
+        """Its engine (``write_lock``, ``read_lock``, ``connections()``,
+        ``location``), its group commit (``committing``, ``in_callbacks``:
+        thread ids) and its fork flag."""
+        ...
+
 
 _SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", 1006)  # sqlite3.h
-_OPEN: weakref.WeakSet[Ledger] = weakref.WeakSet()
+_OPEN: weakref.WeakSet[Forkable] = weakref.WeakSet()
 # held by a fork from before it looks at _OPEN until after it: a ledger is
 # registered (then connects) either before, and the fork waits for it, or after
 _REGISTRY = threading.Lock()
@@ -73,20 +118,24 @@ _INHERITED: dict[str, tuple[list[sqlite3.Connection], str | None]] = {}
 _not_quiet: str | None = None
 
 
-def register(ledger: Ledger) -> None:
-    """Called by a Ledger holding its own (new) write lock, before it connects."""
+def register(ledger: Forkable) -> None:
+    """Called by a Ledger holding its own (new) write lock, before it connects.
+
+    Args:
+        ledger: the ledger (held weakly).
+    """
     with _REGISTRY:
         _OPEN.add(ledger)
     process.close_at_exit("ledgers", ledger, _close_at_exit)
 
 
-def _close_at_exit(ledger: Ledger, deadline: float) -> None:
+def _close_at_exit(ledger: Forkable, deadline: float) -> None:
     """At exit: what a ledger used directly (``Ledger.submit``) or shared by
     producers still has queued is written, with a warning (the program should
     have closed it)."""
-    if ledger._closed or ledger._forked:
+    if ledger.closed or ledger.forked:
         return
-    unwritten = ledger._unfinished()
+    unwritten = ledger.unfinished()
     if unwritten:
         log.warning("capseal: %d submitted record(s) for %s were not yet durable at exit; closing the "
                             "ledger writes them (call close() or flush() before the program ends)",
@@ -94,8 +143,12 @@ def _close_at_exit(ledger: Ledger, deadline: float) -> None:
     ledger.close()
 
 
-def forget(ledger: Ledger) -> None:
-    """Called without the ledger's write lock (a fork holding the registry may wait on it)."""
+def forget(ledger: Forkable) -> None:
+    """Called without the ledger's write lock (a fork holding the registry may wait on it).
+
+    Args:
+        ledger: a ledger closed with no snapshot open, or one that failed to open.
+    """
     with _REGISTRY:
         _OPEN.discard(ledger)
 
@@ -199,10 +252,11 @@ def _before_fork() -> None:
     _fork.registry = _REGISTRY.acquire(timeout=max(0.0, deadline - time.monotonic()))
     me = threading.get_ident()
     for ledger in list(_OPEN):
-        write, read = ledger._fork_locks()
-        if ledger._in_callbacks == me:
+        storage, commits, _ = ledger._fork_parts()
+        write, read = storage.write_lock, storage.read_lock
+        if commits.in_callbacks == me:
             between.append(ledger)
-        elif ledger._committing != me and write.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        elif commits.committing != me and write.acquire(timeout=max(0.0, deadline - time.monotonic())):
             held.append(write)
         if read.acquire(timeout=max(0.0, deadline - time.monotonic())):
             held.append(read)
@@ -229,23 +283,25 @@ def _after_fork_in_child() -> None:
     global _not_quiet
     held = getattr(_fork, "held", [])
     between, _fork.between = getattr(_fork, "between", []), []
-    taken = {id(lock) for lock in held} | {id(ledger._fork_locks()[0]) for ledger in between}
+    taken = {id(lock) for lock in held} | {id(ledger._fork_parts()[0].write_lock) for ledger in between}
     try:
         inherited = list(_OPEN)
         _OPEN.clear()
         for ledger in inherited:
-            ledger._forked = True
-            quiet = all(id(lock) in taken for lock in ledger._fork_locks())
-            connections = ledger._connections()
-            if quiet and ledger._closed and not connections:  # closed, no snapshot open: nothing to let go of
+            storage, _, guard = ledger._fork_parts()
+            guard.forked = True
+            quiet = id(storage.write_lock) in taken and id(storage.read_lock) in taken
+            connections = storage.connections()
+            location = storage.location
+            if quiet and ledger.closed and not connections:  # closed, no snapshot open: nothing to let go of
                 continue
             for connection in connections:
                 _keep_alive(connection)
-            previous = _INHERITED.get(ledger._real_path, ([], None))
-            _INHERITED[ledger._real_path] = (previous[0] + connections, previous[1])
+            previous = _INHERITED.get(location, ([], None))
+            _INHERITED[location] = (previous[0] + connections, previous[1])
             if not quiet and _not_quiet is None:
                 _not_quiet = (
-                    f"this process was forked while the ledger {ledger._real_path} was in use in the parent (a "
+                    f"this process was forked while the ledger {location} was in use in the parent (a "
                     f"transaction running, or the file being opened or closed: the fork waits up to {process.FORK_WAIT:g} s "
                     "for that to end, and this did not), so SQLite's state copied here cannot be used safely")
     finally:

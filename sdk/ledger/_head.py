@@ -30,12 +30,12 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from .canonical import is_hex64
+from ..canonical import is_hex64
+from .storage import Head
 
-__all__ = ["SUFFIX", "Head", "SideFile", "meta_heads", "problems_before_write", "ledger_id", "side_heads", "row_hash_at", "shortfall"]
+__all__ = ["SUFFIX", "SideFile", "meta_heads", "problems_before_write", "ledger_id", "side_heads", "row_hash_at", "shortfall"]
 
 #: the side file's name: the ledger's, with this added
 SUFFIX = "-head"
@@ -47,17 +47,6 @@ _SIDE = re.compile(r"capseal-head/1 (records|evidence) ([0-9a-f]{32}) ([0-9]{1,1
 _META = re.compile(r"([0-9]{1,19}) ([0-9a-f]{64})")
 
 Query = Callable[[str, tuple[Any, ...]], Sequence[Any]]
-
-
-@dataclass(frozen=True)
-class Head:
-    """One chain's head as recorded: ``kind`` is "records" or "evidence",
-    ``position`` the seq or eid, ``source`` where it was read (for messages)."""
-
-    kind: str
-    position: int
-    row_hash: str
-    source: str
 
 
 def _what(kind: str) -> str:
