@@ -8,12 +8,18 @@ signature that the key's own public key verifies, checked here with
 ``cryptography`` alone; a custody statement that says what was observed and
 labels a software device as software; the self-test; a close that ends
 signing and can be repeated; and no PIN, passphrase or auth value in any
-repr, str, URI or custody statement.
+repr, str, URI or custody statement; signatures asked for from several
+threads at once all verify.
+
+``make test`` runs this module a second time with CAPSEAL_NO_DIRECT=1 (the
+``direct_path`` mark): the hardware backends then sign on their libraries'
+plain paths, and the contract must hold there too.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +45,8 @@ from capseal.keys import (
 from capseal.keys.direct import NO_DIRECT_ENV, direct_calls_allowed
 from capseal.keys.pkcs11 import PKCS11Signer
 from capseal.keys.provision import create_key
+
+pytestmark = pytest.mark.direct_path
 
 MESSAGE = b"the contract's message \x00\xff"
 PASSPHRASE = "contract-pass-Zr~5"  # cannot turn up by chance in hex, base64 or JSON output
@@ -210,6 +218,34 @@ def test_close_ends_signing_and_can_be_repeated(made: Made) -> None:
     opened.close()  # idempotent
     with pytest.raises(SignerError):
         opened.sign(MESSAGE)
+
+
+def test_signatures_asked_for_from_several_threads_at_once_all_verify(signer: Signer, made: Made) -> None:
+    """Four threads sign at once through one signer (on a token or TPM they
+    queue on its one worker): each gets the signature of its own message."""
+    start = threading.Barrier(4)
+    results: dict[bytes, SignatureResult] = {}
+    errors: list[BaseException] = []
+
+    def sign_some(n: int) -> None:
+        try:
+            start.wait(timeout=30)
+            for i in range(12):
+                message = MESSAGE + bytes([n, i])
+                results[message] = signer.sign(message)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sign_some, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and not any(t.is_alive() for t in threads)
+    assert len(results) == 48
+    for message, result in results.items():
+        assert (result.kid, result.alg) == (signer.kid, made.alg)
+        assert _verifies(signer.public_key, result.alg, result.signature, message), message
 
 
 def test_the_pin_is_never_shown(signer: Signer, made: Made) -> None:

@@ -80,6 +80,7 @@ def _within(seconds: float, fn: Any) -> Any:
     return out.get("value")
 
 
+@pytest.mark.direct_path
 def test_a_module_finalised_underneath_is_initialised_and_logged_in_again(token: dict[str, Any],
                                                                            tmp_path: Path) -> None:
     path = tmp_path / "l.db"

@@ -47,6 +47,7 @@ def _seal_two(signer: Any, ledger: Path) -> tuple[Any, Any, Any]:
         return producer.epoch_record, planned, confirmed
 
 
+@pytest.mark.direct_path
 @pytest.mark.parametrize("alg", list(ALGS))
 def test_sealed_capsules_verify_everywhere(alg: str, keys: dict[str, str], softhsm: Any, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.db"

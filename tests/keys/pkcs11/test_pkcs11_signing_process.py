@@ -67,6 +67,7 @@ def _wait_for(predicate: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.direct_path
 @pytest.mark.parametrize("alg", ["ed25519", "p256"])
 def test_capsules_sealed_through_a_signing_process_verify_everywhere(alg: str, softhsm: Any, tmp_path: Path) -> None:
     uri = _key(softhsm, alg)
@@ -198,6 +199,7 @@ def test_a_signing_process_refuses_mechanisms_with_parameters(softhsm: Any) -> N
         assert signer.sign(b"x").alg == "PS256"
 
 
+@pytest.mark.direct_path
 def test_eight_threads_seal_through_one_signing_process(softhsm: Any, tmp_path: Path) -> None:
     path = tmp_path / "threads.db"
     with open_signer(_key(softhsm, "ed25519"), pin=softhsm.pin, signing_process=True) as signer:
