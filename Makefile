@@ -6,6 +6,13 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# `make test` runs the tests marked direct_path a second time on the plain library paths only
+# (CAPSEAL_NO_DIRECT, see keys/direct.py): the Signer contract over every backend (threads
+# included), capsules sealed through PKCS#11 keys, a signing process and a TPM, and the token
+# reinitialised underneath
+NO_DIRECT_TESTS := tests/keys/test_signer_contract.py tests/keys/pkcs11/test_pkcs11_signer.py \
+	tests/keys/pkcs11/test_pkcs11_signing_process.py tests/keys/pkcs11/test_pkcs11_recovery.py \
+	tests/keys/tpm/test_tpm_signer.py
 
 deps:
 	@PYTHON=$(PYTHON) ./hardware/install-deps.sh
@@ -15,6 +22,7 @@ demo: deps
 
 test: deps
 	$(PY) -m pytest -n 2 --dist loadfile
+	CAPSEAL_NO_DIRECT=1 $(PY) -m pytest -q -n 2 --dist loadfile -m direct_path $(NO_DIRECT_TESTS)
 	./.ci/lower-bounds.sh
 
 bench: deps

@@ -23,5 +23,6 @@ echo "lower bounds: ${differ[*]}; testing the fast paths at the lower bounds in 
 [ -x .venv-lower/bin/python ] || "${PYTHON:-python3}" -m venv .venv-lower
 .venv-lower/bin/python -m pip install -q -c "$bounds" -e ".[test,pkcs11,tpm]"
 .venv-lower/bin/python -m pytest -q -p no:cacheprovider \
-  tests/core/test_canonical.py tests/test_pkcs11_fast.py tests/test_pkcs11_signer.py tests/test_pkcs11_signing_process.py \
-  tests/test_tpm_signer.py tests/test_tpm_device.py
+  tests/core/test_canonical.py tests/keys/pkcs11/test_pkcs11_fast.py tests/keys/pkcs11/test_pkcs11_signer.py \
+  tests/keys/pkcs11/test_pkcs11_signing_process.py \
+  tests/keys/tpm/test_tpm_signer.py tests/keys/tpm/test_tpm_device.py

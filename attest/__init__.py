@@ -1,4 +1,4 @@
-"""capseal.attest — TPM quotes in the hardware-evidence slot (design §4, §6).
+"""capseal.attest — TPM quotes in the hardware-evidence slot.
 
 A sealed record's ``hardware_evidence`` is ``null`` until a TPM quote covering
 its capsule id is taken *and verified*; then it holds the quote (see
@@ -16,6 +16,19 @@ ledger keeps the earlier null state in the record's evidence history.
 
 Verification (:func:`verify_evidence`, :func:`evidence_status`) needs neither
 tpm2-pytss nor a TPM: only ``cryptography``.
+
+Public modules (the TPM side loads on first use: it needs tpm2-pytss):
+
+* :mod:`capseal.attest.evidence` — the slot's shape: PCR selections, quotes, AK identities;
+* :mod:`capseal.attest.verify` — verifying a slot (never raises);
+* :mod:`capseal.attest.trust` — which AKs a verifier trusts;
+* :mod:`capseal.attest.tpmwire` — the TPM wire structures a verifier reads, in pure Python;
+* :mod:`capseal.attest.tpm` — the attestation key on a TPM, and quotes taken with it;
+* :mod:`capseal.attest.quoter` — verified quotes, one record's slot filled;
+* :mod:`capseal.attest.batch` — one quote per batch of records, off the seal path;
+* :mod:`capseal.attest.writer` — a quoted batch written to the ledger, verified first;
+* :mod:`capseal.attest.platform` — evidence wired into a producer (:func:`attach`);
+* :mod:`capseal.attest.merkle` — the name :mod:`capseal.merkle` had here before.
 """
 
 from __future__ import annotations
@@ -76,7 +89,18 @@ _LAZY = {
 
 def quote(record: Any, quoter: Any, *, ledger: Any = None) -> Any:
     """Quote one record now (sync): see :func:`capseal.attest.quoter.quote_record`.
-    ``quoter`` may be a quoter, an :class:`AttestationKey` or an AK URI."""
+
+    Args:
+        record: a sealed record.
+        quoter: a quoter, an :class:`AttestationKey` or an AK ``tpm2:`` URI.
+        ledger: when given, the slot is appended there first.
+
+    Returns:
+        The record with its slot filled.
+
+    Raises:
+        EvidenceError: the quote could not be taken or did not verify (nothing written).
+    """
     from .quoter import TPMQuoter, quote_record
 
     if isinstance(quoter, str) or type(quoter).__name__ == "AttestationKey":

@@ -1,7 +1,7 @@
-"""Batch evidence: one TPM quote per batch of sealed capsules (issue 4 item 3).
+"""Batch evidence: one TPM quote per batch of sealed capsules.
 
-Why batches: a real TPM takes tens to hundreds of milliseconds per quote, and
-an agent seals thousands of capsules per second. So the seal path only hands
+Why batches: a real TPM is slow to quote, and an agent seals capsules far
+faster than a TPM can quote them one by one (bench/evidence.py has figures). So the seal path only hands
 the capsule id to this worker (:meth:`BatchEvidence.observe`, a non-blocking
 list append, run by the producer right after the record is durable) and never
 waits on the TPM. The worker collects ids until ``max_records`` are waiting or
@@ -26,7 +26,7 @@ What it promises:
 A worker belongs to the process that started it. In a process forked from
 that one without exec, its thread is not there, so nothing queued would ever
 be quoted: every observe, submit or flush on the inherited worker raises
-EvidenceForkedError before anything is queued (a flush used to answer "all
+EvidenceForkedError before anything is queued (a flush must not answer "all
 quoted" for ids the parent's thread had already taken), and ``close()`` only
 marks that copy closed (see :func:`_inherited`); a worker created
 there, on a ledger and quoter opened there, works normally.
@@ -174,7 +174,14 @@ class BatchEvidence:
     # ------------------------------------------------------------------ producer side (never blocks)
 
     def observe(self, record: Any) -> None:
-        """The producer observer: queue this durable record's id. Non-blocking."""
+        """The producer observer: queue this durable record's id. Non-blocking.
+
+        Args:
+            record: the sealed record (an epoch boundary gets a quote of its own).
+
+        Raises:
+            EvidenceForkedError: the worker was inherited through fork().
+        """
         if not self._accepting:
             if self._forked:
                 raise self._fork_error("observe()")
@@ -186,7 +193,16 @@ class BatchEvidence:
 
     def observe_id(self, capsule_id: str, seq: int, epoch_boundary: bool) -> None:
         """The producer's id observer: queue this durable record. Non-blocking.
-        The epoch boundary gets a quote of its own (read back from the ledger)."""
+
+        Args:
+            capsule_id: the record's capsule id.
+            seq: its ledger sequence number (unused: the ledger is asked by id).
+            epoch_boundary: whether it is the epoch-boundary capsule, which gets a
+                quote of its own (read back from the ledger).
+
+        Raises:
+            EvidenceForkedError: the worker was inherited through fork().
+        """
         if not self._accepting:  # the hot path's one test: a fork clears it too
             if self._forked:
                 raise self._fork_error("observe_id()")
@@ -198,8 +214,15 @@ class BatchEvidence:
 
     def submit(self, capsule_id: str) -> None:
         """Queue a capsule id that is already in the ledger (e.g. a backfill).
-        A malformed id or one the ledger does not hold is refused here
-        (InputError): in a batch it would fail every record quoted with it."""
+
+        Args:
+            capsule_id: 64 lower-case hex digits.
+
+        Raises:
+            InputError: a malformed id, or one the ledger does not hold (in a batch
+                it would fail every record quoted with it).
+            EvidenceForkedError: the worker was inherited through fork().
+        """
         if self._forked:
             raise self._fork_error("submit()")
         if not (isinstance(capsule_id, str) and is_hex64(capsule_id)):
@@ -229,9 +252,17 @@ class BatchEvidence:
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until everything queued before this call has been quoted (or
-        has failed). Returns False on timeout. In a forked process, raises
-        EvidenceForkedError: the thread that would do it is not there."""
+        """Wait until everything queued before this call has been quoted (or has failed).
+
+        Args:
+            timeout: seconds to wait at most (None: no limit).
+
+        Returns:
+            True when done; False on timeout.
+
+        Raises:
+            EvidenceForkedError: in a forked process (the thread that would do it is not there).
+        """
         if self._forked:
             raise self._fork_error("flush()")
         if not self._thread.is_alive():
@@ -241,19 +272,25 @@ class BatchEvidence:
         return marker.event.wait(timeout)
 
     def close(self, *, drain: bool = True, timeout: float | None = None) -> bool:
-        """Stop. ``drain``: quote what is queued first; otherwise those slots
-        stay null. A batch already being quoted is finished (whole or not at
-        all). Call before closing the ledger. Returns True once the worker
-        has ended; False if ``timeout`` passed first (a quote still under way:
-        its batch may yet be written, so keep the ledger open until a later
-        ``close()`` returns True).
+        """Stop. A batch already being quoted is finished (whole or not at all).
+        Call before closing the ledger.
 
         In a process forked from the one that started it, only marks this copy
         closed: no wait for the parent's thread (not there), no lock or event
         the parent's thread may have held at the fork, no ledger or TPM call;
         the parent's worker is untouched. Why not raise: close() runs in
         ``with`` exits and ``finally`` blocks, where an error would hide the
-        real one."""
+        real one.
+
+        Args:
+            drain: quote what is queued first; otherwise those slots stay null.
+            timeout: seconds to wait for the worker at most (None: no limit).
+
+        Returns:
+            True once the worker has ended; False if ``timeout`` passed first (a
+            quote still under way: its batch may yet be written, so keep the
+            ledger open until a later ``close()`` returns True).
+        """
         if self._forked:  # _inherited already stopped it accepting
             return True
         self._accepting = False

@@ -1,4 +1,4 @@
-"""The filled evidence slot (design §4): a TPM2_Quote, what it covers and whose it is.
+"""capseal.attest.evidence — the filled evidence slot: a TPM2_Quote, what it covers and whose it is.
 
 A slot is ``None`` until a quote is taken and verified; when filled it is::
 
@@ -75,6 +75,18 @@ class PCRSelection:
 
     @classmethod
     def parse(cls, text: str | PCRSelection) -> PCRSelection:
+        """Read a PCR selection.
+
+        Args:
+            text: ``sha256:0-7``, ``sha256:0,1,2+sha1:0`` (or a PCRSelection, returned as it is).
+
+        Returns:
+            The selection, each bank's PCRs ascending.
+
+        Raises:
+            InputError: not such a string, a bank named twice, an unknown bank, or a
+                PCR outside 0–23.
+        """
         if isinstance(text, PCRSelection):
             return text
         if not isinstance(text, str) or not text:
@@ -102,28 +114,45 @@ class PCRSelection:
         return "+".join(f"{b.hash_name}:{','.join(str(i) for i in b.pcrs)}" for b in self.banks)
 
     def check_quotable(self) -> None:
-        """InputError if a quote over this selection would be refused by the
-        verifier: a PCR selected only in the SHA-1 bank (:func:`pcrs_only_in_sha1`)."""
+        """Refuse a selection whose quote the verifier would refuse: a PCR selected
+        only in the SHA-1 bank (:func:`pcrs_only_in_sha1`).
+
+        Raises:
+            InputError: naming those PCRs.
+        """
         weak = pcrs_only_in_sha1(self.banks)
         if weak:
             raise InputError(f"PCR selection {self}: PCR(s) {weak} are selected only in the SHA-1 bank, which verifiers "
                              "refuse (a SHA-1 PCR does not pin what was measured); select them in sha256 too")
 
     def same_as(self, banks: tuple[PCRBank, ...]) -> bool:
-        """Same banks, same order, same PCRs (the bitmap size may differ)."""
+        """Whether ``banks`` are this selection's (the bitmap size may differ).
+
+        Args:
+            banks: the banks a quote names.
+
+        Returns:
+            True for the same banks, in the same order, with the same PCRs.
+        """
         return [(b.hash_alg, b.pcrs) for b in self.banks] == [(b.hash_alg, b.pcrs) for b in banks]
 
 
 def pcrs_only_in_sha1(banks: tuple[PCRBank, ...]) -> list[int]:
-    """The PCRs selected in the SHA-1 bank and in no other bank (empty: none).
+    """The PCRs selected in the SHA-1 bank and in no other bank. Why refused (by
+    the verifier as ``evidence_pcr_weak_hash``, and by the quoter before the
+    TPM is asked): a SHA-1 PCR is a SHA-1 hash chain, and with SHA-1
+    collisions two different measurement logs can end in the same SHA-1
+    value, so the quote would not pin what ran. The same PCR quoted from a
+    SHA-256 (or stronger) bank is extended with the same events and pins
+    them; a SHA-1 bank beside it adds values, and takes nothing away.
 
-    Why refused (by the verifier as ``evidence_pcr_weak_hash``, and by our
-    quoter before the TPM is asked): a SHA-1 PCR is a SHA-1 hash chain, and
-    with SHA-1 collisions two different measurement logs can end in the same
-    SHA-1 value, so the quote would not pin what ran. The same PCR quoted
-    from a SHA-256 (or stronger) bank is extended with the same events and
-    pins them; a SHA-1 bank beside it adds values, and takes nothing away.
-    A quote over only the SHA-1 bank has every PCR in this list."""
+    Args:
+        banks: the selected banks.
+
+    Returns:
+        Those PCRs, ascending (empty: none; a quote over only the SHA-1 bank
+        has every PCR here).
+    """
     strong = {i for b in banks if b.hash_alg != tpmwire.ALG.SHA1 for i in b.pcrs}
     return sorted({i for b in banks if b.hash_alg == tpmwire.ALG.SHA1 for i in b.pcrs} - strong)
 
@@ -142,12 +171,23 @@ def _pcr_index(digits: str, item: str, text: str) -> int:
 def pcr_digest(selection: PCRSelection, values: Mapping[str, Mapping[str, str]], hash_name: str) -> bytes:
     """The quote's pcrDigest: H(concatenation of the selected PCR values, banks
     in selection order, indices ascending), H being the signing scheme's hash.
-
     ``values`` must hold exactly the selected banks and PCRs, each the hex of
     one digest of its bank: the hash covers only the concatenation, so a
     value split differently (PCR 0 holding 64 bytes, PCR 1 none) or a PCR or
-    bank nobody quoted would otherwise pass as quoted. Raises ValueError
-    (KeyError for a missing one) when they do not."""
+    bank nobody quoted would otherwise pass as quoted.
+
+    Args:
+        selection: the quoted selection.
+        values: bank name → PCR index (str) → hex digest.
+        hash_name: the signing scheme's hash (``sha256``, …).
+
+    Returns:
+        The digest.
+
+    Raises:
+        ValueError: ``values`` hold other banks or PCRs, or a value of the wrong size.
+        KeyError: a selected value is missing.
+    """
     import hashlib
 
     if not isinstance(values, Mapping) or set(values) != {b.hash_name for b in selection.banks}:
@@ -168,7 +208,14 @@ def pcr_digest(selection: PCRSelection, values: Mapping[str, Mapping[str, str]],
 
 
 def rfc3339_ms(t: float | None = None) -> str:
-    """UTC RFC 3339 with milliseconds (``taken_at``)."""
+    """A time as the evidence's ``taken_at`` writes it.
+
+    Args:
+        t: seconds since the epoch (None: now).
+
+    Returns:
+        UTC RFC 3339 with milliseconds, e.g. ``2025-01-31T12:00:00.123Z``.
+    """
     t = time.time() if t is None else t
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
 
@@ -186,6 +233,7 @@ class AKIdentity:
 
     @property
     def software(self) -> bool:
+        """Whether the AK's TPM is (or may be) software (see :func:`is_software_device`)."""
         return is_software_device(self.device)
 
 
@@ -202,7 +250,11 @@ class Quote:
 
     def shared_members(self) -> dict[str, Any]:
         """Every evidence member except ``binding`` (the same for each record a
-        batch quote covers, so it is built once per batch)."""
+        batch quote covers, so it is built once per batch).
+
+        Returns:
+            The members, JSON values only.
+        """
         a = tpmwire.parse_attest(self.attest)
         return {
             "kind": KIND,
@@ -228,7 +280,16 @@ class Quote:
 
 
 def evidence_for_capsule(quote: Quote, capsule_id: str, shared: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The slot for a quote whose qualifyingData is this capsule's id."""
+    """The slot for a quote whose qualifyingData is this capsule's id.
+
+    Args:
+        quote: the quote.
+        capsule_id: the capsule's id (hex).
+        shared: :meth:`Quote.shared_members`, when already built.
+
+    Returns:
+        The evidence slot.
+    """
     out = dict(shared if shared is not None else quote.shared_members())
     out["binding"] = {"capsule_id": capsule_id}
     return out
@@ -243,9 +304,16 @@ _SOFTWARE_VENDORS = ("SW TPM", "SWTPM", "SW_TPM")
 
 
 def is_software_device(device: Any) -> bool:
-    """True unless the device says, explicitly, that it is not software and its
-    vendor strings are not a known software TPM's. Missing information never
-    becomes a hardware claim."""
+    """Whether a device is (or may be) software. Missing information never
+    becomes a hardware claim.
+
+    Args:
+        device: the ``device`` member of an evidence slot or custody statement.
+
+    Returns:
+        True unless the device says, explicitly, that it is not software and
+        its vendor strings are not a known software TPM's.
+    """
     if not isinstance(device, Mapping) or device.get("software") is not False:
         return True
     vendor = " ".join(str(device.get("vendor", "")).split()).upper()

@@ -1,4 +1,4 @@
-"""The platform record per epoch, and wiring evidence into a Producer (item 6).
+"""The platform record per epoch, and wiring evidence into a Producer.
 
 Each epoch opens with an epoch-boundary capsule (``fyi``, ``verdict_class:
 epoch_boundary``) that describes the signing key as observed. Its slot gets a
@@ -31,7 +31,14 @@ __all__ = ["attach", "is_epoch_boundary"]
 
 
 def is_epoch_boundary(record: Any) -> bool:
-    """True for an epoch-boundary capsule (the record that gets its own quote)."""
+    """Whether a record is an epoch-boundary capsule (the record that gets its own quote).
+
+    Args:
+        record: a sealed record (anything else is not one).
+
+    Returns:
+        True for an ``fyi`` capsule whose disposition's verdict_class is ``epoch_boundary``.
+    """
     capsule = getattr(record, "capsule", None)
     if not isinstance(capsule, Mapping):
         return False
@@ -53,10 +60,8 @@ def attach(
     pcrs: str | None = None,
     on_batch: Callable[[list[str], float], None] | None = None,
 ) -> BatchEvidence:
-    """Give ``producer``'s records hardware evidence; returns the worker.
-
-    ``quoter`` is a quoter or an AK ``tpm2:`` URI. Subscribes the batch worker
-    as an observer (the seal path only enqueues ids), quotes each
+    """Give ``producer``'s records hardware evidence. Subscribes the batch
+    worker as an observer (the seal path only enqueues ids), quotes each
     epoch-boundary capsule over its own id when it lands, batches the rest,
     and — with ``cite_epoch`` — makes later capsules cite the boundary
     (``ran_under``). Close the returned worker before the producer::
@@ -64,6 +69,22 @@ def attach(
         evidence = attach(producer, "tpm2:handle=0x81000102?tcti=…")
         …
         producer.flush(); evidence.close(); producer.close()
+
+    Args:
+        producer: the producer whose records get evidence.
+        quoter: a quoter or an AK ``tpm2:`` URI.
+        max_records: a batch is quoted once this many records wait.
+        max_delay: seconds the oldest waiting record may wait before its batch is quoted.
+        cite_epoch: make later capsules cite the epoch boundary.
+        pcrs: the PCR selection of a quoter made from a URI (default sha256:0-7).
+        on_batch: called with each batch's ids and the seconds it took.
+
+    Returns:
+        The batch worker.
+
+    Raises:
+        EvidenceError: the AK cannot be used (from a URI).
+        InputError: a bad option (``max_records``, ``max_delay``, ``pcrs``).
     """
     if isinstance(quoter, str):
         quoter = TPMQuoter(quoter, pcrs=pcrs) if pcrs else TPMQuoter(quoter)

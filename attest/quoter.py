@@ -1,4 +1,4 @@
-"""Taking verified quotes, and filling one record's slot (issue 4 item 2).
+"""Taking verified quotes, and filling one record's slot.
 
 A *quoter* is anything with ``identity`` (an :class:`AKIdentity`) and
 ``take(nonce) -> Quote``. :class:`TPMQuoter` is the real one; the batch worker
@@ -30,11 +30,29 @@ class Quoter(Protocol):
 
     identity: AKIdentity
 
-    def take(self, nonce: bytes) -> Quote: ...
+    def take(self, nonce: bytes) -> Quote:
+        """Take a quote whose qualifyingData is ``nonce``.
+
+        Args:
+            nonce: 1–64 bytes (a raw capsule id or Merkle root).
+
+        Returns:
+            The quote, verified.
+
+        Raises:
+            EvidenceError: it could not be taken, or did not verify.
+        """
 
 
 def self_policy(identity: AKIdentity) -> TrustPolicy:
-    """A policy that trusts exactly this AK (used to check our own quotes)."""
+    """A policy that trusts exactly this AK, for checking a quoter's own quotes.
+
+    Args:
+        identity: the AK's identity.
+
+    Returns:
+        The policy.
+    """
     return TrustPolicy((PinnedAK.from_pem(identity.public_pem, name=identity.name, qualified_name=identity.qualified_name),))
 
 
@@ -58,6 +76,19 @@ class TPMQuoter:
         self._policy = self_policy(self.identity)
 
     def take(self, nonce: bytes) -> Quote:
+        """Take a quote over ``nonce`` and verify it (see :class:`Quoter`); a quote
+        whose PCR values changed between the quote and their reading is taken
+        again, up to ``attempts`` times.
+
+        Args:
+            nonce: 1–64 bytes (a raw capsule id or Merkle root).
+
+        Returns:
+            The quote, verified.
+
+        Raises:
+            EvidenceError: it could not be taken, or did not verify (nothing written).
+        """
         last = ""
         for _ in range(self.attempts):
             q = self.ak.quote(nonce, self.selection)
@@ -72,13 +103,22 @@ class TPMQuoter:
 
 def quote_record(record: Any, quoter: Quoter, *, ledger: Any = None) -> Any:
     """Quote over ``record``'s capsule id (raw 32 bytes), verify, and return the
-    record with its slot filled; the capsule and its id are unchanged. With a
-    ``ledger``, the slot is appended there first (append-only: the record's
-    earlier null state stays in its evidence history).
+    record with its slot filled; the capsule and its id are unchanged.
 
-    Something that is not a sealed record (no string ``capsule_id``: a record
-    dict, None) or not a quoter is refused with EvidenceError before the TPM
-    is asked, not with the AttributeError or TypeError it would meet."""
+    Args:
+        record: a sealed record.
+        quoter: a quoter (``identity`` and ``take()``).
+        ledger: when given, the slot is appended there first (append-only: the
+            record's earlier null state stays in its evidence history).
+
+    Returns:
+        The record with its slot filled.
+
+    Raises:
+        EvidenceError: something that is not a sealed record (no string
+            ``capsule_id``: a record dict, None) or not a quoter, refused before
+            the TPM is asked; a quote that could not be taken or did not verify.
+    """
     cid = getattr(record, "capsule_id", None)
     if not isinstance(cid, str):
         raise EvidenceError(f"quote_record() takes a sealed record with a capsule id, not {type(record).__name__}")

@@ -1,6 +1,6 @@
 """The attestation key on a TPM, and quotes taken with it.
 
-All TPM access goes through :class:`capseal.keys._tpm_device.TPMDevice`: one
+All TPM access goes through :class:`capseal.keys.tpm.TPMDevice`: one
 worker thread per TCTI owns the ESAPI context, so a quote never races a
 signature on the same TPM, swtpm's three transient slots are not exhausted
 (the AK is persistent; nothing transient is loaded), and a restarted TPM is
@@ -43,19 +43,31 @@ class AKRef:
     tcti: str
 
     def uri(self) -> str:
-        from capseal.keys._tpm_uri import TPMKeyURI
+        """The AK's URI.
+
+        Returns:
+            ``tpm2:handle=0x…?tcti=…`` in canonical form.
+        """
+        from capseal.keys.tpm import TPMKeyURI
 
         return TPMKeyURI(tcti=self.tcti, handle=self.handle).to_uri()
 
 
 def parse_ak_uri(uri: str) -> AKRef:
-    """``tpm2:handle=0x81000102?tcti=…`` → :class:`AKRef`.
+    """Read an AK's URI. The grammar is the signing keys'
+    (:func:`capseal.keys.tpm.parse_tpm_uri`: unknown or repeated attributes
+    are refused, the TCTI keeps its own ``:``, ``,`` and ``=``).
 
-    The grammar is the signing keys' (:func:`capseal.keys._tpm_uri.parse_tpm_uri`:
-    unknown or repeated attributes are refused, the TCTI keeps its own ``:``,
-    ``,`` and ``=``); an AK must be named by a persistent handle.
+    Args:
+        uri: ``tpm2:handle=0x81000102?tcti=…``.
+
+    Returns:
+        The handle and TCTI.
+
+    Raises:
+        KeyURIError: a malformed URI, or one that names no persistent handle.
     """
-    from capseal.keys._tpm_uri import parse_tpm_uri
+    from capseal.keys.tpm import parse_tpm_uri
 
     ref = parse_tpm_uri(uri)
     if ref.handle is None:
@@ -64,7 +76,7 @@ def parse_ak_uri(uri: str) -> AKRef:
 
 
 def _device(tcti: str) -> Any:
-    from capseal.keys._tpm_device import get_device
+    from capseal.keys.tpm import get_device
 
     return get_device(tcti)
 
@@ -90,23 +102,27 @@ class AttestationKey:
 
     @property
     def public_pem(self) -> str:
+        """The AK's public key as PEM (what a relying party pins)."""
         return self.identity.public_pem
 
     @property
     def name(self) -> str:
+        """The AK's TPM name, hex."""
         return self.identity.name
 
     @property
     def qualified_name(self) -> str:
+        """The AK's qualified name, hex (the qualifiedSigner quotes carry)."""
         return self.identity.qualified_name
 
     @property
     def software(self) -> bool:
+        """Whether the AK's TPM is (or may be) software."""
         return self.identity.software
 
     def _handle(self, ectx: Any) -> Any:
         handle = self.ref.handle
-        from capseal.keys._tpm_device import persistent_tr  # asks first: a missing AK prints nothing to stderr
+        from capseal.keys.tpm import persistent_tr  # asks first: a missing AK prints nothing to stderr
 
         return self.device.memo(("capseal.attest.ak", handle),
                                 lambda e: persistent_tr(e, handle, self.ref.tcti, "attestation key"))
@@ -152,7 +168,19 @@ class AttestationKey:
         """TPM2_Quote over ``selection`` with qualifyingData ``nonce`` and the
         PCR values read right after, in one job on the TPM's worker thread (no
         other capseal command runs in between). Not verified here: see
-        :class:`capseal.attest.TPMQuoter`, which verifies before returning."""
+        :class:`capseal.attest.TPMQuoter`, which verifies before returning.
+
+        Args:
+            nonce: 1–64 bytes (a raw 32-byte capsule id or Merkle root).
+            selection: the PCRs (``sha256:0-7`` or a PCRSelection).
+
+        Returns:
+            The quote.
+
+        Raises:
+            EvidenceError: a bad nonce, or the TPM did not quote.
+            InputError: a bad or unquotable PCR selection.
+        """
         if not isinstance(nonce, bytes) or not 0 < len(nonce) <= 64:
             raise EvidenceError("qualifyingData is 1–64 bytes (a raw 32-byte capsule id or Merkle root)")
         sel = PCRSelection.parse(selection)

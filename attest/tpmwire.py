@@ -114,6 +114,7 @@ class PCRBank:
 
     @property
     def hash_name(self) -> str:
+        """The bank's hash name (``sha256``, …; ``0x…`` for one capseal does not name)."""
         return HASH_NAMES.get(self.hash_alg, f"0x{self.hash_alg:04x}")
 
 
@@ -150,7 +151,14 @@ def _pcr_selection(r: _Reader) -> tuple[PCRBank, ...]:
 
 
 def marshal_pcr_selection(banks: tuple[PCRBank, ...]) -> bytes:
-    """TPML_PCR_SELECTION bytes (used to compare selections exactly)."""
+    """The TPML_PCR_SELECTION bytes of banks (for comparing selections exactly).
+
+    Args:
+        banks: the banks.
+
+    Returns:
+        The marshaled bytes.
+    """
     out = struct.pack(">I", len(banks))
     for bank in banks:
         bitmap = bytearray(max(bank.size_of_select, (max(bank.pcrs, default=0) // 8) + 1))
@@ -161,7 +169,17 @@ def marshal_pcr_selection(banks: tuple[PCRBank, ...]) -> bytes:
 
 
 def parse_attest(data: bytes) -> Attest:
-    """Parse marshaled TPMS_ATTEST (the bytes the AK signed)."""
+    """Read a marshaled TPMS_ATTEST (the bytes the AK signed).
+
+    Args:
+        data: the bytes.
+
+    Returns:
+        The structure.
+
+    Raises:
+        WireError: the bytes are not one whole TPMS_ATTEST.
+    """
     r = _Reader(bytes(data))
     magic = r.u32()
     typ = r.u16()
@@ -204,7 +222,17 @@ def _der_len(n: int) -> bytes:
 
 
 def parse_signature(data: bytes) -> Signature:
-    """Parse marshaled TPMT_SIGNATURE (ECDSA, RSASSA or RSAPSS)."""
+    """Read a marshaled TPMT_SIGNATURE (ECDSA, RSASSA or RSAPSS).
+
+    Args:
+        data: the bytes.
+
+    Returns:
+        The signature.
+
+    Raises:
+        WireError: another scheme, an empty component, or bytes left over.
+    """
     r = _Reader(bytes(data))
     alg = r.u16()
     if alg == ALG.ECDSA:
@@ -245,6 +273,7 @@ class PublicArea:
 
     @property
     def is_restricted_signing_key(self) -> bool:
+        """Whether the object is a restricted, fixedTPM|fixedParent, sensitiveDataOrigin signing key that cannot decrypt (an AK)."""
         want = RESTRICTED | SIGN_ENCRYPT | FIXED_TPM | FIXED_PARENT | SENSITIVE_DATA_ORIGIN
         return self.attributes & want == want and not self.attributes & DECRYPT
 
@@ -256,7 +285,17 @@ def _sym_def(r: _Reader) -> None:
 
 
 def parse_public(data: bytes) -> PublicArea:
-    """Parse marshaled TPMT_PUBLIC (without the TPM2B size prefix)."""
+    """Read a marshaled TPMT_PUBLIC (without the TPM2B size prefix).
+
+    Args:
+        data: the bytes.
+
+    Returns:
+        The public area.
+
+    Raises:
+        WireError: the bytes are not one whole TPMT_PUBLIC of an ECC or RSA key.
+    """
     data = bytes(data)
     r = _Reader(data)
     typ, name_alg, attrs = r.u16(), r.u16(), r.u32()

@@ -95,12 +95,34 @@ class PinnedAK:
 
     @classmethod
     def from_pem(cls, pem: bytes | str, **kw: Any) -> PinnedAK:
-        """A pin of the RSA or ECC public key in ``pem``; InputError if it holds none."""
+        """A pin of the RSA or ECC public key in a PEM.
+
+        Args:
+            pem: the PEM (a public key or a certificate).
+            kw: the pin's other fields (``name``, ``qualified_name``, ``software``, ``label``).
+
+        Returns:
+            The pin.
+
+        Raises:
+            InputError: the PEM holds no RSA or ECC public key.
+        """
         return cls(spki=_spki(_load_pem(pem)), **kw)
 
     @classmethod
     def from_key(cls, key: Any, **kw: Any) -> PinnedAK:
-        """A pin of a ``cryptography`` RSA or ECC public key; InputError otherwise."""
+        """A pin of a ``cryptography`` public key.
+
+        Args:
+            key: an RSA or ECC public key.
+            kw: the pin's other fields.
+
+        Returns:
+            The pin.
+
+        Raises:
+            InputError: another kind of key (a private key among them).
+        """
         return cls(spki=_spki(key), **kw)
 
     @classmethod
@@ -160,7 +182,15 @@ class TrustPolicy:
     require_ek_chain: bool = False
 
     def match(self, spki: bytes, name: str) -> PinnedAK | None:
-        """The pinned entry this AK matches, by public key or TPM name."""
+        """The pinned entry an AK matches, by public key and/or TPM name.
+
+        Args:
+            spki: the AK's DER SubjectPublicKeyInfo.
+            name: its TPM name, hex.
+
+        Returns:
+            The first matching pin, or None.
+        """
         for pin in self.aks:
             if pin.spki is not None and pin.spki != spki:
                 continue
@@ -173,8 +203,18 @@ class TrustPolicy:
 
     @classmethod
     def coerce(cls, trust: Any) -> TrustPolicy | None:
-        """A policy from what the caller passed (None stays None: no policy);
-        InputError for anything that is not one of the forms above."""
+        """A policy from what a caller passed.
+
+        Args:
+            trust: None (no policy), a TrustPolicy, a PinnedAK, a PEM, a
+                ``cryptography`` key, a TPM name, a provisioning result, or a list of them.
+
+        Returns:
+            The policy (None stays None).
+
+        Raises:
+            InputError: anything that is not one of those forms.
+        """
         if trust is None or isinstance(trust, TrustPolicy):
             return trust
         if isinstance(trust, Mapping) and "attestation_key" in trust:  # one provisioning result

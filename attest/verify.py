@@ -120,6 +120,7 @@ class EvidenceResult(HasFindings):
 
     @property
     def ok(self) -> bool:
+        """Whether the slot verified (on a hardware or a software TPM)."""
         return self.status in (VERIFIED, VERIFIED_SOFTWARE)
 
 
@@ -142,9 +143,17 @@ def _parts(record: Any, evidence: Any) -> tuple[str | None, Any]:
 
 
 def verify_evidence(record: Any, trust: Any = None, *, evidence: Any = None) -> EvidenceResult:
-    """Verify the slot of ``record`` (a SealedRecord, a ``capseal-record/1``
-    dict, or a capsule id with ``evidence=``) under ``trust`` (see
-    :meth:`TrustPolicy.coerce`). Never raises."""
+    """Verify the hardware-evidence slot of a record. Never raises.
+
+    Args:
+        record: a SealedRecord, a ``capseal-record/1`` dict, or a capsule id
+            (with ``evidence=``).
+        trust: the AKs trusted (see :meth:`TrustPolicy.coerce`); None: none pinned.
+        evidence: the slot, for a capsule id (or to check another slot).
+
+    Returns:
+        The status and findings (``evidence_malformed`` for what cannot be read).
+    """
     try:
         return _verify(record, trust, evidence)
     except Exception as exc:  # a verifier reports, it does not raise
@@ -152,7 +161,15 @@ def verify_evidence(record: Any, trust: Any = None, *, evidence: Any = None) -> 
 
 
 def evidence_status(record: Any, trust: Any = None) -> tuple[str, list[Finding]]:
-    """``(status, findings)`` for ``capseal verify --evidence`` (see module doc)."""
+    """What ``capseal verify --evidence`` reports for a record (see the module docstring).
+
+    Args:
+        record: as for :func:`verify_evidence`.
+        trust: as for :func:`verify_evidence`.
+
+    Returns:
+        ``(status, findings)``.
+    """
     result = verify_evidence(record, trust)
     return result.status, result.findings
 
@@ -324,7 +341,7 @@ def _check(cid: str | None, ev: Any, policy: TrustPolicy | None, fail: Any) -> N
             fail("evidence_nonce_mismatch",
                  f"the quote's qualifyingData {attest.extra_data.hex()[:16]}… is not the batch root {root.hex()[:16]}…")
         # What this proves: the capsule id is a leaf of the quoted root. The
-        # quote covers the root only (design §4: qualifyingData = the root),
+        # quote covers the root only (qualifyingData = the root),
         # so leaf_index and tree_size are the writer's claim, not the TPM's:
         # other (index, size) pairs with the same proof can verify too. A
         # ledger's own batch row (hash-chained, checked by check_chain) holds

@@ -10,13 +10,9 @@ rebuilds each record's slot and inclusion proof when it is read; the proofs
 are RFC 9162 paths in the tree of exactly these ids, so the root check is
 what makes every one of them valid.
 
-(A helper process that wrote the slots outside the sealing process's GIL was
-tried and dropped. On the 2-vCPU machine it was measured on, sealing got no
-faster — the sealing thread's own CPU per record rose about as much as the
-worker's fell — and across processes there is no fair hand-off of SQLite's
-write lock: under sustained sealing no batch landed within a whole timed
-round, so evidence latency had no bound. Storing the quote once per batch
-instead of once per record is what took the worker's cost down.)
+Why in the sealing process, and the quote stored once per batch: across
+processes there is no fair hand-off of SQLite's write lock, so a writer
+process could leave evidence waiting without bound under sustained sealing.
 """
 
 from __future__ import annotations
@@ -36,11 +32,24 @@ __all__ = ["write_batch"]
 
 def write_batch(ledger: Any, policy: TrustPolicy, ids: Sequence[str], shared: Mapping[str, Any], root: bytes,
                 first_proof: Sequence[bytes] | None = None) -> int:
-    """Verify, then append one quoted batch (``ids`` in leaf order) in one
-    ledger transaction. ``first_proof`` is ``ids[0]``'s audit path when the
-    caller has it from :func:`capseal.ledger.batch_root`. Raises EvidenceError
-    (nothing written) when the quote does not verify. Returns the number of
-    records it covers."""
+    """Verify, then append one quoted batch in one ledger transaction.
+
+    Args:
+        ledger: the ledger.
+        policy: the trust policy the quote must verify under.
+        ids: the batch's capsule ids, in leaf order.
+        shared: the quote's shared evidence members.
+        root: the Merkle root the quote covers.
+        first_proof: ``ids[0]``'s audit path, when the caller has it from
+            :func:`capseal.ledger.batch_root`.
+
+    Returns:
+        The number of records the batch covers.
+
+    Raises:
+        EvidenceError: no ids, ids that do not hash to ``root``, or a quote that
+            does not verify (nothing written).
+    """
     if not ids:
         raise EvidenceError("a batch covers at least one record; nothing written")
     if first_proof is None:

@@ -91,8 +91,7 @@ def measure_rounds(n: int, rounds: int) -> dict[str, Any]:
     """The swtpm P-256 row, in the format of ``bench/keys.py``."""
     sys.path.insert(0, str(ROOT))
     from capseal.keys import open_signer
-    from capseal.keys._tpm import provision
-    from capseal.keys._tpm_device import get_device
+    from capseal.keys.tpm import get_device, provision
 
     with tempfile.TemporaryDirectory(prefix="capseal-bench-tpm-") as tmp:
         tpm = _SwTPM(os.path.join(tmp, "swtpm"))

@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
-    from capseal.keys._tpm_device import get_device
+    from capseal.keys.tpm import get_device
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

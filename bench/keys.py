@@ -12,7 +12,7 @@ only compared with the raw rate of its own round, and the medians are shown.
 
   * raw: the device alone, nothing else running. For a token, the higher of
     python-pkcs11's ``key.sign`` and the direct ``C_Sign`` capseal uses for
-    Ed25519 and ECDSA (``keys/_pkcs11_fast.py``), both under the PKCS#11
+    Ed25519 and ECDSA (``keys/pkcs11/_direct.py``), both under the PKCS#11
     lock — the stricter baseline; for swtpm, ``ESAPI.sign`` on a private
     connection;
   * sealed: durable in a real ledger file (WAL, fsync on commit): records
@@ -96,22 +96,22 @@ def raw_signers(signer: Any) -> dict[str, Callable[[], Any]]:
     """One raw signature on the signer's own session and key handle, under the
     process-wide lock, nothing else: python-pkcs11's ``key.sign`` and, when
     the mechanism allows, the direct ``C_Sign`` capseal uses."""
-    from capseal.keys._pkcs11_session import P11_LOCK
+    from capseal.keys.pkcs11 import P11_LOCK
 
     ts = signer.token_session
-    mech = signer._mech
+    mech = signer._mech  # bench: the signer's own mechanism, to time the bare calls it makes
     msg = os.urandom(120)  # a COSE Sig_structure over a capsule id is ~120 bytes
     payload = mech.prehash(msg).digest() if mech.prehash is not None else msg
     with P11_LOCK:
         session = ts.ensure()
-        key = signer._key(ts, session)
+        key = signer.key_object(session)
 
     def python_pkcs11() -> None:
         with P11_LOCK:
             key.sign(payload, mechanism=mech.mechanism, mechanism_param=mech.param)
 
     out: dict[str, Callable[[], Any]] = {"raw key.sign": python_pkcs11}
-    fast = signer._fast
+    fast = signer.direct_path
     if fast is not None:
         def direct() -> None:
             with P11_LOCK:
@@ -144,7 +144,7 @@ def softhsm_rows(n: int, rounds: int, tmp: str) -> list[dict[str, Any]]:
 
 def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str) -> dict[str, Any]:
     from capseal.keys import open_signer
-    from capseal.keys._pkcs11 import PKCS11Signer
+    from capseal.keys.pkcs11 import PKCS11Signer
     from capseal.keys.provision import create_key
 
     msg = os.urandom(120)
@@ -177,7 +177,7 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
                 arms[FALLBACK_ARM] = lambda: _with_cryptography(opened[3])
                 measured.append(FALLBACK_ARM)
                 other["with signing_process=True, cryptography's check (no libsodium)"] = [FALLBACK_ARM]
-            child = process._process._child if process._process is not None else None
+            child = process.signing_process.child if process.signing_process is not None else None
             assert child is not None, "signing_process=True: the signing process runs"
             cpu = CpuPerRecord(child.proc.pid)
             for label in measured:
@@ -193,8 +193,8 @@ def softhsm_row(name: str, uri: str, alg: str, count: int, rounds: int, tmp: str
         row = summarize(name, figures, raw_arms, ["sealed 1 thr", "sealed 2 thr"], other)
         if cpu is not None:
             row["cpu_per_record_us"] = cpu.per_record_us()
-        if signer._fast is not None:
-            row["keeps_gil"] = signer._fast.keeps_gil
+        if signer.direct_path is not None:
+            row["keeps_gil"] = signer.direct_path.keeps_gil
     return row
 
 

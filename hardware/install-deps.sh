@@ -3,7 +3,7 @@
 # Python environment (.venv). Idempotent; safe to run on every `make`.
 #
 #   system (Debian/Ubuntu): softhsm2 swtpm swtpm-tools tpm2-tools libtss2-dev pkg-config gcc
-#     opensc-pkcs11 (its pkcs11-spy proxy module: tests/test_pkcs11_proxy.py)
+#     opensc-pkcs11 (its pkcs11-spy proxy module: tests/keys/pkcs11/test_pkcs11_proxy.py)
 #     libsodium23 (the producer's Ed25519 check of device signatures: sdk/_sodium.py, capseal._sodium)
 #   python: .venv with capseal[test,pkcs11,tpm,dev] (tpm2-pytss builds from source: ~30 s once)
 set -euo pipefail

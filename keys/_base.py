@@ -1,7 +1,7 @@
 """The ``Signer`` seam every backend implements (software, PKCS#11, TPM 2.0).
 
-Shaped after securesystemslib's signer: a small ABC, one private module per
-backend, and a scheme registry (``_registry.py``). A signer signs bytes and
+Shaped after securesystemslib's signer: a small ABC, one subpackage (or
+private module) per backend, and a scheme registry (``_registry.py``). A signer signs bytes and
 returns the signature *together with* the key id and algorithm it used, so a key
 that is rotated between two calls can never be paired with the wrong kid.
 """
@@ -39,11 +39,32 @@ class PendingSignature(ABC):
 
     @abstractmethod
     def result(self) -> SignatureResult:
-        """The signature, or the typed error ``sign`` would have raised."""
+        """Wait for the signature.
+
+        Returns:
+            The signature, as :meth:`Signer.sign` returns it.
+
+        Raises:
+            SignerError: what :meth:`Signer.sign` would have raised.
+        """
 
     def cancel(self) -> None:
         """The signature is no longer wanted: a device queue drops the command
-        if it has not started (a started one finishes and is thrown away)."""
+        if it has not started (a started one finishes and is thrown away).
+        Returns nothing, raises nothing."""
+
+    @staticmethod
+    def deferred(call: Callable[[bytes], SignatureResult], data: bytes) -> PendingSignature:
+        """A pending signature that is made only when ``result()`` is called.
+
+        Args:
+            call: makes the signature (``signer.sign``, or a backend's own path).
+            data: what ``call`` is given.
+
+        Returns:
+            The pending signature.
+        """
+        return _SignOnResult(call, data)
 
 
 class _SignOnResult(PendingSignature):
@@ -60,7 +81,17 @@ class _SignOnResult(PendingSignature):
 
 
 def alg_for_public_key(public_key: Any) -> str:
-    """COSE algorithm name a capseal signer uses for this kind of key."""
+    """The COSE algorithm a capseal signer uses for a kind of key.
+
+    Args:
+        public_key: a ``cryptography`` public key.
+
+    Returns:
+        ``EdDSA`` (Ed25519), ``ES256`` (P-256), ``ES384`` (P-384) or ``PS256`` (RSA of 2048 bits or more).
+
+    Raises:
+        UnsupportedAlgorithmError: another curve, a smaller RSA key, or another kind of key (each named).
+    """
     if isinstance(public_key, ed25519.Ed25519PublicKey):
         return "EdDSA"
     if isinstance(public_key, ec.EllipticCurvePublicKey):
@@ -78,9 +109,16 @@ def alg_for_public_key(public_key: Any) -> str:
 
 
 def kid_for(public_key: Any) -> str:
-    """Key id in hex. Ed25519: the raw 32-byte public key, as the AAC profile's
-    COSE ``kid`` (label 4) must be. Other keys: SHA-256 of the DER
-    SubjectPublicKeyInfo, so the kid pins the exact public key."""
+    """The key id of a public key, in hex.
+
+    Args:
+        public_key: a ``cryptography`` public key.
+
+    Returns:
+        For Ed25519 the raw 32-byte public key, as the AAC profile's COSE
+        ``kid`` (label 4) must be; for other keys SHA-256 of the DER
+        SubjectPublicKeyInfo, so the kid pins the exact public key.
+    """
     if isinstance(public_key, ed25519.Ed25519PublicKey):
         return public_key.public_bytes_raw().hex()
     der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -113,14 +151,17 @@ class Signer(ABC):
 
     @property
     @abstractmethod
-    def alg(self) -> str: ...
+    def alg(self) -> str:
+        """The COSE algorithm name: ``EdDSA``, ``ES256``, ``ES384`` or ``PS256``."""
 
     @property
     @abstractmethod
-    def public_key(self) -> Any: ...
+    def public_key(self) -> Any:
+        """The ``cryptography`` public key of the key that signs."""
 
     @property
     def kid(self) -> str:
+        """The key id (:func:`kid_for` of :attr:`public_key`), computed once."""
         cached = getattr(self, "_kid_cache", None)
         if cached is None:
             cached = kid_for(self.public_key)
@@ -129,7 +170,11 @@ class Signer(ABC):
 
     @property
     def public_key_raw(self) -> bytes:
-        """Raw 32-byte Ed25519 public key (the profile's kid). Only for EdDSA."""
+        """The raw 32-byte Ed25519 public key (the AAC profile's kid).
+
+        Raises:
+            UnsupportedAlgorithmError: the key is not an Ed25519 key.
+        """
         cached = getattr(self, "_raw_cache", None)
         if cached is None:
             key = self.public_key
@@ -139,6 +184,11 @@ class Signer(ABC):
         return cached
 
     def public_key_pem(self) -> str:
+        """The public key as PEM.
+
+        Returns:
+            The SubjectPublicKeyInfo PEM text (what ``capseal verify --trust`` pins).
+        """
         return self.public_key.public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         ).decode("ascii")
@@ -149,21 +199,55 @@ class Signer(ABC):
         """The key's URI with any PIN removed."""
 
     @abstractmethod
-    def sign(self, data: bytes) -> SignatureResult: ...
+    def sign(self, data: bytes) -> SignatureResult:
+        """Sign the message ``data`` (the signer hashes it where the algorithm needs a digest).
+
+        Args:
+            data: the message, e.g. a COSE Sig_structure.
+
+        Returns:
+            The signature in COSE form with the kid and alg of the key that made it.
+
+        Raises:
+            SignerError: a subclass naming the key and what went wrong (never a PIN).
+        """
 
     def begin_sign(self, data: bytes) -> PendingSignature:
-        """Start signing ``data``; ``result()`` gives what :meth:`sign` would
-        return or raise. By default the signature is made inside ``result()``;
-        a backend whose device queues commands (``queues_signatures``)
-        overrides this so that several signatures can be in the queue at once
-        and the device never waits for the caller between two of them."""
-        return _SignOnResult(self.sign, data)
+        """Start signing ``data``. By default the signature is made inside
+        ``result()``; a backend whose device queues commands
+        (``queues_signatures``) overrides this so that several signatures can be
+        in the queue at once and the device never waits for the caller between
+        two of them.
+
+        Args:
+            data: the message, as for :meth:`sign`.
+
+        Returns:
+            The pending signature: its ``result()`` gives what :meth:`sign` would
+            return or raise.
+
+        Raises:
+            SignerError: the signer cannot take the request at all (closed).
+        """
+        return PendingSignature.deferred(self.sign, data)
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:
-        """Custody statement (see capseal.keys.custody)."""
+        """The custody statement (see :mod:`capseal.keys.custody`): only what was observed.
+
+        Returns:
+            The statement, a dict of JSON values (no float, no secret).
+
+        Raises:
+            SignerError: the device cannot be asked (closed, gone).
+        """
 
     def describe_short(self) -> str:
+        """How the signer is named in messages.
+
+        Returns:
+            ``ClassName(uri)``, never with a PIN.
+        """
         return f"{type(self).__name__}({self.uri})"
 
     def forget_cached_key(self) -> None:
@@ -171,10 +255,11 @@ class Signer(ABC):
         public key: a backend that caches a loaded key (a TPM key file's
         handle, which another process may have reused for another key) loads
         it again, with its checks, for the next signature. Nothing to forget
-        by default."""
+        by default; returns nothing.
+        """
 
     def close(self) -> None:
-        """Release sessions or handles. Idempotent."""
+        """Release sessions or handles. Idempotent; raises nothing."""
 
     def __enter__(self) -> Signer:
         return self
@@ -202,6 +287,16 @@ class SignerSelfTest:
 
     @staticmethod
     def run(signer: Signer) -> None:
+        """Sign :data:`MESSAGE` and verify the signature with the signer's public key.
+
+        Args:
+            signer: the signer, open.
+
+        Raises:
+            SignatureFailedError: the public key rejects the signature (the
+                device paired the private key with another key's public key).
+            SignerError: the signature could not be made.
+        """
         from capseal.cose import signature_ok
         from capseal.errors import SignatureFailedError
 

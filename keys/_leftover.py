@@ -1,11 +1,12 @@
 """A key made by a ``keys create`` that did not finish: removed again, or
-named so that the operator can remove it.
+named so that the operator can remove it (the public names are exported by
+:mod:`capseal.keys.provision`).
 
 Why: a Ctrl-C (or a failure) between the device making a key and the caller
-receiving it left a key nobody was told of, under the label, handle or file
-name the operator chose, so a second ``keys create`` refused the name as
-taken. Every backend undoes what it made on the way out; when the undoing
-itself fails, the exception on its way out says which key stayed
+receiving it would leave a key nobody was told of, under the label, handle or
+file name the operator chose, and a second ``keys create`` would refuse the
+name as taken. Every backend undoes what it made on the way out; when the
+undoing itself fails, the exception on its way out says which key stayed
 (:func:`note_left`, read by :func:`left_behind`), and the CLI prints it.
 """
 
@@ -20,7 +21,12 @@ __all__ = ["held_interrupts", "left_behind", "note_left"]
 
 
 def note_left(exc: BaseException, uri: str) -> None:
-    """Mark ``exc`` (on its way out) as leaving the key at ``uri`` behind."""
+    """Mark an exception on its way out as leaving a key behind (an attribute it carries).
+
+    Args:
+        exc: the exception.
+        uri: the key's URI.
+    """
     try:
         exc.capseal_key_left = uri  # type: ignore[attr-defined]
     except AttributeError:  # an exception type without a __dict__: nothing to carry it
@@ -28,7 +34,14 @@ def note_left(exc: BaseException, uri: str) -> None:
 
 
 def left_behind(exc: BaseException) -> str | None:
-    """The URI of a key a failed ``keys create`` made and could not remove, or None."""
+    """The key a failed ``keys create`` made and could not remove.
+
+    Args:
+        exc: the exception the create raised.
+
+    Returns:
+        The key's URI (see :func:`note_left`), or None.
+    """
     uri = getattr(exc, "capseal_key_left", None)
     return uri if isinstance(uri, str) else None
 
@@ -36,9 +49,16 @@ def left_behind(exc: BaseException) -> str | None:
 @contextmanager
 def held_interrupts() -> Iterator[None]:
     """While the block undoes a new key, a Ctrl-C only records itself; it is
-    raised when the block is done. A second Ctrl-C must not stop the undoing
+    raised when the block is done: a second Ctrl-C must not stop the undoing
     half-way. Only the main thread runs Python signal handlers, and a SIGINT
-    handler that is not a Python callable (ignored, the default) is left alone."""
+    handler that is not a Python callable (ignored, the default) is left alone.
+
+    Returns:
+        The context manager.
+
+    Raises:
+        KeyboardInterrupt: after the block, when a Ctrl-C came during it.
+    """
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or not callable(previous):
         yield

@@ -19,9 +19,10 @@ from typing import Any
 from capseal.errors import KeyURIError, MissingExtraError, UnknownOptionError
 
 from ._base import Signer
-from ._pin import Secret, as_secret
+from .secret import Secret, as_secret
 
-__all__ = ["SIGNER_FOR_URI_SCHEME", "open_signer", "register_scheme", "redact_uri", "SecretsHandler", "check_options"]
+__all__ = ["SIGNER_FOR_URI_SCHEME", "open_signer", "register_scheme", "redact_uri", "SecretsHandler", "check_options",
+           "load_target"]
 
 #: Called with a prompt (e.g. "PIN for token 'agents'") and returns the secret.
 SecretsHandler = Callable[[str], str]
@@ -30,8 +31,8 @@ SIGNER_FOR_URI_SCHEME: dict[str, Any] = {
     "file": "capseal.keys._software:FileSigner",
     "unsafe-ephemeral": "capseal.keys._software:UnsafeEphemeralSigner",
     "ephemeral": "capseal.keys._software:refuse_ephemeral_uri",
-    "pkcs11": "capseal.keys._pkcs11:PKCS11Signer",
-    "tpm2": "capseal.keys._tpm:TPMSigner",
+    "pkcs11": "capseal.keys.pkcs11:PKCS11Signer",
+    "tpm2": "capseal.keys.tpm:TPMSigner",
 }
 
 _EXTRAS = {
@@ -43,19 +44,28 @@ _SECRET_QUERY = re.compile(r"(?i)([?&;]pin-value=)[^&;#]*")
 
 
 def redact_uri(uri: str) -> str:
-    """The URI with any ``pin-value`` attribute replaced by ``***``."""
+    """A key URI fit to print.
+
+    Args:
+        uri: any key URI.
+
+    Returns:
+        The URI with every ``pin-value`` attribute's value replaced by ``***``.
+    """
     return _SECRET_QUERY.sub(r"\1***", uri)
 
 
 def check_options(what: str, options: dict[str, Any], valid: tuple[str, ...]) -> None:
-    """Refuse any of ``options`` (keyword arguments a backend was given
-    beyond those it names) with UnknownOptionError naming it, the closest
-    valid spelling, and every valid option (``valid``, which includes the
-    ones the backend took itself). ``what`` names the call, e.g.
-    "open_signer for a pkcs11: key".
+    """Refuse the keyword arguments a backend was given beyond those it names.
+
+    Args:
+        what: names the call, e.g. "open_signer for a pkcs11: key".
+        options: the leftover keyword arguments.
+        valid: every option the call takes (the ones the backend took itself too).
 
     Raises:
-        UnknownOptionError: when ``options`` is not empty.
+        UnknownOptionError: when ``options`` is not empty, naming each, its
+            closest valid spelling and every valid option.
     """
     if not options:
         return
@@ -68,40 +78,73 @@ def check_options(what: str, options: dict[str, Any], valid: tuple[str, ...]) ->
 
 
 def register_scheme(scheme: str, loader: Any) -> None:
-    """Register a signer loader for ``scheme`` (overrides an existing one)."""
+    """Register a signer loader for a URI scheme (overriding an existing one).
+
+    Args:
+        scheme: the URI scheme (case-insensitive).
+        loader: a class or callable with ``from_uri(uri, pin=…, secrets_handler=…, **options)``
+            (or a plain callable taking the same), or a ``"module:attribute"`` string loaded on first use.
+    """
     SIGNER_FOR_URI_SCHEME[scheme.lower()] = loader
 
 
 def load_target(scheme: str, target: str) -> Any:
-    """Import ``"module:attribute"`` for a backend, turning a missing optional
-    dependency into MissingExtraError that names the extra and system packages."""
+    """Import a backend's function or class by name, so that an optional
+    backend costs nothing until it is used.
+
+    Args:
+        scheme: the backend's URI scheme (``pkcs11``, ``tpm2``), named in errors.
+        target: ``"module:attribute"``, e.g. ``"capseal.keys.pkcs11:init_softhsm_token"``.
+
+    Returns:
+        The attribute.
+
+    Raises:
+        MissingExtraError: the backend's optional package (or a system library
+            it needs) is missing, naming the extra and the system packages.
+        KeyURIError: the module has no such attribute.
+    """
     module_name, _, attr = target.partition(":")
+    failure: ImportError | None = None
     try:
-        module = importlib.import_module(module_name)
+        # a lazy facade imports the backend's leaves on getattr: a missing extra shows there
+        return getattr(importlib.import_module(module_name), attr)
     except ImportError as exc:
-        raise missing_extra(scheme, exc) from None
-    try:
-        return getattr(module, attr)
+        failure = exc
     except AttributeError:
-        raise KeyURIError(f"the {scheme}: backend has no {attr}") from None
+        pass
+    if failure is not None:  # raised outside the handler: the ImportError is not chained
+        raise missing_extra(scheme, failure)
+    raise KeyURIError(f"the {scheme}: backend has no {attr}")
 
 
 def missing_extra(scheme: str, exc: ImportError) -> MissingExtraError:
     """The error for a backend whose import failed: the extra to install and
-    the system packages it needs, said once, with what was missing (the
-    backend's own MissingExtraError used to be quoted inside this one, which
-    said the same thing again)."""
+    the system packages it needs, said once, with what was missing (a
+    MissingExtraError of the backend's own, or one made here already, is
+    not quoted inside the new one: it would say the same thing again).
+
+    Args:
+        scheme: the backend's URI scheme.
+        exc: the ImportError (or MissingExtraError) raised.
+
+    Returns:
+        The error; its ``name`` is the missing Python module, when known.
+    """
     extra = _EXTRAS.get(scheme)
     if extra is None:
         return MissingExtraError(f"cannot load the {scheme}: backend: {exc}")
-    missing = f"Python module {exc.name!r} is missing" if exc.name else str(exc)
-    if isinstance(exc, MissingExtraError):  # the backend's own: it may name a system library instead
+    name = exc.name
+    if isinstance(exc, MissingExtraError) and not name:  # the backend's own: it may name a system library instead
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, ImportError) and cause.name:
-            missing = f"Python module {cause.name!r} is missing"
-    return MissingExtraError(f"the {scheme}: backend needs {extra[1]}: pip install '{extra[0]}' "
-                             f"(system packages: {extra[2]}); {missing}",
-                             hint=f"pip install '{extra[0]}'")
+            name = cause.name
+    missing = f"Python module {name!r} is missing" if name else str(exc)
+    error = MissingExtraError(f"the {scheme}: backend needs {extra[1]}: pip install '{extra[0]}' "
+                              f"(system packages: {extra[2]}); {missing}",
+                              hint=f"pip install '{extra[0]}'")
+    error.name = name
+    return error
 
 
 def _resolve(scheme: str) -> Any:

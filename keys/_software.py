@@ -27,10 +27,18 @@ from capseal.errors import (
 )
 
 from ._base import SignatureResult, Signer, alg_for_public_key
-from ._files import MAX_KEY_FILE, FileTooLargeError, exposure
-from ._pin import Secret, as_secret, cli_caller, pin_advice, read_secret_file
 from ._registry import check_options
 from .custody import custody_statement
+from .secret import (
+    MAX_KEY_FILE,
+    FileTooLargeError,
+    Secret,
+    as_secret,
+    cli_caller,
+    exposure,
+    pin_advice,
+    read_secret_file,
+)
 
 __all__ = ["SoftwareSigner", "FileSigner", "UnsafeEphemeralSigner", "generate_private_key", "write_pkcs8"]
 
@@ -39,7 +47,18 @@ _PRIVATE_KEY_TYPES = (ed25519.Ed25519PrivateKey, ec.EllipticCurvePrivateKey, rsa
 
 
 def generate_private_key(alg: str) -> Any:
-    """A fresh software private key for a COSE algorithm name."""
+    """A fresh software private key.
+
+    Args:
+        alg: a COSE algorithm name (EdDSA, ES256, ES384, PS256) or its CLI
+            spelling (ed25519, p256, p384, rsa-pss).
+
+    Returns:
+        A ``cryptography`` private key (RSA: 3072 bits).
+
+    Raises:
+        UnsupportedAlgorithmError: an unknown algorithm.
+    """
     if alg in ("EdDSA", "ed25519"):
         return ed25519.Ed25519PrivateKey.generate()
     if alg in ("ES256", "p256"):
@@ -137,17 +156,31 @@ class SoftwareSigner(Signer):
 
     @property
     def alg(self) -> str:
+        """The COSE algorithm of the key."""
         return self._alg
 
     @property
     def public_key(self) -> Any:
+        """The key's ``cryptography`` public key."""
         return self._public
 
     @property
     def uri(self) -> str:
+        """How the key is named (``memory:``, ``file:…``, ``unsafe-ephemeral:``)."""
         return self._uri
 
     def sign(self, data: bytes) -> SignatureResult:
+        """Sign ``data`` with the key in this process (see :meth:`Signer.sign`).
+
+        Args:
+            data: the message.
+
+        Returns:
+            The signature (ECDSA as raw r‖s; PS256 with salt 32).
+
+        Raises:
+            SignerUnavailableError: the signer was closed.
+        """
         key = self._key
         if key is None:
             from capseal.errors import SignerUnavailableError
@@ -166,6 +199,11 @@ class SoftwareSigner(Signer):
         return SignatureResult(sig, self.kid, alg)
 
     def describe(self) -> dict[str, Any]:
+        """The custody statement: backend ``software``, ``software_device`` true.
+
+        Returns:
+            The statement.
+        """
         return custody_statement(
             backend="software",
             alg=self._alg,
@@ -177,6 +215,7 @@ class SoftwareSigner(Signer):
         )
 
     def close(self) -> None:
+        """Drop the private key: later signatures raise SignerUnavailableError. Idempotent."""
         with self._lock:
             self._key = None
 
@@ -255,6 +294,19 @@ class FileSigner(SoftwareSigner):
 
     @staticmethod
     def path_of(uri: str) -> str:
+        """The path a ``file:`` key URI names.
+
+        Args:
+            uri: ``file:/absolute/path.pem`` (RFC 8089); a name's bytes that are not
+                UTF-8 are read back as written by :func:`file_uri`.
+
+        Returns:
+            The absolute path.
+
+        Raises:
+            KeyURIError: not a ``file:`` URI, a query or fragment, a host other than
+                localhost, no path, a relative path, or a NUL byte (the URI is never echoed).
+        """
         parts = urlsplit(uri)
         if parts.scheme != "file":
             raise KeyURIError(f"not a file: key URI: {parts.scheme}:…")
@@ -280,8 +332,15 @@ class FileSigner(SoftwareSigner):
 
 def file_uri(path: str | os.PathLike[str]) -> str:
     """The ``file:`` URI that :meth:`FileSigner.path_of` reads back as ``path``:
-    '%', '?', '#' and the like are percent-encoded, or the URI capseal prints
-    would name another file or be refused as having a query."""
+    ``%``, ``?``, ``#`` and the like are percent-encoded, or the URI capseal
+    prints would name another file or be refused as having a query.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The URI.
+    """
     return "file:" + quote(os.fspath(path), safe="/", errors="surrogateescape")
 
 
@@ -319,9 +378,21 @@ class UnsafeEphemeralSigner(SoftwareSigner):
     @classmethod
     def from_uri(cls, uri: str, *, pin: str | None = None, secrets_handler: Any = None,
                  **options: Any) -> UnsafeEphemeralSigner:
-        """``open_signer("unsafe-ephemeral:EdDSA")`` (or ``:ES256`` …): a new key
-        in memory. ``pin`` and ``secrets_handler`` mean nothing here; any other
-        option is refused (UnknownOptionError)."""
+        """``open_signer("unsafe-ephemeral:EdDSA")`` (or ``:ES256`` …): a new key in memory.
+
+        Args:
+            uri: ``unsafe-ephemeral:ALG`` (EdDSA when no algorithm is named).
+            pin: means nothing here.
+            secrets_handler: means nothing here.
+            options: none is taken; any is refused.
+
+        Returns:
+            The signer.
+
+        Raises:
+            UnknownOptionError: an option given.
+            UnsupportedAlgorithmError: an unknown algorithm.
+        """
         check_options("open_signer for an unsafe-ephemeral: key", options, _FILE_OPTIONS)
         alg = urlsplit(uri).path or "EdDSA"
         return cls(alg)
@@ -329,6 +400,13 @@ class UnsafeEphemeralSigner(SoftwareSigner):
 
 def refuse_ephemeral_uri(uri: str, **_: Any) -> Signer:
     """``ephemeral:`` is refused: a throwaway key is asked for by its unsafe name.
+
+    Args:
+        uri: the ``ephemeral:`` URI.
+        _: whatever options came with it.
+
+    Returns:
+        Never.
 
     Raises:
         KeyURIError: always, naming ``unsafe-ephemeral:``.
@@ -379,7 +457,17 @@ def create_file_key(uri: str, alg: str, *, pin: str | Secret | None = None, secr
 
 def list_file_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: Any = None,
                    **options: Any) -> list[dict[str, Any]]:
-    """PEM private keys in a directory (``file:/dir``) or the one file named.
+    """PEM private keys in a directory (``file:/dir``), or the one file named.
+
+    Args:
+        uri: a ``file:`` URI of a directory or a key file.
+        pin: the passphrase of encrypted PEMs.
+        secrets_handler: not asked.
+        options: none are taken; any is refused.
+
+    Returns:
+        One entry per file: ``uri``, ``alg`` and ``kid``, or ``uri`` and
+        ``error`` (the type of what stopped it from opening).
 
     Raises:
         UnknownOptionError: for an option a file key does not take.

@@ -1,4 +1,4 @@
-"""Checking a TPM2_Certify record: the TPM's own statement, signed by an
+"""capseal.keys.certify — checking a TPM2_Certify record: the TPM's own statement, signed by an
 attestation key (AK), that a signing key with this public area is held in it.
 
 A TPM signer opened with an ``ak-handle`` seals such a record into its custody
@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from capseal.errors import InputError
+
+from ._registry import load_target
 
 __all__ = ["verify_certify"]
 
@@ -55,11 +57,11 @@ def verify_certify(record: Any, *, public_key: Any = None, trusted_ak_names: Ite
     """
     key = _public_key_argument(public_key)
     names = _names_argument(trusted_ak_names)
-    try:
-        from ._tpm_certify import verify_certify as check
+    try:  # by name, as the backends are reached: the TPM backend needs tpm2-pytss
+        check = load_target("tpm2", "capseal.keys.tpm:verify_certify")
     except ImportError as exc:  # MissingExtraError is one: without tpm2-pytss nothing can be checked
         return [f"cannot check a TPM2_Certify record without tpm2-pytss (pip install 'capseal[tpm]'): {exc}"]
-    return check(record, public_key=key, trusted_ak_names=names)
+    return list(check(record, public_key=key, trusted_ak_names=names))
 
 
 def _public_key_argument(value: Any) -> Any:

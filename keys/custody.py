@@ -41,9 +41,22 @@ def custody_statement(
 ) -> dict[str, Any]:
     """Build a custody statement; absent facts are left out, never nulled.
 
-    ``public_key`` (a ``cryptography`` public key) is recorded as hex DER
-    SubjectPublicKeyInfo, so verifiers can check ES256/PS256 envelopes whose
-    kid is a hash of that key.
+    Args:
+        backend: ``software``, ``pkcs11``, ``tpm2`` or a registered backend's name.
+        alg: the COSE algorithm.
+        kid: the key id.
+        public_key: the ``cryptography`` public key, recorded as hex DER
+            SubjectPublicKeyInfo, so verifiers can check ES256/PS256 envelopes
+            whose kid is a hash of that key.
+        software_device: True for a key held by software, False only when the
+            device identified itself as hardware, None when unknown (left out).
+        key_store: where the key lives (``file``, ``memory``, ``pkcs11-token``, …).
+        device: what the device reported about itself.
+        key_attributes: what the device reported about the key.
+        extra: more members.
+
+    Returns:
+        The statement.
     """
     spki = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     out: dict[str, Any] = {

@@ -1,21 +1,25 @@
-"""``capseal doctor``: is this machine ready to sign, and if not, what to do.
+"""capseal.keys.doctor — ``capseal doctor``: is this machine ready to sign,
+and if not, what to do.
 
-Each check says what it looked at and, when it fails, the fix. Backend modules
-add deeper checks (token present, PIN works, TPM answers) through a
-``doctor_checks(uri_or_tcti, pin)`` function; the system-level checks here need
-no optional package.
+Each check (:class:`Check`) says what it looked at and, when it fails, the
+fix. The backends add deeper checks (token present, PIN works, TPM answers)
+through their ``doctor_checks(uri_or_tcti, pin)``, reached by name as the
+scheme registry reaches them, so a backend's missing extra never stops the
+system-level checks here, which need no optional package.
 """
 
 from __future__ import annotations
 
 import grp
-import importlib
 import importlib.util
 import os
 import pwd
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ._registry import SIGNER_FOR_URI_SCHEME, load_target, open_signer, redact_uri
+from .secret import as_secret
 
 __all__ = ["Check", "run_doctor"]
 
@@ -34,6 +38,11 @@ class Check:
     checked: bool = True
 
     def to_dict(self) -> dict[str, Any]:
+        """The check as JSON (``capseal doctor --json``).
+
+        Returns:
+            ``name``, ``ok``, ``detail``, ``fix`` and ``checked``.
+        """
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix, "checked": self.checked}
 
 
@@ -55,8 +64,9 @@ def _module_path(uri: str) -> str | None:
     does not name, or print part of the PIN. None when the URI does not parse:
     the backend's "pkcs11 URI" check says why."""
     from capseal.errors import CapsealError
-    from capseal.keys._pkcs11_uri import parse_pkcs11_uri, resolve_module
 
+    parse_pkcs11_uri = load_target("pkcs11", "capseal.keys.pkcs11:parse_pkcs11_uri")  # pure Python: no extra needed
+    resolve_module = load_target("pkcs11", "capseal.keys.pkcs11:resolve_module")
     try:
         parsed = parse_pkcs11_uri(uri)
     except CapsealError:
@@ -114,10 +124,10 @@ def _tpm_system(tcti: str) -> list[Check]:
 def _tss_group_check() -> Check:
     """Whether this process can use a device of group ``tss``, saying why.
 
-    Why not just "user X is in group tss": root passed as a member without
-    being one, and a user added with ``usermod -aG`` passed while the
-    running session (which got its groups at login) still lacked the group,
-    so the check said ok and the device could not be opened."""
+    Why not just "user X is in group tss": root is not a member and needs
+    none, and a user added with ``usermod -aG`` is a member while the running
+    session (which got its groups at login) still lacks the group, and
+    cannot open the device."""
     try:
         tss = grp.getgrnam("tss")
     except KeyError:
@@ -143,33 +153,34 @@ def run_doctor(uri: str | None = None, *, pin: Any = None, tcti: str | None = No
                pin_problem: Exception | None = None) -> list[Check]:
     """Run every check relevant to ``uri`` (or the default TPM when none).
 
-    ``pin_problem`` is why the PIN could not be read (a PIN file others can
-    read, an unset ``--pin-env``): it is reported as a failed check, and the
-    checks that need no PIN still run. Why: the CLI stopped at that error
-    with exit 2, and an operator with a bad PIN file and a missing module
-    learnt only of the first."""
-    from capseal.keys._pin import as_secret
+    Args:
+        uri: a key URI (``pkcs11:``, ``tpm2:``, ``file:``), or None for the
+            PKCS#11 system checks and the default TPM.
+        pin: the PIN, passphrase or auth value to try (never printed).
+        tcti: the TPM, overriding the URI's (they must agree).
+        pin_problem: why the PIN could not be read (a PIN file others can read,
+            an unset ``--pin-env``): it is reported as a failed check, and the
+            checks that need no PIN still run.
 
+    Returns:
+        The checks, in order. Never raises: whatever goes wrong is a failed check.
+    """
     pin = as_secret(pin, "pin=")
     checks: list[Check] = []
     scheme = uri.split(":", 1)[0].lower() if uri else None
     if scheme == "pkcs11":
         checks += _pkcs11_system(uri)
-        checks += _backend_checks("capseal.keys._pkcs11", uri, pin, pin_problem=pin_problem)
+        checks += _backend_checks("pkcs11", uri, pin, pin_problem=pin_problem)
         return checks
     if pin_problem is not None:
         checks.append(_pin_problem_check(pin_problem))
     if scheme == "tpm2":
-        from capseal.keys._registry import redact_uri
-
         tcti, refusal = _tpm_tcti(uri, tcti)
         if refusal is not None:
             return checks + [refusal]
         checks += _tpm_system(tcti)
-        checks += _backend_checks("capseal.keys._tpm", redact_uri(uri or ""), pin, tcti=tcti)
+        checks += _backend_checks("tpm2", redact_uri(uri or ""), pin, tcti=tcti)
     elif scheme == "file":
-        from capseal.keys import open_signer
-
         try:
             with open_signer(uri or "", pin=pin) as signer:
                 checks.append(Check("key file", True, f"{signer.alg} key {signer.kid[:16]}… opens"))
@@ -183,21 +194,19 @@ def run_doctor(uri: str | None = None, *, pin: Any = None, tcti: str | None = No
         if refusal is not None:
             return checks + [refusal]
         checks += _tpm_system(tcti)
-        checks += _backend_checks("capseal.keys._tpm", None, pin, tcti=tcti)
+        checks += _backend_checks("tpm2", None, pin, tcti=tcti)
     return checks
 
 
 def _unknown_scheme(uri: str, scheme: str) -> Check:
-    """What doctor says of a URI it has no checks for (it ran the TPM checks:
-    an operator with a typo in ``pkcs11:`` was told about a TPM)."""
+    """What doctor says of a URI it has no checks for (not the TPM checks: an
+    operator with a typo in ``pkcs11:`` must not be told about a TPM)."""
     if ":" not in uri:
         return Check("key URI", False, f"{uri[:60]!r} is not a key URI (scheme:…)",
                      "name the key as pkcs11:…, tpm2:… or file:/absolute/path.pem")
     if scheme == "ephemeral":
         return Check("key URI", True, "an ephemeral key lives in this process's memory: there is nothing to check",
                      checked=False)
-    from capseal.keys._registry import SIGNER_FOR_URI_SCHEME
-
     if scheme in SIGNER_FOR_URI_SCHEME:
         return Check("key URI", True, f"{scheme}: keys come from a backend registered by the application; doctor has "
                      "no checks for them", checked=False)
@@ -217,12 +226,15 @@ def _tpm_tcti(uri: str | None, tcti: str | None) -> tuple[str, Check | None]:
     URI's (checking the system for one TPM and the key on another would report
     on neither). A malformed URI is left to the backend's "TPM key URI" check."""
     from capseal.errors import CapsealError
-    from capseal.keys._tpm_uri import DEFAULT_TCTI, check_tcti, explicit_tcti
 
+    # pure Python, no extra needed; by name, as the backends are reached
+    check_tcti = load_target("tpm2", "capseal.keys.tpm:check_tcti")
+    explicit_tcti = load_target("tpm2", "capseal.keys.tpm:explicit_tcti")
+    default_tcti = load_target("tpm2", "capseal.keys.tpm:DEFAULT_TCTI")
     try:
         given = check_tcti(tcti, "--tcti") if tcti is not None else None
     except CapsealError as exc:
-        return DEFAULT_TCTI, Check("TPM TCTI", False, str(exc), "pass --tcti device:/dev/tpmrm0 (or leave it out)")
+        return default_tcti, Check("TPM TCTI", False, str(exc), "pass --tcti device:/dev/tpmrm0 (or leave it out)")
     try:
         named = explicit_tcti(uri) if uri else None  # the URI parser's reading, not a split on "tcti="
     except CapsealError:
@@ -230,19 +242,17 @@ def _tpm_tcti(uri: str | None, tcti: str | None) -> tuple[str, Check | None]:
     if given is not None and named is not None and given != named:
         return given, Check("TPM TCTI", False, f"--tcti {given!r} and the URI's tcti={named!r} name different TPMs",
                             "give the TCTI once: in the URI or with --tcti")
-    return given or named or DEFAULT_TCTI, None
+    return given or named or default_tcti, None
 
 
-def _backend_checks(module: str, uri: str | None, pin: Any, **kw: Any) -> list[Check]:
+def _backend_checks(scheme: str, uri: str | None, pin: Any, **kw: Any) -> list[Check]:
+    module = "capseal.keys.pkcs11" if scheme == "pkcs11" else "capseal.keys.tpm"
     try:
-        mod = importlib.import_module(module)
+        fn = load_target(scheme, f"{module}:doctor_checks")
     except ImportError:
         # the "python package" check above already failed and says what to install: not said twice
-        what = "PKCS#11" if "pkcs11" in module else "TPM"
+        what = "PKCS#11" if scheme == "pkcs11" else "TPM"
         return [Check(f"{what} checks", False, "not run: they need the Python package reported missing above")]
-    fn = getattr(mod, "doctor_checks", None)
-    if fn is None:
-        return []
     try:
         return list(fn(uri, pin=pin, **kw))
     except Exception as exc:  # the doctor reports, it does not crash

@@ -1,10 +1,20 @@
-"""Operator provisioning: create, show and list keys by URI, whatever the backend.
+"""capseal.keys.provision — operator provisioning: create, show, list and
+delete keys by URI, whatever the backend.
 
-Each backend module exposes ``create_key(uri, alg, *, pin, secrets_handler, **opts)
--> Signer`` and ``list_keys(uri, *, pin, secrets_handler, **opts) -> list[dict]``;
-this module dispatches on the URI scheme like ``open_signer`` does, so optional
-backends stay lazy. Keys created on tokens and TPMs are non-extractable and
-sensitive; ``show_key`` reports what the device says about them (custody).
+Each backend exposes ``create_key(uri, alg, *, pin, secrets_handler, **opts)
+-> Signer``, ``list_keys(uri, *, pin, secrets_handler, **opts) -> list[dict]``
+and ``delete_key(uri, *, kid, pin, secrets_handler, **opts) -> dict``; this
+module dispatches on the URI scheme like ``open_signer`` does, reaching the
+backends by name, so optional backends stay lazy. Keys created on tokens and
+TPMs are non-extractable and sensitive; ``show_key`` reports what the device
+says about them (custody).
+
+A ``create_key`` that does not finish (a Ctrl-C, a failure between the device
+making the key and the caller receiving it) removes the key again; when that
+fails, the exception on its way out names the key left behind
+(:func:`note_left`, read by :func:`left_behind`). :func:`held_interrupts`
+keeps a Ctrl-C from stopping that undoing half-way. The backends use the
+three for their own undoing.
 """
 
 from __future__ import annotations
@@ -14,33 +24,47 @@ from typing import Any
 from capseal.errors import KeyURIError, SignatureFailedError
 
 from ._base import Signer, SignerSelfTest
-from ._pin import Secret, as_secret
+from ._leftover import held_interrupts, left_behind, note_left
 from ._registry import SecretsHandler, load_target, open_signer
+from .secret import Secret, as_secret
 
-__all__ = ["ALG_ALIASES", "create_key", "delete_key", "show_key", "list_keys", "normalize_alg"]
+__all__ = ["ALG_ALIASES", "create_key", "delete_key", "show_key", "list_keys", "normalize_alg",
+           "held_interrupts", "note_left", "left_behind"]
 
 #: CLI spellings → COSE algorithm names.
 ALG_ALIASES = {"ed25519": "EdDSA", "eddsa": "EdDSA", "p256": "ES256", "es256": "ES256",
                "p384": "ES384", "es384": "ES384", "rsa-pss": "PS256", "ps256": "PS256"}
 
+# by name: the optional backends load on first use (a missing extra is named then)
 _PROVISIONERS = {
     "file": "capseal.keys._software:create_file_key",
-    "pkcs11": "capseal.keys._pkcs11:create_key",
-    "tpm2": "capseal.keys._tpm:create_key",
+    "pkcs11": "capseal.keys.pkcs11:create_key",
+    "tpm2": "capseal.keys.tpm:create_key",
 }
 _DELETERS = {
     "file": "capseal.keys._software:delete_file_key",
-    "pkcs11": "capseal.keys._pkcs11_delete:delete_key",
-    "tpm2": "capseal.keys._tpm:delete_key",
+    "pkcs11": "capseal.keys.pkcs11:delete_key",
+    "tpm2": "capseal.keys.tpm:delete_key",
 }
 _LISTERS = {
     "file": "capseal.keys._software:list_file_keys",
-    "pkcs11": "capseal.keys._pkcs11:list_keys",
-    "tpm2": "capseal.keys._tpm:list_keys",
+    "pkcs11": "capseal.keys.pkcs11:list_keys",
+    "tpm2": "capseal.keys.tpm:list_keys",
 }
 
 
 def normalize_alg(alg: str) -> str:
+    """The COSE name of an algorithm.
+
+    Args:
+        alg: a CLI spelling (ed25519, p256, p384, rsa-pss) or a COSE name.
+
+    Returns:
+        EdDSA, ES256, ES384 or PS256.
+
+    Raises:
+        KeyURIError: not a str, or an unknown algorithm.
+    """
     if not isinstance(alg, str):  # was an AttributeError from .lower()
         raise KeyURIError(f"alg is a {type(alg).__name__}, not an algorithm name; use ed25519, p256, p384 or rsa-pss")
     name = ALG_ALIASES.get(alg.lower(), alg)
@@ -98,8 +122,6 @@ def _undo(uri: str, kid: str, pin: Secret | None, opts: dict[str, Any], exc: Bas
     """Delete the key a ``create_key`` that did not finish made, with Ctrl-C
     held off; when that fails, ``exc`` is marked as leaving it behind (the CLI
     names it)."""
-    from ._leftover import held_interrupts, note_left
-
     with held_interrupts():
         try:
             delete_key(uri, kid=kid, pin=pin, **{k: v for k, v in opts.items() if k in ("module_allowlist", "tcti")})
@@ -137,6 +159,12 @@ def list_keys(uri: str, *, pin: str | Secret | None = None, secrets_handler: Sec
               **opts: Any) -> list[dict[str, Any]]:
     """Keys visible at ``uri`` (a token, a TPM, a directory).
 
+    Args:
+        uri: ``file:/dir``, ``pkcs11:token=…``, ``tpm2:?tcti=…`` (or one key's URI).
+        pin: the token's PIN, or the passphrase of encrypted PEMs.
+        secrets_handler: asked for the PIN when none is given.
+        opts: backend options (each backend refuses those it does not take).
+
     Returns:
         One dict per key (uri, alg, kid and what the device says of it).
 
@@ -153,6 +181,12 @@ def show_key(uri: str, *, pin: str | Secret | None = None, secrets_handler: Secr
     signs once and its public key must verify that signature first: a device
     can pair a private key with another key's public-key object, and a
     verifier handed that PEM would reject everything the key seals.
+
+    Args:
+        uri: the key's URI.
+        pin: its PIN, passphrase or auth value.
+        secrets_handler: asked for the PIN when none is given.
+        opts: backend options (see ``open_signer``).
 
     Returns:
         ``uri``, ``alg``, ``kid``, ``public_key_pem`` and ``custody``.

@@ -184,9 +184,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(autouse=True)
 def _library_pin_hints() -> Iterator[None]:
     """A test that runs the CLI in this process marks the process as the CLI
-    (PIN hints then name its options, see capseal.keys._pin.caller_is_cli):
+    (PIN hints then name its options, see capseal.keys.secret.caller_is_cli):
     each test starts as a library caller again."""
     yield
-    from capseal.keys import _pin
+    from capseal.keys.secret import caller_is_cli
 
-    _pin._CLI_CALLER = False
+    caller_is_cli(False)

@@ -1,6 +1,6 @@
 """Writing a secret file (a private key, a PIN) as an operator keeps one:
 mode 0600. capseal refuses one that other users can read or change
-(``capseal.keys._files.exposure``), and a test file written with the default
+(``capseal.keys.secret.exposure``), and a test file written with the default
 umask (0644) would be refused for that, not for what the test checks."""
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from cryptography.hazmat.primitives import serialization
 import capseal
 from capseal.envelope import sign_envelope
 from capseal.keys import UnsafeEphemeralSigner, open_signer
-from capseal.keys._software import UnsafeEphemeralSigner as Direct
 
 CLI = str(Path(sys.executable).parent / "capseal")
 SPECS = [
@@ -160,7 +159,7 @@ def test_seal_refuses_an_ephemeral_key_unless_asked_by_its_unsafe_name(tmp_path:
     assert "warning: unsafe-ephemeral" in proc.stderr and "unpinned" in proc.stderr
     assert run("verify", str(ledger)).stdout.startswith("ok (signers not pinned)")
     with open_signer("unsafe-ephemeral:") as signer:  # the Python API keeps working, by either name
-        assert isinstance(signer, Direct) and signer.alg == "EdDSA" and signer.uri == "unsafe-ephemeral:"
+        assert isinstance(signer, UnsafeEphemeralSigner) and signer.alg == "EdDSA" and signer.uri == "unsafe-ephemeral:"
     assert UnsafeEphemeralSigner("ES256").describe()["key_store"] == "memory"
 
 

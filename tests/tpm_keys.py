@@ -9,9 +9,7 @@ from typing import Any
 from tpm2_pytss.constants import ESYS_TR
 from tpm2_pytss.types import TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
 
-from capseal.keys._tpm import srk_template
-from capseal.keys._tpm_device import get_device
-from capseal.keys._tpm_uri import TPMKeyFile
+from capseal.keys.tpm import TPMKeyFile, get_device, srk_template
 
 
 def key_file_under_srk(tcti: str, template: str, attrs: Any, path: Path) -> Path:

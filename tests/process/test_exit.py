@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from capseal import verify_ledger
-from capseal.keys._tpm import create_key as create_tpm_key
 from capseal.keys.provision import create_key
+from capseal.keys.tpm import create_key as create_tpm_key
 
 PROGRAM = """
 import sys

@@ -190,7 +190,7 @@ def test_a_new_producer_opened_in_the_child_works_on_the_same_path_and_a_new_one
 
 @pytest.fixture(scope="module")
 def tpm_uri(swtpm: Any) -> str:
-    from capseal.keys._tpm import create_key, list_keys
+    from capseal.keys.tpm import create_key, list_keys
 
     uri = f"tpm2:handle=0x{KEY:08x}?tcti={swtpm.tcti}"
     if not any(e["handle"] == f"0x{KEY:08x}" for e in list_keys(f"tpm2:?tcti={swtpm.tcti}")):

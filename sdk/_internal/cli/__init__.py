@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import CapsealError
 
 if TYPE_CHECKING:
-    from ...keys._pin import Secret
+    from ...keys.secret import Secret
 
 __all__ = ["EXIT_OK", "EXIT_NOT_OK", "EXIT_ERROR", "EXIT_INTERRUPTED", "CLIError", "read_pin", "pin_from_prompt",
            "load_json_file", "emit", "env_option", "add_pin_args"]
@@ -42,11 +42,11 @@ def read_pin(args: argparse.Namespace, prompt: str = "PIN") -> Secret | None:
     is refused before it reaches a token (each refused login uses up a try).
     Errors name the source, never the PIN, and chain no exception (a Unicode
     error's args hold the text). Hints from here on name the CLI's options."""
-    from ...keys._pin import Secret, caller_is_cli, usable_pin
+    from ...keys.secret import Secret, caller_is_cli, usable_pin
 
     caller_is_cli()
     if getattr(args, "pin_file", None):
-        from ...keys._pkcs11_uri import read_pin_file
+        from ...keys.secret import read_pin_file
 
         return read_pin_file(args.pin_file, f"PIN file {args.pin_file}").usable_pin()
     named = getattr(args, "pin_env", None)
@@ -63,7 +63,7 @@ def read_pin(args: argparse.Namespace, prompt: str = "PIN") -> Secret | None:
 def pin_from_prompt(prompt: str) -> Secret:
     """The PIN typed at the terminal. No terminal, or end of input (Ctrl-D),
     is an error: never a PIN-less run the operator asked a prompt for."""
-    from ...keys._pin import Secret
+    from ...keys.secret import Secret
 
     if not sys.stdin.isatty():
         raise CLIError("--pin-prompt needs a terminal; use --pin-file FILE or --pin-env VAR")

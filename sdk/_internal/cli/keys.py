@@ -103,7 +103,7 @@ def _env_tcti() -> str | None:
     """The TCTI the environment names (CAPSEAL_TCTI, else TPM2TOOLS_TCTI),
     checked and refused naming the variable; None when neither is set."""
     from capseal.errors import KeyURIError
-    from capseal.keys._tpm_uri import check_tcti
+    from capseal.keys.tpm import check_tcti
 
     for name in TCTI_ENV:
         value = os.environ.get(name)
@@ -123,7 +123,7 @@ def _tpm_options(uri: str) -> dict[str, Any]:
     if not uri.lower().startswith("tpm2:"):
         return {}
     _quiet_tss()
-    from capseal.keys._tpm_uri import explicit_tcti
+    from capseal.keys.tpm import explicit_tcti
 
     if explicit_tcti(uri) is not None:
         return {}
@@ -201,8 +201,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     A Ctrl-C (or a failure) before the key is printed removes it again; if
     that fails too, the key left is named, with the command that deletes it.
     """
-    from capseal.keys._leftover import left_behind
-    from capseal.keys.provision import create_key
+    from capseal.keys.provision import create_key, left_behind
 
     options = _tpm_options(args.uri)
     try:
@@ -245,8 +244,8 @@ def cmd_keys_show(args: argparse.Namespace) -> int:
 
 def _names_objects(uri: str) -> bool:
     """Whether a listing URI names particular keys (so an empty list means they are missing)."""
-    from capseal.keys._pkcs11_uri import parse_pkcs11_uri
-    from capseal.keys._tpm_uri import parse_tpm_uri
+    from capseal.keys.pkcs11 import parse_pkcs11_uri
+    from capseal.keys.tpm import parse_tpm_uri
 
     low = uri.lower()
     try:
@@ -256,7 +255,7 @@ def _names_objects(uri: str) -> bool:
         if low.startswith("tpm2:"):
             return parse_tpm_uri(uri).names_key
         if low.startswith("file:"):
-            from capseal.keys._software import FileSigner
+            from capseal.keys import FileSigner
 
             return not Path(FileSigner.path_of(uri)).is_dir()  # a file names its key; a directory may hold none
     except CapsealError:
@@ -294,7 +293,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def _shown_uri(uri: str) -> str:
-    from capseal.keys._registry import redact_uri
+    from capseal.keys import redact_uri
 
     return redact_uri(uri)
 
@@ -343,10 +342,10 @@ def cmd_keys_delete(args: argparse.Namespace) -> int:
 
 def cmd_token_init(args: argparse.Namespace) -> int:
     """``capseal token init``: a SoftHSM2 token in a directory of its own."""
-    from capseal.keys._pin import Secret
-    from capseal.keys._registry import load_target
+    from capseal.keys import load_target
+    from capseal.keys.secret import Secret
 
-    init_softhsm_token = load_target("pkcs11", "capseal.keys._pkcs11:init_softhsm_token")  # the extra, by name
+    init_softhsm_token = load_target("pkcs11", "capseal.keys.pkcs11:init_softhsm_token")  # the extra, by name
     so_pin = None
     if args.so_pin_env:  # named but unset is an error: never a silently generated SO PIN
         if args.so_pin_env not in os.environ:
@@ -370,11 +369,11 @@ def cmd_token_init(args: argparse.Namespace) -> int:
 def cmd_tpm_provision(args: argparse.Namespace) -> int:
     """``capseal tpm provision``: SRK, signing key and AK; ``--ak-pem`` writes
     the AK's public key for ``capseal verify --ak``."""
-    from capseal.keys._registry import load_target
-    from capseal.keys._tpm_uri import parse_persistent_handle
+    from capseal.keys import load_target
+    from capseal.keys.tpm import parse_persistent_handle
 
     _quiet_tss()
-    provision = load_target("tpm2", "capseal.keys._tpm:provision")  # without the extra: MissingExtraError, by name
+    provision = load_target("tpm2", "capseal.keys.tpm:provision")  # without the extra: MissingExtraError, by name
     tcti = args.tcti if args.tcti is not None else _env_tcti()
     # parse_persistent_handle, not int(): a typo is a KeyURIError naming the option, never a traceback
     info = provision(tcti, signing_handle=parse_persistent_handle(args.handle, "--handle"),
@@ -403,8 +402,8 @@ def cmd_tpm_provision(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """``capseal doctor [URI]``: one line per check, a fix under each failure."""
-    from capseal.keys._tpm_uri import explicit_tcti
     from capseal.keys.doctor import run_doctor
+    from capseal.keys.tpm import explicit_tcti
 
     tcti = args.tcti
     uri = args.uri
