@@ -180,6 +180,9 @@ class TokenSession:
         self.generation = -1
         self.epoch = 0
         self.users = 0
+        #: set by :meth:`close`: a call that took this session before it closed
+        #: must not log in again (that login would be nobody's, never logged out)
+        self.closed = False
         self.reconnects = 0
         # a signing process's child was refused self._pin: no child is started in
         # the background with it again (tokens lock a PIN after a few wrong tries).
@@ -236,9 +239,13 @@ class TokenSession:
             The python-pkcs11 session.
 
         Raises:
-            SignerUnavailableError, TokenNotFoundError, PinIncorrectError: see :meth:`connect`.
+            SignerUnavailableError: the session was closed (its last user let go
+                of it), or see :meth:`connect`.
+            TokenNotFoundError, PinIncorrectError: see :meth:`connect`.
         """
         check_alive()
+        if self.closed:
+            raise SignerUnavailableError(f"{self.name}: the signer using this token was closed")
         if not self.live():
             self.connect()
         return self.session
@@ -358,7 +365,8 @@ class TokenSession:
                 self.pin_refused = False
 
     def close(self) -> None:
-        """Close the session (logging out a login of ours). Lock held."""
+        """Close the session (logging out a login of ours) for good. Lock held."""
+        self.closed = True
         self._drop()
 
 

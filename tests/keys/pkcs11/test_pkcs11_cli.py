@@ -26,7 +26,11 @@ def capseal(*args: str, pin: str | None = None, env: dict[str, str] | None = Non
 
 def test_create_show_list_doctor_seal(softhsm: Any, tmp_path: Path) -> None:
     label = f"cli-{os.urandom(3).hex()}"
-    uri = softhsm.uri(label)
+    # a token of its own: the listing below exits 1 for any key it cannot read, and
+    # other files' tests leave such keys on the session's token in any order
+    token = f"cli-tok-{os.urandom(3).hex()}"
+    softhsm.add_token(token)
+    uri = softhsm.uri(label, label=token)
 
     created = capseal("keys", "create", uri, "--alg", "ed25519", "--json", pin=softhsm.pin)
     assert created.returncode == 0, created.stderr
@@ -44,7 +48,7 @@ def test_create_show_list_doctor_seal(softhsm: Any, tmp_path: Path) -> None:
     assert attrs["CKA_EXTRACTABLE"] is False and attrs["CKA_LOCAL"] is True
     assert attrs["CKA_LABEL"] == label
 
-    listed = capseal("keys", "list", softhsm.uri(), "--json", pin=softhsm.pin)
+    listed = capseal("keys", "list", softhsm.uri(label=token), "--json", pin=softhsm.pin)
     assert listed.returncode == 0, listed.stderr
     mine = [k for k in json.loads(listed.stdout) if k["label"] == label]
     assert len(mine) == 1 and mine[0]["kid"] == info["kid"] and mine[0]["alg"] == "EdDSA"

@@ -166,3 +166,33 @@ def test_a_signing_process_that_waits_on_a_hung_token_fails_within_its_timeout(t
             locker.communicate("", timeout=10)
         result = _within(20.0, lambda: signer.sign(b"after"))
         assert signature_ok("EdDSA", signer.public_key, result.signature, b"after")
+
+
+def test_a_signature_under_way_when_the_signer_closes_leaves_no_login_behind(token: dict[str, Any]) -> None:
+    """A sign() that took the signer's session before close() and waits for
+    the PKCS#11 lock while close() logs out must not log in again once it
+    runs: that login would belong to no signer, never be logged out, and
+    make the token answer every later open with 'already logged in'."""
+    from capseal.keys.pkcs11 import P11_LOCK
+
+    uri = token["uris"][0]
+    signer = open_signer(uri, pin=PIN)
+    outcome: list[BaseException | bytes] = []
+
+    def sign() -> None:
+        try:
+            outcome.append(signer.sign(b"late").signature)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome.append(exc)
+
+    with P11_LOCK:  # the signature waits here, past the signer's check that it is open
+        late = threading.Thread(target=sign)
+        late.start()
+        time.sleep(0.2)
+        signer.close()  # P11_LOCK is re-entrant: close() logs out and lets go of the session now
+    late.join(10)
+    assert not late.is_alive()
+    (result,) = outcome
+    assert isinstance(result, SignerUnavailableError), result
+    with open_signer(uri, pin=PIN) as again:  # the token asks for the PIN: nobody is logged in
+        assert again.sign(b"next").signature
