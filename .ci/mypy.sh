@@ -35,6 +35,8 @@ export MYPYPATH="$TREE"
 status=0
 # the package under its real name, with tests/ (a package: imports tests.conftest etc.)
 "$MYPY" -p capseal -p tests 2>&1 | to_sources || status=1
+# the package alone, strict: what a typed caller of capseal relies on
+"$MYPY" --strict -p capseal 2>&1 | to_sources || status=1
 # bench/ is a folder of scripts (they import _common as a top-level module): a run of its own,
 # silent about capseal's own errors (the run above reports them; here they came out twice)
 "$MYPY" --follow-imports=silent bench 2>&1 | to_sources || status=1

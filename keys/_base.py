@@ -189,9 +189,8 @@ class Signer(ABC):
         Returns:
             The SubjectPublicKeyInfo PEM text (what ``capseal verify --trust`` pins).
         """
-        return self.public_key.public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ).decode("ascii")
+        pem: bytes = self.public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        return pem.decode("ascii")
 
     @property
     @abstractmethod

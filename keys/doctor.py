@@ -75,10 +75,12 @@ def _module_path(uri: str) -> str | None:
         # module-name= is looked up as the signer looks it up; this check was skipped for it
         # (and with it the SoftHSM2 config check). Not found: the "module loads" check says so
         try:
-            return resolve_module(parsed)
+            resolved: str = resolve_module(parsed)
         except CapsealError:
             return None
-    return parsed.module_path
+        return resolved
+    module_path: str | None = parsed.module_path
+    return module_path
 
 
 def _pkcs11_system(uri: str | None) -> list[Check]:

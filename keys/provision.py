@@ -102,7 +102,8 @@ def create_key(uri: str, alg: str, *, pin: str | Secret | None = None, secrets_h
         KeyURIError, UnknownOptionError, SignatureFailedError, SignerError: see the backends.
     """
     pin = as_secret(pin, "pin=")
-    signer = _backend(_PROVISIONERS, uri)(uri, normalize_alg(alg), pin=pin, secrets_handler=secrets_handler, **opts)
+    signer: Signer = _backend(_PROVISIONERS, uri)(uri, normalize_alg(alg), pin=pin, secrets_handler=secrets_handler,
+                                                  **opts)
     try:
         SignerSelfTest.run(signer)
     except SignatureFailedError as exc:

@@ -128,7 +128,7 @@ class Secret:
         Raises:
             UnicodeDecodeError: bytes that are not UTF-8 (check :meth:`text_problem` first).
         """
-        return self._value if isinstance(self._value, str) else self._value.decode("utf-8")  # type: ignore[attr-defined, no-any-return]
+        return self._value if isinstance(self._value, str) else self._value.decode("utf-8")  # type: ignore[attr-defined]
 
     def encoded(self) -> bytes:
         """The value as bytes, for a ``C_Login``, a TPM auth value or a PEM.

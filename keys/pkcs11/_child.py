@@ -241,7 +241,8 @@ class Child:
                 send_secret(self._wfd, request)
         finally:
             request.wipe()  # nothing keeps the PIN, not a later traceback's locals
-        return json.loads(self._read(HEADER.unpack(self._read(HEADER.size, deadline))[0], deadline))
+        answer: dict[str, Any] = json.loads(self._read(HEADER.unpack(self._read(HEADER.size, deadline))[0], deadline))
+        return answer
 
     def sign_now(self, payload: bytes, deadline: float) -> bytes | None:
         """One request answered before the reader starts (the self-test).

@@ -352,7 +352,8 @@ class PKCS11Signer(Signer):
                     return signature
             # python-pkcs11 makes the signature, or raises the typed error that
             # the fast path only saw as a return value
-            return key.sign(payload, mechanism=mechanism, mechanism_param=param)
+            signed: bytes = key.sign(payload, mechanism=mechanism, mechanism_param=param)
+            return signed
 
         return self._signature_result(run(ts, call, self._where))
 

@@ -152,7 +152,7 @@ class PKCS11URI:
         pin_value: InitVar[str | None] = _PinValue()
     vendor_query: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
-    def __post_init__(self, pin_value: str | Secret | None = None) -> None:  # type: ignore[override]
+    def __post_init__(self, pin_value: str | Secret | None = None) -> None:
         object.__setattr__(self, "_pin", as_secret(pin_value, "the URI's pin-value"))
 
     @property

@@ -57,7 +57,8 @@ def spki_der(public_key: Any) -> bytes:
     Returns:
         The DER bytes.
     """
-    return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    der: bytes = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return der
 
 
 def _b64(data: bytes) -> str:
