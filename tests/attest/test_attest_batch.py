@@ -460,7 +460,9 @@ def test_a_hung_tpm_fails_its_batches_typed_then_quotes_again(tmp_path: Path) ->
     tpm = _start_swtpm(tmp_path / "swtpm")
     try:
         persist_key(tpm.tcti, AK_HANDLE)
-        quoter = TPMQuoter(f"tpm2:handle=0x{AK_HANDLE:08x}?tcti={tpm.tcti}", timeout=2)
+        # long enough for a quote on a loaded machine once the TPM answers again (and for the
+        # commands queued behind the hung one), short enough to give the hung one up
+        quoter = TPMQuoter(f"tpm2:handle=0x{AK_HANDLE:08x}?tcti={tpm.tcti}", timeout=6)
         with Producer("acme.example", "agent@1", UnsafeEphemeralSigner(), tmp_path / "l.db") as producer:
             worker = attach(producer, quoter, max_records=100, max_delay=0.01)
             assert worker.flush(30)
