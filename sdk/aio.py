@@ -27,9 +27,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from ._internal.lifecycle import Parent
 from .arguments import count
 from .errors import InputError
-from .producer import Parent, PendingRecord, Producer
+from .producer import PendingRecord, Producer
 from .record import SealedRecord
 
 __all__ = ["AsyncProducer"]

@@ -16,8 +16,9 @@ capsule goes one way, whichever thread signs it (:mod:`capseal._internal`):
    first record, a chain parent before its child); ``seal()`` returns once
    the record is durable.
 
-Lifecycle calls (``planned``, ``dispatched``, …) build their spec with
-``lifecycle`` and seal it the same way. A producer belongs to the process
+Lifecycle calls (``planned``, ``dispatched``, …) are inherited from
+``capseal._internal.lifecycle``, which builds their spec; they seal it the
+same way. A producer belongs to the process
 that opened it: in a forked process, sealing, submitting and flushing raise
 LedgerForkedError before anything is signed or queued, and ``close()``
 returns at once without writing.
@@ -35,10 +36,11 @@ from typing import Any
 from capseal.keys import Signer, SignerSelfTest
 
 from . import process
-from ._internal import inputs, lifecycle, sealing
+from ._internal import inputs, sealing
 from ._internal.device import DeviceSealing
-from ._internal.lifecycle import NOT_GIVEN, Flow, Flows
+from ._internal.lifecycle import Flow, Flows, LifecycleCalls, Parent, capsule_ref
 from ._internal.pipeline import CloseOnce, CloseOutcome, SigningPipeline
+from ._internal.rebuild import flow_of
 from ._internal.sealing import CUSTODY_MEMBER, Identity, Prepared
 from ._internal.writer import OrderedWriter, PendingRecord
 from ._version import __version__
@@ -53,10 +55,8 @@ SDK_NAME = f"capseal/{__version__}"
 
 log = logging.getLogger("capseal")
 
-Parent = SealedRecord | str
 
-
-class Producer:
+class Producer(LifecycleCalls):
     """Seals -05 capsules for one operator and one agent (developer) identity.
 
     On construction the producer runs a signer self-test and opens an epoch:
@@ -335,7 +335,7 @@ class Producer:
         if parent is not None:
             if "chain" in body:
                 raise InputError("give the chain either as spec['chain'] or as parent=, not both")
-            body["chain"] = {"parent_capsule_id": _id_of(parent), "relation": relation}
+            body["chain"] = {"parent_capsule_id": capsule_ref(parent), "relation": relation}
         return body
 
     def _assemble(self, spec: Mapping[str, Any], *, own: bool = False, epoch_id: str | None = None) -> dict[str, Any]:
@@ -471,204 +471,21 @@ class Producer:
         self._writer.stop_id_observers()
         return outcome
 
-    # ------------------------------------------------------------------ lifecycle calls
-
-    def planned(self, action_id: str, *, effect_type: str | None = None, request: Any = None,
-                irreversibility_class: str | None = None, external_ref: str | None = None,
-                action_type: str = "decide", **extra: Any) -> SealedRecord:
-        """Seal that an action is planned (no digests on a planned effect, -05 §5.3).
-
-        Args:
-            action_id: the action's id (later capsules are named ``<action_id>/dispatched`` …).
-            effect_type: a registered or namespaced (``x-…``) effect type.
-            request: the request to be sent; digested now, used by the next capsule.
-            irreversibility_class, external_ref: carried by every capsule of the flow.
-            action_type: ``decide`` or ``fyi``.
-            extra: other capsule members (a block the call builds is merged member by member).
-
-        Returns:
-            The sealed record, once durable.
-
-        Raises:
-            InputError: a bad argument (named), and as :meth:`seal`.
-        """
-        spec, flow = lifecycle.planned(action_id, effect_type=effect_type, request=request,
-                                       irreversibility_class=irreversibility_class, external_ref=external_ref,
-                                       action_type=action_type, extra=extra)
-        record = self._seal_flow(spec)
-        self._flows.remember(record.capsule_id, flow)
-        return record
-
-    def dispatched(self, parent: Parent, *, request: Any = NOT_GIVEN, effect_attestation: str = "runtime_claimed",
-                   action_id: str | None = None, **extra: Any) -> SealedRecord:
-        """Seal that the action was dispatched (follows ``parent``).
-
-        Args:
-            parent: the planned record (or its capsule id).
-            request: the request actually sent. Left out: the request given to
-                ``planned()``; when the planned capsule was sealed by another
-                producer (another process, or before a restart) that cannot be
-                recovered and InputError asks for ``request=`` (``request=None``
-                seals without a request digest).
-            effect_attestation: who saw the effect (``runtime_claimed`` …).
-            action_id: default ``<base>/dispatched``.
-            extra: other capsule members, as for :meth:`planned`.
-
-        Returns:
-            The sealed record, once durable.
-
-        Raises:
-            InputError: a parent this ledger does not hold, a request that
-                cannot be recovered, a bad argument; and as :meth:`seal`.
-        """
-        flow = self._flow(parent)
-        spec = lifecycle.dispatched(flow, _id_of(parent), request=request, effect_attestation=effect_attestation,
-                                    action_id=action_id, extra=extra)
-        record = self._seal_flow(spec)
-        self._flows.remember(record.capsule_id, lifecycle.after_dispatch(flow, record.capsule))
-        return record
-
-    def confirmed(self, parent: Parent, *, response: Any, request: Any = NOT_GIVEN,
-                  effect_attestation: str = "runtime_claimed", action_id: str | None = None,
-                  verdict_class: str | None = None, **extra: Any) -> SealedRecord:
-        """Seal that the effect is confirmed by ``response``, the response
-        actually received (its digest is computed here); chains ``confirms``.
-
-        Args:
-            parent: the dispatched record (or its capsule id).
-            response: the response actually received (not None).
-            request: as for :meth:`dispatched`.
-            effect_attestation: who saw the effect (``runtime_claimed`` …).
-            action_id: default ``<base>/confirmed``.
-            verdict_class: when given, a ``disposition`` with this verdict class.
-            extra: other capsule members, as for :meth:`planned`.
-
-        Returns:
-            The sealed record, once durable.
-
-        Raises:
-            InputError: no response; and as :meth:`dispatched`.
-        """
-        if response is None:
-            raise InputError("confirmed() needs the response actually received (-05 §5.3)")
-        flow = self._flow(parent)
-        spec = lifecycle.confirmed(flow, _id_of(parent), response=response, request=request,
-                                   effect_attestation=effect_attestation, action_id=action_id,
-                                   verdict_class=verdict_class, extra=extra)
-        record = self._seal_flow(spec)
-        self._flows.forget(_id_of(parent))
-        return record
-
-    def failed(self, parent: Parent, *, response: Any = None, request: Any = NOT_GIVEN,
-               effect_attestation: str = "runtime_claimed", verdict_class: str = "errored",
-               action_id: str | None = None, **extra: Any) -> SealedRecord:
-        """Seal that the dispatched action failed (optionally digesting the
-        failure response); follows ``parent``.
-
-        Args:
-            parent: the dispatched record (or its capsule id).
-            response: the failure response, if any (digested).
-            request: as for :meth:`dispatched`.
-            effect_attestation: who saw the effect (``runtime_claimed`` …).
-            verdict_class: why it failed (default ``errored``).
-            action_id: default ``<base>/failed``.
-            extra: other capsule members, as for :meth:`planned`.
-
-        Returns:
-            The sealed record, once durable.
-
-        Raises:
-            InputError: and the rest as :meth:`dispatched`.
-        """
-        flow = self._flow(parent)
-        spec = lifecycle.failed(flow, _id_of(parent), response=response, request=request,
-                                effect_attestation=effect_attestation, verdict_class=verdict_class,
-                                action_id=action_id, extra=extra)
-        record = self._seal_flow(spec)
-        self._flows.forget(_id_of(parent))
-        return record
-
-    def refused(self, parent: Parent | None = None, *, verdict_class: str, action_id: str | None = None,
-                decision: str = "reject", approver: str = "policy", human_disposed: bool = False,
-                reason: Any = None, authority: str | None = None, **extra: Any) -> SealedRecord:
-        """Seal a refusal (blocked, denied, timeout before dispatch, …): -05
-        §5.5.3 wants a capsule for every verdict. No effect is dispatched.
-
-        Args:
-            parent: the record refused (follows it), or None with ``action_id``.
-            verdict_class: why (``denied``, ``blocked``, …).
-            action_id: default ``<base>/<verdict_class>``; required without ``parent``.
-            decision: the decision recorded (default ``reject``).
-            approver: who decided (default ``policy``).
-            human_disposed: True only when a human actually decided.
-            reason: a JSON object, recorded as ``reason_digest`` only.
-            authority: recorded as ``disposition.authority`` when given.
-            extra: other capsule members, as for :meth:`planned`.
-
-        Returns:
-            The sealed record, once durable.
-
-        Raises:
-            InputError: no parent and no ``action_id``; and as :meth:`seal`.
-        """
-        flow = self._flow(parent) if parent is not None else None
-        spec = lifecycle.refused(flow, None if parent is None else _id_of(parent), verdict_class=verdict_class,
-                                 action_id=action_id, decision=decision, approver=approver,
-                                 human_disposed=human_disposed, reason=reason, authority=authority, extra=extra)
-        record = self._seal_flow(spec)
-        if parent is not None:
-            self._flows.forget(_id_of(parent))
-        return record
-
-    def resolved(self, open_record: Parent, *, decision: str, approver: str, human_disposed: bool | None = None,
-                 verdict_class: str = "resolved", action_id: str | None = None, reason: Any = None,
-                 **extra: Any) -> SealedRecord:
-        """Close an open item (deferred, needs_decision, hitl_dispatched, …)
-        with a new capsule chained ``supersedes`` (-05 §5.5.4).
-
-        ``approver`` has no default: ``"human"`` makes ``human_disposed``
-        true, which -05 §5.5 allows only when a human actually acted, so the
-        caller says who did.
-
-        Args:
-            open_record: the open record (or its capsule id) this closes.
-            decision: the decision recorded.
-            approver: who decided (``human``, ``policy`` …).
-            human_disposed: default: True exactly when ``approver`` is ``human``.
-            verdict_class: default ``resolved``.
-            action_id: default ``<base>/<verdict_class>``.
-            reason: a JSON object, recorded as ``reason_digest`` only.
-            extra: other capsule members, as for :meth:`planned`.
-
-        Returns:
-            The sealed record, once durable.
-
-        Raises:
-            InputError: and the rest as :meth:`seal`.
-        """
-        flow = self._flow(open_record, "open_record")
-        spec = lifecycle.resolved(flow, _id_of(open_record, "open_record"), decision=decision, approver=approver,
-                                  human_disposed=human_disposed, verdict_class=verdict_class, action_id=action_id,
-                                  reason=reason, extra=extra)
-        return self._seal_flow(spec)
+    # ------------------------------------------------------------------ what the lifecycle calls need
 
     def _seal_flow(self, spec: dict[str, Any]) -> SealedRecord:
         """Seal a lifecycle capsule, its chain parent checked as seal() checks it."""
         return self._seal(spec, self._writer.parent_known(spec))
 
     def _flow(self, parent: Parent, name: str = "parent") -> Flow:
-        """The flow ``parent`` belongs to (see :func:`lifecycle.flow_of`)."""
+        """The flow ``parent`` belongs to (see :func:`capseal._internal.rebuild.flow_of`)."""
         self._refuse_if_forked("Producer: sealing a lifecycle capsule")
-        return lifecycle.flow_of(parent, _id_of(parent, name), name, self._flows, self._writer.known, self.ledger.get)
+        return flow_of(parent, capsule_ref(parent, name), name, self._flows, self._writer.known, self.ledger.get)
 
 
 def _as_ledger(ledger: object) -> Ledger:
     assert isinstance(ledger, Ledger)
     return ledger
-
-
-def _id_of(parent: Parent, name: str = "parent") -> str:
-    return inputs.capsule_ref(name, parent)
 
 
 def _close_at_exit(producer: Producer, deadline: float) -> None:

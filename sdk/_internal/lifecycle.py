@@ -20,24 +20,18 @@ none).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..canonical import is_hex64, json_digest
+from ..canonical import json_digest
 from ..errors import InputError, shown
+from ..record import SealedRecord
+from .inputs import capsule_ref as checked_capsule_ref
 from .inputs import texts
 
-__all__ = ["Flow", "Flows", "lifecycle_suffix", "rebuild_flow", "CARRIED_RELATIONS", "NOT_GIVEN", "planned",
-           "dispatched", "after_dispatch", "confirmed", "failed", "refused", "resolved"]
-
-#: The chain relations lifecycle calls write between the capsules of one flow.
-CARRIED_RELATIONS = frozenset({"follows", "confirms", "supersedes"})
-
-# a dispatched capsule chained to a dispatched capsule chained to …: a flow
-# this long was not made by lifecycle calls, and the walk stops there
-_MAX_STEPS = 64
-
+__all__ = ["Flow", "Flows", "LifecycleCalls", "NOT_GIVEN", "Parent", "planned_spec", "dispatched_spec",
+           "after_dispatch", "confirmed_spec", "failed_spec", "refused_spec", "resolved_spec", "capsule_ref"]
 
 @dataclass(frozen=True)
 class Flow:
@@ -50,84 +44,6 @@ class Flow:
     external_ref: str | None
     #: False when the request's digest cannot be known (see the module docstring)
     request_known: bool = True
-
-
-def _block(capsule: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    value = capsule.get(name)
-    return value if isinstance(value, Mapping) else {}
-
-
-def lifecycle_suffix(capsule: Mapping[str, Any]) -> str | None:
-    """The suffix a lifecycle call adds to its flow's base action id for a
-    capsule like this one (``/dispatched``, ``/confirmed``, ``/failed`` for an
-    effect; ``/<verdict_class>`` for a refusal or resolution), or None (a
-    planned capsule, or one no lifecycle call makes)."""
-    effect = capsule.get("effect")
-    if isinstance(effect, Mapping):
-        status = effect.get("status")
-        return f"/{status}" if isinstance(status, str) and status != "planned" else None
-    verdict = _block(capsule, "disposition").get("verdict_class")
-    return f"/{verdict}" if isinstance(verdict, str) else None
-
-
-def _parent_id(capsule: Mapping[str, Any]) -> str | None:
-    chain = _block(capsule, "chain")
-    parent = chain.get("parent_capsule_id")
-    return parent if isinstance(parent, str) and chain.get("relation") in CARRIED_RELATIONS else None
-
-
-def base_action_id(capsule: Mapping[str, Any], lookup: Callable[[str], Mapping[str, Any] | None]) -> str:
-    """The base action id of the flow ``capsule`` belongs to.
-
-    Args:
-        capsule: a stored capsule.
-        lookup: returns the stored capsule with a given id, or None.
-
-    Returns:
-        The base the producer that sealed ``capsule`` held for its flow.
-    """
-    current = capsule
-    for _ in range(_MAX_STEPS):
-        parent_id = _parent_id(current)
-        if parent_id is not None and _block(current, "effect").get("status") == "dispatched":
-            parent = lookup(parent_id)
-            if parent is not None:  # dispatched() carries on the flow of its parent
-                current = parent
-                continue
-        break
-    action_id = str(current.get("action_id", ""))
-    suffix = lifecycle_suffix(current)
-    if _parent_id(current) is not None and suffix and action_id.endswith(suffix) and len(action_id) > len(suffix):
-        return action_id[: -len(suffix)]
-    return action_id
-
-
-def rebuild_flow(capsule: Mapping[str, Any], lookup: Callable[[str], Mapping[str, Any] | None]) -> Flow:
-    """The flow ``capsule`` continues, rebuilt from stored capsules.
-
-    Args:
-        capsule: the parent a lifecycle call was given (a stored capsule).
-        lookup: returns the stored capsule with a given id, or None.
-
-    Returns:
-        The flow, with ``request_known`` False when ``capsule`` is planned
-        (its request's digest was never written).
-    """
-    effect = _block(capsule, "effect")
-
-    def member(name: str) -> str | None:
-        value = effect.get(name)
-        return value if isinstance(value, str) else None
-
-    planned = effect.get("status") == "planned"
-    return Flow(
-        base_action_id(capsule, lookup),
-        member("type"),
-        None if planned else member("request_digest"),
-        member("irreversibility_class"),
-        member("external_ref"),
-        request_known=not planned,
-    )
 
 
 # ---------------------------------------------------------------------------- the flows a producer holds
@@ -152,40 +68,6 @@ class Flows:
     def forget(self, capsule_id: str) -> None:
         with self._lock:
             self._flows.pop(capsule_id, None)
-
-
-def flow_of(parent: Any, parent_id: str, name: str, flows: Flows, known: Callable[[str], object],
-            get: Callable[[str], Any]) -> Flow:
-    """The flow ``parent`` belongs to: this producer's own, or rebuilt from its
-    capsule exactly as the producer that sealed it held it.
-
-    Args:
-        parent: a SealedRecord, or the capsule id ``parent_id``.
-        parent_id: its capsule id (checked).
-        name: the argument's name, for errors.
-        flows: this producer's flows.
-        known: raises InputError for a record neither in the ledger nor on its way.
-        get: the ledger's stored record with an id, or None.
-
-    Raises:
-        InputError: a parent this producer's ledger does not hold.
-    """
-    flow = flows.get(parent_id)
-    if flow is not None:
-        return flow
-
-    def stored(capsule_id: str) -> Mapping[str, Any] | None:
-        record = get(capsule_id) if is_hex64(capsule_id) else None
-        return None if record is None else record.capsule
-
-    capsule = getattr(parent, "capsule", None)
-    if capsule is not None:  # a SealedRecord: a record of another ledger is refused as a chain to it is
-        known(parent_id)
-        return rebuild_flow(capsule, stored)
-    found = stored(parent_id)
-    if found is None:
-        raise InputError(f"{name} {parent_id} is not in this producer's ledger")
-    return rebuild_flow(found, stored)
 
 
 # ---------------------------------------------------------------------------- the specs of lifecycle calls
@@ -293,8 +175,8 @@ def effect(flow: Flow, status: str, attestation: str, *, request: Any = NOT_GIVE
     return block
 
 
-def planned(action_id: str, *, effect_type: str | None, request: Any, irreversibility_class: str | None,
-            external_ref: str | None, action_type: str, extra: Mapping[str, Any]) -> tuple[dict[str, Any], Flow]:
+def planned_spec(action_id: str, *, effect_type: str | None, request: Any, irreversibility_class: str | None,
+                 external_ref: str | None, action_type: str, extra: Mapping[str, Any]) -> tuple[dict[str, Any], Flow]:
     """The spec of a planned capsule (no digests on a planned effect, -05
     §5.3) and the flow its next capsule continues (with the request's digest).
 
@@ -316,8 +198,8 @@ def planned(action_id: str, *, effect_type: str | None, request: Any, irreversib
     return spec, Flow(action_id, effect_type, request_digest, irreversibility_class, external_ref)
 
 
-def dispatched(flow: Flow, parent_id: str, *, request: Any, effect_attestation: str, action_id: str | None,
-               extra: Mapping[str, Any]) -> dict[str, Any]:
+def dispatched_spec(flow: Flow, parent_id: str, *, request: Any, effect_attestation: str, action_id: str | None,
+                    extra: Mapping[str, Any]) -> dict[str, Any]:
     """The spec of a dispatched capsule of ``flow`` (follows its parent)."""
     texts(effect_attestation=effect_attestation)
     texts(optional=True, action_id=action_id)
@@ -333,8 +215,8 @@ def after_dispatch(flow: Flow, capsule: Mapping[str, Any]) -> Flow:
     return replace(flow, request_digest=capsule["effect"].get("request_digest"), request_known=True)
 
 
-def confirmed(flow: Flow, parent_id: str, *, response: Any, request: Any, effect_attestation: str,
-              action_id: str | None, verdict_class: str | None, extra: Mapping[str, Any]) -> dict[str, Any]:
+def confirmed_spec(flow: Flow, parent_id: str, *, response: Any, request: Any, effect_attestation: str,
+                   action_id: str | None, verdict_class: str | None, extra: Mapping[str, Any]) -> dict[str, Any]:
     """The spec of a confirmed capsule of ``flow`` (confirms its parent);
     ``response`` is the response actually received (never None: -05 §5.3)."""
     texts(effect_attestation=effect_attestation)
@@ -349,8 +231,8 @@ def confirmed(flow: Flow, parent_id: str, *, response: Any, request: Any, effect
     return chained(spec, parent_id, "confirms")
 
 
-def failed(flow: Flow, parent_id: str, *, response: Any, request: Any, effect_attestation: str,
-           verdict_class: str, action_id: str | None, extra: Mapping[str, Any]) -> dict[str, Any]:
+def failed_spec(flow: Flow, parent_id: str, *, response: Any, request: Any, effect_attestation: str,
+                verdict_class: str, action_id: str | None, extra: Mapping[str, Any]) -> dict[str, Any]:
     """The spec of a failed capsule of ``flow`` (follows its parent)."""
     texts(effect_attestation=effect_attestation, verdict_class=verdict_class)
     texts(optional=True, action_id=action_id)
@@ -362,9 +244,9 @@ def failed(flow: Flow, parent_id: str, *, response: Any, request: Any, effect_at
     return chained(spec, parent_id, "follows")
 
 
-def refused(flow: Flow | None, parent_id: str | None, *, verdict_class: str, action_id: str | None, decision: str,
-            approver: str, human_disposed: bool, reason: Any, authority: str | None,
-            extra: Mapping[str, Any]) -> dict[str, Any]:
+def refused_spec(flow: Flow | None, parent_id: str | None, *, verdict_class: str, action_id: str | None, decision: str,
+                 approver: str, human_disposed: bool, reason: Any, authority: str | None,
+                 extra: Mapping[str, Any]) -> dict[str, Any]:
     """The spec of a refusal (no effect dispatched; -05 §5.5.3 wants a
     capsule for every verdict), following ``parent_id`` when given.
 
@@ -389,8 +271,8 @@ def refused(flow: Flow | None, parent_id: str | None, *, verdict_class: str, act
     return chained(spec, parent_id, "follows") if parent_id is not None else spec
 
 
-def resolved(flow: Flow, open_id: str, *, decision: str, approver: str, human_disposed: bool | None,
-             verdict_class: str, action_id: str | None, reason: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
+def resolved_spec(flow: Flow, open_id: str, *, decision: str, approver: str, human_disposed: bool | None,
+                  verdict_class: str, action_id: str | None, reason: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
     """The spec of a resolution closing the open item ``open_id`` (supersedes
     it, -05 §5.5.4); ``human_disposed`` follows ``approver`` unless given."""
     texts(decision=decision, approver=approver, verdict_class=verdict_class)
@@ -404,3 +286,206 @@ def resolved(flow: Flow, open_id: str, *, decision: str, approver: str, human_di
     spec = with_extras({"action_id": action_id or f"{flow.base_action_id}/{verdict_class}", "action_type": "decide",
                         "disposition": disposition}, extra)
     return chained(spec, open_id, "supersedes")
+
+
+# ---------------------------------------------------------------------------- the lifecycle calls of a producer
+
+Parent = SealedRecord | str
+
+
+def capsule_ref(parent: Parent, name: str = "parent") -> str:
+    """The capsule id of ``parent`` (a SealedRecord or an id), checked; InputError naming ``name``."""
+    return checked_capsule_ref(name, parent)
+
+
+class LifecycleCalls:
+    """The six lifecycle calls of :class:`capseal.Producer`: each builds its
+    capsule's spec here and seals it through the producer (``_seal_flow``),
+    which also finds the flow of a parent (``_flow``)."""
+
+    _flows: Flows
+
+    def _seal_flow(self, spec: dict[str, Any]) -> SealedRecord:
+        raise NotImplementedError  # the producer's
+
+    def _flow(self, parent: Parent, name: str = "parent") -> Flow:
+        raise NotImplementedError  # the producer's
+
+    def planned(self, action_id: str, *, effect_type: str | None = None, request: Any = None,
+                irreversibility_class: str | None = None, external_ref: str | None = None,
+                action_type: str = "decide", **extra: Any) -> SealedRecord:
+        """Seal that an action is planned (no digests on a planned effect, -05 §5.3).
+
+        Args:
+            action_id: the action's id (later capsules are named ``<action_id>/dispatched`` …).
+            effect_type: a registered or namespaced (``x-…``) effect type.
+            request: the request to be sent; digested now, used by the next capsule.
+            irreversibility_class, external_ref: carried by every capsule of the flow.
+            action_type: ``decide`` or ``fyi``.
+            extra: other capsule members (a block the call builds is merged member by member).
+
+        Returns:
+            The sealed record, once durable.
+
+        Raises:
+            InputError: a bad argument (named), and as :meth:`seal`.
+        """
+        spec, flow = planned_spec(action_id, effect_type=effect_type, request=request,
+                                  irreversibility_class=irreversibility_class, external_ref=external_ref,
+                                  action_type=action_type, extra=extra)
+        record = self._seal_flow(spec)
+        self._flows.remember(record.capsule_id, flow)
+        return record
+
+    def dispatched(self, parent: Parent, *, request: Any = NOT_GIVEN, effect_attestation: str = "runtime_claimed",
+                   action_id: str | None = None, **extra: Any) -> SealedRecord:
+        """Seal that the action was dispatched (follows ``parent``).
+
+        Args:
+            parent: the planned record (or its capsule id).
+            request: the request actually sent. Left out: the request given to
+                ``planned()``; when the planned capsule was sealed by another
+                producer (another process, or before a restart) that cannot be
+                recovered and InputError asks for ``request=`` (``request=None``
+                seals without a request digest).
+            effect_attestation: who saw the effect (``runtime_claimed`` …).
+            action_id: default ``<base>/dispatched``.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
+
+        Raises:
+            InputError: a parent this ledger does not hold, a request that
+                cannot be recovered, a bad argument; and as :meth:`seal`.
+        """
+        flow = self._flow(parent)
+        spec = dispatched_spec(flow, capsule_ref(parent), request=request, effect_attestation=effect_attestation,
+                               action_id=action_id, extra=extra)
+        record = self._seal_flow(spec)
+        self._flows.remember(record.capsule_id, after_dispatch(flow, record.capsule))
+        return record
+
+    def confirmed(self, parent: Parent, *, response: Any, request: Any = NOT_GIVEN,
+                  effect_attestation: str = "runtime_claimed", action_id: str | None = None,
+                  verdict_class: str | None = None, **extra: Any) -> SealedRecord:
+        """Seal that the effect is confirmed by ``response``, the response
+        actually received (its digest is computed here); chains ``confirms``.
+
+        Args:
+            parent: the dispatched record (or its capsule id).
+            response: the response actually received (not None).
+            request: as for :meth:`dispatched`.
+            effect_attestation: who saw the effect (``runtime_claimed`` …).
+            action_id: default ``<base>/confirmed``.
+            verdict_class: when given, a ``disposition`` with this verdict class.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
+
+        Raises:
+            InputError: no response; and as :meth:`dispatched`.
+        """
+        if response is None:
+            raise InputError("confirmed() needs the response actually received (-05 §5.3)")
+        flow = self._flow(parent)
+        spec = confirmed_spec(flow, capsule_ref(parent), response=response, request=request,
+                              effect_attestation=effect_attestation, action_id=action_id,
+                              verdict_class=verdict_class, extra=extra)
+        record = self._seal_flow(spec)
+        self._flows.forget(capsule_ref(parent))
+        return record
+
+    def failed(self, parent: Parent, *, response: Any = None, request: Any = NOT_GIVEN,
+               effect_attestation: str = "runtime_claimed", verdict_class: str = "errored",
+               action_id: str | None = None, **extra: Any) -> SealedRecord:
+        """Seal that the dispatched action failed (optionally digesting the
+        failure response); follows ``parent``.
+
+        Args:
+            parent: the dispatched record (or its capsule id).
+            response: the failure response, if any (digested).
+            request: as for :meth:`dispatched`.
+            effect_attestation: who saw the effect (``runtime_claimed`` …).
+            verdict_class: why it failed (default ``errored``).
+            action_id: default ``<base>/failed``.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
+
+        Raises:
+            InputError: and the rest as :meth:`dispatched`.
+        """
+        flow = self._flow(parent)
+        spec = failed_spec(flow, capsule_ref(parent), response=response, request=request,
+                           effect_attestation=effect_attestation, verdict_class=verdict_class,
+                           action_id=action_id, extra=extra)
+        record = self._seal_flow(spec)
+        self._flows.forget(capsule_ref(parent))
+        return record
+
+    def refused(self, parent: Parent | None = None, *, verdict_class: str, action_id: str | None = None,
+                decision: str = "reject", approver: str = "policy", human_disposed: bool = False,
+                reason: Any = None, authority: str | None = None, **extra: Any) -> SealedRecord:
+        """Seal a refusal (blocked, denied, timeout before dispatch, …): -05
+        §5.5.3 wants a capsule for every verdict. No effect is dispatched.
+
+        Args:
+            parent: the record refused (follows it), or None with ``action_id``.
+            verdict_class: why (``denied``, ``blocked``, …).
+            action_id: default ``<base>/<verdict_class>``; required without ``parent``.
+            decision: the decision recorded (default ``reject``).
+            approver: who decided (default ``policy``).
+            human_disposed: True only when a human actually decided.
+            reason: a JSON object, recorded as ``reason_digest`` only.
+            authority: recorded as ``disposition.authority`` when given.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
+
+        Raises:
+            InputError: no parent and no ``action_id``; and as :meth:`seal`.
+        """
+        flow = self._flow(parent) if parent is not None else None
+        spec = refused_spec(flow, None if parent is None else capsule_ref(parent), verdict_class=verdict_class,
+                            action_id=action_id, decision=decision, approver=approver,
+                            human_disposed=human_disposed, reason=reason, authority=authority, extra=extra)
+        record = self._seal_flow(spec)
+        if parent is not None:
+            self._flows.forget(capsule_ref(parent))
+        return record
+
+    def resolved(self, open_record: Parent, *, decision: str, approver: str, human_disposed: bool | None = None,
+                 verdict_class: str = "resolved", action_id: str | None = None, reason: Any = None,
+                 **extra: Any) -> SealedRecord:
+        """Close an open item (deferred, needs_decision, hitl_dispatched, …)
+        with a new capsule chained ``supersedes`` (-05 §5.5.4).
+
+        ``approver`` has no default: ``"human"`` makes ``human_disposed``
+        true, which -05 §5.5 allows only when a human actually acted, so the
+        caller says who did.
+
+        Args:
+            open_record: the open record (or its capsule id) this closes.
+            decision: the decision recorded.
+            approver: who decided (``human``, ``policy`` …).
+            human_disposed: default: True exactly when ``approver`` is ``human``.
+            verdict_class: default ``resolved``.
+            action_id: default ``<base>/<verdict_class>``.
+            reason: a JSON object, recorded as ``reason_digest`` only.
+            extra: other capsule members, as for :meth:`planned`.
+
+        Returns:
+            The sealed record, once durable.
+
+        Raises:
+            InputError: and the rest as :meth:`seal`.
+        """
+        flow = self._flow(open_record, "open_record")
+        spec = resolved_spec(flow, capsule_ref(open_record, "open_record"), decision=decision, approver=approver,
+                             human_disposed=human_disposed, verdict_class=verdict_class, action_id=action_id,
+                             reason=reason, extra=extra)
+        return self._seal_flow(spec)
