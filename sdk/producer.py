@@ -243,7 +243,7 @@ class Producer:
         """
         body = self._body(spec, parent, relation)
         self._writer.parent_known(body)
-        capsule, _ = sealing.canonical(self._assemble(body))
+        capsule, _, _ = sealing.canonical(self._assemble(body))
         if self.ledger.has_action_id(capsule["action_id"]):
             raise DuplicateRecordError(f"action_id {capsule['action_id']!r} is already in {self.ledger.path.name}")
         return capsule

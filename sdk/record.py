@@ -10,10 +10,11 @@ record with the same capsule and id.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .canonical import sorted_json
 from .envelope import PROFILE, Envelope
 from .errors import MalformedJSONError
 
@@ -30,7 +31,22 @@ RECORD_VERSION = "capseal-record/1"
 def dumps_canonical(value: Any) -> bytes:
     """Compact, key-sorted UTF-8 JSON: a fixed point of parse→dump for the
     float-free values capseal stores, so stored bytes re-export identically."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return sorted_json(value).encode("utf-8")
+
+
+def stored_body(capsule_text: str, envelopes: Sequence[Envelope]) -> bytes:
+    """A record's stored form (:meth:`SealedRecord.body_bytes`) from its
+    capsule's sorted JSON text, so a capsule serialized once is not encoded again.
+
+    Args:
+        capsule_text: :func:`dumps_canonical` of the capsule, as text.
+        envelopes: the record's envelopes.
+
+    Returns:
+        The bytes :meth:`SealedRecord.body_bytes` gives for that capsule and those envelopes.
+    """
+    return (f'{{"capsule":{capsule_text},"envelopes":{sorted_json([e.to_json() for e in envelopes])},'
+            f'"record_version":{sorted_json(RECORD_VERSION)}}}').encode()
 
 
 def strict_json(raw: bytes | str, where: str) -> Any:
@@ -69,6 +85,23 @@ class SealedRecord:
     envelopes: tuple[Envelope, ...] = ()
     hardware_evidence: dict[str, Any] | None = None
     seq: int | None = field(default=None, compare=False)
+    # the stored form, when the sealer made it with the capsule (not carried by replace())
+    _body: bytes | None = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def sealed(cls, capsule: dict[str, Any], envelopes: tuple[Envelope, ...], body: bytes) -> SealedRecord:
+        """A record fresh from the sealer, with its stored form made already.
+
+        Args:
+            capsule, envelopes: the record's.
+            body: :meth:`body_bytes` of them (:func:`stored_body`).
+
+        Returns:
+            The record; :meth:`body_bytes` returns ``body``.
+        """
+        record = cls(capsule, envelopes)
+        object.__setattr__(record, "_body", body)
+        return record
 
     @property
     def capsule_id(self) -> str:
@@ -91,6 +124,8 @@ class SealedRecord:
 
     def body_bytes(self) -> bytes:
         """Stored form without the evidence slot (evidence rows are kept apart)."""
+        if self._body is not None:
+            return self._body
         return dumps_canonical(
             {"record_version": RECORD_VERSION, "capsule": self.capsule, "envelopes": [e.to_json() for e in self.envelopes]}
         )

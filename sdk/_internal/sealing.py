@@ -18,18 +18,17 @@ is signed or queued.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..assurance import derive_assurance, enforce_claim
-from ..canonical import MAX_DEPTH, canonical_bytes
+from ..canonical import MAX_DEPTH, CapsuleForm, capsule_form
 from ..envelope import PROFILE, ToBeSigned, complete_envelope, prepare_envelope
 from ..errors import InputError, SealAbortedError, shown
 from ..model import check_timestamp, validate_capsule
-from ..record import SealedRecord
+from ..record import SealedRecord, stored_body
 from ..verify import verify_for_seal
 from ..vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
 
@@ -65,12 +64,13 @@ class Identity:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A capsule ready to sign: its own copy (parsed back from the canonical
-    bytes that were hashed, so a caller changing its dicts changes nothing
-    sealed) and the envelope's bytes to be signed."""
+    """A capsule ready to sign: its own copy (as the canonical bytes that
+    were hashed parse back, so a caller changing its dicts changes nothing
+    sealed), its serialized form and the envelope's bytes to be signed."""
 
     capsule: dict[str, Any]
     tbs: ToBeSigned
+    form: CapsuleForm
 
     @property
     def capsule_id(self) -> str:
@@ -172,27 +172,28 @@ def _cite(capsule: dict[str, Any], target: str) -> None:
     capsule["references"] = refs
 
 
-def canonical(capsule: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
+def canonical(capsule: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, CapsuleForm]:
     """The canonical form of an assembled capsule: its own copy with
     ``capsule_id``, checked by the strict model and capseal's Class-1
-    verifier, and the raw 32-byte id.
+    verifier, the raw 32-byte id, and the capsule serialized (the bytes
+    hashed, and the parts of its stored form).
 
     Raises:
         CanonicalizationError: a float, an unsafe integer, a non-JSON value (with its path).
         CapsuleValidationError: a -05 rule the model enforces.
         SealAbortedError: capseal's own verifier found an error.
     """
-    preimage = canonical_bytes(capsule, max_depth=MAX_DEPTH)  # typed errors naming the JSON path
-    own = json.loads(preimage)
+    form = capsule_form(capsule, max_depth=MAX_DEPTH)  # typed errors naming the JSON path
+    own = form.value
     validate_capsule(own)
-    cid_raw = hashlib.sha256(preimage).digest()
+    cid_raw = hashlib.sha256(form.data).digest()
     own["capsule_id"] = cid_raw.hex()
     result = verify_for_seal(own, own["capsule_id"])
     if not result.ok:
         raise SealAbortedError(
             "capseal's verifier refused the capsule: " + "; ".join(str(f) for f in result.errors), result.errors
         )
-    return own, cid_raw
+    return own, cid_raw, form
 
 
 def prepare(capsule: Mapping[str, Any], signer: Signer) -> Prepared:
@@ -201,8 +202,8 @@ def prepare(capsule: Mapping[str, Any], signer: Signer) -> Prepared:
     Raises:
         as :func:`canonical`; UnsupportedAlgorithmError for a key no COSE algorithm names.
     """
-    own, cid_raw = canonical(capsule)
-    return Prepared(own, prepare_envelope(signer, cid_raw))
+    own, cid_raw, form = canonical(capsule)
+    return Prepared(own, prepare_envelope(signer, cid_raw), form)
 
 
 def signature_now(signer: Signer, prepared: Prepared, *, verify: bool) -> SignatureResult:
@@ -228,10 +229,15 @@ def complete(signer: Signer, prepared: Prepared, signature: SignatureResult, *, 
     """
     envelope = complete_envelope(signer, prepared.tbs, signature, verify=verify)
     capsule = prepared.capsule
+    envelopes = (envelope,)
+    cid = capsule["capsule_id"]
     if envelope.profile == PROFILE:
-        capsule["signature"] = envelope.cose.hex()
+        capsule["signature"] = sig_hex = envelope.cose.hex()
         capsule["key_id"] = envelope.kid
-    return SealedRecord(capsule, (envelope,))
+        text = prepared.form.stored_text(cid, sig_hex, envelope.kid)
+    else:
+        text = prepared.form.stored_text(cid)
+    return SealedRecord.sealed(capsule, envelopes, stored_body(text, envelopes))
 
 
 def boundary_spec(epoch_id: str, previous: str | None, custody: Mapping[str, Any], producer_name: str,
