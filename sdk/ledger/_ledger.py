@@ -21,7 +21,7 @@ from ..arguments import timeout as timeout_arg
 from ..errors import InputError, LedgerCorruptError
 from ..record import SealedRecord
 from . import _chain, _evidence_write, _fork, _transfer
-from ._commit import GroupCommit, PendingAppend, Stats
+from ._commit import Arrival, GroupCommit, PendingAppend, Stats
 from ._evidence import CurrentSlots, EvidenceEntry, SlotReader
 from ._format import LedgerEntry, StoredEntry
 from ._group import write_group
@@ -235,6 +235,17 @@ class Ledger:
         """
         if listener in self._commits.listeners:
             self._commits.listeners.remove(listener)
+
+    def arriving(self) -> Arrival:
+        """Say that an append this thread will wait for is on its way: ``with
+        ledger.arriving(): ...submit(entry, wake=False)``, then ``result()``.
+        A thread that commits meanwhile lets such appends join its commit
+        (several threads waiting share one fsync); a lone caller is not delayed.
+
+        Returns:
+            A context manager (reentrant across threads; one per call).
+        """
+        return self._commits.arriving()
 
     def submit(
         self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True,
