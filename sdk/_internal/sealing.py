@@ -13,18 +13,27 @@ calls, so the caller's thread and the signing pipeline run the same code:
 
 Every refusal of the caller's input happens in steps 1 and 2, before anything
 is signed or queued.
+
+Step 2 serializes the capsule once (:func:`capseal.canonical.capsule_form`):
+the bytes hashed, the capsule's own copy and its stored row all come from
+that one walk. With ``CAPSEAL_NO_DIRECT=1`` in the environment when capseal
+is imported, the plain path runs instead (``canonical_bytes``, ``json.loads``
+of them, and the row serialized from the sealed record): the two give the
+same bytes, and the test suite passes on either.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..assurance import derive_assurance, enforce_claim
-from ..canonical import MAX_DEPTH, CapsuleForm, capsule_form
+from ..canonical import MAX_DEPTH, CapsuleForm, canonical_bytes, capsule_form
 from ..envelope import PROFILE, ToBeSigned, complete_envelope, prepare_envelope
 from ..errors import InputError, SealAbortedError, shown
 from ..model import check_timestamp, validate_capsule
@@ -39,6 +48,9 @@ __all__ = ["Identity", "Prepared", "assemble", "prepare", "complete", "signature
            "refuse_reserved", "read_clock", "check_clock", "utc_now", "CUSTODY_MEMBER"]
 
 CUSTODY_MEMBER = "x-capseal-key-custody"
+
+#: the plain path (see the module docstring)
+PLAIN_PATH = os.environ.get("CAPSEAL_NO_DIRECT", "") == "1"
 
 #: Members the producer writes itself; a spec may repeat them only with the same value.
 _PRODUCER_OWNED = ("spec_version", "format_version", "canonicalization_id", "operator", "developer")
@@ -70,7 +82,7 @@ class Prepared:
 
     capsule: dict[str, Any]
     tbs: ToBeSigned
-    form: CapsuleForm
+    form: CapsuleForm | None  # None on the plain path
 
     @property
     def capsule_id(self) -> str:
@@ -172,21 +184,26 @@ def _cite(capsule: dict[str, Any], target: str) -> None:
     capsule["references"] = refs
 
 
-def canonical(capsule: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, CapsuleForm]:
+def canonical(capsule: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, CapsuleForm | None]:
     """The canonical form of an assembled capsule: its own copy with
     ``capsule_id``, checked by the strict model and capseal's Class-1
     verifier, the raw 32-byte id, and the capsule serialized (the bytes
-    hashed, and the parts of its stored form).
+    hashed, and the parts of its stored form; None on the plain path).
 
     Raises:
         CanonicalizationError: a float, an unsafe integer, a non-JSON value (with its path).
         CapsuleValidationError: a -05 rule the model enforces.
         SealAbortedError: capseal's own verifier found an error.
     """
-    form = capsule_form(capsule, max_depth=MAX_DEPTH)  # typed errors naming the JSON path
-    own = form.value
+    form: CapsuleForm | None
+    if PLAIN_PATH:
+        form, preimage = None, canonical_bytes(capsule, max_depth=MAX_DEPTH)
+        own = json.loads(preimage)
+    else:
+        form = capsule_form(capsule, max_depth=MAX_DEPTH)  # typed errors naming the JSON path
+        own, preimage = form.value, form.data
     validate_capsule(own)
-    cid_raw = hashlib.sha256(form.data).digest()
+    cid_raw = hashlib.sha256(preimage).digest()
     own["capsule_id"] = cid_raw.hex()
     result = verify_for_seal(own, own["capsule_id"])
     if not result.ok:
@@ -230,13 +247,15 @@ def complete(signer: Signer, prepared: Prepared, signature: SignatureResult, *, 
     envelope = complete_envelope(signer, prepared.tbs, signature, verify=verify)
     capsule = prepared.capsule
     envelopes = (envelope,)
-    cid = capsule["capsule_id"]
+    form = prepared.form
     if envelope.profile == PROFILE:
         capsule["signature"] = sig_hex = envelope.cose.hex()
         capsule["key_id"] = envelope.kid
-        text = prepared.form.stored_text(cid, sig_hex, envelope.kid)
+        text = None if form is None else form.stored_text(capsule["capsule_id"], sig_hex, envelope.kid)
     else:
-        text = prepared.form.stored_text(cid)
+        text = None if form is None else form.stored_text(capsule["capsule_id"])
+    if text is None:  # the plain path: the row is serialized from the record when it is written
+        return SealedRecord(capsule, envelopes)
     return SealedRecord.sealed(capsule, envelopes, stored_body(text, envelopes))
 
 
