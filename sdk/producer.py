@@ -227,10 +227,7 @@ class Producer:
             SignerError: the device failed, or its signature does not verify.
             DuplicateRecordError, LedgerError: the ledger refused it.
         """
-        with self.ledger.arriving():  # a thread committing meanwhile lets this record join its commit
-            body = self._body(spec, parent, relation)
-            pending = self._sealing(body, self._writer.parent_known(body))
-        return pending.result()
+        return self._seal(lambda: self._body(spec, parent, relation))
 
     def check(self, spec: Mapping[str, Any], *, parent: Parent | None = None, relation: str = "follows") -> dict[str, Any]:
         """Every refusal :meth:`seal` would make of ``spec``, raised the same
@@ -318,15 +315,16 @@ class Producer:
         signature = sealing.signature_now(self.signer, prepared, verify=verify)
         return sealing.complete(self.signer, prepared, signature, verify=verify)
 
-    def _sealing(self, spec: dict[str, Any], parent: PendingRecord | None = None) -> PendingRecord:
-        """A record :meth:`seal` waits for, on its way (the caller waits outside ``ledger.arriving()``)."""
-        self._refuse_if_forked("Producer.seal()")  # before anything is signed or queued
-        self.ledger.refuse_inside_commit("seal()")
-        if self._pipeline is not None and self._pipeline.busy:
-            # a token or TPM with submitted records still on their way: this one
-            # goes behind them, so one thread's records reach the ledger in order
-            return self._submit_pipelined(spec, parent)
-        return self._submit(spec, wake=False, parent=parent)
+    def _seal(self, make: Callable[[], dict[str, Any]]) -> SealedRecord:
+        with self.ledger.arriving():  # a thread committing meanwhile lets this record join its commit
+            spec = make()
+            parent = self._writer.parent_known(spec)
+            self._refuse_if_forked("Producer.seal()")  # before anything is signed or queued
+            self.ledger.refuse_inside_commit("seal()")
+            # a token or TPM with submitted records on their way: behind them, so one thread's records stay in order
+            busy = self._pipeline is not None and self._pipeline.busy
+            pending = self._submit_pipelined(spec, parent) if busy else self._submit(spec, wake=False, parent=parent)
+        return pending.result()
 
     def _submit(self, spec: dict[str, Any], *, wake: bool = True, parent: PendingRecord | None = None) -> PendingRecord:
         """The whole path on this thread."""
@@ -552,9 +550,7 @@ class Producer:
 
     def _seal_flow(self, spec: dict[str, Any]) -> SealedRecord:
         """Seal a lifecycle capsule, its chain parent checked as seal() checks it."""
-        with self.ledger.arriving():
-            pending = self._sealing(spec, self._writer.parent_known(spec))
-        return pending.result()
+        return self._seal(lambda: spec)
 
     def _flow(self, parent: Parent, name: str = "parent") -> Flow:
         """The flow ``parent`` belongs to (see :func:`lifecycle.flow_of`)."""

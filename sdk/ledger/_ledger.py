@@ -237,14 +237,8 @@ class Ledger:
             self._commits.listeners.remove(listener)
 
     def arriving(self) -> Arrival:
-        """Say that an append this thread will wait for is on its way: ``with
-        ledger.arriving(): ...submit(entry, wake=False)``, then ``result()``.
-        A thread that commits meanwhile lets such appends join its commit
-        (several threads waiting share one fsync); a lone caller is not delayed.
-
-        Returns:
-            A context manager (reentrant across threads; one per call).
-        """
+        """``with`` it around making and queueing an append this thread then waits for (a commit made
+        meanwhile lets it join; a lone caller is not delayed). Returns: the context manager."""
         return self._commits.arriving()
 
     def submit(
