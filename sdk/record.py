@@ -10,7 +10,7 @@ record with the same capsule and id.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,19 +85,22 @@ class SealedRecord:
     envelopes: tuple[Envelope, ...] = ()
     hardware_evidence: dict[str, Any] | None = None
     seq: int | None = field(default=None, compare=False)
-    # the stored form, when the sealer made it with the capsule (not carried by replace())
-    _body: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    # the stored form from the sealer's serialization, made on first use (not carried by replace())
+    _body: bytes | Callable[[], bytes] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
-    def sealed(cls, capsule: dict[str, Any], envelopes: tuple[Envelope, ...], body: bytes) -> SealedRecord:
-        """A record fresh from the sealer, with its stored form made already.
+    def sealed(cls, capsule: dict[str, Any], envelopes: tuple[Envelope, ...],
+               body: bytes | Callable[[], bytes]) -> SealedRecord:
+        """A record fresh from the sealer, its stored form made from the
+        serialization the sealer did (a record never written makes none).
 
         Args:
             capsule, envelopes: the record's.
-            body: :meth:`body_bytes` of them (:func:`stored_body`).
+            body: :meth:`body_bytes` of them (:func:`stored_body`), or what
+                makes them when first asked for.
 
         Returns:
-            The record; :meth:`body_bytes` returns ``body``.
+            The record; :meth:`body_bytes` returns ``body`` (made once).
         """
         record = cls(capsule, envelopes)
         object.__setattr__(record, "_body", body)
@@ -124,8 +127,12 @@ class SealedRecord:
 
     def body_bytes(self) -> bytes:
         """Stored form without the evidence slot (evidence rows are kept apart)."""
-        if self._body is not None:
-            return self._body
+        body = self._body
+        if body is not None:
+            if not isinstance(body, bytes):
+                body = body()
+                object.__setattr__(self, "_body", body)
+            return body
         return dumps_canonical(
             {"record_version": RECORD_VERSION, "capsule": self.capsule, "envelopes": [e.to_json() for e in self.envelopes]}
         )

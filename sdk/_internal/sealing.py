@@ -30,11 +30,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..assurance import derive_assurance, enforce_claim
 from ..canonical import MAX_DEPTH, CapsuleForm, canonical_bytes, capsule_form
-from ..envelope import PROFILE, ToBeSigned, complete_envelope, prepare_envelope
+from ..envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope
 from ..errors import InputError, SealAbortedError, shown
 from ..model import check_timestamp, validate_capsule
 from ..record import SealedRecord, stored_body
@@ -247,16 +248,21 @@ def complete(signer: Signer, prepared: Prepared, signature: SignatureResult, *, 
     envelope = complete_envelope(signer, prepared.tbs, signature, verify=verify)
     capsule = prepared.capsule
     envelopes = (envelope,)
-    form = prepared.form
+    sig_hex = kid = None
     if envelope.profile == PROFILE:
         capsule["signature"] = sig_hex = envelope.cose.hex()
-        capsule["key_id"] = envelope.kid
-        text = None if form is None else form.stored_text(capsule["capsule_id"], sig_hex, envelope.kid)
-    else:
-        text = None if form is None else form.stored_text(capsule["capsule_id"])
-    if text is None:  # the plain path: the row is serialized from the record when it is written
+        capsule["key_id"] = kid = envelope.kid
+    if prepared.form is None:  # the plain path: the row is serialized from the record when it is written
         return SealedRecord(capsule, envelopes)
-    return SealedRecord.sealed(capsule, envelopes, stored_body(text, envelopes))
+    # the row from the parts serialized once, when the writer asks (they are immutable: a caller
+    # changing the returned capsule changes nothing stored)
+    return SealedRecord.sealed(capsule, envelopes,
+                               partial(_stored, prepared.form, capsule["capsule_id"], sig_hex, kid, envelopes))
+
+
+def _stored(form: CapsuleForm, capsule_id: str, signature: str | None, key_id: str | None,
+            envelopes: tuple[Envelope, ...]) -> bytes:
+    return stored_body(form.stored_text(capsule_id, signature, key_id), envelopes)
 
 
 def boundary_spec(epoch_id: str, previous: str | None, custody: Mapping[str, Any], producer_name: str,
