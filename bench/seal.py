@@ -1,57 +1,65 @@
-"""Sealing speed: capseal beside the reference producer, in one run.
+"""Sealing speed: capseal beside the reference producer, the bare floor and the
+fsync floor, in one run of rotating rounds.
 
-Prints, for a typical capsule (effect + disposition + constraints + chain):
+Every arm seals the same typical capsule (effect + disposition + constraints +
+chain) with a software Ed25519 key:
+
   * reference: agent-action-capsule 0.12.0 ``Capsule(...).seal()`` plus an
-    Ed25519 AAC profile envelope (cbor2 + cryptography), capsules/s;
-  * the bare floor: JCS (json fast path), SHA-256, COSE_Sign1, Ed25519 sign;
-    (these first three in rotating rounds: medians, and capseal/reference per round)
-  * capseal: ``Producer`` seal path (assemble, derive assurance, canonicalize,
-    strict model, Class-1 self-check, sign) without the ledger;
-  * capseal into the durable ledger: one thread waiting for each record, one
-    thread pipelining with submit()/flush(), and 4 threads (group commit).
+    Ed25519 AAC profile envelope (cbor2 + cryptography);
+  * bare floor: JCS (json fast path), SHA-256, COSE_Sign1, Ed25519 sign;
+  * capseal, no ledger: the ``Producer`` seal path on one thread (assemble,
+    canonical bytes, strict model, Class-1 self-check, sign, the record);
+  * raw WAL insert (the fsync floor): one row of a sealed record's size into
+    an SQLite table in WAL mode with ``synchronous=FULL``, one commit per row;
+  * capseal durable: ``seal()`` from one thread (one commit per record),
+    ``submit()`` from one thread then ``flush()``, and ``seal()`` from 4
+    threads at once (group commit).
+
+Each round runs every arm once, the order rotating by one arm a round
+(``_common.rotating_rounds``): this host's speed drifts by a third or more
+over seconds, so each ratio is taken within a round and the median of the
+rounds' ratios is printed with its range. For each durable arm the bench also
+prints the records per fsynced commit and the producer's CPU per durable
+record (``time.process_time()``: every thread of this process, the committer
+included), summed over the rounds.
 
 Usage: python bench/seal.py [--n 3000] [--rounds 7] [--json]
 """
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
 import argparse
 import hashlib
 import json
 import os
+import sqlite3
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import cbor2
-from _common import PARENT, median, rotating_rounds, threaded_rate
-from _common import typical_spec as _typical
+from _common import PARENT, median, next_id, rotating_rounds  # noqa: E402
+from _common import typical_spec as _typical  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from capseal import Producer
-from capseal.keys import UnsafeEphemeralSigner
-
-_parent = [PARENT]  # the durable arms chain to a record of their own ledger (a producer refuses an unknown parent)
+from capseal import Producer  # noqa: E402
+from capseal.keys import UnsafeEphemeralSigner  # noqa: E402
 
 
-def typical_spec(i: int) -> dict[str, Any]:
-    return _typical(i, chained=True, parent=_parent[0])
-
-
-def rate(fn: Callable[[int], Any], n: int, repeats: int = 3) -> float:
-    """Best-of-``repeats`` operations per second (the machine is shared and noisy)."""
-    fn(-1)
-    best = 0.0
-    for r in range(repeats):
-        start = time.perf_counter()
-        for i in range(n):
-            fn(r * n + i)
-        best = max(best, n / (time.perf_counter() - start))
-    return best
+def loop_rate(fn: Callable[[int], Any], n: int) -> float:
+    """``fn(next_id())`` n times on this thread, per second."""
+    ids = [next_id() for _ in range(n)]
+    start = time.perf_counter()
+    for i in ids:
+        fn(i)
+    return n / (time.perf_counter() - start)
 
 
 def reference_sealer() -> Callable[[int], bytes]:
@@ -92,7 +100,7 @@ def floor_sealer() -> Callable[[int], bytes]:
             "assurance": {"attestation_mode": "self_attested", "effect_mode": "confirmed", "ledger_mode": "chained"}}
 
     def seal(i: int) -> bytes:
-        capsule = {**base, **typical_spec(i)}
+        capsule = {**base, **_typical(i, chained=True)}
         raw = json.dumps(capsule, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
         payload = hashlib.sha256(raw).digest()
         sig = key.sign(cbor2.dumps(["Signature1", protected, b"", payload]))
@@ -101,76 +109,190 @@ def floor_sealer() -> Callable[[int], bytes]:
     return seal
 
 
+class RawInsert:
+    """The fsync floor: one row per transaction into a WAL-mode SQLite file
+    with ``synchronous=FULL`` (what a capseal ledger uses), the row a blob of
+    a sealed record's size under an integer key; nothing else."""
+
+    def __init__(self, path: str, body: bytes, n: int) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("CREATE TABLE rows (seq INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+        self.body, self.n = body, n
+        self.cpu = Counted()
+
+    def rate(self) -> float:
+        db, body = self.db, self.body
+        start, cpu = time.perf_counter(), time.process_time()
+        for _ in range(self.n):
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO rows(body) VALUES (?)", (body,))
+            db.execute("COMMIT")
+        wall = time.perf_counter() - start
+        self.cpu.add(time.process_time() - cpu, self.n, self.n)
+        return self.n / wall
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class Counted:
+    """CPU seconds, records and commits summed over the rounds of one arm."""
+
+    def __init__(self) -> None:
+        self.seconds, self.records, self.commits = 0.0, 0, 0
+
+    def add(self, seconds: float, records: int, commits: int) -> None:
+        self.seconds += seconds
+        self.records += records
+        self.commits += commits
+
+    def us_per_record(self) -> float:
+        return 1e6 * self.seconds / max(self.records, 1)
+
+    def per_commit(self) -> float:
+        return self.records / max(self.commits, 1)
+
+
+class Durable:
+    """One producer on a ledger of its own, kept open across rounds (its
+    epoch boundary and first commit are not measured); its records chain to
+    a record of that ledger, as a producer refuses an unknown parent."""
+
+    def __init__(self, tmp: str, n: int, run: Callable[[Durable], None]) -> None:
+        self.producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(),
+                                 os.path.join(tmp, f"durable-{next_id()}.db"))
+        self.parent = self.producer.seal(_typical(-next_id() - 1)).capsule_id
+        self.n, self._run = n, run
+        self.cpu = Counted()
+
+    def spec(self, i: int) -> dict[str, Any]:
+        return _typical(i, chained=True, parent=self.parent)
+
+    def rate(self) -> float:
+        stats = self.producer.ledger.stats
+        commits, records = stats.commits, stats.records
+        start, cpu = time.perf_counter(), time.process_time()
+        self._run(self)
+        wall = time.perf_counter() - start
+        self.cpu.add(time.process_time() - cpu, stats.records - records, stats.commits - commits)
+        return (stats.records - records) / wall
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def seal_one_thread(arm: Durable) -> None:
+    producer = arm.producer
+    for i in [next_id() for _ in range(arm.n)]:
+        producer.seal(arm.spec(i))
+
+
+def submit_then_flush(arm: Durable) -> None:
+    producer = arm.producer
+    for i in [next_id() for _ in range(arm.n)]:
+        producer.submit(arm.spec(i))
+    producer.flush()
+
+
+def seal_threads(threads: int) -> Callable[[Durable], None]:
+    def run(arm: Durable) -> None:
+        producer = arm.producer
+        ids = [next_id() for _ in range(arm.n - arm.n % threads)]
+
+        def work(mine: list[int]) -> None:
+            for i in mine:
+                producer.seal(arm.spec(i))
+
+        pool = [threading.Thread(target=work, args=(ids[t::threads],)) for t in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+
+    return run
+
+
+def ratios(figures: dict[str, list[float]], top: str, bottom: str) -> tuple[float, float, float]:
+    """Median, lowest and highest of the per-round ratios ``top / bottom``."""
+    per_round = [a / b for a, b in zip(figures[top], figures[bottom])]
+    return median(per_round), min(per_round), max(per_round)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=3000)
-    ap.add_argument("--rounds", type=int, default=7, help="rounds of the reference / floor / capseal comparison")
+    ap.add_argument("--n", type=int, default=3000, help="records per arm and round")
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     n = args.n
-    out: dict[str, float] = {}
 
-    with tempfile.TemporaryDirectory() as tmp:
-        producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), os.path.join(tmp, "mem.db"))
-        seq = iter(range(10**9))
+    with tempfile.TemporaryDirectory(prefix="capseal-bench-seal-") as tmp:
+        bare = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), os.path.join(tmp, "bare.db"))
+        bare_parent = bare.seal(_typical(-next_id() - 1)).capsule_id
 
         def capseal_no_ledger(i: int) -> Any:
             # private on purpose: capseal's whole sealing path on this thread, without the ledger
-            return producer._sign_here(producer._prepare(typical_spec(next(seq))))
+            return bare._sign_here(bare._prepare(_typical(i, chained=True, parent=bare_parent)))
 
-        # the three in rotating rounds, each round's ratio from neighbours in
-        # time (this host's speed drifts by a third over seconds)
-        sealers = {"reference": reference_sealer(), "floor": floor_sealer(), "capseal": capseal_no_ledger}
-        figures = rotating_rounds({name: partial(rate, fn, n, 1) for name, fn in sealers.items()}, args.rounds)
-        out["reference_signed_per_s"] = median(figures["reference"])
-        out["floor_per_s"] = median(figures["floor"])
-        out["capseal_signed_per_s"] = median(figures["capseal"])
-        ratios = [c / r for c, r in zip(figures["capseal"], figures["reference"])]
-        out["speedup_vs_reference"] = median(ratios)
-        out["speedup_min"], out["speedup_max"] = min(ratios), max(ratios)
-        out["floor_vs_reference"] = median([f / r for f, r in zip(figures["floor"], figures["reference"])])
-        producer.close()
+        durable = {
+            "seal() 1 thread": Durable(tmp, n, seal_one_thread),
+            "submit()+flush()": Durable(tmp, n, submit_then_flush),
+            "seal() 4 threads": Durable(tmp, n, seal_threads(4)),
+        }
+        record = durable["seal() 1 thread"].producer.seal(durable["seal() 1 thread"].spec(next_id()))
+        raw = RawInsert(os.path.join(tmp, "raw.db"), record.body_bytes(), n)
+        reference, floor = reference_sealer(), floor_sealer()
+        arms: dict[str, Callable[[], float]] = {
+            "reference": lambda: loop_rate(reference, n),
+            "bare floor": lambda: loop_rate(floor, n),
+            "capseal, no ledger": lambda: loop_rate(capseal_no_ledger, n),
+            "raw WAL insert": raw.rate,
+        }
+        arms.update({name: arm.rate for name, arm in durable.items()})
+        try:
+            figures = rotating_rounds(arms, args.rounds)
+        finally:
+            bare.close()
+            raw.close()
+            for arm in durable.values():
+                arm.close()
 
-        producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), os.path.join(tmp, "durable.db"))
-        _parent[0] = producer.seal(_typical(-(10**6))).capsule_id
-        out["capseal_durable_1thread_per_s"] = rate(lambda i: producer.seal(typical_spec(next(seq))), n, repeats=2)
-
-        def pipelined(n_records: int) -> float:
-            start = time.perf_counter()
-            for _ in range(n_records):
-                producer.submit(typical_spec(next(seq)))
-            producer.flush()
-            return n_records / (time.perf_counter() - start)
-
-        out["capseal_durable_pipelined_per_s"] = max(pipelined(n) for _ in range(2))
-
-        lock = threading.Lock()
-
-        def next_id() -> int:
-            with lock:
-                return next(seq)
-
-        out["capseal_durable_4threads_per_s"] = threaded_rate(lambda i: producer.seal(typical_spec(i)), n, 4, next_id)
-        stats = producer.ledger.stats
-        out["ledger_records_per_commit"] = stats.records / max(stats.commits, 1)
-        producer.close()
-
+    compared = {
+        "capseal, no ledger / reference": ratios(figures, "capseal, no ledger", "reference"),
+        "capseal, no ledger / bare floor": ratios(figures, "capseal, no ledger", "bare floor"),
+        "bare floor / reference": ratios(figures, "bare floor", "reference"),
+        "seal() 1 thread / raw WAL insert": ratios(figures, "seal() 1 thread", "raw WAL insert"),
+        "submit()+flush() / capseal, no ledger": ratios(figures, "submit()+flush()", "capseal, no ledger"),
+        "seal() 4 threads / seal() 1 thread": ratios(figures, "seal() 4 threads", "seal() 1 thread"),
+    }
+    counted = {name: arm.cpu for name, arm in durable.items()}
+    counted["raw WAL insert"] = raw.cpu
+    out = {
+        "n": n, "rounds": args.rounds,
+        "median_per_s": {name: median(values) for name, values in figures.items()},
+        "per_round_per_s": figures,
+        "ratios": {name: {"median": mid, "min": lo, "max": hi} for name, (mid, lo, hi) in compared.items()},
+        "cpu_us_per_durable_record": {name: c.us_per_record() for name, c in counted.items()},
+        "records_per_commit": {name: c.per_commit() for name, c in counted.items()},
+    }
     if args.json:
-        print(json.dumps({k: round(v, 2) for k, v in out.items()}))
+        print(json.dumps(out, indent=1))
         return 0
-    print(f"sealing a typical capsule (effect + disposition + constraints + chain), n={n}; the first three: "
-          f"medians of {args.rounds} rotating rounds, ratios per round; the rest: best of runs")
-    print(f"  reference Capsule.seal() + Ed25519 envelope : {out['reference_signed_per_s']:9.0f} /s")
-    print(f"  bare floor (JCS, SHA-256, COSE, Ed25519)    : {out['floor_per_s']:9.0f} /s  ({out['floor_vs_reference']:.2f}x reference)")
-    print(f"  capseal sealed and signed (no ledger)       : {out['capseal_signed_per_s']:9.0f} /s  "
-          f"({out['speedup_vs_reference']:.2f}x reference; rounds {out['speedup_min']:.2f}–{out['speedup_max']:.2f}x)")
-    print(f"  capseal durable into the ledger, 1 thread   : {out['capseal_durable_1thread_per_s']:9.0f} /s")
-    print(f"  capseal durable, 1 thread, submit()+flush() : {out['capseal_durable_pipelined_per_s']:9.0f} /s")
-    print(f"  capseal durable into the ledger, 4 threads  : {out['capseal_durable_4threads_per_s']:9.0f} /s"
-          f"  ({out['ledger_records_per_commit']:.1f} records per fsynced commit)")
+    print(f"sealing a typical capsule (effect + disposition + constraints + chain), software Ed25519, n={n} per arm "
+          f"and round; medians of {args.rounds} rotating rounds")
+    for name, value in out["median_per_s"].items():
+        line = f"  {name:<22}{value:>9.0f} /s"
+        if name in counted:
+            c = counted[name]
+            line += f"   {c.per_commit():6.1f} records per fsynced commit, CPU {c.us_per_record():5.0f} µs per record"
+        print(line)
+    print("  per-round ratios (median, range):")
+    for name, (mid, lo, hi) in compared.items():
+        print(f"    {name:<40}{mid:6.2f}x  ({lo:.2f}–{hi:.2f}x)")
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

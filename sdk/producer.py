@@ -244,8 +244,7 @@ class Producer(LifecycleCalls):
             LedgerError: the ledger could not write it, or the call came from
                 an observer (it would wait on its own commit).
         """
-        body = self._body(spec, parent, relation)
-        return self._seal(body, self._writer.parent_known(body))
+        return self._seal(lambda: self._body(spec, parent, relation))
 
     def check(self, spec: Mapping[str, Any], *, parent: Parent | None = None, relation: str = "follows") -> dict[str, Any]:
         """Every refusal :meth:`seal` would make of ``spec``, raised the same
@@ -267,7 +266,7 @@ class Producer(LifecycleCalls):
         """
         body = self._body(spec, parent, relation)
         self._writer.parent_known(body)
-        capsule, _ = sealing.canonical(self._assemble(body))
+        capsule, _, _ = sealing.canonical(self._assemble(body))
         if self.ledger.has_action_id(capsule["action_id"]):
             raise DuplicateRecordError(f"action_id {capsule['action_id']!r} is already in {self.ledger.path.name}")
         return capsule
@@ -355,14 +354,16 @@ class Producer(LifecycleCalls):
         signature = sealing.signature_now(self.signer, prepared, verify=verify)
         return sealing.complete(self.signer, prepared, signature, verify=verify)
 
-    def _seal(self, spec: dict[str, Any], parent: PendingRecord | None = None) -> SealedRecord:
-        self._refuse_if_forked("Producer.seal()")  # before anything is signed or queued
-        self.ledger.refuse_inside_commit("seal()")
-        if self._pipeline is not None and self._pipeline.busy:
-            # a token or TPM with submitted records still on their way: this one
-            # goes behind them, so one thread's records reach the ledger in order
-            return self._submit_pipelined(spec, parent).result()
-        return self._submit(spec, wake=False, parent=parent).result()
+    def _seal(self, make: Callable[[], dict[str, Any]]) -> SealedRecord:
+        with self.ledger.arriving():  # a thread committing meanwhile lets this record join its commit
+            spec = make()
+            parent = self._writer.parent_known(spec)
+            self._refuse_if_forked("Producer.seal()")  # before anything is signed or queued
+            self.ledger.refuse_inside_commit("seal()")
+            # a token or TPM with submitted records on their way: behind them, so one thread's records stay in order
+            busy = self._pipeline is not None and self._pipeline.busy
+            pending = self._submit_pipelined(spec, parent) if busy else self._submit(spec, wake=False, parent=parent)
+        return pending.result()
 
     def _submit(self, spec: dict[str, Any], *, wake: bool = True, parent: PendingRecord | None = None) -> PendingRecord:
         """The whole path on this thread."""
@@ -475,7 +476,7 @@ class Producer(LifecycleCalls):
 
     def _seal_flow(self, spec: dict[str, Any]) -> SealedRecord:
         """Seal a lifecycle capsule, its chain parent checked as seal() checks it."""
-        return self._seal(spec, self._writer.parent_known(spec))
+        return self._seal(lambda: spec)
 
     def _flow(self, parent: Parent, name: str = "parent") -> Flow:
         """The flow ``parent`` belongs to (see :func:`capseal._internal.rebuild.flow_of`)."""

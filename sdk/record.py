@@ -10,10 +10,11 @@ record with the same capsule and id.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .canonical import sorted_json
 from .envelope import PROFILE, Envelope
 from .errors import InputError, MalformedJSONError
 
@@ -43,7 +44,22 @@ def dumps_canonical(value: Any) -> bytes:
         TypeError: a value that is not JSON.
         ValueError: a value that contains itself.
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return sorted_json(value).encode("utf-8")
+
+
+def stored_body(capsule_text: str, envelopes: Sequence[Envelope]) -> bytes:
+    """A record's stored form (:meth:`SealedRecord.body_bytes`) from its
+    capsule's sorted JSON text, so a capsule serialized once is not encoded again.
+
+    Args:
+        capsule_text: :func:`dumps_canonical` of the capsule, as text.
+        envelopes: the record's envelopes.
+
+    Returns:
+        The bytes :meth:`SealedRecord.body_bytes` gives for that capsule and those envelopes.
+    """
+    return (f'{{"capsule":{capsule_text},"envelopes":{sorted_json([e.to_json() for e in envelopes])},'
+            f'"record_version":{sorted_json(RECORD_VERSION)}}}').encode()
 
 
 def strict_json(raw: bytes | str, where: str) -> Any:
@@ -94,6 +110,26 @@ class SealedRecord:
     envelopes: tuple[Envelope, ...] = ()
     hardware_evidence: dict[str, Any] | None = None
     seq: int | None = field(default=None, compare=False)
+    # the stored form from the sealer's serialization, made on first use (not carried by replace())
+    _body: bytes | Callable[[], bytes] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def sealed(cls, capsule: dict[str, Any], envelopes: tuple[Envelope, ...],
+               body: bytes | Callable[[], bytes]) -> SealedRecord:
+        """A record fresh from the sealer, its stored form made from the
+        serialization the sealer did (a record never written makes none).
+
+        Args:
+            capsule, envelopes: the record's.
+            body: :meth:`body_bytes` of them (:func:`stored_body`), or what
+                makes them when first asked for.
+
+        Returns:
+            The record; :meth:`body_bytes` returns ``body`` (made once).
+        """
+        record = cls(capsule, envelopes)
+        object.__setattr__(record, "_body", body)
+        return record
 
     @property
     def capsule_id(self) -> str:
@@ -125,6 +161,12 @@ class SealedRecord:
         Returns:
             The record's storage JSON bytes (:func:`dumps_canonical`).
         """
+        body = self._body
+        if body is not None:
+            if not isinstance(body, bytes):
+                body = body()
+                object.__setattr__(self, "_body", body)
+            return body
         return dumps_canonical(
             {"record_version": RECORD_VERSION, "capsule": self.capsule, "envelopes": [e.to_json() for e in self.envelopes]}
         )

@@ -13,23 +13,32 @@ calls, so the caller's thread and the signing pipeline run the same code:
 
 Every refusal of the caller's input happens in steps 1 and 2, before anything
 is signed or queued.
+
+Step 2 serializes the capsule once (:func:`capseal.canonical.capsule_form`):
+the bytes hashed, the capsule's own copy and its stored row all come from
+that one walk. With ``CAPSEAL_NO_DIRECT=1`` in the environment when capseal
+is imported, the plain path runs instead (``canonical_bytes``, ``json.loads``
+of them, and the row serialized from the sealed record): the two give the
+same bytes, and the test suite passes on either.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..assurance import derive_assurance, enforce_claim
-from ..canonical import MAX_DEPTH, canonical_bytes
-from ..envelope import PROFILE, ToBeSigned, complete_envelope, prepare_envelope
+from ..canonical import MAX_DEPTH, CapsuleForm, canonical_bytes, capsule_form
+from ..envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope
 from ..errors import InputError, SealAbortedError, shown
 from ..model import check_timestamp, validate_capsule
-from ..record import SealedRecord
+from ..record import SealedRecord, stored_body
 from ..verify import verify_for_seal
 from ..vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
 
@@ -40,6 +49,9 @@ __all__ = ["Identity", "Prepared", "assemble", "prepare", "complete", "signature
            "refuse_reserved", "read_clock", "check_clock", "utc_now", "CUSTODY_MEMBER"]
 
 CUSTODY_MEMBER = "x-capseal-key-custody"
+
+#: the plain path (see the module docstring)
+PLAIN_PATH = os.environ.get("CAPSEAL_NO_DIRECT", "") == "1"
 
 #: Members the producer writes itself; a spec may repeat them only with the same value.
 _PRODUCER_OWNED = ("spec_version", "format_version", "canonicalization_id", "operator", "developer")
@@ -65,12 +77,13 @@ class Identity:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A capsule ready to sign: its own copy (parsed back from the canonical
-    bytes that were hashed, so a caller changing its dicts changes nothing
-    sealed) and the envelope's bytes to be signed."""
+    """A capsule ready to sign: its own copy (as the canonical bytes that
+    were hashed parse back, so a caller changing its dicts changes nothing
+    sealed), its serialized form and the envelope's bytes to be signed."""
 
     capsule: dict[str, Any]
     tbs: ToBeSigned
+    form: CapsuleForm | None  # None on the plain path
 
     @property
     def capsule_id(self) -> str:
@@ -172,18 +185,24 @@ def _cite(capsule: dict[str, Any], target: str) -> None:
     capsule["references"] = refs
 
 
-def canonical(capsule: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
+def canonical(capsule: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, CapsuleForm | None]:
     """The canonical form of an assembled capsule: its own copy with
     ``capsule_id``, checked by the strict model and capseal's Class-1
-    verifier, and the raw 32-byte id.
+    verifier, the raw 32-byte id, and the capsule serialized (the bytes
+    hashed, and the parts of its stored form; None on the plain path).
 
     Raises:
         CanonicalizationError: a float, an unsafe integer, a non-JSON value (with its path).
         CapsuleValidationError: a -05 rule the model enforces.
         SealAbortedError: capseal's own verifier found an error.
     """
-    preimage = canonical_bytes(capsule, max_depth=MAX_DEPTH)  # typed errors naming the JSON path
-    own = json.loads(preimage)
+    form: CapsuleForm | None
+    if PLAIN_PATH:
+        form, preimage = None, canonical_bytes(capsule, max_depth=MAX_DEPTH)
+        own = json.loads(preimage)
+    else:
+        form = capsule_form(capsule, max_depth=MAX_DEPTH)  # typed errors naming the JSON path
+        own, preimage = form.value, form.data
     validate_capsule(own)
     cid_raw = hashlib.sha256(preimage).digest()
     own["capsule_id"] = cid_raw.hex()
@@ -192,7 +211,7 @@ def canonical(capsule: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
         raise SealAbortedError(
             "capseal's verifier refused the capsule: " + "; ".join(str(f) for f in result.errors), result.errors
         )
-    return own, cid_raw
+    return own, cid_raw, form
 
 
 def prepare(capsule: Mapping[str, Any], signer: Signer) -> Prepared:
@@ -201,8 +220,8 @@ def prepare(capsule: Mapping[str, Any], signer: Signer) -> Prepared:
     Raises:
         as :func:`canonical`; UnsupportedAlgorithmError for a key no COSE algorithm names.
     """
-    own, cid_raw = canonical(capsule)
-    return Prepared(own, prepare_envelope(signer, cid_raw))
+    own, cid_raw, form = canonical(capsule)
+    return Prepared(own, prepare_envelope(signer, cid_raw), form)
 
 
 def signature_now(signer: Signer, prepared: Prepared, *, verify: bool) -> SignatureResult:
@@ -228,10 +247,22 @@ def complete(signer: Signer, prepared: Prepared, signature: SignatureResult, *, 
     """
     envelope = complete_envelope(signer, prepared.tbs, signature, verify=verify)
     capsule = prepared.capsule
+    envelopes = (envelope,)
+    sig_hex = kid = None
     if envelope.profile == PROFILE:
-        capsule["signature"] = envelope.cose.hex()
-        capsule["key_id"] = envelope.kid
-    return SealedRecord(capsule, (envelope,))
+        capsule["signature"] = sig_hex = envelope.cose.hex()
+        capsule["key_id"] = kid = envelope.kid
+    if prepared.form is None:  # the plain path: the row is serialized from the record when it is written
+        return SealedRecord(capsule, envelopes)
+    # the row from the parts serialized once, when the writer asks (they are immutable: a caller
+    # changing the returned capsule changes nothing stored)
+    return SealedRecord.sealed(capsule, envelopes,
+                               partial(_stored, prepared.form, capsule["capsule_id"], sig_hex, kid, envelopes))
+
+
+def _stored(form: CapsuleForm, capsule_id: str, signature: str | None, key_id: str | None,
+            envelopes: tuple[Envelope, ...]) -> bytes:
+    return stored_body(form.stored_text(capsule_id, signature, key_id), envelopes)
 
 
 def boundary_spec(epoch_id: str, previous: str | None, custody: Mapping[str, Any], producer_name: str,

@@ -3,8 +3,13 @@
 Appends are queued; whoever commits takes the whole queue into one
 transaction (the ``write`` it is given: :func:`._group.write_group`). A thread waiting for its own append leads when
 nobody is writing (a lone writer pays no thread hand-off); otherwise a
-committer thread waits up to the group window for the group to fill. An
-append is acknowledged — durable — only once its transaction is committed.
+committer thread waits up to the group window for the group to fill. A
+caller about to queue an append it will wait for says so first
+(:meth:`GroupCommit.arriving`): a leader finding such callers under way
+lets them queue before it commits, for about as long as queueing takes,
+so threads sealing at once share a commit; a lone caller finds nobody and
+commits at once. An append is acknowledged — durable — only once its
+transaction is committed.
 After each commit the appends' callbacks and the commit listeners run on
 the committing thread, still holding the write lock, outside SQLite.
 """
@@ -22,7 +27,12 @@ from ._fork import ForkGuard
 from ._format import LedgerEntry, StoredEntry
 from .storage import Storage
 
-__all__ = ["PendingAppend", "Stats", "GroupCommit"]
+__all__ = ["PendingAppend", "Stats", "GroupCommit", "Arrival"]
+
+#: Shortest and longest a leader waits for callers under way to queue their
+#: appends, in seconds (between them: twice as long as queueing has taken)
+GATHER_MIN = 0.0005
+GATHER_MAX = 0.004
 
 
 class PendingAppend:
@@ -122,6 +132,54 @@ class GroupCommit:
         self.closed = False
         self.committing: int | None = None  # the thread inside drain (it runs the callbacks)
         self.in_callbacks: int | None = None  # that thread, once its COMMIT/ROLLBACK is over (see _fork)
+        self._arriving = 0  # callers between arriving() and queueing the append they will wait for
+        self._arrival_time = 0.0  # how long queueing takes them, smoothed (seconds)
+        self._gathering = False  # a leader waits for them
+
+    # ------------------------------------------------------------------ arrivals
+
+    def arriving(self) -> Arrival:
+        """A caller about to make an append and wait for it (``with`` around
+        making and queueing it): while it is under way a leader lets it join
+        the next commit (see the module docstring).
+
+        Returns:
+            The context manager.
+        """
+        return Arrival(self)
+
+    def _arrive(self) -> bool:
+        if self._guard.forked:  # before the mutex (see enqueue); nothing is counted in a forked copy
+            return False
+        with self._mutex:
+            self._arriving += 1
+        return True
+
+    def _arrived(self, seconds: float) -> None:
+        with self._mutex:
+            self._arriving -= 1
+            self._arrival_time += (seconds - self._arrival_time) / 8
+            if self._gathering and (not self._arriving or len(self._queue) >= self.group_max):
+                self._cond.notify_all()
+
+    def _gather(self) -> None:
+        """As a leader (the write lock held): let callers under way queue
+        their appends, for at most about twice as long as queueing takes
+        (within :data:`GATHER_MIN` and :data:`GATHER_MAX`); returns at once
+        when none is."""
+        with self._mutex:
+            if not self._arriving:
+                return
+            deadline = time.monotonic() + min(max(2 * self._arrival_time, GATHER_MIN), GATHER_MAX)
+            self._gathering = True
+            try:
+                while self._arriving and len(self._queue) < self.group_max and not self._closing:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+            finally:
+                self._gathering = False
 
     # ------------------------------------------------------------------ queueing
 
@@ -210,6 +268,7 @@ class GroupCommit:
             self.refuse_inside_commit("waiting for a record to be durable")  # durable ones never wait
             if not self._side_writers and self._write_lock.acquire(blocking=False):
                 try:
+                    self._gather()
                     self.drain()
                 finally:
                     self._write_lock.release()
@@ -361,3 +420,25 @@ class GroupCommit:
         self.drain()
         with self._mutex:
             self.closed = True
+
+
+class Arrival:
+    """``with`` around making and queueing an append the caller will wait
+    for (:meth:`GroupCommit.arriving`)."""
+
+    __slots__ = ("_commits", "_start", "_counted")
+
+    def __init__(self, commits: GroupCommit) -> None:
+        self._commits = commits
+        self._start = 0.0
+        self._counted = False
+
+    def __enter__(self) -> Arrival:
+        self._counted = self._commits._arrive()
+        self._start = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._counted:
+            self._counted = False
+            self._commits._arrived(time.monotonic() - self._start)

@@ -21,7 +21,7 @@ from ..arguments import timeout as timeout_arg
 from ..errors import InputError, LedgerCorruptError
 from ..record import SealedRecord
 from . import _chain, _evidence_write, _fork, _transfer
-from ._commit import GroupCommit, PendingAppend, Stats
+from ._commit import Arrival, GroupCommit, PendingAppend, Stats
 from ._evidence import CurrentSlots, EvidenceEntry, SlotReader
 from ._format import LedgerEntry, StoredEntry
 from ._group import write_group
@@ -239,6 +239,11 @@ class Ledger:
         """
         if listener in self._commits.listeners:
             self._commits.listeners.remove(listener)
+
+    def arriving(self) -> Arrival:
+        """``with`` it around making and queueing an append this thread then waits for (a commit made
+        meanwhile lets it join; a lone caller is not delayed). Returns: the context manager."""
+        return self._commits.arriving()
 
     def submit(
         self, entry: LedgerEntry, on_durable: Callable[[StoredEntry], None] | None = None, *, wake: bool = True,

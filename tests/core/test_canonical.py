@@ -113,3 +113,88 @@ def test_check_structure_passes_numbers_and_names_what_is_not_json() -> None:
         check_structure({"a": [[[1.0]]]}, max_depth=3)
     with pytest.raises(NonJSONValueError, match="bytes"):
         check_structure([0.5, b"x"])
+
+
+# ---------------------------------------------------------------------------- a capsule serialized once
+
+objects = st.dictionaries((text | st.sampled_from(["capsule", "capsule_ie", "key", "key_ie", "sig", "signaturf", "zz"]))
+                          .filter(lambda k: k not in ("capsule_id", "signature", "key_id")), json_values, max_size=8)
+local_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=70)
+
+
+@given(objects, local_text, st.none() | local_text, st.none() | local_text)
+@example({"\U0001f600": 1, "\ue000": {"\U0001f600": 2, "\ue000": 3}}, "ab", "cd", "ef")
+@example({"a": (1, (2, {"b": ()})), "z": []}, "", None, None)
+def test_capsule_form_equals_the_plain_path(value: dict[str, object], cid: str, sig: str | None,
+                                            kid: str | None) -> None:
+    """The bytes hashed are rfc8785's; the copy is what they parse back (key
+    order included, at every level); the stored text is json.dumps of the
+    copy with the local-only members, sorted."""
+    from capseal.canonical import capsule_form, sorted_json
+
+    form = capsule_form(value)
+    assert form.data == rfc8785.dumps(value) == canonical_bytes(value)  # type: ignore[arg-type]
+    parsed = json.loads(form.data)
+    assert form.value == parsed
+    assert json.dumps(form.value, ensure_ascii=False) == json.dumps(parsed, ensure_ascii=False)  # same order
+    local = {"capsule_id": cid, **({} if sig is None else {"signature": sig}), **({} if kid is None else {"key_id": kid})}
+    expected = json.dumps({**parsed, **local}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert form.stored_text(cid, sig, kid) == expected == sorted_json({**parsed, **local})
+
+
+def test_capsule_form_owns_its_copy() -> None:
+    from capseal.canonical import capsule_form
+
+    inner: dict[str, object] = {"b": [1, 2]}
+    value = {"x-a": inner, "z": "t"}
+    form = capsule_form(value)
+    inner["b"].append(3)  # type: ignore[attr-defined]
+    inner["c"] = 1
+    assert form.value == {"x-a": {"b": [1, 2]}, "z": "t"}
+    assert form.stored_text("0" * 64) == '{"capsule_id":"' + "0" * 64 + '","x-a":{"b":[1,2]},"z":"t"}'
+
+
+hostile = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | text | st.binary(max_size=2),
+    lambda children: st.lists(children, max_size=4) | st.tuples(children, children)
+    | st.dictionaries(text | st.integers(), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(text.filter(lambda k: k not in ("capsule_id", "signature", "key_id")), hostile, max_size=5),
+       st.integers(min_value=1, max_value=4))
+def test_capsule_form_refuses_what_canonical_bytes_refuses(value: dict[str, object], depth: int) -> None:
+    """The same refusal, with the same message and path, or the same bytes."""
+    from capseal.canonical import capsule_form
+
+    try:
+        expected = canonical_bytes(value, max_depth=depth)
+    except Exception as exc:  # noqa: BLE001 - compared below
+        with pytest.raises(type(exc)) as caught:
+            capsule_form(value, max_depth=depth)
+        assert str(caught.value) == str(exc)
+        assert getattr(caught.value, "path", None) == getattr(exc, "path", None)
+    else:
+        assert capsule_form(value, max_depth=depth).data == expected
+
+
+@given(hostile)
+def test_sorted_json_is_json_dumps(value: object) -> None:
+    from capseal.canonical import sorted_json
+
+    try:
+        expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except Exception as exc:  # noqa: BLE001 - compared below
+        with pytest.raises(type(exc)):
+            sorted_json(value)
+    else:
+        assert sorted_json(value) == expected
+
+
+def test_capsule_form_is_refused_for_a_capsule_holding_local_members() -> None:
+    from capseal.canonical import capsule_form
+
+    for name in ("capsule_id", "signature", "key_id"):
+        with pytest.raises(ValueError, match="without capsule_id"):
+            capsule_form({"a": 1, name: "x"})
