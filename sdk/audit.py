@@ -39,7 +39,17 @@ from .canonical import capsule_id, hex_bytes, is_hex64
 from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
 from .errors import InputError, LedgerCorruptError, MalformedJSONError
 from .findings import Finding
-from .ledger import AuditLedger, Ledger, StoredEntry, column_findings, empty_finding, failure_finding, file_findings
+from .ledger import (
+    AuditLedger,
+    Ledger,
+    StoredEntry,
+    as_url,
+    column_findings,
+    empty_finding,
+    failure_finding,
+    file_findings,
+    is_database_url,
+)
 from .record import RECEIVED_CAPSULE, dumps_canonical, epistemic_type_for_capsule, strict_json
 from .trust import trusted_keys
 from .verify import verify, verify_store
@@ -327,7 +337,7 @@ def verify_ledger(
         A :class:`LedgerReport`; unusable trusted keys are its
         ``trusted_keys_unusable`` finding.
     """
-    report = LedgerReport(path=str(path), ok=False)
+    report = LedgerReport(path=str(as_url(path)) if is_database_url(path) else str(path), ok=False)
     empty = empty_finding(path)
     if empty is not None:
         report.findings.append(empty)

@@ -35,6 +35,7 @@ from . import _head
 from ._columns import row_columns
 from ._format import StoredEntry
 from ._ledger import Ledger
+from ._pg_url import is_database_url
 from ._sqlite_open import is_busy
 
 __all__ = ["AuditLedger", "empty_finding", "failure_finding", "file_findings", "column_findings"]
@@ -68,6 +69,8 @@ def empty_finding(path: str | Path) -> Finding | None:
     Returns:
         ``ledger_empty`` for a file of 0 bytes with no ``-wal`` beside it, else None.
     """
+    if is_database_url(path):
+        return None  # a server ledger: an empty schema is refused on opening
     try:
         if os.path.getsize(path) == 0 and not os.path.exists(f"{path}-wal"):
             return Finding("ledger_empty", f"{path} is 0 bytes: it holds no ledger (truncated to nothing?)")
