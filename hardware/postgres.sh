@@ -5,7 +5,7 @@
 #
 #   hardware/postgres.sh start DIR   -> prints PGHOST=..., PGPORT=..., PGUSER=..., PGPASSWORD=..., PGDATA=..., PG_PID=...
 #   hardware/postgres.sh crash DIR   -> pg_ctl stop -m immediate (no shutdown checkpoint: as a crash); data kept
-#   hardware/postgres.sh stop DIR    -> stops it by its PID (fast shutdown) and deletes its data
+#   hardware/postgres.sh stop DIR    -> stops it by its PID and deletes its data
 #
 # Starting again after crash (or stop without deleting) recovers the same data.
 # PostgreSQL refuses to run as root: run as root (CI), the server runs as the
@@ -80,9 +80,7 @@ case "$cmd" in
   stop)
     pid="$(pid_of)"
     if [ -n "$pid" ]; then
-      kill -INT "$pid" 2>/dev/null || true  # fast shutdown
-      for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-      kill -QUIT "$pid" 2>/dev/null || true  # immediate shutdown, if it did not stop
+      kill -QUIT "$pid" 2>/dev/null || true  # immediate shutdown: its data is deleted next, no checkpoint needed
       for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
       kill -KILL "$pid" 2>/dev/null || true
     fi
