@@ -16,7 +16,8 @@ hands it), :class:`StoredEntry`, :class:`EvidenceEntry`, :class:`PendingAppend`
 :func:`empty_finding`, :func:`failure_finding`, :func:`file_findings`,
 :func:`column_findings`; for a ledger on a PostgreSQL server,
 :class:`DatabaseURL` (``Ledger.path`` there), :func:`as_url`, :func:`is_database_url` and
-:func:`redact_url` (a URL as capseal shows it: no password). Public modules: :mod:`capseal.ledger.storage` (the
+:func:`redact_url` (a URL as capseal shows it: no password); :class:`IdIndex`
+(record ids in bounded memory, for a walk over a whole ledger). Public modules: :mod:`capseal.ledger.storage` (the
 interface an engine implements). Every other module here is private.
 
 What it promises:
@@ -84,6 +85,7 @@ from ._audit import AuditLedger, column_findings, empty_finding, failure_finding
 from ._commit import PendingAppend
 from ._evidence import BatchRoot, EvidenceEntry, batch_root, batch_slot
 from ._format import GENESIS, LEDGER_FORMAT, LedgerEntry, StoredEntry, batch_header, evidence_header, row_hash
+from ._idindex import IdIndex
 from ._ledger import Ledger
 from ._pg_url import DatabaseURL, as_url, is_database_url, redact_url
 
@@ -91,5 +93,5 @@ __all__ = [
     "Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "PendingAppend", "LEDGER_FORMAT", "batch_root",
     "batch_slot", "BatchRoot", "row_hash", "GENESIS", "evidence_header", "batch_header",
     "AuditLedger", "empty_finding", "failure_finding", "file_findings", "column_findings",
-    "DatabaseURL", "as_url", "is_database_url", "redact_url",
+    "DatabaseURL", "as_url", "is_database_url", "redact_url", "IdIndex",
 ]

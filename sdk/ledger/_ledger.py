@@ -25,6 +25,7 @@ from ._commit import GroupCommit, PendingAppend, Stats
 from ._evidence import CurrentSlots, EvidenceEntry, SlotReader
 from ._format import LedgerEntry, StoredEntry
 from ._group import write_group
+from ._idindex import IdIndex
 from ._pg_url import DatabaseURL, as_url
 from ._sqlite import SQLiteStorage
 from .storage import Storage
@@ -485,18 +486,25 @@ class Ledger:
 
     # ------------------------------------------------------------------ integrity
 
-    def check_chain(self) -> list[str]:
-        """Recompute both hash chains and the evidence index, in one snapshot.
+    def check_chain(self, *, on_record: Callable[[StoredEntry], object] | None = None,
+                    index: IdIndex | None = None) -> list[str]:
+        """Recompute both hash chains and the evidence index, in one snapshot,
+        in memory that does not grow with the ledger.
 
         What the file holds never raises here: a row SQLite cannot read, a
         column of another type, a hash that is not hex or a record stored
         twice is a problem of its own, and the rows around it are still checked.
 
+        Args:
+            on_record: called with every record row as it is checked, in seq
+                order (damaged ones too): a verifier reads the rows once.
+            index: filled with every record id's first seq (an :class:`IdIndex`).
+
         Returns:
             The problems found, one sentence each (empty when intact).
         """
         with self.snapshot():
-            return _chain.check(self._storage)
+            return _chain.check(self._storage, on_record=on_record, index=index)
 
     # ------------------------------------------------------------------ export / import
 

@@ -277,8 +277,7 @@ class PGStorage:
         return {(r[0], r[1], r[2]) for r in self._query("SELECT record_seq, eid, leaf_index FROM evidence_members")}
 
     def evidence_index_rows(self, *, batch: int) -> Iterator[tuple[int, int, int]]:
-        """Every index row ``(record_seq, eid, leaf_index)`` in key order, read in batches."""
-        last = (-1, -1)
+        last = (-(1 << 62), -(1 << 62))
         while True:
             got = self._query("SELECT record_seq, eid, leaf_index FROM evidence_members WHERE (record_seq, eid) > "
                               "(%s, %s) ORDER BY record_seq, eid LIMIT %s", (*last, batch))
@@ -286,6 +285,16 @@ class PGStorage:
             if len(got) < batch:
                 return
             last = (got[-1][0], got[-1][1])
+
+    def epoch_boundaries(self, *, batch: int) -> Iterator[StoredEntry]:
+        last = -(1 << 62)
+        while True:
+            got = self._query(f"SELECT {RECORD_COLUMNS} FROM records WHERE {_pg_schema.BOUNDARY} AND seq > %s "
+                              "ORDER BY seq LIMIT %s", (last, batch))
+            yield from (stored(row) for row in got)
+            if len(got) < batch:
+                return
+            last = got[-1][0]
 
     # ------------------------------------------------------------------ checks
 
