@@ -22,6 +22,7 @@ bench: deps
 	$(PY) bench/keys.py
 	$(PY) bench/evidence.py
 	$(PY) bench/interpret.py
+	$(PY) bench/integrations.py
 
 lint: deps
 	$(VENV)/bin/ruff check sdk keys attest tests examples bench

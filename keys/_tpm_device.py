@@ -129,6 +129,7 @@ _RC_HANDLE = 0x08B  # fmt1 error number (handle index stripped)
 _RC_AUTH_FAIL = 0x08E
 _RC_BAD_AUTH = 0x0A2
 _RC_REFERENCE_H0 = 0x910  # warning: a handle refers to an object that is not loaded
+_ESYS_GENERAL_FAILURE = 0x70001  # what Esys_TR_FromTPMPublic returns on a name mismatch
 # handle types (the top byte of a handle, TPM_HT_*)
 _HT_TRANSIENT = 0x80
 _HT_HMAC_SESSION = 0x02
@@ -416,7 +417,24 @@ def persistent_tr(ectx: Any, handle: int, tcti: str, what: str = "object", hint:
     nothing there (see :func:`is_listed`)."""
     if not is_listed(ectx, handle):
         raise KeyNotFoundError(f"no {what} at persistent handle 0x{handle:08x} on TPM {tcti}", hint=hint)
-    return ectx.tr_from_tpmpublic(handle)
+    try:
+        return ectx.tr_from_tpmpublic(handle)
+    except TSS2_Exception as exc:
+        if int(exc.error) == _ESYS_GENERAL_FAILURE:
+            raise StaleHandleError(handle, what) from None
+        raise
+
+
+class StaleHandleError(Exception):
+    """ESYS still holds an object for this persistent handle under the name
+    it had before (the object was replaced since, by another process, or the
+    TPM behind the TCTI is another one): the context is out of date, and
+    :meth:`TPMDevice._run` retries the job once on a fresh one. A signer
+    whose key changed is refused there by its pinned TPM name."""
+
+    def __init__(self, handle: int, what: str) -> None:
+        super().__init__(f"the {what} at persistent handle 0x{handle:08x} is not the object this connection "
+                         "knew there")
 
 
 def transient_handles(ectx: Any) -> list[int]:
@@ -695,13 +713,15 @@ class TPMDevice:
 
     def _run(self, fn: Callable[[Any], T], retry: bool, what: str) -> T:
         """Run ``fn`` on this worker's context. With ``retry``: once more on a
-        fresh connection after a transport failure of a stale one, and once
+        fresh connection after a transport failure of a stale one, or after a
+        persistent object changed behind this context; once
         more after TPM_RC_OBJECT_MEMORY when this device's cached transients
         were given up (they reload on demand). A re-entrant call never frees
         slots: the outer job may hold objects it has not memoized. Objects
         capseal did not load are never flushed here (see OBJECT_MEMORY_HINT)."""
         reconnect = retry
         evict = retry
+        stale = retry
         self._depth += 1
         try:
             while True:
@@ -723,6 +743,14 @@ class TPMDevice:
                         if not self._others_hold_objects() and self._evict_cached_transients():
                             continue
                     raise map_tss_error(exc, self.tcti, what) from None
+                except StaleHandleError as exc:
+                    # a fresh context reads every name from the TPM again; not inside a
+                    # re-entrant call, whose outer job holds objects of this context
+                    if stale and self._depth == 1:
+                        stale = False
+                        self._disconnect(flush=False)
+                        continue
+                    raise DeviceError(f"{what} on TPM {self.tcti} failed: {exc}") from None
                 except CapsealError:
                     raise
                 except Exception as exc:  # tpm2-pytss type/value errors: still a typed error naming the TCTI

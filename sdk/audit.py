@@ -54,7 +54,8 @@ from .record import RECEIVED_CAPSULE, dumps_canonical, epistemic_type_for_capsul
 from .trust import trusted_keys
 from .verify import verify, verify_store
 
-__all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS"]
+__all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS", "open_effects",
+           "OPEN_EFFECT"]
 
 #: record_type prefix -> "module:function(entry, context) -> RecordReport" for non-capsule records.
 RECORD_VERIFIERS: dict[str, str] = {"judge:": "capseal.judge.verify:verify_entry",
@@ -309,6 +310,37 @@ def _custody_findings(custody: Any, keys: KeyDirectory) -> list[Finding]:
     return [Finding("custody_certify_invalid", f"TPM2_Certify in the custody statement: {p}") for p in problems]
 
 
+#: the code of the info finding on a planned or dispatched effect whose outcome is not in the ledger
+OPEN_EFFECT = "effect_outcome_missing"
+
+
+def open_effects(capsules: list[dict[str, Any]]) -> dict[int, Finding]:
+    """The open items of a ledger's capsules: each effect still ``planned``
+    or ``dispatched`` that no capsule chains to, so no outcome (confirmed,
+    failed, a refusal, a resolution) was recorded for it. Never raises.
+
+    Args:
+        capsules: the ledger's capsules, in ledger order.
+
+    Returns:
+        Index in ``capsules`` -> an info finding saying so.
+    """
+    children: set[str] = set()
+    for capsule in capsules:
+        chain = capsule.get("chain")
+        parent = chain.get("parent_capsule_id") if isinstance(chain, Mapping) else None
+        if isinstance(parent, str):
+            children.add(parent)
+    out: dict[int, Finding] = {}
+    for i, capsule in enumerate(capsules):
+        effect = capsule.get("effect")
+        status = effect.get("status") if isinstance(effect, Mapping) else None
+        if status in ("planned", "dispatched") and capsule.get("capsule_id") not in children:
+            out[i] = Finding(OPEN_EFFECT, f"an open item: this {status} effect has no outcome in the ledger (no "
+                             "capsule chains to it)", severity="info")
+    return out
+
+
 def verify_ledger(
     path: str | Path,
     *,
@@ -379,8 +411,11 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
     # as received from another producer is checked on its own (its chain is in its producer's ledger)
     checked = list(zip(capsule_entries, capsules, verify_store(capsules)))
     checked += [(e, _capsule_of(bodies[e.seq]), verify(_capsule_of(bodies[e.seq]))) for e in received_entries]
-    for e, capsule, result in checked:
+    still_open = open_effects(capsules)  # by index in capsules, which checked begins with
+    for index, (e, capsule, result) in enumerate(checked):
         rr = _capsule_report(e, capsule, bodies[e.seq], result, keys, signed_custody)
+        if index in still_open:
+            rr.findings.append(still_open[index])
         if e.record_type == RECEIVED_CAPSULE:
             rr.findings.append(Finding("capsule_received", "kept as received from another producer, checked on its "
                                        "own: its chain is in its producer's ledger", severity="info"))

@@ -67,6 +67,8 @@ __all__ = [
     "CaseFileError",
     "PairRefusedError",
     "RefereeUnreachableError",
+    "ToolCallBlockedError",
+    "ToolCallPairingError",
     "shown",
 ]
 
@@ -434,3 +436,18 @@ class RefereeUnreachableError(RefereeError):
     """A referee's re-answer did not come (a timeout, a refused connection,
     an error status, an answer that is not a chat completion). The pair's one
     call is spent all the same."""
+
+
+# --------------------------------------------------------------------------- agent-framework integrations
+
+
+class ToolCallBlockedError(CapsealError):
+    """Fail-closed (``capseal.integrations``): a tool call was stopped before
+    it ran, because its planned capsule could not be sealed; ``__cause__`` is
+    the seal's error. Nothing of the call was recorded, and the tool did not run."""
+
+
+class ToolCallPairingError(CapsealError):
+    """An agent framework reported a tool call's end that cannot be paired
+    with one start: no start was seen for its ids, or two calls still open
+    share them. Nothing was sealed for that end (never paired by a guess)."""

@@ -121,7 +121,7 @@ def test_cli_pin_file_drops_one_newline_like_pin_source(tmp_path: Path) -> None:
     """One trailing line break is the file's, as for a URI's pin-source; a PIN
     still holding one after that (a file with a blank line at its end) is
     refused before any login, never sent with a line break in it."""
-    from capseal.cli import _read_pin
+    from capseal._internal.cli import read_pin as _read_pin
     from capseal.errors import PinIncorrectError
 
     f = tmp_path / "pin"
@@ -181,7 +181,8 @@ def test_an_empty_default_pin_variable_is_as_if_unset(monkeypatch: Any) -> None:
     """CAPSEAL_PIN set but empty (an unset secret in compose or systemd) is no
     PIN: the CLI goes on to --pin-prompt as if it were unset (here: no
     terminal, so that is refused), and returns None without one."""
-    from capseal.cli import _CLIError, _read_pin
+    from capseal._internal.cli import CLIError as _CLIError
+    from capseal._internal.cli import read_pin as _read_pin
 
     monkeypatch.setenv("CAPSEAL_PIN", "")
     assert _read_pin(argparse.Namespace()) is None

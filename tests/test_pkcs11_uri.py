@@ -313,7 +313,7 @@ def test_a_pin_file_other_users_can_read_is_refused(tmp_path: Path) -> None:
     naming the file, never the PIN; at 0600 it is read."""
     import argparse
 
-    from capseal.cli import _read_pin
+    from capseal._internal.cli import read_pin as _read_pin
     from capseal.errors import SecretFileExposedError
 
     f = tmp_path / "pin"

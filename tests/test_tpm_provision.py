@@ -340,3 +340,40 @@ def test_a_key_that_signs_and_decrypts_is_described_as_such(tcti: str, tmp_path:
     assert attributes["decrypt"] is True and attributes["sign"] is True and attributes["restricted"] is False
     assert verify_certify(custody["tpm_certify"], public_key=signer.public_key) == []
     assert _loaded(tcti) == []
+
+
+# ---------------------------------------------------------------------------- another TPM behind the TCTI
+
+
+def test_a_tpm_replaced_behind_the_same_tcti_is_read_afresh(fresh_swtpm: Any, tmp_path: Any) -> None:
+    """The device's context remembers each persistent object's name. When the
+    TPM at the address is another one (a swtpm restarted on new state, or a
+    TPM cleared and provisioned again), provisioning there works, and a signer
+    opened on the old key is refused by its pinned name, not signed with the
+    new key or failed as an ESAPI 'catch all' error."""
+    from capseal.errors import KeyNotFoundError
+    from capseal.keys import open_signer
+
+    from .conftest import SwTPM
+
+    tcti = fresh_swtpm.tcti
+    provision(tcti, signing_handle=KEY, ak_handle=AK, alg="p256")
+    old = open_signer(f"tpm2:handle=0x{KEY:08x}?tcti={tcti}&ak-handle=0x{AK:08x}")
+    try:
+        old_key = old.public_key
+        old.sign(b"before")
+        fresh_swtpm.stop()
+        other = SwTPM(state=tmp_path / "other-tpm", port=fresh_swtpm.port, pid=0)
+        other.start()
+        try:
+            provision(tcti, signing_handle=KEY, ak_handle=AK, alg="p256")
+            with open_signer(f"tpm2:handle=0x{KEY:08x}?tcti={tcti}&ak-handle=0x{AK:08x}") as new:
+                assert new.public_key != old_key
+                assert new.describe()["tpm_certify"]
+            with pytest.raises(KeyNotFoundError, match="no longer the key this signer opened"):
+                old.sign(b"after")
+        finally:
+            other.stop()
+    finally:
+        old.close()
+        get_device(tcti).close()

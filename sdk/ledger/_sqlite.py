@@ -30,7 +30,7 @@ from ._fork import ForkGuard
 from ._format import StoredEntry
 from ._sqlite_open import connect, is_busy, readonly_uri
 from ._sqlite_rows import EVIDENCE_COLUMNS, RECORD_COLUMNS, evidence_entry, stored
-from ._sqlite_write import Heads, SQLiteTransaction
+from ._sqlite_write import WRITE_LOCK_STEP, Heads, SQLiteTransaction
 from .storage import RecordedHeads
 
 __all__ = ["SQLiteStorage"]
@@ -93,6 +93,8 @@ class SQLiteStorage:
         try:
             self._db = connect(self.path, readonly=self.readonly, synchronous=self._synchronous,
                                lock_timeout=self._lock_timeout, lenient=self._lenient)
+            if not self.readonly:  # its writes wait for another process's lock in short steps: see SQLiteTransaction
+                self._db.execute(f"PRAGMA busy_timeout = {int(WRITE_LOCK_STEP * 1000)}")
             # readers get their own connection: they never see a half-built group
             self._rdb = self._db if self.readonly else sqlite3.connect(
                 str(self.path), isolation_level=None, check_same_thread=False, timeout=self._lock_timeout)

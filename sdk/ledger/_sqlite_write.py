@@ -10,6 +10,7 @@ that appends to it, and in the side file after the COMMIT (:mod:`._head`).
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,9 @@ from ._format import GENESIS, StoredEntry
 from ._sqlite_open import is_busy
 from ._sqlite_rows import EVIDENCE_COLUMNS, RECORD_COLUMNS, evidence_values, record_values
 from .storage import DuplicateRow
+
+#: Seconds the write connection's busy timeout waits at a time (see SQLiteTransaction.__enter__)
+WRITE_LOCK_STEP = 0.1
 
 __all__ = ["Heads", "SQLiteTransaction"]
 
@@ -58,15 +62,22 @@ class SQLiteTransaction:
 
     def __enter__(self) -> SQLiteTransaction:
         """BEGIN IMMEDIATE, waiting up to ``lock_timeout`` for another
-        process's write; past it a typed LedgerBusyError (nothing begun)."""
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc):
-                raise
-            raise LedgerBusyError(f"{self._what} {self._path.name} failed: another connection kept it locked for "
-                                  f"{self._lock_timeout:g} s ({exc}); nothing was written") from None
-        return self
+        process's write; past it a typed LedgerBusyError (nothing begun).
+
+        The wait is taken in steps of :data:`WRITE_LOCK_STEP` (the write
+        connection's busy timeout), back in Python between them: SQLite's own
+        wait runs in C, where a Ctrl-C is not seen until it returns."""
+        deadline = time.monotonic() + self._lock_timeout
+        while True:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                return self
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise LedgerBusyError(f"{self._what} {self._path.name} failed: another connection kept it locked "
+                                          f"for {self._lock_timeout:g} s ({exc}); nothing was written") from None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if exc_type is not None:

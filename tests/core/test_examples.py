@@ -32,8 +32,28 @@ TWINS_REFEREE = [
     r"^halves unchanged: True$",
 ]
 
+#: what each agent example prints: a planned capsule and its outcome for each of the two tool calls
+def _agent_calls(lookup_id: str, cancel_id: str) -> list[str]:
+    return [
+        rf"^call {lookup_id} +lookup_order +planned → confirmed +request [0-9a-f]{{12}}… +response [0-9a-f]{{12}}…$",
+        rf"^call {cancel_id} +cancel_order +planned → failed +request [0-9a-f]{{12}}…",
+        r"^open calls: 0$",
+        r"^ledger ok: True, 5 records, signatures authored$",
+    ]
+
+
+AGENTS: dict[str, list[str]] = {
+    "agent_langchain.py": [r"^agent: A-100 has shipped; it cannot be cancelled\.", *_agent_calls("c-lookup", "c-cancel")],
+    "agent_openai_agents.py": [r"^agent: A-100 has shipped; it cannot be cancelled\.",
+                               *_agent_calls("c-lookup", "c-cancel")],
+    "agent_pydantic_ai.py": [r"^agent: A-100 has shipped; it cannot be cancelled\.",
+                             *_agent_calls("c-lookup", "c-cancel")],
+    "agent_mcp.py": [r"^client: ok, error ", *_agent_calls(r"\d+", r"\d+")],
+}
+
 #: example file -> regular expressions its output must match (each must appear)
 EXPECTED: dict[str, list[str]] = {
+    **AGENTS,
     "demo.py": [
         r"sealed   po-7 +planned +effect_mode=not_applicable",
         r"sealed   po-7/confirmed +confirmed +effect_mode=confirmed +ledger_mode=chained",
@@ -239,3 +259,21 @@ def test_twins_referee_example_with_the_referee_key_on_softhsm(softhsm: Any, tmp
     verified = subprocess.run([CLI, "verify", str(work / "book-differing_pair_triggers_one_call.db")], capture_output=True,
                               text=True, timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_an_agent_example_sealing_with_a_softhsm_key(softhsm: Any, tmp_path: Path) -> None:
+    """examples/agent_pydantic_ai.py with ``--key`` naming an Ed25519 key on a
+    SoftHSM2 token (PIN from a file): both tool calls are sealed and
+    verify, signed by the token's key; the PIN is printed nowhere."""
+    from capseal.keys.provision import create_key
+
+    label = f"agents-{os.urandom(3).hex()}"
+    pin_file = write_secret(tmp_path / "token.pin", softhsm.pin)
+    create_key(softhsm.uri(label), "ed25519", pin=softhsm.pin).close()
+    uri = softhsm.uri(label) + f"&pin-source={pin_file}"
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "agent_pydantic_ai.py"), "--key", uri], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for pattern in [r"^agent: .*\(signed by PKCS11Signer\)$", *_agent_calls("c-lookup", "c-cancel")]:
+        assert re.search(pattern, proc.stdout, re.M), f"{pattern!r} not in output:\n{proc.stdout}"
+    assert softhsm.pin not in proc.stdout + proc.stderr

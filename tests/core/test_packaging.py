@@ -6,7 +6,7 @@ The wheel must carry the licence, the vendored schemas' provenance and the
 type marker; the sdist must carry a complete, runnable test tree (or none);
 the installed package must run the quickstart, answer ``capseal --version``,
 import every public module, and name the missing extra for ``pkcs11:`` and
-``tpm2:`` keys and for ``tpm provision``."""
+``tpm2:`` keys, for ``tpm provision`` and for each agent-framework adapter."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def _python_versions() -> list[str]:
     return found
 
 
-_PUBLIC_MODULES = ["capseal", "capseal.errors", "capseal.keys", "capseal.attest", "capseal.judge"]
+_PUBLIC_MODULES = ["capseal", "capseal.errors", "capseal.keys", "capseal.attest", "capseal.judge", "capseal.integrations"]
 
 _EXTRAS_PROBE = textwrap.dedent("""
     import importlib, sys
@@ -126,6 +126,14 @@ _EXTRAS_PROBE = textwrap.dedent("""
             assert extra in str(exc), str(exc)
         else:
             raise SystemExit(f"{uri}: no MissingExtraError")
+    for adapter, extra in (("langchain", "capseal[langchain]"), ("openai_agents", "capseal[openai-agents]"),
+                           ("mcp", "capseal[mcp]"), ("pydantic_ai", "capseal[pydantic-ai]")):
+        try:
+            importlib.import_module(f"capseal.integrations.{adapter}")
+        except MissingExtraError as exc:
+            assert extra in str(exc), str(exc)
+        else:
+            raise SystemExit(f"capseal.integrations.{adapter}: no MissingExtraError")
     print("extras named")
 """)
 

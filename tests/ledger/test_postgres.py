@@ -222,16 +222,18 @@ def test_processes_creating_one_ledger_at_once_all_open_it(postgres: PostgresSer
 
 def test_a_server_restarted_mid_run(postgres: PostgresServer) -> None:
     """The server stops as in a crash (``pg_ctl stop -m immediate``) while a
-    producer seals from four threads: every acknowledged record is there after
-    the restart, each record refused meanwhile got a typed error and is not
-    there (nothing half-written), and the same producer goes on without a
-    restart of the process."""
+    producer seals from four threads, and stays down until a seal is refused:
+    every acknowledged record is there after the restart, each record refused
+    meanwhile got a typed error and is not there (nothing half-written) unless
+    its error says it may be (a COMMIT whose answer was lost), and the same
+    producer goes on without a restart of the process."""
     url = postgres.new_url()
     acknowledged: list[str] = []
     refused: list[tuple[str, BaseException]] = []
     stop = threading.Event()
     lock = threading.Lock()
-    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), url) as p:
+    # a short lock timeout: a COMMIT whose answer was lost looks for its rows for 2 s, not 30
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), Ledger(url, lock_timeout=2.0)) as p:
         def worker(t: int) -> None:
             i = 0
             while not stop.is_set():
@@ -253,7 +255,9 @@ def test_a_server_restarted_mid_run(postgres: PostgresServer) -> None:
             while len(acknowledged) < 100:
                 time.sleep(0.01)
             postgres.crash()
-            time.sleep(0.5)
+            down = time.monotonic() + 30
+            while not refused and time.monotonic() < down:  # down until the producer has met it
+                time.sleep(0.05)
             postgres.start()
             before = len(acknowledged)
             deadline = time.monotonic() + 60
@@ -270,7 +274,8 @@ def test_a_server_restarted_mid_run(postgres: PostgresServer) -> None:
     with Ledger(url, readonly=True) as ledger:
         stored = {e.action_id for e in ledger.entries()}
         assert set(acknowledged) <= stored
-        assert not stored & {action for action, _ in refused}
+        maybe = {action for action, exc in refused if "may or may not be stored" in str(exc)}
+        assert not stored & ({action for action, _ in refused} - maybe)
         assert ledger.check_chain() == []
     assert capseal.verify_ledger(url).ok
 

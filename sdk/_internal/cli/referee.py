@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import CapsealError, CaseFileError, LedgerError, PairRefusedError
+from ...errors import CapsealError, CaseFileError, LedgerError, PairRefusedError
 
-__all__ = ["add_referee_parser"]
+__all__ = ["add_parser"]
 
 EXIT_OK, EXIT_REFUSED, EXIT_UNREADABLE = 0, 1, 2
 
@@ -41,7 +41,7 @@ _PAIR_STATE = {
 }
 
 
-def add_referee_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """Add ``capseal referee`` to the CLI.
 
     Args:

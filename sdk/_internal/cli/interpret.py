@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from .errors import InputError
+from ...errors import InputError
 
 __all__ = ["add_parser", "cmd_interpret"]
 
@@ -64,7 +64,7 @@ def cmd_interpret(args: argparse.Namespace) -> int:
     Raises:
         InputError: the source cannot be read, or no record has the id asked for.
     """
-    from .judge.interpret import read_source
+    from ...judge.interpret import read_source
 
     source = read_source(args.source)
     records = [r for r in source.records if args.id is None or _matches(r, args.id)]

@@ -3,7 +3,7 @@
 Each prints a text form by default and JSON with ``--json``. Exit codes are
 the CLI's: 0 ok, 1 not ok (a missing key, a failed doctor check), 2 could not
 run. PINs come from ``--pin-file``, ``--pin-env``/``CAPSEAL_PIN`` or
-``--pin-prompt`` (``capseal.cli._read_pin``), never the command line. The TPM
+``--pin-prompt`` (``capseal._internal.cli.read_pin``), never the command line. The TPM
 commands take their TCTI from ``--tcti`` or the URI's ``tcti=``, else from
 ``CAPSEAL_TCTI``, else ``TPM2TOOLS_TCTI`` (as tpm2-tools do), else
 ``device:/dev/tpmrm0``.
@@ -18,16 +18,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli import EXIT_NOT_OK, EXIT_OK, _add_pin_args, _CLIError, _emit, _read_pin
-from .errors import CapsealError, KeyNotFoundError
+from ...errors import CapsealError, KeyNotFoundError
+from . import EXIT_NOT_OK, EXIT_OK, CLIError, add_pin_args, emit, read_pin
 
-__all__ = ["add_key_commands"]
+__all__ = ["add_parser"]
 
 #: environment variables a TPM command takes its TCTI from, in this order
 TCTI_ENV = ("CAPSEAL_TCTI", "TPM2TOOLS_TCTI")
 
 
-def add_key_commands(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """Add ``keys``, ``token``, ``tpm`` and ``doctor`` to the CLI's subparsers.
 
     Args:
@@ -40,24 +40,24 @@ def add_key_commands(sub: Any) -> None:
     p.add_argument("--alg", required=True, choices=["ed25519", "p256", "p384", "rsa-pss"],
                    help="ed25519 (EdDSA), p256 (ES256), p384 (ES384), rsa-pss (PS256)")
     _add_json(p)
-    _add_pin_args(p)
+    add_pin_args(p)
     p.set_defaults(fn=cmd_keys_create)
     p = keys.add_parser("show", help="public key, kid and custody of the key at URI")
     p.add_argument("uri", help="the key: pkcs11:…, tpm2:…, file:…")
     p.add_argument("--outfile", metavar="FILE", help="also write the public key PEM to FILE (for verify --trust)")
     _add_json(p)
-    _add_pin_args(p)
+    add_pin_args(p)
     p.set_defaults(fn=cmd_keys_show)
     p = keys.add_parser("list", help="keys on a token, TPM or directory")
     p.add_argument("uri", help="pkcs11:token=…?module-path=…, tpm2:?tcti=… (persistent keys), file:/directory")
     _add_json(p)
-    _add_pin_args(p)
+    add_pin_args(p)
     p.set_defaults(fn=cmd_keys_list)
     p = keys.add_parser("delete", help="delete the one key at URI (after a confirmation)")
     p.add_argument("uri", help="the key: pkcs11:…;object=…, tpm2:handle=… or tpm2:keyfile=…, file:/path.pem")
     p.add_argument("--yes", action="store_true", help="delete without asking (needed when there is no terminal)")
     _add_json(p)
-    _add_pin_args(p)
+    add_pin_args(p)
     p.set_defaults(fn=cmd_keys_delete)
 
     token = sub.add_parser("token", help="development tokens").add_subparsers(dest="token_cmd", required=True)
@@ -66,7 +66,7 @@ def add_key_commands(sub: Any) -> None:
     p.add_argument("--label", required=True)
     p.add_argument("--so-pin-env", metavar="VAR", help="environment variable holding the SO PIN")
     _add_json(p)
-    _add_pin_args(p)
+    add_pin_args(p)
     p.set_defaults(fn=cmd_token_init)
 
     tpm = sub.add_parser("tpm", help="TPM 2.0 provisioning").add_subparsers(dest="tpm_cmd", required=True)
@@ -88,7 +88,7 @@ def add_key_commands(sub: Any) -> None:
     p.add_argument("--tcti", help="TPM TCTI to check (default: the URI's tcti=, else CAPSEAL_TCTI, else "
                                   "TPM2TOOLS_TCTI, else device:/dev/tpmrm0)")
     _add_json(p)
-    _add_pin_args(p)
+    add_pin_args(p)
     p.set_defaults(fn=cmd_doctor)
 
 
@@ -184,12 +184,12 @@ def _write_pem(path: str, pem: str, flag: str) -> None:
         if target.exists():
             if target.read_text(errors="replace") == pem:
                 return
-            raise _CLIError(f"{flag} {path}: the file exists and holds something else; not overwritten")
+            raise CLIError(f"{flag} {path}: the file exists and holds something else; not overwritten")
         tmp = target.with_name(f".{target.name}.capseal-tmp")
         tmp.write_text(pem)
         os.replace(tmp, target)
     except OSError as exc:
-        raise _CLIError(f"{flag} {path}: cannot write it: {exc.strerror}") from None
+        raise CLIError(f"{flag} {path}: cannot write it: {exc.strerror}") from None
 
 
 # ---------------------------------------------------------------------------- keys
@@ -206,7 +206,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
     options = _tpm_options(args.uri)
     try:
-        with create_key(args.uri, args.alg, pin=_read_pin(args), **options) as signer:
+        with create_key(args.uri, args.alg, pin=read_pin(args), **options) as signer:
             info = {"uri": signer.uri, "alg": signer.alg, "kid": signer.kid,
                     "public_key_pem": signer.public_key_pem(), "custody": signer.describe()}
     except BaseException as exc:
@@ -216,7 +216,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         raise
     if args.json:
-        _emit(info)
+        emit(info)
     else:
         print(f"created {info['alg']} key")
         _print_key(info)
@@ -228,13 +228,13 @@ def cmd_keys_show(args: argparse.Namespace) -> int:
     from capseal.keys.provision import show_key
 
     try:
-        info = show_key(args.uri, pin=_read_pin(args), **_tpm_options(args.uri))
+        info = show_key(args.uri, pin=read_pin(args), **_tpm_options(args.uri))
     except KeyNotFoundError as exc:
         return _not_found(exc)
     if args.outfile:
         _write_pem(args.outfile, info["public_key_pem"], "--outfile")
     if args.json:
-        _emit(info)
+        emit(info)
     else:
         _print_key(info)
     if args.outfile:
@@ -271,11 +271,11 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     from capseal.keys.provision import list_keys
 
     try:
-        entries = list_keys(args.uri, pin=_read_pin(args), **_tpm_options(args.uri))
+        entries = list_keys(args.uri, pin=read_pin(args), **_tpm_options(args.uri))
     except KeyNotFoundError as exc:
         return _not_found(exc)
     if args.json:
-        _emit(entries)
+        emit(entries)
     elif not entries:
         print(f"no keys at {_shown_uri(args.uri)}")
     else:
@@ -304,7 +304,7 @@ def cmd_keys_delete(args: argparse.Namespace) -> int:
     take ``--yes``), then delete exactly that key (its kid is checked again)."""
     from capseal.keys.provision import delete_key, list_keys
 
-    pin = _read_pin(args)
+    pin = read_pin(args)
     options = _tpm_options(args.uri)
     try:
         entries = list_keys(args.uri, pin=pin, **options)
@@ -313,7 +313,7 @@ def cmd_keys_delete(args: argparse.Namespace) -> int:
     if not entries:
         return _not_found(KeyNotFoundError(f"no key at {_shown_uri(args.uri)}"))
     if len(entries) > 1:
-        raise _CLIError(f"{_shown_uri(args.uri)} names {len(entries)} keys; name one (object= and id=, a handle, "
+        raise CLIError(f"{_shown_uri(args.uri)} names {len(entries)} keys; name one (object= and id=, a handle, "
                         "a file): capseal deletes one key at a time")
     entry = entries[0]
     kid = entry.get("kid") if isinstance(entry.get("kid"), str) else None
@@ -321,7 +321,7 @@ def cmd_keys_delete(args: argparse.Namespace) -> int:
         f", kid {kid})" if kid else ", kid unknown)")
     if not args.yes:
         if not sys.stdin.isatty():
-            raise _CLIError(f"keys delete would delete {shown}; with no terminal to confirm on, pass --yes")
+            raise CLIError(f"keys delete would delete {shown}; with no terminal to confirm on, pass --yes")
         sys.stderr.write(f"delete {shown}? This cannot be undone. [y/N] ")
         sys.stderr.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
@@ -332,7 +332,7 @@ def cmd_keys_delete(args: argparse.Namespace) -> int:
     except KeyNotFoundError as exc:
         return _not_found(exc)
     if args.json:
-        _emit(result)
+        emit(result)
     else:
         print(f"deleted {shown}: {', '.join(result.get('deleted', []))}")
     return EXIT_OK
@@ -350,11 +350,11 @@ def cmd_token_init(args: argparse.Namespace) -> int:
     so_pin = None
     if args.so_pin_env:  # named but unset is an error: never a silently generated SO PIN
         if args.so_pin_env not in os.environ:
-            raise _CLIError(f"--so-pin-env {args.so_pin_env}: environment variable {args.so_pin_env} is not set")
+            raise CLIError(f"--so-pin-env {args.so_pin_env}: environment variable {args.so_pin_env} is not set")
         so_pin = Secret(os.environ[args.so_pin_env], f"environment variable {args.so_pin_env}").usable_pin()
-    info = init_softhsm_token(Path(args.dir), args.label, pin=_read_pin(args), so_pin=so_pin)
+    info = init_softhsm_token(Path(args.dir), args.label, pin=read_pin(args), so_pin=so_pin)
     if args.json:
-        _emit(info)
+        emit(info)
         return EXIT_OK
     print(f"created SoftHSM2 token {info['label']!r} (serial {info.get('serial')}): a software token, for "
           "development (its keys are files)")
@@ -383,7 +383,7 @@ def cmd_tpm_provision(args: argparse.Namespace) -> int:
         _write_pem(args.ak_pem, info["attestation_key"]["public_key_pem"], "--ak-pem")
         info["ak_pem_file"] = str(Path(args.ak_pem).absolute())
     if args.json:
-        _emit(info)
+        emit(info)
         return EXIT_OK
     device = info.get("device", {})
     print(f"TPM {info['tcti']}: {device.get('manufacturer')} '{str(device.get('vendor', '')).strip()}', "
@@ -418,12 +418,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             tcti = _env_tcti()
     pin, pin_problem = None, None
     try:
-        pin = _read_pin(args)
+        pin = read_pin(args)
     except CapsealError as exc:  # reported as a failed check; the checks that need no PIN still run
         pin_problem = exc
     checks = run_doctor(uri=uri, pin=pin, tcti=tcti, pin_problem=pin_problem)
     if args.json:
-        _emit([c.to_dict() for c in checks])
+        emit([c.to_dict() for c in checks])
     else:
         for c in checks:
             mark = "ok" if c.ok and c.checked else ("not checked" if c.ok else "FAIL")
