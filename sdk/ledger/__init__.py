@@ -13,7 +13,7 @@ hands it), :class:`StoredEntry`, :class:`EvidenceEntry`, :class:`PendingAppend`
 :func:`row_hash`, :data:`GENESIS`, :func:`evidence_header`,
 :func:`batch_header` (for tools that check rows themselves); for
 :mod:`capseal.audit`, :class:`AuditLedger` and the file findings
-:func:`empty_finding`, :func:`failure_finding`, :func:`file_findings`,
+:func:`empty_finding`, :func:`failure_finding`, :func:`file_findings` (with :class:`ChainTail`),
 :func:`column_findings`; for a ledger on a PostgreSQL server,
 :class:`DatabaseURL` (``Ledger.path`` there), :func:`as_url`, :func:`is_database_url` and
 :func:`redact_url` (a URL as capseal shows it: no password); :class:`IdIndex`
@@ -81,7 +81,7 @@ opened there works normally, on the same file too.
 
 from __future__ import annotations
 
-from ._audit import AuditLedger, column_findings, empty_finding, failure_finding, file_findings
+from ._audit import AuditLedger, ChainTail, column_findings, empty_finding, failure_finding, file_findings
 from ._commit import PendingAppend
 from ._evidence import BatchRoot, EvidenceEntry, batch_root, batch_slot
 from ._format import GENESIS, LEDGER_FORMAT, LedgerEntry, StoredEntry, batch_header, evidence_header, row_hash
@@ -92,6 +92,6 @@ from ._pg_url import DatabaseURL, as_url, is_database_url, redact_url
 __all__ = [
     "Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "PendingAppend", "LEDGER_FORMAT", "batch_root",
     "batch_slot", "BatchRoot", "row_hash", "GENESIS", "evidence_header", "batch_header",
-    "AuditLedger", "empty_finding", "failure_finding", "file_findings", "column_findings",
+    "AuditLedger", "ChainTail", "empty_finding", "failure_finding", "file_findings", "column_findings",
     "DatabaseURL", "as_url", "is_database_url", "redact_url", "IdIndex",
 ]

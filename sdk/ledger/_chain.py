@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..canonical import is_hex64
 from ..errors import LedgerCorruptError
@@ -28,6 +28,8 @@ __all__ = ["check"]
 
 
 OnRecord = Callable[[StoredEntry], object]
+#: record rows with whether each one's row hash matches its header and body (None: not known yet)
+CheckedRows = Iterable[tuple[StoredEntry, "bool | None"]]
 
 
 class _Tally:
@@ -39,12 +41,13 @@ class _Tally:
         self._key, self.count, self.total = key, 0, 0
 
     def add(self, row: tuple[int, int, int]) -> None:
-        digest = hashlib.blake2b(b"%d,%d,%d" % row, digest_size=8, key=self._key).digest()
+        digest = hashlib.blake2b(repr(row).encode(), digest_size=8, key=self._key).digest()  # an edited row may hold text
         self.count += 1
         self.total = (self.total + int.from_bytes(digest, "little")) & 0xFFFFFFFFFFFFFFFF
 
 
-def check(storage: Storage, *, on_record: OnRecord | None = None, index: IdIndex | None = None) -> list[str]:
+def check(storage: Storage, *, on_record: OnRecord | None = None, index: IdIndex | None = None,
+          rows: CheckedRows | None = None, damaged: list[str] | None = None) -> list[str]:
     """Every problem of both chains and of the evidence index.
 
     Args:
@@ -52,6 +55,11 @@ def check(storage: Storage, *, on_record: OnRecord | None = None, index: IdIndex
         on_record: called with each record row as it is checked, in seq order
             (damaged rows too), for a caller that reads every row anyway.
         index: the index to fill with each record id's first seq (a new one by default).
+        rows: the record rows, read by the caller from ``storage`` (in seq
+            order, with ``damaged`` given to the read), each with whether its
+            row hash matches (computed elsewhere, e.g. in other processes;
+            None: computed here). Default: read here.
+        damaged: with ``rows``: the list their read describes unreadable stretches in.
 
     Returns:
         The problems found, one sentence each (empty when intact).
@@ -61,7 +69,10 @@ def check(storage: Storage, *, on_record: OnRecord | None = None, index: IdIndex
     """
     problems: list[str] = []
     index = IdIndex() if index is None else index
-    _check_records(storage, problems, index, on_record)
+    if rows is None:
+        damaged = []
+        rows = ((stored, None) for stored in storage.record_rows(batch=2000, damaged=damaged))
+    _check_records(rows, damaged if damaged is not None else [], problems, index, on_record)
     key = os.urandom(16)
     backed = _Tally(key)
     _check_evidence(storage, index, problems, backed.add)
@@ -81,11 +92,11 @@ def check(storage: Storage, *, on_record: OnRecord | None = None, index: IdIndex
     return problems
 
 
-def _check_records(storage: Storage, problems: list[str], index: IdIndex, on_record: OnRecord | None) -> None:
+def _check_records(rows: CheckedRows, damaged: list[str], problems: list[str], index: IdIndex,
+                   on_record: OnRecord | None) -> None:
     """The records chain's problems (into ``problems``); each record's first seq into ``index``."""
-    damaged: list[str] = []
     prev, expected_seq = GENESIS, 1
-    for stored in storage.record_rows(batch=2000, damaged=damaged):
+    for stored, hash_ok in rows:
         if on_record is not None:
             on_record(stored)
         if stored.seq != expected_seq:
@@ -102,9 +113,21 @@ def _check_records(storage: Storage, problems: list[str], index: IdIndex, on_rec
             problems.append(f"seq {stored.seq}: prev_hash does not match the previous row")
         if not (is_hex64(stored.prev_hash) and is_hex64(stored.row_hash)):
             problems.append(f"seq {stored.seq}: damaged row (its prev_hash or row_hash is not 64 hex digits)")
-        elif row_hash(stored.prev_hash, stored.header(), stored.body) != stored.row_hash:
+        elif not (row_hash_matches(stored) if hash_ok is None else hash_ok):
             problems.append(f"seq {stored.seq}: row_hash does not match its header and body")
     problems += damaged
+
+
+def row_hash_matches(stored: StoredEntry) -> bool:
+    """Whether a record row's row hash is the one its prev_hash, header and body give.
+
+    Args:
+        stored: the row (not damaged; both hashes 64 hex digits).
+
+    Returns:
+        True when it matches.
+    """
+    return row_hash(stored.prev_hash, stored.header(), stored.body) == stored.row_hash
 
 
 def _check_evidence(storage: Storage, index: IdIndex, problems: list[str],

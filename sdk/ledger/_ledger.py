@@ -486,25 +486,25 @@ class Ledger:
 
     # ------------------------------------------------------------------ integrity
 
-    def check_chain(self, *, on_record: Callable[[StoredEntry], object] | None = None,
-                    index: IdIndex | None = None) -> list[str]:
+    def check_chain(self, *, on_record: Callable[[StoredEntry], object] | None = None, index: IdIndex | None = None,
+                    rows: _chain.CheckedRows | None = None, damaged: list[str] | None = None) -> list[str]:
         """Recompute both hash chains and the evidence index, in one snapshot,
         in memory that does not grow with the ledger.
 
-        What the file holds never raises here: a row SQLite cannot read, a
-        column of another type, a hash that is not hex or a record stored
-        twice is a problem of its own, and the rows around it are still checked.
+        What the file holds never raises here: a row SQLite cannot read, a column of another type, a hash
+        that is not hex or a record stored twice is a problem of its own, and the rows around it are still checked.
 
         Args:
-            on_record: called with every record row as it is checked, in seq
-                order (damaged ones too): a verifier reads the rows once.
+            on_record: called with every record row as it is checked, in seq order (damaged ones too).
             index: filled with every record id's first seq (an :class:`IdIndex`).
+            rows, damaged: the rows as the caller read them here (:meth:`entries` with ``damaged``), each with
+                whether its row hash matches (None: checked here); by default they are read here.
 
         Returns:
             The problems found, one sentence each (empty when intact).
         """
         with self.snapshot():
-            return _chain.check(self._storage, on_record=on_record, index=index)
+            return _chain.check(self._storage, on_record=on_record, index=index, rows=rows, damaged=damaged)
 
     # ------------------------------------------------------------------ export / import
 
