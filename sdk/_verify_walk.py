@@ -185,8 +185,9 @@ class Walk:
     def __init__(self, ledger: Any, *, facts_of: Callable[[StoredEntry], Any], check: Callable[[StoredEntry], Any],
                  jobs: int | None, progress: Progress | None) -> None:
         self.ledger = ledger
-        self.facts = StoreFacts()
         self.total = ledger.count()
+        # sized for the ledger up front: a table that grows holds its old and new arrays at once
+        self.facts = StoreFacts(ids=IdIndex(self.total))
         self._facts_of, self._check = facts_of, check
         self._progress = progress
         if jobs is None:
@@ -231,7 +232,8 @@ class Walk:
                         self.facts.add(e.seq, facts)
                     yield e, ok
 
-            return self.ledger.check_chain(on_record=on_record, rows=rows(), damaged=damaged)
+            return self.ledger.check_chain(on_record=on_record, rows=rows(), damaged=damaged,
+                                           index=IdIndex(self.total))
         finally:
             _close(pool)
 
