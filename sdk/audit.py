@@ -33,19 +33,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
-
-from .canonical import capsule_id, hex_bytes, is_hex64
-from .envelope import PLAIN, PROFILE, verify_cose_sign1, verify_profile_envelope
+from ._signatures import KeyDirectory, check_signatures, custody_findings, custody_of, not_pinned
+from ._verify_walk import StoreFacts, Walk, capsule_facts, is_open, store_findings
+from .canonical import is_hex64
 from .errors import InputError, LedgerCorruptError, MalformedJSONError
 from .findings import Finding
-from .ledger import AuditLedger, Ledger, StoredEntry, column_findings, empty_finding, failure_finding, file_findings
-from .record import RECEIVED_CAPSULE, dumps_canonical, epistemic_type_for_capsule, strict_json
-from .trust import trusted_keys
-from .verify import verify, verify_store
+from .ledger import (
+    AuditLedger,
+    ChainTail,
+    Ledger,
+    StoredEntry,
+    as_url,
+    column_findings,
+    empty_finding,
+    failure_finding,
+    file_findings,
+    is_database_url,
+)
+from .record import dumps_canonical, epistemic_type_for_capsule, strict_json
+from .verify import verify
 
 __all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS", "open_effects",
-           "OPEN_EFFECT"]
+           "OPEN_EFFECT", "check_signatures", "not_pinned"]
 
 #: record_type prefix -> "module:function(entry, context) -> RecordReport" for non-capsule records.
 RECORD_VERIFIERS: dict[str, str] = {"judge:": "capseal.judge.verify:verify_entry",
@@ -121,6 +130,15 @@ class LedgerReport:
     findings: list[Finding] = field(default_factory=list)
     signers: list[SignerSummary] = field(default_factory=list)
     anchors: int = 0
+    #: finding code -> how many records carry it
+    finding_counts: dict[str, int] = field(default_factory=dict)
+    _tally: dict[str, int] | None = field(default=None, repr=False, compare=False)
+
+    def start_tally(self) -> dict[str, int]:
+        """The counts a verifier fills as it goes (then :meth:`counts` gives
+        them, whether or not ``records`` holds every record)."""
+        self._tally = {"records": 0, "ok": 0, "not_ok": 0}
+        return self._tally
 
     @property
     def pinned(self) -> bool:
@@ -141,6 +159,8 @@ class LedgerReport:
             ``records``, ``ok``, ``not_ok``, and one ``signature:<verdict>``
             (and ``evidence:<status>``) count per verdict seen.
         """
+        if self._tally is not None:
+            return dict(self._tally)
         out = {"records": len(self.records), "ok": sum(r.ok for r in self.records)}
         out["not_ok"] = out["records"] - out["ok"]
         for r in self.records:
@@ -158,218 +178,9 @@ class LedgerReport:
         return {
             "path": self.path, "ok": self.ok, "counts": self.counts(), "trust": self.trust(),
             "findings": [f.to_dict() for f in self.findings],
+            "finding_counts": dict(sorted(self.finding_counts.items())),
             "records": [r.to_dict() for r in self.records],
         }
-
-
-class KeyDirectory:
-    """kid (hex) -> public key, from custody statements and caller-trusted keys.
-
-    ``trusted`` is None when no trust anchor was given (every signature is
-    then reported as not pinned), else the set of pinned kids.
-
-    Args:
-        trusted: the keys the caller pins (public keys, PEMs, kids,
-            :class:`capseal.trust.TrustedKey`); None or empty: no anchors.
-
-    Raises:
-        InputError: a trusted key that cannot be used (named).
-    """
-
-    def __init__(self, trusted: Iterable[Any] | None = ()) -> None:
-        self._keys: dict[str, Any] = {}
-        self.trusted: set[str] | None = None
-        self.labels: dict[str, str] = {}
-        pinned = trusted_keys(trusted) if trusted is not None else []  # None: no anchors, as ()
-        if pinned:
-            self.trusted = set()
-            for key in pinned:
-                if key.public_key is not None:
-                    self._keys[key.kid] = key.public_key
-                if key.label:
-                    self.labels[key.kid] = key.label
-                self.trusted.add(key.kid)
-
-    def learn_from_custody(self, custody: Any) -> None:
-        """Learn the public key a custody statement carries under its kid.
-
-        A key whose kid is not the one stated, or that cannot be loaded, is
-        not learnt; a key the caller gave is never replaced. Never raises.
-
-        Args:
-            custody: a custody statement (any value is accepted).
-        """
-        if not isinstance(custody, Mapping):
-            return
-        kid, spki = custody.get("kid"), custody.get("public_key")
-        if not isinstance(kid, str) or not isinstance(spki, str):
-            return
-        try:
-            from capseal.keys import kid_for
-
-            key = serialization.load_der_public_key(bytes.fromhex(spki))
-            if kid_for(key) != kid:  # a custody statement cannot introduce a key under another kid
-                return
-        except Exception:  # any bad key (cryptography's UnsupportedAlgorithm is no ValueError): none learnt
-            return
-        self._keys.setdefault(kid, key)  # a trusted key given by the caller is never replaced
-
-    def get(self, kid: str) -> Any:
-        """The public key known for ``kid``.
-
-        Args:
-            kid: the key id, lower-case hex.
-
-        Returns:
-            The public key, or None when none is known.
-        """
-        return self._keys.get(kid)
-
-    def pinned(self, kid: str | None) -> bool:
-        """Is ``kid`` one of the trusted keys?
-
-        Args:
-            kid: the key id, lower-case hex (None: not pinned).
-
-        Returns:
-            True only when trusted keys were given and ``kid`` is one of them.
-        """
-        return self.trusted is not None and kid in self.trusted
-
-
-def not_pinned(signers: Iterable[str]) -> Finding:
-    """The warning for a signature no trust anchor pins.
-
-    Args:
-        signers: the kids that signed (repeats are named once).
-
-    Returns:
-        A ``signer_not_pinned`` warning naming them.
-    """
-    kids = ", ".join(dict.fromkeys(signers))
-    return Finding("signer_not_pinned", f"signed by {kids}, which no trust anchor pins (no trusted keys were given): "
-                   "the record is intact under that key, and nothing says whose key it is", severity="warning")
-
-
-def _custody_of(capsule: Mapping[str, Any]) -> Any:
-    """The custody statement of an epoch-boundary capsule (the only place a
-    producer writes one); None for any other capsule."""
-    disposition = capsule.get("disposition")
-    if not isinstance(disposition, Mapping) or disposition.get("verdict_class") != "epoch_boundary":
-        return None
-    ma = capsule.get("model_attestation")
-    ca = ma.get("compute_attestation") if isinstance(ma, Mapping) else None
-    return ca.get("x-capseal-key-custody") if isinstance(ca, Mapping) else None
-
-
-def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: KeyDirectory) -> tuple[str, str | None, list[Finding]]:
-    """Verify a capsule record's inline profile envelope and its envelopes[].
-    Never raises.
-
-    Each signature is checked on its own (-05: a capsule has zero or more
-    envelopes, each verifying by itself), and the verdict does not depend on
-    their order: ``invalid`` if any fails, else ``authored`` if any verifies
-    (the kid returned is a trusted one when trusted keys are given and one
-    signed), else ``unverifiable`` if one names a key nobody gave us, else
-    ``unclaimed``. Kids are returned in lower-case hex.
-
-    Args:
-        capsule: the capsule (its id is recomputed from it).
-        envelopes: the record's ``envelopes[]`` entries.
-        keys: the known and trusted keys.
-
-    Returns:
-        ``(verdict, signer kid or None, findings)``.
-    """
-    findings: list[Finding] = []
-    try:
-        cid = capsule_id(capsule)
-    except Exception as exc:
-        return "invalid", None, [Finding("signature_uncheckable", f"capsule id cannot be computed: {exc}")]
-    invalid, unverifiable = False, False
-    signers: list[str] = []  # every kid whose signature verified, in order
-    has_sig, has_kid = "signature" in capsule, "key_id" in capsule
-    inline = hex_bytes(capsule.get("signature"))
-    if has_sig != has_kid:
-        findings.append(Finding("envelope_malformed", "signature and key_id appear together or not at all"))
-        invalid = True
-    elif has_sig:
-        result = verify_profile_envelope(cid, inline)
-        key_id = hex_bytes(capsule.get("key_id"))
-        if not result.ok:
-            findings.extend(result.findings)
-            invalid = True
-        elif key_id is None or result.public_key != key_id:
-            findings.append(Finding("key_id_mismatch", "key_id is not the key that signed the envelope"))
-            invalid = True
-        else:
-            signers.append(key_id.hex())
-    for i, env in enumerate(envelopes):
-        if not isinstance(env, Mapping):
-            findings.append(Finding("envelope_malformed", f"envelopes[{i}] is not an object"))
-            invalid = True
-            continue
-        cose = hex_bytes(env.get("cose"))
-        if cose is None:
-            findings.append(Finding("envelope_malformed", f"envelopes[{i}].cose is not hex"))
-            invalid = True
-            continue
-        profile, env_kid = env.get("profile"), hex_bytes(env.get("kid"))
-        if profile == PROFILE:
-            result = verify_profile_envelope(cid, cose)
-            if not result.ok or result.public_key is None or result.public_key != env_kid:
-                findings.extend(result.findings or [Finding("key_id_mismatch", f"envelopes[{i}].kid is not the signing key")])
-                invalid = True
-            elif has_sig and inline != cose:
-                findings.append(Finding("envelope_inconsistent", f"envelopes[{i}] differs from the inline signature"))
-                invalid = True
-            else:
-                signers.append(result.public_key.hex())
-        elif profile == PLAIN:
-            key = keys.get(env_kid.hex()) if env_kid is not None else None
-            if key is None or env_kid is None:
-                findings.append(Finding("signer_key_unknown", f"envelopes[{i}]: no public key known for kid {env.get('kid')}; pass it as a trusted key", severity="warning"))
-                unverifiable = True
-                continue
-            result = verify_cose_sign1(cose, key, payload=bytes.fromhex(cid))
-            if not result.ok:
-                findings.extend(result.findings)
-                invalid = True
-            elif result.kid is not None and result.kid != env_kid:
-                findings.append(Finding("key_id_mismatch", f"envelopes[{i}] protected kid differs from the record's kid"))
-                invalid = True
-            else:
-                signers.append(env_kid.hex())
-        else:
-            findings.append(Finding("envelope_profile_unknown", f"envelopes[{i}].profile {profile!r} is not known", severity="warning"))
-    verdict = "invalid" if invalid else "authored" if signers else "unverifiable" if unverifiable else "unclaimed"
-    trusted_signers = [k for k in signers if keys.trusted is not None and k in keys.trusted]
-    kid = (trusted_signers or signers)[0] if signers else None
-    if keys.trusted is None:
-        if verdict == "authored":
-            findings.append(not_pinned(signers))
-    else:
-        if verdict == "authored" and not trusted_signers:
-            findings.append(Finding("signer_not_trusted", f"signed by {', '.join(dict.fromkeys(signers))}, none of them "
-                                    "among the trusted keys"))
-        elif verdict in ("unclaimed", "unverifiable"):  # trusted keys were asked for: no signature by one is an error
-            findings.append(Finding("signer_not_trusted", "trusted keys were given, but this capsule carries no signature "
-                                    f"a trusted key makes (signature {verdict})"))
-    return verdict, kid, findings
-
-
-def _custody_findings(custody: Any, keys: KeyDirectory) -> list[Finding]:
-    """A custody statement's TPM2_Certify (the signing key certified by an AK)
-    is re-verified here, not only when it was recorded. Never raises."""
-    if not isinstance(custody, Mapping) or "tpm_certify" not in custody:
-        return []
-    try:
-        from capseal.keys.tpm import verify_certify
-    except ImportError as exc:
-        return [Finding("custody_certify_unchecked", f"tpm2-pytss is needed to check the TPM2_Certify: {exc}", severity="warning")]
-    kid = custody.get("kid")
-    problems = verify_certify(custody["tpm_certify"], public_key=keys.get(kid) if isinstance(kid, str) else None)
-    return [Finding("custody_certify_invalid", f"TPM2_Certify in the custody statement: {p}") for p in problems]
 
 
 #: the code of the info finding on a planned or dispatched effect whose outcome is not in the ledger
@@ -409,8 +220,17 @@ def verify_ledger(
     trusted_keys: Iterable[Any] = (),
     evidence: bool = False,
     evidence_trust: Any = None,
+    on_record: Callable[[RecordReport], object] | None = None,
+    keep_records: bool = True,
+    jobs: int | None = None,
+    progress: Callable[[str, int, int], object] | None = None,
 ) -> LedgerReport:
     """Verify a whole ledger file. Never raises; ``ok`` gates everything.
+
+    The records are read in two passes inside one snapshot, in memory that
+    does not grow with the ledger (unless ``keep_records``, the default,
+    keeps every record's report), the signature checks shared among worker
+    processes on a large ledger.
 
     A file that is damaged, empty or not a capseal ledger is reported as such
     (``ledger_corrupt``, ``ledger_empty``, ``ledger_not_capseal``), and every
@@ -426,12 +246,19 @@ def verify_ledger(
         evidence: also verify each record's hardware-evidence slot.
         evidence_trust: the AK trust policy for the slots (see
             ``capseal.attest.TrustPolicy.coerce``).
+        on_record: called with each record's report, in seq order, as it is done.
+        keep_records: keep every record's report in ``records`` (False: only
+            the counts, ``finding_counts`` and ``signers`` are kept).
+        jobs: worker processes for the record checks (None: one per CPU on a
+            ledger of a few thousand records or more; 1: none).
+        progress: called now and then with (pass, rows done, rows in all);
+            the passes are ``"chains"`` and ``"records"``.
 
     Returns:
         A :class:`LedgerReport`; unusable trusted keys are its
         ``trusted_keys_unusable`` finding.
     """
-    report = LedgerReport(path=str(path), ok=False)
+    report = LedgerReport(path=str(as_url(path)) if is_database_url(path) else str(path), ok=False)
     empty = empty_finding(path)
     if empty is not None:
         report.findings.append(empty)
@@ -445,80 +272,113 @@ def verify_ledger(
     try:
         with AuditLedger(path) as ledger:
             with ledger.snapshot():
-                _verify_open_ledger(ledger, report, keys, evidence, evidence_trust)
+                walk = Walk(ledger, facts_of=_facts_of, check=lambda e: check(e), jobs=jobs, progress=progress)
+                check = _checker(keys, walk.facts)
+                _verify_open_ledger(ledger, report, keys, evidence, evidence_trust, walk, keep_records, on_record)
     except Exception as exc:  # never raise: report why it could not run
         report.findings.append(failure_finding(exc))
         report.ok = False
         return report
-    report.ok = not any(f.severity == "error" for f in report.findings) and all(r.ok for r in report.records)
+    report.ok = not any(f.severity == "error" for f in report.findings) and report.counts()["not_ok"] == 0
     return report
 
 
-def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory, evidence: bool, evidence_trust: Any) -> None:
-    for problem in ledger.check_chain():  # rows SQLite cannot read are among these
+def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory, evidence: bool, evidence_trust: Any,
+                        walk: Walk, keep: bool, on_record: Callable[[RecordReport], object] | None) -> None:
+    """Both passes of ``walk`` over ``ledger`` (inside its snapshot), into ``report``."""
+    tail = ChainTail(ledger)
+    for problem in walk.chains(tail.add):  # rows SQLite cannot read are among these
         report.findings.append(Finding("ledger_chain_broken", problem))
-    entries: list[StoredEntry] = list(ledger.entries(damaged=[]))
-    report.findings.extend(file_findings(ledger, entries))
-    capsule_entries = [e for e in entries if e.record_type == "capsule" and e.damage is None]
-    received_entries = [e for e in entries if e.record_type == RECEIVED_CAPSULE and e.damage is None]
-    bodies = {e.seq: _capsule_body(e) for e in capsule_entries + received_entries}
-    capsules = [_capsule_of(bodies[e.seq]) for e in capsule_entries]
-    for capsule in capsules:
-        custody = _custody_of(capsule)
-        if custody is not None:
-            keys.learn_from_custody(custody)
+    report.findings.extend(file_findings(ledger, tail))
+    for custody in walk.facts.custody:
+        keys.learn_from_custody(custody)
     signed_custody: dict[str, Mapping[str, Any]] = {}
-    by_seq: dict[int, RecordReport] = {}
-    # this ledger's own capsules are checked as one store (chains, parents); a capsule kept
-    # as received from another producer is checked on its own (its chain is in its producer's ledger)
-    checked = list(zip(capsule_entries, capsules, verify_store(capsules)))
-    checked += [(e, _capsule_of(bodies[e.seq]), verify(_capsule_of(bodies[e.seq]))) for e in received_entries]
-    still_open = open_effects(capsules)  # by index in capsules, which checked begins with
-    for index, (e, capsule, result) in enumerate(checked):
-        rr = _capsule_report(e, capsule, bodies[e.seq], result, keys, signed_custody)
-        if index in still_open:
-            rr.findings.append(still_open[index])
-        if e.record_type == RECEIVED_CAPSULE:
-            rr.findings.append(Finding("capsule_received", "kept as received from another producer, checked on its "
-                                       "own: its chain is in its producer's ledger", severity="info"))
-        by_seq[e.seq] = rr
-    if evidence:
-        _check_evidence(ledger, capsule_entries, by_seq, evidence_trust)
-    for e in entries:
+    signers: dict[str, SignerSummary] = {}
+    tally = report.start_tally()
+    for e, checked in walk.records():
         if e.damage is not None:
-            report.records.append(RecordReport(e.seq, e.record_id, e.record_type, False,
-                                               [Finding("record_unreadable", f"the row is damaged ({e.damage})")]))
-            continue
-        if e.record_type in ("capsule", RECEIVED_CAPSULE):
-            rr = by_seq[e.seq]
+            rr = RecordReport(e.seq, e.record_id, e.record_type, False,
+                              [Finding("record_unreadable", f"the row is damaged ({e.damage})")])
+        elif checked is not None:
+            rr, custody, body_problem = checked
+            if custody is not None:
+                signed_custody.setdefault(rr.signer_kid, custody)
+            if evidence and e.record_type == "capsule":
+                _check_evidence(ledger, e, rr, evidence_trust)
+            _finish(rr, body_problem, keys)
         else:
             rr = _verify_other(e, ledger, keys)
             if any(e.record_type.startswith(prefix) for prefix in RECORD_VERIFIERS):  # records capseal writes
                 rr.findings.extend(column_findings(e, _parsed(e.body)))
-        body_problem = _ambiguous_body(e.body)
-        if body_problem is not None:
-            rr.findings.append(Finding("record_body_not_canonical", body_problem))
-        rr.ok = not any(f.severity == "error" for f in rr.findings) and rr.signature in ("authored",)
-        rr.pinned = rr.signature == "authored" and keys.pinned(rr.signer_kid)
-        report.records.append(rr)
-    report.signers = _signers(report.records, keys, signed_custody)
+            _finish(rr, _ambiguous_body(e.body), keys)
+        _tally(tally, report.finding_counts, rr)
+        if rr.signature == "authored" and rr.signer_kid is not None:
+            s = signers.get(rr.signer_kid)
+            if s is None:
+                s = signers[rr.signer_kid] = SignerSummary(rr.signer_kid, pinned=keys.pinned(rr.signer_kid),
+                                                           label=keys.labels.get(rr.signer_kid, ""))
+            s.records += 1
+        if keep:
+            report.records.append(rr)
+        if on_record is not None:
+            on_record(rr)
+    for s in signers.values():
+        c = signed_custody.get(s.kid, {})
+        s.custody = {k: c[k] for k in ("backend", "key_store", "software_device") if k in c}
+    report.signers = list(signers.values())
 
 
-def _signers(records: list[RecordReport], keys: KeyDirectory, custody: dict[str, Mapping[str, Any]]) -> list[SignerSummary]:
-    """Every key that signed a record, in order of first use, with the custody
-    statement the key itself signed (an epoch-boundary capsule it authored)."""
-    out: dict[str, SignerSummary] = {}
-    for r in records:
-        if r.signature != "authored" or r.signer_kid is None:
-            continue
-        s = out.get(r.signer_kid)
-        if s is None:
-            c = custody.get(r.signer_kid, {})
-            s = out[r.signer_kid] = SignerSummary(
-                r.signer_kid, pinned=keys.pinned(r.signer_kid), label=keys.labels.get(r.signer_kid, ""),
-                custody={k: c[k] for k in ("backend", "key_store", "software_device") if k in c})
-        s.records += 1
-    return list(out.values())
+def _finish(rr: RecordReport, body_problem: str | None, keys: KeyDirectory) -> None:
+    """A record's last finding (a body not in canonical form), its verdict and whether a pinned key signed it."""
+    if body_problem is not None:
+        rr.findings.append(Finding("record_body_not_canonical", body_problem))
+    rr.ok = not any(f.severity == "error" for f in rr.findings) and rr.signature in ("authored",)
+    rr.pinned = rr.signature == "authored" and keys.pinned(rr.signer_kid)
+
+
+def _tally(tally: dict[str, int], by_code: dict[str, int], rr: RecordReport) -> None:
+    """Count one record into the report's counts, and its finding codes into ``by_code``."""
+    tally["records"] += 1
+    tally["ok" if rr.ok else "not_ok"] += 1
+    for key in (f"signature:{rr.signature}", *((f"evidence:{rr.evidence}",) if rr.evidence is not None else ())):
+        tally[key] = tally.get(key, 0) + 1
+    for code in {f.code for f in rr.findings}:
+        by_code[code] = by_code.get(code, 0) + 1
+
+
+def _facts_of(e: StoredEntry) -> tuple[Any, ...]:
+    """A capsule row's store facts (in a worker of the walk's first pass)."""
+    capsule = _capsule_of(_capsule_body(e))
+    return capsule_facts(capsule, custody_of(capsule))
+
+
+def _checker(keys: KeyDirectory, facts: StoreFacts) -> Callable[[StoredEntry], Any]:
+    """The check of one capsule row (in a worker of the walk's second pass): its
+    report, the custody statement its signer signed (or None), and why its body
+    is not canonical (or None)."""
+    members = facts.members()
+
+    def check(e: StoredEntry) -> Any:
+        body = _capsule_body(e)
+        capsule = _capsule_of(body)
+        own = e.record_type == "capsule"
+        if own:  # this ledger's own capsules are checked as one store (chains, parents)
+            result = verify(capsule, store=members)
+            result.findings.extend(store_findings(capsule, e.seq, facts))
+        else:  # kept as received from another producer: checked on its own (its chain is in its producer's ledger)
+            result = verify(capsule)
+        signed: dict[str, Mapping[str, Any]] = {}
+        rr = _capsule_report(e, capsule, body, result, keys, signed)
+        status = is_open(capsule, facts) if own else None
+        if status is not None:
+            rr.findings.append(Finding(OPEN_EFFECT, f"an open item: this {status} effect has no outcome in the "
+                                       "ledger (no capsule chains to it)", severity="info"))
+        if not own:
+            rr.findings.append(Finding("capsule_received", "kept as received from another producer, checked on its "
+                                       "own: its chain is in its producer's ledger", severity="info"))
+        return rr, next(iter(signed.values()), None), _ambiguous_body(e.body)
+
+    return check
 
 
 def _capsule_body(entry: StoredEntry) -> dict[str, Any]:
@@ -539,7 +399,7 @@ def _capsule_report(e: StoredEntry, capsule: dict[str, Any], body: Mapping[str, 
     """One capsule row's report: its Class-1 ``result``, store header, signatures and lookup columns."""
     rr = RecordReport(seq=e.seq, record_id=e.record_id, record_type=e.record_type, ok=result.ok,
                       findings=list(result.findings))
-    rr.findings.extend(_custody_findings(_custody_of(capsule), keys))
+    rr.findings.extend(custody_findings(custody_of(capsule), keys))
     if capsule.get("capsule_id") != e.record_id or not is_hex64(e.record_id):
         rr.findings.append(Finding("header_mismatch", "the store header's record_id is not the capsule's id"))
     if e.epistemic_type != epistemic_type_for_capsule(capsule):  # EL -00 §4.1: fixed at commit, never upgraded
@@ -548,7 +408,7 @@ def _capsule_report(e: StoredEntry, capsule: dict[str, Any], body: Mapping[str, 
     envelopes = body.get("envelopes", [])
     verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)
     rr.signature, rr.signer_kid = verdict, kid
-    custody = _custody_of(capsule)
+    custody = custody_of(capsule)
     if verdict == "authored" and kid is not None and isinstance(custody, Mapping) and custody.get("kid") == kid:
         signed_custody.setdefault(kid, custody)  # what a key says of itself, under its own signature
     rr.findings.extend(sig_findings)
@@ -617,14 +477,13 @@ def evidence_of(record: Any, trust: Any) -> tuple[str, list[Finding]]:
     return status, list(findings)
 
 
-def _check_evidence(ledger: Ledger, entries: list[StoredEntry], by_seq: dict[int, RecordReport], trust: Any) -> None:
-    for e in entries:
-        rr = by_seq[e.seq]
-        try:
-            record = ledger.get(e.record_id)
-        except (LedgerCorruptError, ValueError, RecursionError, sqlite3.DatabaseError) as exc:  # an edited row: this record fails, the others are read
-            rr.evidence = "unreadable"
-            rr.findings.append(Finding("evidence_unreadable", str(exc)))
-            continue
-        rr.evidence, findings = evidence_of(record, trust)
-        rr.findings.extend(findings)
+def _check_evidence(ledger: Ledger, e: StoredEntry, rr: RecordReport, trust: Any) -> None:
+    """A capsule row's hardware-evidence slot, into its report."""
+    try:
+        record = ledger.get(e.record_id)
+    except (LedgerCorruptError, ValueError, RecursionError, sqlite3.DatabaseError) as exc:  # an edited row: this record fails, the others are read
+        rr.evidence = "unreadable"
+        rr.findings.append(Finding("evidence_unreadable", str(exc)))
+        return
+    rr.evidence, findings = evidence_of(record, trust)
+    rr.findings.extend(findings)

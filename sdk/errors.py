@@ -53,6 +53,8 @@ __all__ = [
     "LedgerBusyError",
     "NotALedgerError",
     "LedgerFormatError",
+    "LedgerUnavailableError",
+    "LedgerAccessDeniedError",
     "ForkedProcessError",
     "LedgerForkedError",
     "SignerForkedError",
@@ -327,6 +329,17 @@ class NotALedgerError(LedgerCorruptError):
 
 class LedgerFormatError(LedgerCorruptError):
     """A capseal ledger of a format this capseal does not read or write."""
+
+
+class LedgerUnavailableError(LedgerError):
+    """The ledger's database server cannot be reached (down, restarting, an
+    unknown or unreachable host, the connection lost). Records not yet
+    acknowledged are not written; the ledger reconnects on its next use."""
+
+
+class LedgerAccessDeniedError(LedgerError):
+    """The ledger's database server refused the credentials (a wrong
+    password, an unknown user). The password is never included."""
 
 
 # --------------------------------------------------------------------------- fork

@@ -8,7 +8,7 @@ finding aborts the seal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .assurance import derive_cross_party_rung, derive_effect_mode
@@ -31,7 +31,7 @@ from .vocab import (
     TIME_RUNGS,
 )
 
-__all__ = ["verify", "verify_store", "verify_for_seal"]
+__all__ = ["verify", "verify_store", "verify_for_seal", "StoreMembers"]
 
 _REQUIRED = (
     "spec_version", "format_version", "capsule_id", "action_id", "action_type",
@@ -151,9 +151,28 @@ def _references(capsule: Mapping[str, Any], chain: Mapping[str, Any] | None) -> 
     return by_check
 
 
-def _store_ids(store: Iterable[Any] | None) -> set[str] | None:
+class StoreMembers:
+    """The capsule ids of a store known by membership only (a store too large
+    to list, e.g. a ledger's): ``verify(capsule, store=StoreMembers(...))``.
+
+    Args:
+        contains: whether a capsule id is in the store.
+    """
+
+    __slots__ = ("_contains",)
+
+    def __init__(self, contains: Callable[[str], bool]) -> None:
+        self._contains = contains
+
+    def __contains__(self, capsule_id: object) -> bool:
+        return isinstance(capsule_id, str) and self._contains(capsule_id)
+
+
+def _store_ids(store: Iterable[Any] | StoreMembers | None) -> set[str] | frozenset[str] | StoreMembers | None:
     if store is None:
         return None
+    if isinstance(store, (StoreMembers, set, frozenset)):
+        return store  # a set given as is: not copied again for every capsule checked
     ids: set[str] = set()
     for item in store:
         if isinstance(item, Mapping):
@@ -165,13 +184,14 @@ def _store_ids(store: Iterable[Any] | None) -> set[str] | None:
     return ids
 
 
-def verify(capsule: Any, store: Iterable[Any] | None = None) -> VerificationResult:
+def verify(capsule: Any, store: Iterable[Any] | StoreMembers | None = None) -> VerificationResult:
     """Class-1 verification of one capsule (a parsed JSON object). Never raises.
 
     Args:
         capsule: the capsule, as parsed from JSON (any value is accepted).
-        store: capsules or capsule ids; given, a chain parent missing from it
-            is a finding (the store-level parent check).
+        store: capsules or capsule ids, or a :class:`StoreMembers`; given, a
+            chain parent missing from it is a finding (the store-level parent
+            check).
 
     Returns:
         The findings, ``ok`` when none is an error; an exception inside a
@@ -274,7 +294,7 @@ def _check1(capsule: Mapping[str, Any], findings: list[Finding], blocks: dict[st
 
 
 def _verify(
-    capsule: Any, store: Iterable[Any] | None, findings: list[Finding], *, computed_id: str | None = None
+    capsule: Any, store: Iterable[Any] | StoreMembers | None, findings: list[Finding], *, computed_id: str | None = None
 ) -> VerificationResult:
     if not isinstance(capsule, Mapping):
         # a SealedRecord (what seal() returns) is the likeliest: say where its capsule is

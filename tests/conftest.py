@@ -1,9 +1,10 @@
-"""Shared fixtures: a real SoftHSM2 token and a real swtpm, each in a temp dir.
+"""Shared fixtures: a real SoftHSM2 token, a real swtpm and a real PostgreSQL
+server, each in a temp dir.
 
-Both are started by the project's own scripts in ``hardware/``. When a tool is
-missing the hardware tests *fail* (they never skip): ``make test`` installs
+All are started by the project's own scripts in ``hardware/``. When a tool is
+missing these tests *fail* (they never skip): ``make test`` installs
 everything they need. At the end of the run a summary line says how many
-SoftHSM2 and swtpm tests ran.
+SoftHSM2, swtpm and PostgreSQL tests ran.
 """
 
 from __future__ import annotations
@@ -148,13 +149,83 @@ def python() -> str:
     return sys.executable
 
 
-_HW_COUNTS: dict[str, dict[str, int]] = {"softhsm": {}, "swtpm": {}}
+@dataclass
+class PostgresServer:
+    """A private PostgreSQL server (hardware/postgres.sh) on a Unix socket;
+    each :meth:`new_url` is an empty schema of the database ``capseal_test``."""
+
+    dir: Path
+    host: str
+    port: int
+    user: str
+    password: str
+    pid: int
+    database: str = "capseal_test"
+    made: list[str] = field(default_factory=list)
+
+    def url(self, schema: str | None = None, *, password: str | None = None, database: str | None = None) -> str:
+        """The URL of ``database`` (this one by default), its ``schema`` (else public)."""
+        query = f"host={self.host}&port={self.port}"
+        if schema is not None:
+            query += f"&options=-csearch_path%3D{schema}"
+        return f"postgresql://{self.user}:{self.password if password is None else password}@/{database or self.database}?{query}"
+
+    def admin(self) -> object:
+        """An autocommit psycopg connection to the test database, as its superuser."""
+        import psycopg
+
+        return psycopg.connect(self.url(), autocommit=True)
+
+    def new_url(self) -> str:
+        """The URL of a new, empty schema (a ledger not made yet)."""
+        name = f"t{len(self.made)}_{os.getpid()}_{os.urandom(3).hex()}"
+        with self.admin() as conn:  # type: ignore[attr-defined]
+            conn.execute(f"CREATE SCHEMA {name}")
+        self.made.append(name)
+        return self.url(name)
+
+    def crash(self) -> None:
+        """``pg_ctl stop -m immediate``: the server stops as in a crash (no shutdown checkpoint)."""
+        subprocess.run([str(HARDWARE / "postgres.sh"), "crash", str(self.dir)], check=True, capture_output=True)
+
+    def start(self) -> None:
+        """Start it again on the same data (crash recovery after :meth:`crash`)."""
+        self.pid = int(_run([str(HARDWARE / "postgres.sh"), "start", str(self.dir)])["PG_PID"])
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session, with a database ``capseal_test``."""
+    d = tmp_path_factory.mktemp("postgres")
+    env = _run([str(HARDWARE / "postgres.sh"), "start", str(d)])
+    server = PostgresServer(dir=d, host=env["PGHOST"], port=int(env["PGPORT"]), user=env["PGUSER"],
+                            password=env["PGPASSWORD"], pid=int(env["PG_PID"]))
+    try:
+        import psycopg
+
+        with psycopg.connect(server.url(database="postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {server.database}")
+        yield server
+    finally:
+        subprocess.run([str(HARDWARE / "postgres.sh"), "stop", str(d)], check=False, capture_output=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> object:
+    """Each ledger engine in turn (tests.engines.Engine): a file, and a schema on the session's server."""
+    from tests.engines import Engine
+
+    server = request.getfixturevalue("postgres") if request.param == "postgres" else None
+    return Engine(request.param, tmp_path, server)
+
+
+_HW_COUNTS: dict[str, dict[str, int]] = {"softhsm": {}, "swtpm": {}, "postgres": {}}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
         return
-    for marker in ("softhsm", "swtpm"):
+    for marker in ("softhsm", "swtpm", "postgres"):
         if marker in report.keywords:
             counts = _HW_COUNTS[marker]
             counts[report.outcome] = counts.get(report.outcome, 0) + 1
@@ -167,12 +238,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.softhsm)
         if "swtpm" in fixtures or "fresh_swtpm" in fixtures:
             item.add_marker(pytest.mark.swtpm)
+        callspec = getattr(item, "callspec", None)
+        if "postgres" in fixtures or (callspec is not None and callspec.params.get("engine") == "postgres"):
+            item.add_marker(pytest.mark.postgres)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     tr = terminalreporter
-    tr.section("hardware tests (real SoftHSM2 token, real swtpm)")
-    for marker, label in (("softhsm", "SoftHSM2"), ("swtpm", "swtpm")):
+    tr.section("hardware and server tests (real SoftHSM2 token, real swtpm, real PostgreSQL)")
+    for marker, label in (("softhsm", "SoftHSM2"), ("swtpm", "swtpm"), ("postgres", "PostgreSQL")):
         counts = _HW_COUNTS[marker]
         ran = sum(counts.values())
         tr.write_line(

@@ -16,7 +16,7 @@ from capseal.keys import Signer
 
 from ..canonical import is_hex64
 from ..errors import InputError, LedgerError, shown
-from ..ledger import Ledger
+from ..ledger import DatabaseURL, Ledger, as_url
 from ..record import SealedRecord
 from . import sealing
 
@@ -93,12 +93,15 @@ def capsule_ref(name: str, value: Any) -> str:
     return str(capsule_id)
 
 
-def ledger_path(value: Any) -> Path:
-    """A ledger path a file can be opened at.
+def ledger_path(value: Any) -> Path | DatabaseURL:
+    """A ledger path a file can be opened at, or a ``postgresql://`` URL.
 
     Raises:
         LedgerError: an empty path, or one with a NUL byte (no file name holds one).
     """
+    url = as_url(value)
+    if url is not None:
+        return url
     raw = os.fspath(value)
     if not isinstance(raw, str):
         raise LedgerError(f"a ledger path is text, not {type(raw).__name__}")
@@ -110,7 +113,7 @@ def ledger_path(value: Any) -> Path:
 
 
 def producer_arguments(operator: Any, developer: Any, signer: Any, ledger: Any, epoch_id: Any, model_id: Any, provider: Any,
-             clock: Any, verify_signatures: Any, continue_epoch: bool) -> Path | None:
+             clock: Any, verify_signatures: Any, continue_epoch: bool) -> Path | DatabaseURL | None:
     """Every argument of :class:`Producer` checked before anything is made.
 
     Returns:
@@ -129,8 +132,8 @@ def producer_arguments(operator: Any, developer: Any, signer: Any, ledger: Any, 
     if not isinstance(signer, Signer):  # only the type is named: a key URI passed here may carry its PIN
         raise InputError(f"signer is a capseal.keys.Signer, not a {type(signer).__name__} "
                          "(capseal.keys.open_signer(uri) opens one from a key URI)")
-    if not isinstance(ledger, (str, os.PathLike, Ledger)):
-        raise InputError(f"ledger is a file path or a capseal.Ledger, not a {type(ledger).__name__}")
+    if not isinstance(ledger, (str, os.PathLike, Ledger, DatabaseURL)):
+        raise InputError(f"ledger is a file path or a capseal.Ledger (or a postgresql:// URL), not a {type(ledger).__name__}")
     path = None if isinstance(ledger, Ledger) else ledger_path(ledger)
     epoch(epoch_id)
     if continue_epoch and epoch_id is not None:

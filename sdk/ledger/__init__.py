@@ -1,4 +1,6 @@
-"""The durable, append-only capseal ledger (embedded: SQLite in WAL mode, standard library only).
+"""The durable, append-only capseal ledger: embedded (SQLite in WAL mode, standard
+library only, the default), or on a PostgreSQL server for fleets of producers
+(``Ledger("postgresql://…")``, the ``postgres`` extra: psycopg 3).
 
 >>> from capseal.ledger import Ledger
 >>> with Ledger("capsules.db") as ledger:  # doctest: +SKIP
@@ -11,8 +13,11 @@ hands it), :class:`StoredEntry`, :class:`EvidenceEntry`, :class:`PendingAppend`
 :func:`row_hash`, :data:`GENESIS`, :func:`evidence_header`,
 :func:`batch_header` (for tools that check rows themselves); for
 :mod:`capseal.audit`, :class:`AuditLedger` and the file findings
-:func:`empty_finding`, :func:`failure_finding`, :func:`file_findings`,
-:func:`column_findings`. Public modules: :mod:`capseal.ledger.storage` (the
+:func:`empty_finding`, :func:`failure_finding`, :func:`file_findings` (with :class:`ChainTail`),
+:func:`column_findings`; for a ledger on a PostgreSQL server,
+:class:`DatabaseURL` (``Ledger.path`` there), :func:`as_url`, :func:`is_database_url` and
+:func:`redact_url` (a URL as capseal shows it: no password); :class:`IdIndex`
+(record ids in bounded memory, for a walk over a whole ledger). Public modules: :mod:`capseal.ledger.storage` (the
 interface an engine implements). Every other module here is private.
 
 What it promises:
@@ -76,14 +81,17 @@ opened there works normally, on the same file too.
 
 from __future__ import annotations
 
-from ._audit import AuditLedger, column_findings, empty_finding, failure_finding, file_findings
+from ._audit import AuditLedger, ChainTail, column_findings, empty_finding, failure_finding, file_findings
 from ._commit import PendingAppend
 from ._evidence import BatchRoot, EvidenceEntry, batch_root, batch_slot
 from ._format import GENESIS, LEDGER_FORMAT, LedgerEntry, StoredEntry, batch_header, evidence_header, row_hash
+from ._idindex import IdIndex
 from ._ledger import Ledger
+from ._pg_url import DatabaseURL, as_url, is_database_url, redact_url
 
 __all__ = [
     "Ledger", "LedgerEntry", "StoredEntry", "EvidenceEntry", "PendingAppend", "LEDGER_FORMAT", "batch_root",
     "batch_slot", "BatchRoot", "row_hash", "GENESIS", "evidence_header", "batch_header",
-    "AuditLedger", "empty_finding", "failure_finding", "file_findings", "column_findings",
+    "AuditLedger", "ChainTail", "empty_finding", "failure_finding", "file_findings", "column_findings",
+    "DatabaseURL", "as_url", "is_database_url", "redact_url", "IdIndex",
 ]

@@ -35,9 +35,10 @@ from . import _head
 from ._columns import row_columns
 from ._format import StoredEntry
 from ._ledger import Ledger
+from ._pg_url import is_database_url
 from ._sqlite_open import is_busy
 
-__all__ = ["AuditLedger", "empty_finding", "failure_finding", "file_findings", "column_findings"]
+__all__ = ["AuditLedger", "ChainTail", "empty_finding", "failure_finding", "file_findings", "column_findings"]
 
 
 class AuditLedger(Ledger):
@@ -68,6 +69,8 @@ def empty_finding(path: str | Path) -> Finding | None:
     Returns:
         ``ledger_empty`` for a file of 0 bytes with no ``-wal`` beside it, else None.
     """
+    if is_database_url(path):
+        return None  # a server ledger: an empty schema is refused on opening
     try:
         if os.path.getsize(path) == 0 and not os.path.exists(f"{path}-wal"):
             return Finding("ledger_empty", f"{path} is 0 bytes: it holds no ledger (truncated to nothing?)")
@@ -96,13 +99,38 @@ def failure_finding(exc: BaseException) -> Finding:
     return Finding("ledger_unreadable", text)
 
 
-def file_findings(ledger: Ledger, entries: Iterable[StoredEntry]) -> list[Finding]:
+class ChainTail:
+    """What the head check needs of the record rows, kept as they are read
+    (in bounded memory): the last seq, and the row hash at each seq a head
+    names.
+
+    Args:
+        ledger: the ledger, inside its snapshot (its recorded heads are read here).
+    """
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.last = 0
+        self.hashes: dict[int, Any] = {}
+        try:
+            self._wanted = {h.position for h in ledger._storage.recorded_heads().heads if h.kind == "records"}
+        except Exception:  # heads that cannot be read: file_findings says why
+            self._wanted = set()
+
+    def add(self, entry: StoredEntry) -> None:
+        """Note one record row (in seq order)."""
+        self.last = max(self.last, entry.seq)
+        if entry.seq in self._wanted:
+            self.hashes[entry.seq] = entry.row_hash
+
+
+def file_findings(ledger: Ledger, entries: Iterable[StoredEntry] | ChainTail) -> list[Finding]:
     """The engine's integrity check, and the heads of both chains. Never
     raises for what the file holds.
 
     Args:
         ledger: the ledger, inside its snapshot.
-        entries: the record rows read (as far as they could be).
+        entries: the record rows read (as far as they could be), or a
+            :class:`ChainTail` that saw them.
 
     Returns:
         The findings (empty when the file is sound).
@@ -112,24 +140,32 @@ def file_findings(ledger: Ledger, entries: Iterable[StoredEntry]) -> list[Findin
     """
     storage = ledger._storage
     findings = [Finding("ledger_integrity_failed", text) for text in storage.integrity_check()]
-    return findings + _heads(ledger, {e.seq: e.row_hash for e in entries})
+    if not isinstance(entries, ChainTail):
+        rows = {e.seq: e.row_hash for e in entries}
+        return findings + _heads(ledger, max(rows, default=0), rows.get)
+    return findings + _heads(ledger, entries.last, entries.hashes.get)
 
 
-def _heads(ledger: Ledger, records: dict[int, Any]) -> list[Finding]:
+def _heads(ledger: Ledger, last_record: int, record_hash: Any) -> list[Finding]:
     storage = ledger._storage
     try:
         recorded = storage.recorded_heads()
-        evidence = {ev.eid: ev.row_hash for ev in storage.evidence_rows(batch=500, damaged=[])}
+        wanted = {h.position for h in recorded.heads if h.kind == "evidence"}
+        last_evidence, evidence = 0, {}
+        for ev in storage.evidence_rows(batch=500, damaged=[]):
+            last_evidence = max(last_evidence, ev.eid)
+            if ev.eid in wanted:
+                evidence[ev.eid] = ev.row_hash
     except storage.damage_errors as exc:  # the heads cannot be read: the integrity check says why
         if is_busy(exc):
             raise
         return [Finding("ledger_head_unreadable", f"the heads in meta cannot be read ({exc})", severity="warning")]
     findings = [Finding("ledger_head_mismatch", f"{text}: the file was edited") for text in recorded.damaged]
     findings += [Finding("ledger_head_unreadable", text, severity="warning") for text in recorded.unreadable]
-    rows = {"records": records, "evidence": evidence}
+    chains = {"records": (last_record, record_hash), "evidence": (last_evidence, evidence.get)}
     for head in recorded.heads:
-        chain = rows[head.kind]
-        problem = _head.shortfall(head, max(chain, default=0), chain.get)
+        last, hash_at = chains[head.kind]
+        problem = _head.shortfall(head, last, hash_at)
         if problem is not None:
             how, text = problem
             findings.append(Finding("ledger_tail_missing" if how == "missing" else "ledger_head_mismatch", text))

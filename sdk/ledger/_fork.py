@@ -49,7 +49,6 @@ import sys
 import threading
 import time
 import weakref
-from pathlib import Path
 from typing import Any, Protocol
 
 from .. import process
@@ -70,7 +69,7 @@ class ForkGuard:
 
     __slots__ = ("forked", "_path", "_pid")
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: object) -> None:
         self.forked = False
         self._path = path
         self._pid = os.getpid()  # the process that opened it
@@ -86,7 +85,8 @@ class ForkGuard:
 class Forkable(Protocol):
     """What this module uses of a ledger (the package's Ledger)."""
 
-    path: Path
+    @property
+    def path(self) -> Any: ...
 
     @property
     def closed(self) -> bool: ...
@@ -296,9 +296,11 @@ def _after_fork_in_child() -> None:
             if quiet and ledger.closed and not connections:  # closed, no snapshot open: nothing to let go of
                 continue
             for connection in connections:
-                _keep_alive(connection)
-            previous = _INHERITED.get(location, ([], None))
-            _INHERITED[location] = (previous[0] + connections, previous[1])
+                _keep_alive(connection)  # a server's connection too: closing it would end the parent's session
+            files = [c for c in connections if isinstance(c, sqlite3.Connection)]
+            if files or not connections:
+                previous = _INHERITED.get(location, ([], None))
+                _INHERITED[location] = (previous[0] + files, previous[1])
             if not quiet and _not_quiet is None:
                 _not_quiet = (
                     f"this process was forked while the ledger {location} was in use in the parent (a "

@@ -117,11 +117,15 @@ def _row(e: LedgerEntry, seq: int, prev: str) -> StoredEntry:
 def _refused_with(p: PendingAppend) -> LedgerError | None:
     """Why ``p`` cannot be written, decided before its INSERT: the lead of its
     pair, or an append it needs (queued earlier, so decided already), was
-    refused. None when nothing stands in its way."""
+    refused. None when nothing stands in its way. A record refused with the
+    lead of its pair (its epoch's boundary) for a duplicate is itself refused
+    as a duplicate: its epoch id is taken."""
     for other, how in ((p.lead, "goes in with"), *((a, "needs") for a in p.after)):
         if other is not None and other.error is not None:
-            return LedgerError(f"record {p.entry.record_id[:16]}… not written: it {how} "
-                               f"{other.entry.record_id[:16]}…, which was refused ({other.error})")
+            kind = DuplicateRecordError if other is p.lead and isinstance(other.error, DuplicateRecordError) \
+                else LedgerError
+            return kind(f"record {p.entry.record_id[:16]}… not written: it {how} "
+                        f"{other.entry.record_id[:16]}…, which was refused ({other.error})")
     return None
 
 

@@ -1,7 +1,7 @@
 """The :class:`Ledger` facade: the durable, append-only capseal ledger.
 
-It does the ledger's work over an engine (:mod:`capseal.ledger.storage`;
-SQLite here): group commit (:mod:`._commit`, :mod:`._group`), evidence
+It does the ledger's work over an engine (:mod:`capseal.ledger.storage`:
+SQLite for a file, PostgreSQL for a ``postgresql://`` URL): group commit (:mod:`._commit`, :mod:`._group`), evidence
 (:mod:`._evidence`), chain checks (:mod:`._chain`), export and import
 (:mod:`._transfer`), fork safety (:mod:`._fork`).
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from ..arguments import count, seconds
 from ..arguments import timeout as timeout_arg
@@ -25,6 +25,8 @@ from ._commit import Arrival, GroupCommit, PendingAppend, Stats
 from ._evidence import CurrentSlots, EvidenceEntry, SlotReader
 from ._format import LedgerEntry, StoredEntry
 from ._group import write_group
+from ._idindex import IdIndex
+from ._pg_url import DatabaseURL, as_url
 from ._sqlite import SQLiteStorage
 from .storage import Storage
 
@@ -32,16 +34,21 @@ __all__ = ["Ledger"]
 
 
 class Ledger:
-    """An append-only capseal ledger in one SQLite file.
+    """An append-only capseal ledger in one SQLite file, or in a PostgreSQL database.
 
     Thread-safe. Several processes may append to the same file (SQLite's write
     lock serializes them; each transaction reads the chain head under it),
     each through a Ledger it opened itself: one inherited through fork()
-    refuses every call (LedgerForkedError). Every read below may raise
-    LedgerBusyError, LedgerClosedError or LedgerForkedError.
+    refuses every call (LedgerForkedError). Given a ``postgresql://`` URL
+    (the ``postgres`` extra), any number of processes on any number of hosts
+    append to one ledger at once, with the same API, rows and hashes. Every
+    read below may raise LedgerBusyError, LedgerClosedError or
+    LedgerForkedError (and, on PostgreSQL, LedgerUnavailableError).
 
     Args:
-        path: the ledger file (made a ledger if new or empty).
+        path: the ledger file (made a ledger if new or empty), or a
+            ``postgresql://`` URL (its schema made a ledger if empty; the
+            password is never shown: ``path`` is then a :class:`DatabaseURL`).
         readonly: open an existing ledger for reading only.
         synchronous: SQLite's ``synchronous``: FULL (durable on acknowledgement), EXTRA or NORMAL.
         group_window: seconds the committer lets a group of :meth:`submit`
@@ -49,12 +56,15 @@ class Ledger:
             than an insert); :meth:`append` never waits for it.
         group_max: records that end the window early.
         lock_timeout: seconds opening or a commit waits for another
-            process's lock on the file before LedgerBusyError.
+            process's lock on the file before LedgerBusyError (on PostgreSQL
+            also the wait for the server).
 
     Raises:
         InputError: a setting out of range.
         LedgerError: no ledger can be opened at ``path`` (NotALedgerError,
-            LedgerFormatError, LedgerCorruptError, LedgerBusyError say why).
+            LedgerFormatError, LedgerCorruptError, LedgerBusyError say why;
+            LedgerUnavailableError, LedgerAccessDeniedError for a server).
+        MissingExtraError: a ``postgresql://`` URL without psycopg installed.
         LedgerForkedError: this process was forked while the file was in use.
     """
 
@@ -62,7 +72,7 @@ class Ledger:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | DatabaseURL,
         *,
         readonly: bool = False,
         synchronous: str = "FULL",
@@ -70,7 +80,11 @@ class Ledger:
         group_max: int = 256,
         lock_timeout: float = 30.0,
     ) -> None:
-        self.path = Path(path)
+        url = as_url(path)
+        # typed as the file's path for the many callers of a file ledger; a server ledger's is its
+        # DatabaseURL, which has what a message needs of a path (``name`` and ``str()``, redacted), see ``url``
+        self.path: Path = cast(Path, url) if url is not None else Path(cast('str | os.PathLike[str]', path))
+        self.url: DatabaseURL | None = url  #: the database URL of a ledger on a server (None: a file)
         self.readonly = readonly
         window, group_max = seconds(group_window, "group_window"), count(group_max, "group_max")
         lock_timeout = seconds(lock_timeout, "lock_timeout")
@@ -541,18 +555,25 @@ class Ledger:
 
     # ------------------------------------------------------------------ integrity
 
-    def check_chain(self) -> list[str]:
-        """Recompute both hash chains and the evidence index, in one snapshot.
+    def check_chain(self, *, on_record: Callable[[StoredEntry], object] | None = None, index: IdIndex | None = None,
+                    rows: _chain.CheckedRows | None = None, damaged: list[str] | None = None) -> list[str]:
+        """Recompute both hash chains and the evidence index, in one snapshot,
+        in memory that does not grow with the ledger.
 
-        What the file holds never raises here: a row SQLite cannot read, a
-        column of another type, a hash that is not hex or a record stored
-        twice is a problem of its own, and the rows around it are still checked.
+        What the file holds never raises here: a row SQLite cannot read, a column of another type, a hash
+        that is not hex or a record stored twice is a problem of its own, and the rows around it are still checked.
+
+        Args:
+            on_record: called with every record row as it is checked, in seq order (damaged ones too).
+            index: filled with every record id's first seq (an :class:`IdIndex`).
+            rows, damaged: the rows as the caller read them here (:meth:`entries` with ``damaged``), each with
+                whether its row hash matches (None: checked here); by default they are read here.
 
         Returns:
             The problems found, one sentence each (empty when intact).
         """
         with self.snapshot():
-            return _chain.check(self._storage)
+            return _chain.check(self._storage, on_record=on_record, index=index, rows=rows, damaged=damaged)
 
     # ------------------------------------------------------------------ export / import
 
@@ -576,7 +597,7 @@ class Ledger:
                 raise LedgerCorruptError(f"{self.path} is damaged ({exc}); the export is not whole") from None
 
     @classmethod
-    def import_jsonl(cls, src: IO[bytes], path: str | os.PathLike[str]) -> Ledger:
+    def import_jsonl(cls, src: IO[bytes], path: str | os.PathLike[str] | DatabaseURL) -> Ledger:
         """Build a new ledger at ``path`` from an export, checking every hash.
 
         Args:
@@ -589,9 +610,16 @@ class Ledger:
         Raises:
             MalformedJSONError: a line is malformed (no file is left at ``path``).
             LedgerCorruptError: a hash chain breaks, a batch does not hash to its root (likewise).
-            LedgerError: ``path`` exists, or the ledger cannot be made there.
+            LedgerError: ``path`` exists, or the ledger cannot be made there
+                (a ``postgresql://`` URL: its schema is not empty).
         """
-        target = Path(path)
+        url = as_url(path)
+        if url is not None:
+            from ._pg_transfer import import_into
+
+            import_into(url, src, lock_timeout=30.0)
+            return cls(url)
+        target = Path(cast('str | os.PathLike[str]', path))
         _transfer.import_file(cls, cls.close, lambda ledger: ledger._storage, src, target)
         return cls(target)
 
@@ -605,9 +633,17 @@ def open_storage(ledger: Ledger, *, synchronous: str, lock_timeout: float) -> St
         lock_timeout: seconds to wait for another process's lock.
 
     Returns:
-        The SQLite engine for the ledger's file.
+        The PostgreSQL engine for a database URL, else the SQLite engine for the ledger's file.
+
+    Raises:
+        MissingExtraError: a database URL without psycopg installed.
     """
     me = weakref.ref(ledger)
+    if ledger.url is not None:
+        from ._pg import PGStorage  # psycopg only for a ledger on a server
+
+        return PGStorage(ledger.url, label=repr(ledger), guard=ledger._guard, readonly=ledger.readonly,
+                         synchronous=synchronous, lock_timeout=lock_timeout, on_released=lambda: _forget(me))
     return SQLiteStorage(ledger.path, label=repr(ledger), guard=ledger._guard, readonly=ledger.readonly,
                          synchronous=synchronous, lock_timeout=lock_timeout, lenient=ledger._lenient_reads,
                          on_released=lambda: _forget(me))

@@ -27,7 +27,7 @@ from ._evidence import Batch, EvidenceEntry
 from ._format import GENESIS, StoredEntry, batch_header, evidence_header, row_hash
 from .storage import DuplicateRow, Storage, Transaction
 
-__all__ = ["export_lines", "import_file", "load"]
+__all__ = ["export_lines", "import_file", "load", "load_rows"]
 
 _IMPORT_PREFIX = ".capseal-import-"
 _IMPORT_GRACE = 10.0  # s: a temp file younger than this may belong to an import that has not locked it yet
@@ -129,17 +129,30 @@ def load(storage: Storage, src: IO[bytes]) -> None:
             to its root, a record stored twice, evidence naming an unknown record.
     """
     with storage.write("import into") as tx:
-        chains = _Chains()
-        for lineno, item in _lines(src):
-            try:
-                if item["kind"] == "record":
-                    _load_record(tx, chains, lineno, item)
-                else:
-                    _load_evidence(tx, chains, lineno, item)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise MalformedJSONError(f"line {lineno}: missing or malformed field {exc}") from None
-            except DuplicateRow as exc:
-                raise LedgerCorruptError(f"line {lineno}: {exc.detail}") from None
+        load_rows(tx, src)
+
+
+def load_rows(tx: Transaction, src: IO[bytes]) -> None:
+    """Add every line of an export through ``tx``, checking each hash (see :func:`load`).
+
+    Args:
+        tx: a write transaction on an empty store.
+        src: the export, one JSON object a line.
+
+    Raises:
+        MalformedJSONError, LedgerCorruptError: as :func:`load`.
+    """
+    chains = _Chains()
+    for lineno, item in _lines(src):
+        try:
+            if item["kind"] == "record":
+                _load_record(tx, chains, lineno, item)
+            else:
+                _load_evidence(tx, chains, lineno, item)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedJSONError(f"line {lineno}: missing or malformed field {exc}") from None
+        except DuplicateRow as exc:
+            raise LedgerCorruptError(f"line {lineno}: {exc.detail}") from None
 
 
 class _Chains:

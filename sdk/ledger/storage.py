@@ -371,6 +371,25 @@ class Storage(Protocol):
         """
         ...
 
+    def evidence_index_rows(self, *, batch: int) -> Iterator[tuple[int, int, int]]:
+        """Every index row, ``(record_seq, eid, leaf_index)``, in key order,
+        read ``batch`` at a time (memory bounded, unlike :meth:`evidence_index`).
+
+        Raises:
+            LedgerCorruptError: the index cannot be read.
+        """
+        ...
+
+    def epoch_boundaries(self, *, batch: int) -> Iterator[StoredEntry]:
+        """Every epoch-boundary capsule row (any stream), in seq order, found
+        from the bodies as :meth:`last_tagged` finds them: a verifier learns
+        the keys their custody statements name before it reads the records.
+
+        Raises:
+            LedgerCorruptError: a row found is not one capseal writes.
+        """
+        ...
+
     def integrity_check(self) -> list[str]:
         """The engine's own check of its storage (pages, indexes).
 

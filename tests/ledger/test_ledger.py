@@ -16,9 +16,10 @@ import capseal
 from capseal import Ledger, Producer
 from capseal.errors import LedgerBusyError, LedgerCorruptError, LedgerError, MalformedJSONError
 from capseal.keys import UnsafeEphemeralSigner
+from tests.engines import Engine
 
 
-def _fill(path: Path, n: int = 20) -> list[capseal.SealedRecord]:
+def _fill(path: Path | str, n: int = 20) -> list[capseal.SealedRecord]:
     out = []
     with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as p:
         for i in range(n):
@@ -27,24 +28,27 @@ def _fill(path: Path, n: int = 20) -> list[capseal.SealedRecord]:
     return out
 
 
-def test_rows_cannot_be_updated_or_deleted(tmp_path: Path) -> None:
-    path = tmp_path / "l.db"
+def test_rows_cannot_be_updated_or_deleted(engine: Engine) -> None:
+    path = engine.new()
     _fill(path, 2)
-    with sqlite3.connect(path) as db:
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-            db.execute("UPDATE records SET body = x'00' WHERE seq = 1")
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-            db.execute("DELETE FROM records WHERE seq = 2")
+    with pytest.raises(engine.refusal, match="append-only"):
+        engine.execute(path, "UPDATE records SET body = ? WHERE seq = 1", (b"\x00",))
+    with pytest.raises(engine.refusal, match="append-only"):
+        engine.execute(path, "DELETE FROM records WHERE seq = 2")
+    if engine.postgres:  # a server's table can also be emptied at once
+        with pytest.raises(engine.refusal, match="append-only"):
+            engine.execute(path, "TRUNCATE records CASCADE")
+    with Ledger(path, readonly=True) as ledger:
+        assert ledger.count() == 5 and ledger.check_chain() == []
 
 
-def test_tampering_behind_the_triggers_is_detected(tmp_path: Path) -> None:
-    path = tmp_path / "l.db"
+def test_tampering_behind_the_triggers_is_detected(engine: Engine) -> None:
+    path = engine.new()
     _fill(path, 3)
     assert capseal.verify_ledger(path).ok
-    with sqlite3.connect(path) as db:
-        db.execute("DROP TRIGGER records_no_update")
-        body = db.execute("SELECT body FROM records WHERE seq = 3").fetchone()[0]
-        db.execute("UPDATE records SET body = ? WHERE seq = 3", (body.replace(b"po-0", b"po-9"),))
+    engine.allow_edits(path)
+    body = engine.execute(path, "SELECT body FROM records WHERE seq = 3")[0][0]
+    engine.execute(path, "UPDATE records SET body = ? WHERE seq = 3", (bytes(body).replace(b"po-0", b"po-9"),))
     report = capseal.verify_ledger(path)
     assert not report.ok
     assert any(f.code == "ledger_chain_broken" and "seq 3" in f.detail for f in report.findings)
@@ -53,38 +57,42 @@ def test_tampering_behind_the_triggers_is_detected(tmp_path: Path) -> None:
     assert {f.code for f in bad[0].findings} >= {"capsule_id_mismatch"}
 
 
-def test_export_import_is_byte_identical(tmp_path: Path) -> None:
-    path = tmp_path / "l.db"
+def test_export_import_is_byte_identical(engine: Engine) -> None:
+    path = engine.new()
     records = _fill(path, 5)
     with Ledger(path) as ledger:
         ledger.add_evidence(records[1].capsule_id, {"kind": "test-evidence", "note": "beside, not inside"})
         first = io.BytesIO()
         ledger.export_jsonl(first)
-    with Ledger.import_jsonl(io.BytesIO(first.getvalue()), tmp_path / "copy.db") as copy:
+    copy_at = engine.new("copy")
+    with Ledger.import_jsonl(io.BytesIO(first.getvalue()), copy_at) as copy:
         second = io.BytesIO()
         copy.export_jsonl(second)
         assert copy.evidence_history(records[1].capsule_id) == [None, {"kind": "test-evidence", "note": "beside, not inside"}]
     assert first.getvalue() == second.getvalue()
-    assert capseal.verify_ledger(tmp_path / "copy.db").ok
+    assert capseal.verify_ledger(copy_at).ok
 
 
-def test_import_refuses_a_tampered_export_and_leaves_no_file(tmp_path: Path) -> None:
-    path = tmp_path / "l.db"
+def test_import_refuses_a_tampered_export_and_leaves_no_file(engine: Engine) -> None:
+    path = engine.new()
     _fill(path, 3)
     buf = io.BytesIO()
     with Ledger(path) as ledger:
         ledger.export_jsonl(buf)
     lines = buf.getvalue().splitlines(keepends=True)
     lines[2] = lines[2].replace(b"po-0", b"po-7")
+    bad = engine.new("bad")
     with pytest.raises(LedgerCorruptError, match="line 3"):
-        Ledger.import_jsonl(io.BytesIO(b"".join(lines)), tmp_path / "bad.db")
-    assert not (tmp_path / "bad.db").exists()
+        Ledger.import_jsonl(io.BytesIO(b"".join(lines)), bad)
+    assert not engine.holds_ledger(bad)
     with pytest.raises(MalformedJSONError, match="line 1"):
-        Ledger.import_jsonl(io.BytesIO(b"{not json\n"), tmp_path / "bad2.db")
+        Ledger.import_jsonl(io.BytesIO(b"{not json\n"), engine.new("bad2"))
+    with pytest.raises(LedgerError, match="import builds a new ledger"):  # never into a ledger that is there
+        Ledger.import_jsonl(io.BytesIO(buf.getvalue()), path)
 
 
-def test_evidence_slot_history_is_append_only(tmp_path: Path) -> None:
-    path = tmp_path / "l.db"
+def test_evidence_slot_history_is_append_only(engine: Engine) -> None:
+    path = engine.new()
     records = _fill(path, 1)
     cid = records[0].capsule_id
     with Ledger(path) as ledger:
@@ -102,8 +110,8 @@ def test_evidence_slot_history_is_append_only(tmp_path: Path) -> None:
             ledger.add_evidence("0" * 64, {"kind": "k"})
 
 
-def test_threads_share_group_commits(tmp_path: Path) -> None:
-    path = tmp_path / "l.db"
+def test_threads_share_group_commits(engine: Engine) -> None:
+    path = engine.new()
     with Producer("acme", "agent@1", UnsafeEphemeralSigner(), path) as p:
         errors: list[BaseException] = []
 
@@ -133,8 +141,8 @@ def test_threads_share_group_commits(tmp_path: Path) -> None:
         assert ledger.check_chain() == []
 
 
-def test_two_processes_append_to_one_ledger(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
+def test_two_processes_append_to_one_ledger(engine: Engine) -> None:
+    path = engine.new("shared")
     script = (
         "import sys; from capseal import Producer; from capseal.keys import UnsafeEphemeralSigner\n"
         "with Producer('acme', sys.argv[2], UnsafeEphemeralSigner(), sys.argv[1]) as p:\n"
@@ -265,7 +273,7 @@ def test_a_path_no_ledger_can_be_opened_at_is_a_ledger_error_naming_it(tmp_path:
     assert not Path(":memory:").exists()
 
 
-def test_a_pair_goes_in_whole_or_not_at_all(tmp_path: Path) -> None:
+def test_a_pair_goes_in_whole_or_not_at_all(engine: Engine) -> None:
     """``submit_pair`` (an epoch boundary and the epoch's first record): a
     refusal of either, decided in the commit, undoes the other, whatever else
     the group holds; the chain stays whole."""
@@ -276,7 +284,7 @@ def test_a_pair_goes_in_whole_or_not_at_all(tmp_path: Path) -> None:
         return LedgerEntry(record_id=f"{n:064x}", record_type="test", epistemic_type="producer_claim",
                            body=b'{"n":%d}' % n, action_id=action)
 
-    with Ledger(tmp_path / "l.db") as ledger:
+    with Ledger(engine.new()) as ledger:
         ledger.append(entry(1, "taken"))
         before = ledger.count()
         # the follower is a duplicate: the lead written for it is undone
@@ -305,15 +313,14 @@ def test_a_pair_goes_in_whole_or_not_at_all(tmp_path: Path) -> None:
         assert ledger.check_chain() == []
 
 
-def test_one_unreadable_row_does_not_hide_the_others(tmp_path: Path) -> None:
+def test_one_unreadable_row_does_not_hide_the_others(engine: Engine) -> None:
     """A row whose links column is not JSON, or whose body nests too deeply to
     parse, fails on its own; verify_ledger still reads and reports every row."""
-    path = tmp_path / "l.db"
+    path = engine.new()
     _fill(path, 3)
-    with sqlite3.connect(path) as db:
-        db.execute("DROP TRIGGER records_no_update")
-        db.execute("UPDATE records SET links = 'not json' WHERE seq = 2")
-        db.execute("UPDATE records SET body = ? WHERE seq = 4", (b"[" * 100000 + b"]" * 100000,))
+    engine.allow_edits(path)
+    engine.execute(path, "UPDATE records SET links = 'not json' WHERE seq = 2")
+    engine.execute(path, "UPDATE records SET body = ? WHERE seq = 4", (b"[" * 100000 + b"]" * 100000,))
     report = capseal.verify_ledger(path)
     assert not report.ok
     assert not any(f.code == "ledger_unreadable" for f in report.findings)

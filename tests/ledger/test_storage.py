@@ -112,7 +112,7 @@ def test_the_ledger_works_through_the_seam_alone(tmp_path: Path, calls: dict[str
     assert again.getvalue() == out.getvalue()
     assert capseal.verify_ledger(path).ok  # the audit's reader goes through the seam too
     used = {"open", "write", "snapshot", "count", "record_rows", "record_row", "has_record", "has_action_id",
-            "last_tagged", "evidence_rows", "evidence_states", "evidence_index", "integrity_check",
+            "last_tagged", "evidence_rows", "evidence_states", "evidence_index_rows", "integrity_check",
             "recorded_heads", "close", "records_head", "add_records", "record_seqs", "evidence_head",
             "add_evidence"}
     assert used <= set(calls), used - set(calls)

@@ -66,14 +66,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _verify_target(args: argparse.Namespace, target: str, trusted: list[Any], evidence_trust: Any) -> tuple[int, Any]:
     """(exit code, JSON report) of one target; the text report is printed here."""
     from ...audit import verify_ledger
+    from ...ledger import is_database_url
 
     path = Path(target)
-    if not path.exists() and target != "-":
+    server = is_database_url(target)
+    if not server and not path.exists() and target != "-":
         raise CLIError(f"no such file: {target}")
-    if target != "-" and _is_ledger_file(path):
-        report = verify_ledger(path, trusted_keys=trusted, evidence=args.evidence, evidence_trust=evidence_trust)
-        if not args.json:
-            _print_ledger_report(report, verbose=args.verbose)
+    if server or (target != "-" and _is_ledger_file(path)):
+        ledger: Any = target if server else path
+        if args.json:  # every record's report goes into the JSON
+            report = verify_ledger(ledger, trusted_keys=trusted, evidence=args.evidence, evidence_trust=evidence_trust)
+        else:
+            lines = RecordLines(verbose=args.verbose)
+            bar = ProgressBar(sys.stderr) if sys.stderr.isatty() and sys.stdout.isatty() else None
+            try:
+                report = verify_ledger(ledger, trusted_keys=trusted, evidence=args.evidence,
+                                       evidence_trust=evidence_trust, keep_records=False, on_record=lines.add,
+                                       progress=bar)
+            finally:
+                if bar is not None:
+                    bar.clear()
+            _print_ledger_report(report, verbose=args.verbose, lines=lines)
         if any(f.code == "ledger_unreadable" for f in report.findings):
             return EXIT_ERROR, report.to_dict()
         return (EXIT_OK if report.ok else EXIT_NOT_OK), report.to_dict()
@@ -168,11 +181,12 @@ def _verify_json_file(args: argparse.Namespace, target: str, trusted: list[Any],
     return (EXIT_OK if all_ok else EXIT_NOT_OK), (out if isinstance(data, list) else out[0])
 
 
-def _print_ledger_report(report: Any, *, verbose: bool) -> None:
+def _print_ledger_report(report: Any, *, verbose: bool, lines: RecordLines) -> None:
     """The text form: a headline, the ledger's findings, the signers and
-    whether they are pinned, then the records that are not ok (every record
-    with ``-v``); the warnings of ok records and the evidence statuses are
-    tallied unless ``-v``."""
+    whether they are pinned, the records that are not ok (the first
+    :data:`SHOWN_NOT_OK` of them; every record with ``-v``), then the
+    finding codes with how many records carry each, the open items and the
+    evidence statuses."""
     counts = report.counts()
     unpinned = report.ok and report.signers and not report.pinned
     print(f"{'ok' if report.ok else 'NOT OK'}{' (signers not pinned)' if unpinned else ''}  {report.path}: "
@@ -180,28 +194,108 @@ def _print_ledger_report(report: Any, *, verbose: bool) -> None:
     for f in report.findings:
         print(f"  [{f.severity}] {f.code}: {f.detail}")
     print_signers(report)
-    tally: dict[str, int] = {}
-    for r in report.records:
-        problems = [f for f in r.findings if f.severity != "info" or verbose]
-        if r.ok and not verbose:
-            for f in problems:
-                tally[f.code] = tally.get(f.code, 0) + 1
-            continue
-        ev = f" evidence={r.evidence}" if r.evidence is not None else ""
-        print(f"  seq {r.seq} {r.record_type} {r.record_id[:16]}… {'ok' if r.ok else 'NOT OK'} signature={r.signature}{ev}")
-        for f in problems:
-            print(f"      [{f.severity}] {f.code}: {f.detail}")
-    if tally:
-        print("  on ok records: " + ", ".join(f"{code} ×{n}" for code, n in sorted(tally.items())) + " (-v lists them)")
-    from ...audit import OPEN_EFFECT
-
-    still_open = sum(any(f.code == OPEN_EFFECT for f in r.findings) for r in report.records)
-    if still_open:
-        print(f"  open items: {still_open} planned or dispatched effect(s) with no outcome in the ledger (-v lists them)")
-    if report.records and any(r.evidence is not None for r in report.records):
-        statuses = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("evidence:")}
+    lines.write_to(sys.stdout)
+    if lines.hidden:
+        print(f"  … and {lines.hidden} more record(s) not ok (-v lists them)")
+    if lines.tally:
+        print("  on ok records: " + ", ".join(f"{code} ×{n}" for code, n in sorted(lines.tally.items())) + " (-v lists them)")
+    if report.finding_counts:
+        print("  findings by code (records): " +
+              ", ".join(f"{code} ×{n}" for code, n in sorted(report.finding_counts.items())))
+    if lines.still_open:
+        print(f"  open items: {lines.still_open} planned or dispatched effect(s) with no outcome in the ledger (-v lists them)")
+    statuses = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("evidence:")}
+    if statuses:
         print("  evidence: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
 
+
+#: records not ok listed without -v (the others are counted)
+SHOWN_NOT_OK = 20
+
+
+class RecordLines:
+    """The per-record part of a ledger's text report, gathered as the
+    verifier hands each record on, in a temporary file (a ledger of any
+    size, listed with ``-v``, is not held in memory).
+
+    Args:
+        verbose: list every record and finding (else the first records not ok).
+    """
+
+    def __init__(self, *, verbose: bool) -> None:
+        import tempfile
+
+        self.verbose = verbose
+        self.tally: dict[str, int] = {}  # finding code -> ok records carrying it (not listed)
+        self.still_open = 0
+        self.hidden = 0
+        self.shown = 0
+        self._file = tempfile.TemporaryFile("w+", encoding="utf-8")
+
+    def add(self, r: Any) -> None:
+        """One record's report (``capseal.audit.RecordReport``)."""
+        from ...audit import OPEN_EFFECT
+
+        verbose = self.verbose
+        problems = [f for f in r.findings if f.severity != "info" or verbose]
+        self.still_open += any(f.code == OPEN_EFFECT for f in r.findings)
+        if r.ok and not verbose:
+            for f in problems:
+                self.tally[f.code] = self.tally.get(f.code, 0) + 1
+            return
+        if not verbose and self.shown >= SHOWN_NOT_OK:
+            self.hidden += 1
+            return
+        self.shown += 1
+        ev = f" evidence={r.evidence}" if r.evidence is not None else ""
+        out = [f"  seq {r.seq} {r.record_type} {r.record_id[:16]}… {'ok' if r.ok else 'NOT OK'} signature={r.signature}{ev}"]
+        out += [f"      [{f.severity}] {f.code}: {f.detail}" for f in problems]
+        self._file.write("\n".join(out) + "\n")
+
+    def write_to(self, out: Any) -> None:
+        """Copy the lines gathered to ``out``, and let the temporary file go."""
+        self._file.seek(0)
+        while True:
+            chunk = self._file.read(1 << 16)
+            if not chunk:
+                break
+            out.write(chunk)
+        self._file.close()
+
+
+class ProgressBar:
+    """A progress bar on a terminal, redrawn in place (``verify_ledger``'s
+    ``progress``): the pass, rows done of all, and rows per second.
+
+    Args:
+        out: the terminal's stream (stderr).
+    """
+
+    def __init__(self, out: Any) -> None:
+        import time
+
+        self._out, self._clock = out, time.monotonic
+        self._start = self._clock()
+        self._last = 0.0
+
+    def __call__(self, name: str, done: int, total: int) -> None:
+        now = self._clock()
+        if now - self._last < 0.1 and done < total:
+            return
+        self._last = now
+        width = 30
+        filled = width * done // total if total else width
+        rate = done / (now - self._start) if now > self._start else 0.0
+        self._out.write(f"\r  {name:<8} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} "
+                        f"({rate:,.0f} rows/s)\033[K")
+        self._out.flush()
+        if done >= total:
+            self._start = now  # the next pass counts from here
+
+    def clear(self) -> None:
+        """Take the bar off the terminal."""
+        self._out.write("\r\033[K")
+        self._out.flush()
 
 
 def verify_targets(args: argparse.Namespace, targets: list[str], verify_one: Callable[[str], tuple[int, Any]]) -> int:

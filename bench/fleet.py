@@ -1,0 +1,258 @@
+"""A fleet of producers on one ledger, PostgreSQL beside SQLite, in one run.
+
+Prints:
+  * durable sealed records/s for 1, 2, 4 and 8 producer processes sealing
+    into one ledger (each process one Producer, 4 threads each, every seal
+    waited for: durable on return), into PostgreSQL and into SQLite;
+  * the seal rate with the ledger already holding 0, 100k and 1M records
+    (one process, 4 threads), both engines;
+  * ``capseal verify`` of the 100k and 1M ledgers: records/s and the peak
+    memory of the verifying process and its workers (ru_maxrss of the
+    children), both engines.
+
+The big ledgers are built fast: the bench generates the rows itself (each a
+real capsule, with its own capsule id, signed by one key, hash-chained) as an
+export (JSON lines), in worker processes, and imports it with
+``Ledger.import_jsonl`` (which checks every hash) into each engine; the first
+rows are a real producer's (its epoch boundary). The PostgreSQL server is a
+private one started by hardware/postgres.sh (stopped at the end).
+
+Usage: python bench/fleet.py [--quick] [--seconds 4] [--json]
+  --quick: ledgers of 10k and 50k records instead of 100k and 1M, 2 s per rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from capseal import Ledger, Producer
+from capseal.canonical import capsule_id
+from capseal.envelope import sign_envelope
+from capseal.keys import UnsafeEphemeralSigner
+from capseal.ledger import row_hash
+from capseal.record import dumps_canonical
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# ---------------------------------------------------------------- the server
+
+
+class Server:
+    """A private PostgreSQL server (hardware/postgres.sh) in a temporary directory."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.dir = tmp / "pg"
+        out = subprocess.run([str(ROOT / "hardware" / "postgres.sh"), "start", str(self.dir)], check=True,
+                             capture_output=True, text=True).stdout
+        env = dict(line.split("=", 1) for line in out.split())
+        self.base = f"postgresql://{env['PGUSER']}:{env['PGPASSWORD']}@/%s?host={env['PGHOST']}&port={env['PGPORT']}"
+        import psycopg
+
+        with psycopg.connect(self.base % "postgres", autocommit=True) as conn:
+            conn.execute("CREATE DATABASE bench")
+        self.n = 0
+
+    def new_url(self) -> str:
+        """An empty schema of the bench database."""
+        import psycopg
+
+        self.n += 1
+        name = f"b{self.n}"
+        with psycopg.connect(self.base % "bench", autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {name}")
+        return (self.base % "bench") + f"&options=-csearch_path%3D{name}"
+
+    def stop(self) -> None:
+        subprocess.run([str(ROOT / "hardware" / "postgres.sh"), "stop", str(self.dir)], check=False,
+                       capture_output=True)
+
+
+# ---------------------------------------------------------------- sealing rates
+
+def _seal_for(target: str, who: str, seconds: float, threads: int, out: Any) -> None:
+    """One producer process: ``threads`` threads sealing for ``seconds``; writes its count."""
+    with Producer("acme", f"{who}@1", UnsafeEphemeralSigner(), target) as p:
+        p.seal({"action_id": f"{who}-warm", "action_type": "fyi"})
+        stop = time.monotonic() + seconds
+        counts = [0] * threads
+
+        def run(t: int) -> None:
+            i = 0
+            while time.monotonic() < stop:
+                p.seal({"action_id": f"{who}-{t}-{i}", "action_type": "fyi"})
+                i += 1
+            counts[t] = i
+
+        workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    out.put(sum(counts))
+
+
+def fleet_rate(target: str, processes: int, seconds: float, threads: int = 4) -> float:
+    """Durable sealed records/s of ``processes`` producer processes on one ledger."""
+    Ledger(target).close()
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_seal_for, args=(target, f"p{k}-{os.urandom(2).hex()}", seconds, threads, q))
+             for k in range(processes)]
+    start = time.monotonic()
+    for proc in procs:
+        proc.start()
+    total = sum(q.get(timeout=seconds + 120) for _ in procs)
+    for proc in procs:
+        proc.join()
+    return total / max(time.monotonic() - start - 0.0, seconds)
+
+
+# ---------------------------------------------------------------- big ledgers
+
+_GEN: dict[str, Any] = {}
+
+
+def _bodies(span: tuple[int, int]) -> list[tuple[str, bytes]]:
+    """Records ``start..stop`` of the generated part: (capsule id, body)."""
+    template, signer = _GEN["template"], _GEN["signer"]
+    out = []
+    for i in range(*span):
+        capsule = {k: v for k, v in template["capsule"].items() if k not in ("capsule_id", "signature", "key_id")}
+        capsule["action_id"] = f"gen-{i}"
+        cid = capsule_id(capsule)
+        env = sign_envelope(signer, bytes.fromhex(cid))
+        capsule.update(capsule_id=cid, signature=env.cose.hex(), key_id=env.kid)
+        record = {**template, "capsule": capsule, "envelopes": [env.to_json()]}
+        out.append((cid, dumps_canonical(record)))
+    return out
+
+
+def build_export(n: int, path: Path, tmp: Path) -> float:
+    """An export of ``n`` records: a real producer's first rows, then generated ones. Seconds taken."""
+    start = time.monotonic()
+    signer = UnsafeEphemeralSigner()
+    seed = tmp / f"seed-{n}.db"
+    with Producer("acme", "fleet-gen@1", signer, seed) as p:
+        p.seal({"action_id": "gen-seed", "action_type": "fyi"})
+    buf = io.BytesIO()
+    with Ledger(seed, readonly=True) as ledger:
+        ledger.export_jsonl(buf)
+    lines = buf.getvalue().splitlines()
+    last = json.loads(lines[-1])
+    _GEN.update(template=last["record"], signer=signer)
+    header0 = last["header"]
+    prev, seq = header0["row_hash"], header0["seq"]
+    spans = [(i, min(i + 2000, n - seq)) for i in range(0, n - seq, 2000)]
+    with path.open("wb") as out, multiprocessing.get_context("fork").Pool() as pool:
+        for line in lines:
+            out.write(line + b"\n")
+        for chunk in pool.imap(_bodies, spans):
+            for cid, body in chunk:
+                seq += 1
+                header = {"seq": seq, "record_id": cid, "record_type": "capsule", "epistemic_type":
+                          header0["epistemic_type"], "links": [], "nonce": os.urandom(16).hex()}
+                h = row_hash(prev, header, body)
+                full = {**header, "action_id": json.loads(body)["capsule"]["action_id"], "stream": header0["stream"],
+                        "tag": None, "prev_hash": prev, "row_hash": h}
+                out.write(b'{"header":' + dumps_canonical(full) + b',"kind":"record","record":' + body + b"}\n")
+                prev = h
+    return time.monotonic() - start
+
+
+def import_into(export: Path, target: str) -> float:
+    """Seconds ``Ledger.import_jsonl`` takes to build ``target`` from ``export``."""
+    start = time.monotonic()
+    with export.open("rb") as src:
+        Ledger.import_jsonl(src, target).close()
+    return time.monotonic() - start
+
+
+_MEASURE = r"""
+import resource, subprocess, sys, time
+start = time.monotonic()
+proc = subprocess.run([sys.executable, "-m", "capseal", "verify", sys.argv[1]], capture_output=True, text=True)
+took = time.monotonic() - start
+print(took, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, proc.returncode)
+print(proc.stdout[:4000])
+"""
+
+
+def verify_rate(target: str, n: int) -> tuple[float, float, bool]:
+    """``capseal verify`` of ``target``, run from a fresh process: (records/s,
+    peak MB of the verifying process and its workers (their largest
+    ru_maxrss), whether it said every record is ok)."""
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, target], capture_output=True, text=True, check=True)
+    head, _, report = proc.stdout.partition("\n")
+    took, peak, code = head.split()
+    ok = code == "0" and f"{n} records, {n} ok" in report
+    if not ok:
+        print(report[-2000:], file=sys.stderr)
+    return n / float(took), int(peak) / 1024, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small ledgers (10k, 50k), 2 s per rate")
+    ap.add_argument("--seconds", type=float, default=None, help="seconds each sealing rate runs")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    sizes = (10_000, 50_000) if args.quick else (100_000, 1_000_000)
+    seconds = args.seconds or (2.0 if args.quick else 4.0)
+    out: dict[str, Any] = {"sizes": sizes, "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="capseal-fleet-") as tmpdir:
+        tmp = Path(tmpdir)
+        server = Server(tmp)
+        try:
+            engines = {"postgres": server.new_url, "sqlite": lambda: str(tmp / f"l-{os.urandom(4).hex()}.db")}
+            for name, new in engines.items():
+                for procs in (1, 2, 4, 8):
+                    out[f"fleet_{name}_{procs}p_per_s"] = fleet_rate(new(), procs, seconds)
+                    print(f"fleet  {name:<8} {procs} producer process(es) x 4 threads: "
+                          f"{out[f'fleet_{name}_{procs}p_per_s']:8.0f} durable records/s", flush=True)
+            for size in (0, *sizes):
+                export = tmp / f"export-{size}.jsonl"
+                if size:
+                    took = build_export(size, export, tmp)
+                    print(f"built  an export of {size:,} records in {took:.0f} s (rows generated in worker processes: "
+                          "real capsules, each its own id and signature, one key, hash-chained)", flush=True)
+                for name, new in engines.items():
+                    target = new()
+                    if size:
+                        took = import_into(export, target)
+                        print(f"import {name:<8} {size:,} records by Ledger.import_jsonl in {took:.0f} s "
+                              f"({size / took:,.0f} rows/s)", flush=True)
+                    out[f"seal_{name}_at_{size}_per_s"] = fleet_rate(target, 1, seconds)
+                    print(f"seal   {name:<8} ledger at {size:>9,} records: "
+                          f"{out[f'seal_{name}_at_{size}_per_s']:8.0f} durable records/s (1 process x 4 threads)",
+                          flush=True)
+                    if size:
+                        with Ledger(target, readonly=True) as ledger:
+                            n = ledger.count()
+                        rate, peak, ok = verify_rate(target, n)
+                        out[f"verify_{name}_{size}_per_s"], out[f"verify_{name}_{size}_peak_mb"] = rate, peak
+                        print(f"verify {name:<8} {n:,} records: {rate:8.0f} records/s, peak memory {peak:.0f} MB "
+                              f"(ru_maxrss of capseal verify and its workers){'' if ok else '  NOT OK'}", flush=True)
+                    if name == "sqlite":
+                        for suffix in ("", "-wal", "-shm", "-head"):
+                            Path(target + suffix).unlink(missing_ok=True)
+                export.unlink(missing_ok=True)
+        finally:
+            server.stop()
+    if args.json:
+        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in out.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
