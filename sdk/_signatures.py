@@ -223,7 +223,7 @@ def custody_findings(custody: Any, keys: KeyDirectory) -> list[Finding]:
     if not isinstance(custody, Mapping) or "tpm_certify" not in custody:
         return []
     try:
-        from capseal.keys._tpm_certify import verify_certify
+        from capseal.keys.tpm import verify_certify
     except ImportError as exc:
         return [Finding("custody_certify_unchecked", f"tpm2-pytss is needed to check the TPM2_Certify: {exc}", severity="warning")]
     kid = custody.get("kid")

@@ -232,8 +232,9 @@ class Walk:
                         self.facts.add(e.seq, facts)
                     yield e, ok
 
-            return self.ledger.check_chain(on_record=on_record, rows=rows(), damaged=damaged,
-                                           index=IdIndex(self.total))
+            problems: list[str] = self.ledger.check_chain(on_record=on_record, rows=rows(), damaged=damaged,
+                                                          index=IdIndex(self.total))
+            return problems
         finally:
             _close(pool)
 
