@@ -108,6 +108,9 @@ class PKCS11Signer(Signer):
         ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
         self._ts: TokenSession | None = ts
         self._release = weakref.finalize(self, release_token, ts)  # also closes on garbage collection
+        # not at interpreter exit: weakref's exit hook runs before capseal.process's, and would
+        # close the session under records still being signed (the devices phase closes it after)
+        self._release.atexit = False
         try:
             # key, mechanisms and the session epoch they belong to, in one locked call
             pair, mechanisms, epoch = run(ts, lambda s: (load_keypair(s, parsed, ts.name), token_mechanisms(ts), ts.epoch),
