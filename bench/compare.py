@@ -13,7 +13,10 @@ report, the median of each and head/base (above 1: head is faster, or for a
 figure where less is better, such as CPU per record, slower — the figure's
 name says which it is).
 
-Usage: python bench/compare.py --base REV [--bench seal,keys] [--rounds 3] [--n N]
+With ``--scripts base`` both sides run the base commit's bench scripts (for
+a bench whose output changed between the two), each against its own capseal.
+
+Usage: python bench/compare.py --base REV [--bench seal,keys] [--rounds 3] [--n N] [--scripts own|base]
 """
 
 from __future__ import annotations
@@ -74,9 +77,10 @@ def figures(value: Any, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def run_bench(source: Path, path_dir: Path, bench: str, extra: list[str]) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path_dir), str(source / "bench")])}
-    done = subprocess.run([sys.executable, str(source / "bench" / f"{bench}.py"), "--json", *extra],
+def run_bench(source: Path, path_dir: Path, bench: str, extra: list[str], scripts: Path | None = None) -> dict[str, float]:
+    folder = (scripts or source) / "bench"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path_dir), str(folder)])}
+    done = subprocess.run([sys.executable, str(folder / f"{bench}.py"), "--json", *extra],
                           cwd=source, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{bench}.py from {source} failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bench", default="seal,keys", help="comma-separated bench names of this folder")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each bench per side")
     ap.add_argument("--n", type=int, help="passed to each bench as --n")
+    ap.add_argument("--scripts", choices=("own", "base"), default="own",
+                    help="whose bench scripts each side runs: its own, or the base commit's")
     args = ap.parse_args(argv)
     extra = ["--n", str(args.n)] if args.n else []
     head_rev = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
@@ -104,9 +110,11 @@ def main(argv: list[str] | None = None) -> int:
                 order = ["base", "head"] if r % 2 == 0 else ["head", "base"]
                 for side in order:
                     source, path_dir = sides[side]
-                    runs[side].append(run_bench(source, path_dir, bench, extra))
+                    scripts = base_src if args.scripts == "base" else None
+                    runs[side].append(run_bench(source, path_dir, bench, extra, scripts))
             common = sorted(set.intersection(*(set(f) for f in runs["base"] + runs["head"])))
-            print(f"{bench}.py: base {args.base} vs head {head_rev}, medians of {args.rounds} alternating runs each")
+            print(f"{bench}.py ({args.scripts} scripts): base {args.base} vs head {head_rev}, "
+                  f"medians of {args.rounds} alternating runs each")
             for name in common:
                 base = median(f[name] for f in runs["base"])
                 head = median(f[name] for f in runs["head"])

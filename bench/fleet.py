@@ -41,7 +41,7 @@ from capseal.canonical import capsule_id
 from capseal.envelope import sign_envelope
 from capseal.keys import UnsafeEphemeralSigner
 from capseal.ledger import row_hash
-from capseal.record import dumps_canonical
+from capseal.record import storage_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,7 @@ def _bodies(span: tuple[int, int]) -> list[tuple[str, bytes]]:
         env = sign_envelope(signer, bytes.fromhex(cid))
         capsule.update(capsule_id=cid, signature=env.cose.hex(), key_id=env.kid)
         record = {**template, "capsule": capsule, "envelopes": [env.to_json()]}
-        out.append((cid, dumps_canonical(record)))
+        out.append((cid, storage_json(record)))
     return out
 
 
@@ -165,7 +165,7 @@ def build_export(n: int, path: Path, tmp: Path) -> float:
                 h = row_hash(prev, header, body)
                 full = {**header, "action_id": json.loads(body)["capsule"]["action_id"], "stream": header0["stream"],
                         "tag": None, "prev_hash": prev, "row_hash": h}
-                out.write(b'{"header":' + dumps_canonical(full) + b',"kind":"record","record":' + body + b"}\n")
+                out.write(b'{"header":' + storage_json(full) + b',"kind":"record","record":' + body + b"}\n")
                 prev = h
     return time.monotonic() - start
 

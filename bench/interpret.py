@@ -41,7 +41,7 @@ from capseal.judge import (
 from capseal.judge.interpret import JURY_VERDICT_ARTIFACT, read, read_source
 from capseal.keys import UnsafeEphemeralSigner
 from capseal.ledger import Ledger, LedgerEntry
-from capseal.record import dumps_canonical, strict_json
+from capseal.record import storage_json, strict_json
 
 NOW = "2026-10-01T12:00:00Z"
 CONTRACT = "ec:example-org-bench:2026-10-01@1"
@@ -90,7 +90,7 @@ def build(path: Path, n: int) -> None:
                          "row": {"state": "adjudicated", "referee": "node-c", "tier": 1, "verdict": f"contradicted:node-{'ab'[i % 2]}"},
                          "n": i}
                 ledger.append(LedgerEntry(record_id=json_digest(entry), record_type="referee:book-row",
-                                          epistemic_type="producer_claim", body=dumps_canonical(entry)))
+                                          epistemic_type="producer_claim", body=storage_json(entry)))
 
 
 def best_rate(fn: Any, count: int, rounds: int) -> float:

@@ -50,7 +50,7 @@ from .ledger import (
     file_findings,
     is_database_url,
 )
-from .record import dumps_canonical, epistemic_type_for_capsule, strict_json
+from .record import epistemic_type_for_capsule, storage_json, strict_json
 from .verify import verify
 
 __all__ = ["RecordReport", "LedgerReport", "verify_ledger", "KeyDirectory", "RECORD_VERIFIERS", "open_effects",
@@ -436,7 +436,7 @@ def _ambiguous_body(body: bytes) -> str | None:
         parsed = strict_json(body, "the stored body")
     except MalformedJSONError as exc:
         return str(exc)
-    if dumps_canonical(parsed) != body:
+    if storage_json(parsed) != body:
         return ("the stored body is not in capseal's canonical form (reordered keys or other spacing): readers "
                 "could disagree on what it says")
     return None

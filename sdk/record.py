@@ -18,7 +18,8 @@ from .canonical import sorted_json
 from .envelope import PROFILE, Envelope
 from .errors import InputError, MalformedJSONError
 
-__all__ = ["RECORD_VERSION", "RECEIVED_CAPSULE", "SealedRecord", "dumps_canonical", "epistemic_type_for_capsule"]
+__all__ = ["RECORD_VERSION", "RECEIVED_CAPSULE", "SealedRecord", "storage_json", "dumps_canonical",
+           "epistemic_type_for_capsule"]
 
 #: The ledger record type of a capsule record kept as received from another
 #: producer (a twin's half, a counterparty's record): stored byte for byte,
@@ -28,7 +29,7 @@ RECEIVED_CAPSULE = "capsule:received"
 RECORD_VERSION = "capseal-record/1"
 
 
-def dumps_canonical(value: Any) -> bytes:
+def storage_json(value: Any) -> bytes:
     """Compact, key-sorted UTF-8 JSON: a fixed point of parse→dump for the
     float-free values capseal stores, so stored bytes re-export identically.
 
@@ -52,7 +53,7 @@ def stored_body(capsule_text: str, envelopes: Sequence[Envelope]) -> bytes:
     capsule's sorted JSON text, so a capsule serialized once is not encoded again.
 
     Args:
-        capsule_text: :func:`dumps_canonical` of the capsule, as text.
+        capsule_text: :func:`storage_json` of the capsule, as text.
         envelopes: the record's envelopes.
 
     Returns:
@@ -60,6 +61,11 @@ def stored_body(capsule_text: str, envelopes: Sequence[Envelope]) -> bytes:
     """
     return (f'{{"capsule":{capsule_text},"envelopes":{sorted_json([e.to_json() for e in envelopes])},'
             f'"record_version":{sorted_json(RECORD_VERSION)}}}').encode()
+
+
+#: The earlier name of :func:`storage_json`, kept for callers that import it;
+#: it was never RFC 8785 (that is :func:`capseal.canonical.canonical_bytes`).
+dumps_canonical = storage_json
 
 
 def strict_json(raw: bytes | str, where: str) -> Any:
@@ -159,7 +165,7 @@ class SealedRecord:
         """Stored form without the evidence slot (evidence rows are kept apart).
 
         Returns:
-            The record's storage JSON bytes (:func:`dumps_canonical`).
+            The record's storage JSON bytes (:func:`storage_json`).
         """
         body = self._body
         if body is not None:
@@ -167,7 +173,7 @@ class SealedRecord:
                 body = body()
                 object.__setattr__(self, "_body", body)
             return body
-        return dumps_canonical(
+        return storage_json(
             {"record_version": RECORD_VERSION, "capsule": self.capsule, "envelopes": [e.to_json() for e in self.envelopes]}
         )
 

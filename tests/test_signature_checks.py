@@ -26,7 +26,7 @@ from capseal.cose import sig_structure
 from capseal.envelope import sign_envelope, verify_cose_sign1
 from capseal.keys import UnsafeEphemeralSigner
 from capseal.ledger import Ledger, LedgerEntry
-from capseal.record import dumps_canonical
+from capseal.record import storage_json
 
 CLI = str(Path(sys.executable).parent / "capseal")
 
@@ -136,7 +136,7 @@ def test_a_custody_key_of_an_unknown_algorithm_fails_its_record_only(tmp_path: P
         "compute_attestation": {"x-capseal-key-custody": {"kid": "b" * 64, "public_key": spki.hex()}}}}
     with Ledger(path) as ledger:
         ledger.append(LedgerEntry(record_id="a" * 64, record_type="capsule", epistemic_type="producer_claim",
-                                  body=dumps_canonical({"record_version": "capseal-record/1", "capsule": capsule,
+                                  body=storage_json({"record_version": "capseal-record/1", "capsule": capsule,
                                                         "envelopes": []})))
     report = verify_ledger(path)
     assert report.findings == [] and len(report.records) == 3
@@ -191,10 +191,10 @@ def test_a_body_that_reads_two_ways_fails_its_record(tmp_path: Path, shape: str)
         entry = ledger.entry(record.capsule_id)
     assert entry is not None
     stored = json.loads(entry.body)
-    canon = dumps_canonical(stored)
+    canon = storage_json(stored)
     evil = dict(stored["capsule"], effect=dict(stored["capsule"]["effect"], type="send_payment"))
     body = {
-        "duplicate": b'{"capsule":' + dumps_canonical(evil) + b"," + canon[1:],
+        "duplicate": b'{"capsule":' + storage_json(evil) + b"," + canon[1:],
         "nan": canon[:-1] + b',"x":NaN}',
         "spaced": canon.replace(b'","', b'", "', 1),
     }[shape]

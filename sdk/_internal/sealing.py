@@ -14,7 +14,7 @@ calls, so the caller's thread and the signing pipeline run the same code:
 Every refusal of the caller's input happens in steps 1 and 2, before anything
 is signed or queued.
 
-Step 2 serializes the capsule once (:func:`capseal.canonical.capsule_form`):
+Step 2 serializes the capsule once (:func:`capseal._internal.form.capsule_form`):
 the bytes hashed, the capsule's own copy and its stored row all come from
 that one walk. With ``CAPSEAL_NO_DIRECT=1`` in the environment when capseal
 is imported, the plain path runs instead (``canonical_bytes``, ``json.loads``
@@ -34,13 +34,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..assurance import derive_assurance, enforce_claim
-from ..canonical import MAX_DEPTH, CapsuleForm, canonical_bytes, capsule_form
+from ..canonical import MAX_DEPTH, canonical_bytes
 from ..envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope
 from ..errors import InputError, SealAbortedError, shown
 from ..model import check_timestamp, validate_capsule
 from ..record import SealedRecord, stored_body
 from ..verify import verify_for_seal
 from ..vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
+from .form import CapsuleForm, capsule_form
 
 if TYPE_CHECKING:
     from capseal.keys import SignatureResult, Signer

@@ -34,7 +34,7 @@ from typing import Any
 from capseal.canonical import MAX_DEPTH, check_json, is_hex64, json_digest, raw_digest
 from capseal.errors import DuplicateRecordError, JudgmentRefusedError
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
-from capseal.record import RECEIVED_CAPSULE, dumps_canonical
+from capseal.record import RECEIVED_CAPSULE, storage_json
 
 from ._rows import artifact_content, body_of_entry, cited_digests, declared_external, digest_of_entry
 from .citation import Target, computed, listed
@@ -463,7 +463,7 @@ class JudgmentStore:
         commitment = header_commitment(record_type, epistemic_type, links, stored.get("external", ()))
         envelope = sign_judgment(signer, bytes.fromhex(digest), commitment)
         stored = {**stored, "envelopes": [envelope.to_json()]}
-        entry = LedgerEntry(record_id=digest, record_type=record_type, epistemic_type=epistemic_type, body=dumps_canonical(stored), links=links)
+        entry = LedgerEntry(record_id=digest, record_type=record_type, epistemic_type=epistemic_type, body=storage_json(stored), links=links)
         try:
             row = self.ledger.append(entry)
         except DuplicateRecordError:

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..errors import LedgerError
-from ..record import dumps_canonical
+from ..record import storage_json
 from ._evidence import Batch, EvidenceEntry
 from ._format import batch_header, evidence_row_hash, row_hash
 from .storage import Storage
@@ -38,7 +38,7 @@ def _slot_rows(bodies: Sequence[tuple[str, bytes]], seqs: Mapping[str, int], eid
 
 def _batch_body(record_ids: Sequence[str], merkle_root: bytes, shared: Mapping[str, Any]) -> bytes:
     """The body of the batch row for a checked batch."""
-    return dumps_canonical({"leaves": list(record_ids), "merkle_root": merkle_root.hex(), "shared": dict(shared)})
+    return storage_json({"leaves": list(record_ids), "merkle_root": merkle_root.hex(), "shared": dict(shared)})
 
 
 def _batch_row(body: bytes, eid: int, prev: str) -> EvidenceEntry:
@@ -88,7 +88,7 @@ def add_slot(side_write: SideWrite, storage: Storage, name: str, record_id: str,
     """
     if evidence is not None and not evidence:
         raise ValueError("evidence is a filled object, never {}")
-    body = dumps_canonical(evidence)
+    body = storage_json(evidence)
     return _append(side_write, storage, name, [record_id],
                    lambda seqs, eid, prev: _slot_rows([(record_id, body)], seqs, eid, prev))[0]
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..record import dumps_canonical
+from ..record import storage_json
 
 __all__ = ["LEDGER_FORMAT", "GENESIS", "LedgerEntry", "StoredEntry", "row_hash", "evidence_row_hash",
            "evidence_header", "batch_header", "kind_of"]
@@ -116,7 +116,7 @@ def row_hash(prev_hex: str, header: dict[str, Any], body: bytes, extra: bytes = 
     """
     h = _DOMAIN_HASH.copy()
     h.update(bytes.fromhex(prev_hex))
-    h.update(hashlib.sha256(dumps_canonical(header)).digest())
+    h.update(hashlib.sha256(storage_json(header)).digest())
     h.update(hashlib.sha256(body).digest())
     h.update(extra)
     return h.hexdigest()

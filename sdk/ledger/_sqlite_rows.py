@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LedgerCorruptError
-from ..record import dumps_canonical
+from ..record import storage_json
 from ._evidence import EvidenceEntry
 from ._format import StoredEntry, kind_of
 
@@ -29,7 +29,7 @@ EVIDENCE_COLUMNS = "eid, record_seq, record_id, body, prev_hash, row_hash"
 
 def record_values(e: StoredEntry) -> tuple[Any, ...]:
     """The values of a record row, in :data:`RECORD_COLUMNS` order."""
-    links = b"[]" if not e.links else dumps_canonical([dict(x) for x in e.links])
+    links = b"[]" if not e.links else storage_json([dict(x) for x in e.links])
     return (e.seq, e.record_id, e.record_type, e.epistemic_type, links.decode(), e.nonce, e.action_id, e.stream,
             e.tag, e.body, e.prev_hash, e.row_hash)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from ..errors import LedgerCorruptError, LedgerError, MalformedJSONError
-from ..record import dumps_canonical
+from ..record import storage_json
 from . import _columns
 from ._evidence import Batch, EvidenceEntry
 from ._format import GENESIS, StoredEntry, batch_header, evidence_header, row_hash
@@ -48,11 +48,11 @@ def export_lines(records: Iterable[StoredEntry], evidence: Iterable[EvidenceEntr
     for stored in records:
         header = {**stored.header(), "action_id": stored.action_id, "stream": stored.stream, "tag": stored.tag,
                   "prev_hash": stored.prev_hash, "row_hash": stored.row_hash}
-        out.write(b'{"header":' + dumps_canonical(header) + b',"kind":"record","record":' + stored.body + b"}\n")
+        out.write(b'{"header":' + storage_json(header) + b',"kind":"record","record":' + stored.body + b"}\n")
         n += 1
     for ev in evidence:
         ev.refuse_damaged()  # an export is checked on import: a damaged row would only stop it there
-        ev_header = dumps_canonical({**ev.header(), "prev_hash": ev.prev_hash, "row_hash": ev.row_hash})
+        ev_header = storage_json({**ev.header(), "prev_hash": ev.prev_hash, "row_hash": ev.row_hash})
         if ev.record_id is None:
             out.write(b'{"batch":' + ev.body + b',"header":' + ev_header + b',"kind":"evidence-batch"}\n')
         else:
@@ -178,7 +178,7 @@ def _lines(src: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def _load_record(tx: Transaction, chains: _Chains, lineno: int, item: dict[str, Any]) -> None:
     h = item["header"]
-    body = dumps_canonical(item["record"])
+    body = storage_json(item["record"])
     header = {k: h[k] for k in ("seq", "record_id", "record_type", "epistemic_type", "links", "nonce")}
     if h["prev_hash"] != chains.records or row_hash(chains.records, header, body) != h["row_hash"]:
         raise LedgerCorruptError(f"line {lineno}: hash chain broken at seq {h['seq']}")
@@ -199,7 +199,7 @@ def _load_record(tx: Transaction, chains: _Chains, lineno: int, item: dict[str, 
 def _load_evidence(tx: Transaction, chains: _Chains, lineno: int, item: dict[str, Any]) -> None:
     h = item["header"]
     batch = item["kind"] == "evidence-batch"
-    body = dumps_canonical(item["batch" if batch else "evidence"])
+    body = storage_json(item["batch" if batch else "evidence"])
     header = batch_header(h["eid"]) if batch else evidence_header(h["record_seq"], h["record_id"], h["eid"])
     if h["prev_hash"] != chains.evidence or row_hash(chains.evidence, header, body) != h["row_hash"]:
         raise LedgerCorruptError(f"line {lineno}: evidence hash chain broken at {h['eid']}")

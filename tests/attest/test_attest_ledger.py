@@ -21,7 +21,7 @@ from capseal.attest.evidence import evidence_for_batch
 from capseal.errors import LedgerCorruptError, LedgerError
 from capseal.keys import UnsafeEphemeralSigner
 from capseal.ledger import batch_header, batch_root, row_hash
-from capseal.record import dumps_canonical
+from capseal.record import storage_json
 
 from .test_attest_support import producer, spec  # noqa: F401
 
@@ -145,7 +145,7 @@ def test_import_refuses_a_batch_whose_records_do_not_hash_to_its_root(producer: 
     item = json.loads(lines[-1])
     item["batch"]["leaves"] = item["batch"]["leaves"][::-1]
     h = item["header"]
-    h["row_hash"] = row_hash(h["prev_hash"], batch_header(h["eid"]), dumps_canonical(item["batch"]))
+    h["row_hash"] = row_hash(h["prev_hash"], batch_header(h["eid"]), storage_json(item["batch"]))
     forged = b"\n".join([*lines[:-1], json.dumps(item).encode()]) + b"\n"
     with pytest.raises(LedgerCorruptError, match="merkle_root"):
         Ledger.import_jsonl(io.BytesIO(forged), tmp_path / "copy.db")

@@ -130,7 +130,8 @@ def test_capsule_form_equals_the_plain_path(value: dict[str, object], cid: str, 
     """The bytes hashed are rfc8785's; the copy is what they parse back (key
     order included, at every level); the stored text is json.dumps of the
     copy with the local-only members, sorted."""
-    from capseal.canonical import capsule_form, sorted_json
+    from capseal._internal.form import capsule_form  # private: the fast path checked against the plain one
+    from capseal.canonical import sorted_json
 
     form = capsule_form(value)
     assert form.data == rfc8785.dumps(value) == canonical_bytes(value)  # type: ignore[arg-type]
@@ -143,7 +144,7 @@ def test_capsule_form_equals_the_plain_path(value: dict[str, object], cid: str, 
 
 
 def test_capsule_form_owns_its_copy() -> None:
-    from capseal.canonical import capsule_form
+    from capseal._internal.form import capsule_form
 
     inner: dict[str, object] = {"b": [1, 2]}
     value = {"x-a": inner, "z": "t"}
@@ -166,7 +167,7 @@ hostile = st.recursive(
        st.integers(min_value=1, max_value=4))
 def test_capsule_form_refuses_what_canonical_bytes_refuses(value: dict[str, object], depth: int) -> None:
     """The same refusal, with the same message and path, or the same bytes."""
-    from capseal.canonical import capsule_form
+    from capseal._internal.form import capsule_form
 
     try:
         expected = canonical_bytes(value, max_depth=depth)
@@ -193,8 +194,21 @@ def test_sorted_json_is_json_dumps(value: object) -> None:
 
 
 def test_capsule_form_is_refused_for_a_capsule_holding_local_members() -> None:
-    from capseal.canonical import capsule_form
+    from capseal._internal.form import capsule_form
 
     for name in ("capsule_id", "signature", "key_id"):
         with pytest.raises(ValueError, match="without capsule_id"):
             capsule_form({"a": 1, name: "x"})
+
+
+def test_storage_json_is_not_the_rfc8785_form_and_keeps_its_earlier_name() -> None:
+    """Two names that cannot be confused: ``canonical_bytes`` (RFC 8785, what
+    digests and ids are made from) and ``storage_json`` (sorted json.dumps,
+    what the ledger stores); ``dumps_canonical`` stays as the earlier name."""
+    from capseal.canonical import canonical_bytes
+    from capseal.record import dumps_canonical, storage_json
+
+    assert dumps_canonical is storage_json
+    value = {"\U0001f600": 1, "\uffff": 2}  # RFC 8785 sorts by UTF-16 code units, json.dumps by code points
+    assert storage_json(value) == '{"\uffff":2,"\U0001f600":1}'.encode()
+    assert canonical_bytes(value) == '{"\U0001f600":1,"\uffff":2}'.encode()

@@ -226,14 +226,14 @@ def test_the_stored_body_is_the_plain_serialization(producer: Producer, spec: di
     """The ledger row's body, made from the parts serialized once, is
     byte for byte json.dumps (sorted) of the record as sealed; the capsule
     read back is the one returned."""
-    from capseal.record import RECORD_VERSION, dumps_canonical
+    from capseal.record import RECORD_VERSION, storage_json
 
     spec["action_id"] = f"{next(_serial)}-{spec['action_id']}"  # unique before any NUL SQLite's json_extract cuts at
     spec.pop("chain", None)  # its parent would not be in this ledger
     if extension is not None:
         spec["x-prop"] = extension
     record = producer.seal(spec)
-    plain = dumps_canonical({"record_version": RECORD_VERSION, "capsule": record.capsule,
+    plain = storage_json({"record_version": RECORD_VERSION, "capsule": record.capsule,
                              "envelopes": [e.to_json() for e in record.envelopes]})
     stored = producer.ledger.entry(record.capsule_id)
     assert stored is not None and stored.body == plain

@@ -27,7 +27,7 @@ from capseal.judge import (
 from capseal.judge.envelope import header_commitment, sign_judgment
 from capseal.judge.store import body_of_entry
 from capseal.keys import UnsafeEphemeralSigner
-from capseal.record import dumps_canonical
+from capseal.record import storage_json
 
 from .conftest import NOW, World
 
@@ -48,7 +48,7 @@ def _edit_row(world: World, record_id: str, change: Any) -> None:
     try:
         db.execute("DROP TRIGGER IF EXISTS records_no_update")
         (body,) = db.execute("SELECT body FROM records WHERE record_id = ?", (record_id,)).fetchone()
-        db.execute("UPDATE records SET body = ? WHERE record_id = ?", (dumps_canonical(change(json.loads(body))), record_id))
+        db.execute("UPDATE records SET body = ? WHERE record_id = ?", (storage_json(change(json.loads(body))), record_id))
     finally:
         db.close()
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from capseal.judge import check_body, check_judgment_capsule, check_links, verify_entry
 from capseal.judge.schema import render_path
-from capseal.record import dumps_canonical
+from capseal.record import storage_json
 
 from .conftest import JUDGE, load
 
@@ -52,7 +52,7 @@ def test_link_checker_never_raises(etype: Any, links: list[Any]) -> None:
 @given(body=json_values, etype=st.text(max_size=20), rtype=st.sampled_from(["judge:evaluation-report/v1", "judge:artifact/v1", "judge:evidence-result/v0", "judge:x"]))
 def test_verify_entry_never_raises(world: Any, body: Any, etype: str, rtype: str) -> None:
     entry = world.store.ledger.entry(world.rubric_t.digest)
-    forged = dataclasses.replace(entry, body=dumps_canonical({"record_version": "capseal-judgment/1", "record": body, "envelopes": [body]}), epistemic_type=etype, record_type=rtype)
+    forged = dataclasses.replace(entry, body=storage_json({"record_version": "capseal-judgment/1", "record": body, "envelopes": [body]}), epistemic_type=etype, record_type=rtype)
     report = verify_entry(forged, ledger=world.store.ledger, keys=None)
     assert report.ok is False
 

@@ -31,7 +31,7 @@ from capseal.judge import (
 )
 from capseal.judge.envelope import HEADER_LABEL
 from capseal.keys import UnsafeEphemeralSigner
-from capseal.record import dumps_canonical
+from capseal.record import storage_json
 
 from .conftest import NOW, World
 
@@ -225,7 +225,7 @@ def test_tampered_rows_are_found(world: World) -> None:
 
     body_changed = json.loads(entry.body)
     body_changed["record"]["cases"][0]["verdict"] = "not_met"
-    r = verify_entry(dataclasses.replace(entry, body=dumps_canonical(body_changed)), ledger=world.store.ledger, keys=_keys())
+    r = verify_entry(dataclasses.replace(entry, body=storage_json(body_changed)), ledger=world.store.ledger, keys=_keys())
     assert not r.ok and "record_digest_mismatch" in {f.code for f in r.findings}
 
     r = verify_entry(dataclasses.replace(entry, links=({"type": "cites", "target": world.rubric_t.digest},)), ledger=world.store.ledger, keys=_keys())
@@ -235,14 +235,14 @@ def test_tampered_rows_are_found(world: World) -> None:
     assert {"adjudicates_requires_adjudication", "header_commitment_mismatch"} <= {f.code for f in r.findings}
 
     unsigned = {k: v for k, v in stored.items() if k != "envelopes"}
-    r = verify_entry(dataclasses.replace(entry, body=dumps_canonical(unsigned)), ledger=world.store.ledger, keys=_keys())
+    r = verify_entry(dataclasses.replace(entry, body=storage_json(unsigned)), ledger=world.store.ledger, keys=_keys())
     assert not r.ok and r.signature == "unclaimed" and "record_unsigned" in {f.code for f in r.findings}
 
     flipped = json.loads(entry.body)
     cose = bytearray(bytes.fromhex(flipped["envelopes"][0]["cose"]))
     cose[-1] ^= 1
     flipped["envelopes"][0]["cose"] = cose.hex()
-    r = verify_entry(dataclasses.replace(entry, body=dumps_canonical(flipped)), ledger=world.store.ledger, keys=_keys())
+    r = verify_entry(dataclasses.replace(entry, body=storage_json(flipped)), ledger=world.store.ledger, keys=_keys())
     assert r.signature == "invalid" and "envelope_signature_invalid" in {f.code for f in r.findings}
 
     r = verify_entry(dataclasses.replace(entry, record_type="judge:human-rating/v1"), ledger=world.store.ledger, keys=_keys())

@@ -170,7 +170,7 @@ def test_an_import_whose_links_are_not_objects_is_refused(tmp_path: Path) -> Non
         h["links"] = "not links" if h["seq"] == 2 else h["links"]
         header = {k: h[k] for k in ("seq", "record_id", "record_type", "epistemic_type", "links", "nonce")}
         h["prev_hash"] = prev
-        h["row_hash"] = prev = row_hash(prev, header, capseal.record.dumps_canonical(item["record"]))
+        h["row_hash"] = prev = row_hash(prev, header, capseal.record.storage_json(item["record"]))
         lines.append(json.dumps(item).encode())
     with pytest.raises(MalformedJSONError, match="line 2: missing or malformed field 'links'"):
         Ledger.import_jsonl(io.BytesIO(b"\n".join(lines) + b"\n"), tmp_path / "copy.db")

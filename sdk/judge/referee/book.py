@@ -53,7 +53,7 @@ from capseal.findings import Finding
 from capseal.judge.envelope import header_commitment, sign_judgment, verify_judgment_envelope
 from capseal.ledger import Ledger, LedgerEntry, StoredEntry
 from capseal.model import check_timestamp
-from capseal.record import RECEIVED_CAPSULE, dumps_canonical, epistemic_type_for_capsule, strict_json
+from capseal.record import RECEIVED_CAPSULE, epistemic_type_for_capsule, storage_json, strict_json
 
 from .halves import Half, check_id
 from .pairs import Pair, PairKey, pair_id_of, pair_key_json
@@ -148,7 +148,7 @@ def keep_record(ledger: Ledger, half: Half) -> None:
         return
     # another producer's capsule: kept as received, outside this ledger's own chains and action ids
     entry = LedgerEntry(record_id=half.capsule_id, record_type=RECEIVED_CAPSULE,
-                        epistemic_type=epistemic_type_for_capsule(half.capsule), body=dumps_canonical(half.record_json()))
+                        epistemic_type=epistemic_type_for_capsule(half.capsule), body=storage_json(half.record_json()))
     try:
         ledger.append(entry)
     except DuplicateRecordError:
@@ -398,7 +398,7 @@ class Book:
         envelope = sign_judgment(self.signer, bytes.fromhex(record_id), header_commitment(record_type, EPISTEMIC_TYPE, ()))
         stored = {**body, "envelopes": [envelope.to_json()]}
         entry = LedgerEntry(record_id=record_id, record_type=record_type, epistemic_type=EPISTEMIC_TYPE,
-                            body=dumps_canonical(stored), action_id=action_id)
+                            body=storage_json(stored), action_id=action_id)
         return self.ledger.append(entry)
 
     def keep_record(self, half: Half) -> None:

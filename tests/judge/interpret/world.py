@@ -40,7 +40,7 @@ from capseal.judge.extension import JudgeAnswer, ModelJudgeParameters, judgment_
 from capseal.judge.interpret import JURY_VERDICT_ARTIFACT
 from capseal.judge.shapes import KOfN
 from capseal.ledger import LedgerEntry
-from capseal.record import dumps_canonical
+from capseal.record import storage_json
 
 NOW = "2026-10-01T12:00:00Z"
 CONTRACT = "ec:example-org-refunds:2026-10-01@1"
@@ -65,7 +65,7 @@ def append_book_row(ledger: Any, entry: dict[str, Any]) -> str:
     """Append one book entry as a ``referee:book-row`` record; returns its record id."""
     digest = json_digest(entry)
     ledger.append(LedgerEntry(record_id=digest, record_type="referee:book-row", epistemic_type="producer_claim",
-                              body=dumps_canonical(entry)))
+                              body=storage_json(entry)))
     return digest
 
 
