@@ -6,13 +6,9 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# `make test` runs the tests marked direct_path a second time on the plain library paths only
-# (CAPSEAL_NO_DIRECT, see keys/direct.py): the Signer contract over every backend (threads
-# included), capsules sealed through PKCS#11 keys, a signing process and a TPM, and the token
-# reinitialised underneath
-NO_DIRECT_TESTS := tests/keys/test_signer_contract.py tests/keys/pkcs11/test_pkcs11_signer.py \
-	tests/keys/pkcs11/test_pkcs11_signing_process.py tests/keys/pkcs11/test_pkcs11_recovery.py \
-	tests/keys/tpm/test_tpm_signer.py
+# `make test` runs every hardware test (and the Signer contract, marked direct_path) a second
+# time on the plain library paths only (CAPSEAL_NO_DIRECT, see keys/direct.py)
+NO_DIRECT_MARKS := softhsm or swtpm or direct_path
 
 deps:
 	@PYTHON=$(PYTHON) ./hardware/install-deps.sh
@@ -22,7 +18,7 @@ demo: deps
 
 test: deps
 	$(PY) -m pytest -n 2 --dist loadfile
-	CAPSEAL_NO_DIRECT=1 $(PY) -m pytest -q -n 2 --dist loadfile -m direct_path $(NO_DIRECT_TESTS)
+	CAPSEAL_NO_DIRECT=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "$(NO_DIRECT_MARKS)"
 	./.ci/lower-bounds.sh
 
 bench: deps
