@@ -3,8 +3,11 @@ the key, but before the caller had it, removes the key again, so no key is
 left under a name nobody was told of (a second ``keys create`` then refused
 the name as taken); when the removal fails too, the key left is named with
 the command that deletes it. With real key files, a real SoftHSM2 token and
-a real swtpm; the interrupt is raised at chosen points (in process), and as
-a real SIGINT sent to ``capseal keys create`` subprocesses."""
+a real swtpm: nothing of a device is replaced. Only the interrupt is
+injected, at chosen points in process (after a real device call returns, or
+while the TPM's worker still runs one), and once the removal's failure, for
+a file key; the last test sends a real SIGINT to ``capseal keys create``
+subprocesses at any moment instead."""
 
 from __future__ import annotations
 
