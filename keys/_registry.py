@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from capseal.errors import KeyURIError, MissingExtraError, UnknownOptionError
@@ -116,6 +116,32 @@ def load_target(scheme: str, target: str) -> Any:
     if failure is not None:  # raised outside the handler: the ImportError is not chained
         raise missing_extra(scheme, failure)
     raise KeyURIError(f"the {scheme}: backend has no {attr}")
+
+
+def lazy_export(scheme: str, package: str, leaves: Mapping[str, str], namespace: dict[str, Any], name: str) -> Any:
+    """A backend facade's ``__getattr__``: ``name`` loaded from the leaf module
+    ``leaves`` names for it (:func:`load_target`), and kept in ``namespace``.
+
+    Args:
+        scheme: the backend's URI scheme, named in errors.
+        package: the facade's ``__name__``.
+        leaves: public name -> leaf module (``"_signer"``).
+        namespace: the facade's ``globals()``.
+        name: the attribute asked for.
+
+    Returns:
+        The attribute.
+
+    Raises:
+        AttributeError: ``name`` is not one of the facade's lazy names.
+        MissingExtraError: the backend's optional package is missing (see :func:`load_target`).
+    """
+    leaf = leaves.get(name)
+    if leaf is None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    value = load_target(scheme, f"{package}.{leaf}:{name}")
+    namespace[name] = value
+    return value
 
 
 def missing_extra(scheme: str, exc: ImportError) -> MissingExtraError:

@@ -84,14 +84,9 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    leaf = _LAZY.get(name)
-    if leaf is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from capseal.keys import load_target  # a missing python-pkcs11 is a MissingExtraError naming the extra
+    from capseal.keys import lazy_export  # a missing python-pkcs11 is a MissingExtraError naming the extra
 
-    value = load_target("pkcs11", f"{__name__}.{leaf}:{name}")
-    globals()[name] = value
-    return value
+    return lazy_export("pkcs11", __name__, _LAZY, globals(), name)
 
 
 def __dir__() -> list[str]:
