@@ -6,8 +6,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# `make test` runs every hardware test (and the Signer contract, marked direct_path) a second
-# time on the plain library paths only (CAPSEAL_NO_DIRECT, see keys/direct.py)
+# `make test` runs every SoftHSM2 and swtpm test (and the Signer contract, marked direct_path) a
+# second time on the plain library paths only (CAPSEAL_NO_DIRECT, see keys/direct.py)
 NO_DIRECT_MARKS := softhsm or swtpm or direct_path
 
 deps:
