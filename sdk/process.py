@@ -20,6 +20,8 @@ in:
   order of :data:`EXIT_ORDER` — producers (they finish what was submitted),
   then ledgers, then devices (so every record still on its way is signed
   before the key's session closes) — within :data:`EXIT_WAIT` seconds in all.
+  Within a phase: the objects' closers, then the :func:`finalize` finalizers,
+  then the :func:`at_exit` closers.
 
 >>> from capseal import process
 >>> process.on_fork("ledgers", before=take_locks, after_in_parent=release, after_in_child=mark)  # doctest: +SKIP
@@ -50,6 +52,8 @@ __all__ = [
     "ForkCopies",
     "close_at_exit",
     "at_exit",
+    "finalize",
+    "Finalizer",
     "exit_deadline",
 ]
 
@@ -231,6 +235,8 @@ if hasattr(os, "register_at_fork"):  # POSIX only: without fork() nothing is inh
 _exit_objects: dict[str, weakref.WeakKeyDictionary[Any, Callable[[Any, float], None]]] = {
     p: weakref.WeakKeyDictionary() for p in EXIT_ORDER}
 _exit_closers: dict[str, list[Callable[[], None]]] = {p: [] for p in EXIT_ORDER}
+_exit_finalizers: dict[str, dict[Finalizer, None]] = {p: {} for p in EXIT_ORDER}  # ordered, held strongly
+_final_lock = threading.RLock()
 _exit_deadline = 0.0
 
 
@@ -273,6 +279,72 @@ def at_exit(phase: str, closer: Callable[[], None]) -> Callable[[], None]:
     return closer
 
 
+class Finalizer:
+    """Calls ``func(*args, **kwargs)`` once: when called, when the object it
+    watches is collected, or at exit in its phase, whichever comes first.
+
+    Why not ``weakref.finalize``: weakref's own exit hook runs before
+    capseal's handler (it is registered later) and then turns every
+    ``weakref.finalize`` into a no-op, so a device closed from it, or from a
+    closer of an earlier phase, would be closed too early or not at all.
+    """
+
+    __slots__ = ("_phase", "_call", "_ref", "__weakref__")
+
+    def __init__(self, phase: str, obj: Any, func: Callable[..., Any], args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        self._phase = phase
+        self._call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None = (func, args, kwargs)
+        self._ref = weakref.ref(obj, self._collected)
+
+    @property
+    def alive(self) -> bool:
+        """Whether ``func`` is still to be called."""
+        return self._call is not None
+
+    def _collected(self, _ref: Any) -> None:
+        self()
+
+    def __call__(self) -> Any:
+        """Call ``func`` now if it was not called yet.
+
+        Returns:
+            What ``func`` returned, or None if it had already been called.
+        """
+        with _final_lock:  # re-entrant: a collection may call another finalizer in this thread
+            call, self._call = self._call, None
+            _exit_finalizers[self._phase].pop(self, None)
+        if call is None:
+            return None
+        func, args, kwargs = call
+        return func(*args, **kwargs)
+
+
+def finalize(phase: str, obj: Any, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Finalizer:
+    """Call ``func(*args, **kwargs)`` when ``obj`` is collected, or at exit in
+    ``phase``'s place (the last registered first), or when the returned
+    finalizer is called — once, whichever comes first.
+
+    Args:
+        phase: one of :data:`EXIT_ORDER`.
+        obj: the object whose collection also runs ``func`` (held weakly).
+        func: the closer.
+        args: passed to ``func``.
+        kwargs: passed to ``func``.
+
+    Returns:
+        The finalizer: call it to run ``func`` now.
+
+    Raises:
+        ValueError: ``phase`` is not one of :data:`EXIT_ORDER`.
+    """
+    _phase(phase, EXIT_ORDER, "exit")
+    done = Finalizer(phase, obj, func, args, kwargs)
+    with _final_lock:
+        _exit_finalizers[phase][done] = None
+    return done
+
+
 def exit_deadline() -> float:
     """The ``time.monotonic()`` deadline of the exit under way.
 
@@ -289,11 +361,18 @@ def _at_exit() -> None:
         with _lock:
             objects = list(_exit_objects[phase].items())
             closers = list(reversed(_exit_closers[phase]))
+        with _final_lock:
+            finalizers = list(reversed(_exit_finalizers[phase]))
         for obj, close in objects:
             try:
                 close(obj, _exit_deadline)
             except Exception as exc:  # noqa: BLE001 - every other object is still closed
                 log.warning("capseal: closing %s at exit: %s: %s", type(obj).__name__, type(exc).__name__, exc)
+        for done in finalizers:
+            try:
+                done()
+            except Exception as exc:  # noqa: BLE001 - the other objects are still closed
+                log.warning("capseal: finalizing at exit: %s: %s", type(exc).__name__, exc)
         for closer in closers:
             try:
                 closer()

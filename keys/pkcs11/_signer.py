@@ -21,10 +21,10 @@ card, SoftHSM2).
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Callable
 from typing import Any
 
+from capseal import process
 from capseal.errors import DeviceError, SignerUnavailableError, UnsupportedAlgorithmError
 from capseal.keys import PendingSignature, SecretsHandler, SignatureResult, Signer, check_options, kid_for
 from capseal.keys.custody import SOFTWARE_TOKEN_MANUFACTURERS, custody_statement
@@ -107,10 +107,8 @@ class PKCS11Signer(Signer):
         self._uri = parsed.without_pin()  # first: describe_short() works even if the rest fails
         ts = open_token(parsed, pin=pin_for(parsed, pin), module_allowlist=module_allowlist, pin_prompt=secrets_handler)
         self._ts: TokenSession | None = ts
-        self._release = weakref.finalize(self, release_token, ts)  # also closes on garbage collection
-        # not at interpreter exit: weakref's exit hook runs before capseal.process's, and would
-        # close the session under records still being signed (the devices phase closes it after)
-        self._release.atexit = False
+        # also closes on garbage collection; at exit, after the producers have signed what is queued
+        self._release = process.finalize("devices", self, release_token, ts)
         try:
             # key, mechanisms and the session epoch they belong to, in one locked call
             pair, mechanisms, epoch = run(ts, lambda s: (load_keypair(s, parsed, ts.name), token_mechanisms(ts), ts.epoch),
@@ -145,7 +143,7 @@ class PKCS11Signer(Signer):
             except BaseException:
                 self._release()
                 raise
-            self._stop_process = weakref.finalize(self, self._process.close)
+            self._stop_process = process.finalize("devices", self, self._process.close)
             self.queues_signatures = True  # the child's pipe is the device's queue: the pipeline need not wait on it
 
     def _start_process(self, ts: TokenSession, pair: Any) -> SigningProcess:
