@@ -14,9 +14,11 @@ figure where less is better, such as CPU per record, slower — the figure's
 name says which it is).
 
 With ``--scripts base`` both sides run the base commit's bench scripts (for
-a bench whose output changed between the two), each against its own capseal.
+a bench whose output changed between the two), each against its own capseal;
+with ``--scripts head``, the working tree's (which then must still run on
+the base commit's capseal).
 
-Usage: python bench/compare.py --base REV [--bench seal,keys] [--rounds 3] [--n N] [--scripts own|base]
+Usage: python bench/compare.py --base REV [--bench seal,keys] [--rounds 3] [--n N] [--scripts own|base|head]
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bench", default="seal,keys", help="comma-separated bench names of this folder")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each bench per side")
     ap.add_argument("--n", type=int, help="passed to each bench as --n")
-    ap.add_argument("--scripts", choices=("own", "base"), default="own",
-                    help="whose bench scripts each side runs: its own, or the base commit's")
+    ap.add_argument("--scripts", choices=("own", "base", "head"), default="own",
+                    help="whose bench scripts each side runs: its own, the base commit's or the working tree's")
     args = ap.parse_args(argv)
     extra = ["--n", str(args.n)] if args.n else []
     head_rev = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 order = ["base", "head"] if r % 2 == 0 else ["head", "base"]
                 for side in order:
                     source, path_dir = sides[side]
-                    scripts = base_src if args.scripts == "base" else None
+                    scripts = {"base": base_src, "head": ROOT}.get(args.scripts)
                     runs[side].append(run_bench(source, path_dir, bench, extra, scripts))
             common = sorted(set.intersection(*(set(f) for f in runs["base"] + runs["head"])))
             print(f"{bench}.py ({args.scripts} scripts): base {args.base} vs head {head_rev}, "

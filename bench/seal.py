@@ -232,9 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         bare = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), os.path.join(tmp, "bare.db"))
         bare_parent = bare.seal(_typical(-next_id() - 1)).capsule_id
 
-        def capseal_no_ledger(i: int) -> Any:
-            # private on purpose: capseal's whole sealing path on this thread, without the ledger
-            return bare._sign_here(bare._prepare(_typical(i, chained=True, parent=bare_parent)))
+        if hasattr(bare, "_sign_here"):
+            def capseal_no_ledger(i: int) -> Any:
+                # private on purpose: capseal's whole sealing path on this thread, without the ledger
+                return bare._sign_here(bare._prepare(_typical(i, chained=True, parent=bare_parent)))
+        else:  # the same path before the producer's split (compare.py --scripts head)
+            def capseal_no_ledger(i: int) -> Any:
+                return bare._sign(bare._assemble(_typical(i, chained=True, parent=bare_parent)))
 
         durable = {
             "seal() 1 thread": Durable(tmp, n, seal_one_thread),
