@@ -22,6 +22,7 @@ from agent_action_capsule.producer_envelope import verify_record_signature
 from capseal import verify_ledger
 from capseal.audit import OPEN_EFFECT
 from capseal.canonical import json_digest
+from capseal.errors import LedgerBusyError, SignerError
 from capseal.integrations import EFFECT_TYPE, EXTENSION, exact_json
 from capseal.ledger import Ledger
 
@@ -213,3 +214,38 @@ def failures_of(seen: list[Any], stage: str) -> list[Any]:
 
 def only_keys(mapping: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {k: mapping[k] for k in keys if k in mapping}
+
+
+def fault(kind: str, producer: Any, token: Token, tmp_path: Path) -> Any:
+    """The fault each adapter's failure tests inject: the ledger locked by
+    another connection, or the token's files moved away."""
+    return ledger_locked(producer.ledger.path) if kind == "ledger" else token.gone(tmp_path / "token-away")
+
+
+def assert_planned_failures_did_not_block(seen: list[Any], kind: str, producer: Any, before: int) -> None:
+    """Both calls' planned capsules failed with the fault's error, neither call
+    was blocked, and nothing was recorded."""
+    failures = failures_of(seen, "planned")
+    assert len(failures) == 2 and not any(f.blocked for f in failures)
+    assert all(isinstance(f.error, LedgerBusyError if kind == "ledger" else SignerError) for f in failures)
+    assert producer.ledger.count() == before  # nothing recorded of calls whose planned capsule failed
+
+
+def assert_blocked_before_running(ran: list[str], seen: list[Any], producer: Any, before: int) -> None:
+    """Fail-closed: no tool ran, every failure reported says it blocked, and
+    nothing was recorded."""
+    assert ran == [] and seen and all(f.blocked for f in seen)
+    assert producer.ledger.count() == before
+
+
+def assert_outcome_lost(path: Path, ran: list[str], seen: list[Any], recorder: Any) -> None:
+    """The ledger was locked while lookup_order ran: its outcome and
+    cancel_order's planned capsule failed; the ledger holds lookup_order's
+    planned capsule alone, an open item for the recorder and ``capseal verify``."""
+    assert ran == ["lookup_order", "cancel_order"]
+    assert [f.stage for f in seen] == ["outcome", "planned"]
+    (lookup,) = tool_calls(path)
+    assert lookup.tool == "lookup_order" and lookup.outcome is None
+    assert [c.reason for c in recorder.open_calls()] == ["outcome_not_sealed"]
+    assert open_items(path) == [lookup.planned["action_id"]]
+    assert "open items: 1 planned or dispatched effect(s) with no outcome" in cli_verify(path)

@@ -18,23 +18,27 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, ToolException, tool
 
 from capseal import Producer
-from capseal.errors import LedgerBusyError, SignerError, ToolCallBlockedError, ToolCallPairingError
+from capseal.errors import ToolCallBlockedError, ToolCallPairingError
 from capseal.integrations import SealFailure
 from capseal.integrations.langchain import CapsealCallbackHandler, CapsealMiddleware
 from capseal.keys import UnsafeEphemeralSigner
 
 from .support import (
     Token,
+    assert_blocked_before_running,
     assert_nothing_raw,
+    assert_outcome_lost,
+    assert_planned_failures_did_not_block,
     assert_reference_accepts,
     by_call_id,
-    cli_verify,
     digest,
-    failures_of,
     ledger_locked,
     open_items,
     secret,
     tool_calls,
+)
+from .support import (
+    fault as fault_in,
 )
 
 
@@ -182,13 +186,10 @@ def test_a_seal_failure_never_stops_the_agent_by_default(way: str, fault: str, t
     before = token_producer.ledger.count()
     agent, config, _ = _agent(way, _script(raw), _tools(raw, ran, handled=True), token_producer, handled=True,
                               on_seal_error=seen.append)
-    with _fault(fault, token_producer, token, tmp_path):
+    with fault_in(fault, token_producer, token, tmp_path):
         result = _run(agent, config, "sync")
     assert sorted(ran) == ["cancel_order", "lookup_order"] and result["messages"][-1].content == "done"
-    failures = failures_of(seen, "planned")
-    assert len(failures) == 2 and not any(f.blocked for f in failures)
-    assert all(isinstance(f.error, LedgerBusyError if fault == "ledger" else SignerError) for f in failures)
-    assert token_producer.ledger.count() == before  # nothing recorded of calls whose planned capsule failed
+    assert_planned_failures_did_not_block(seen, fault, token_producer, before)
     token_producer.seal({"action_id": f"after-{fault}", "action_type": "fyi"})  # the fault is gone: sealing goes on
 
 
@@ -200,10 +201,9 @@ def test_fail_closed_a_seal_failure_stops_the_tool_before_it_runs(way: str, faul
     before = token_producer.ledger.count()
     agent, config, _ = _agent(way, _script(raw), _tools(raw, ran, handled=True), token_producer, handled=True,
                               on_seal_error=seen.append, fail_closed=True)
-    with _fault(fault, token_producer, token, tmp_path), pytest.raises(ToolCallBlockedError):
+    with fault_in(fault, token_producer, token, tmp_path), pytest.raises(ToolCallBlockedError):
         _run(agent, config, "sync")
-    assert ran == [] and seen and all(f.blocked for f in seen)
-    assert token_producer.ledger.count() == before
+    assert_blocked_before_running(ran, seen, token_producer, before)
 
 
 @pytest.mark.parametrize("way", ["handler", "middleware"])
@@ -222,13 +222,7 @@ def test_an_outcome_lost_mid_run_leaves_an_open_item(way: str, token_producer: P
         _run(agent, config, "sync")
     finally:
         lock.__exit__(None, None, None)
-    assert ran == ["lookup_order", "cancel_order"]
-    assert [f.stage for f in seen] == ["outcome", "planned"]
-    (lookup,) = tool_calls(path)
-    assert lookup.tool == "lookup_order" and lookup.outcome is None
-    assert [c.reason for c in hook.recorder.open_calls()] == ["outcome_not_sealed"]
-    assert open_items(path) == [lookup.planned["action_id"]]
-    assert "open items: 1 planned or dispatched effect(s) with no outcome" in cli_verify(path)
+    assert_outcome_lost(path, ran, seen, hook.recorder)
 
 
 def test_an_end_naming_another_tool_call_id_is_not_paired(tmp_path: Path) -> None:
@@ -240,10 +234,6 @@ def test_an_end_naming_another_tool_call_id_is_not_paired(tmp_path: Path) -> Non
         handler.on_tool_end(ToolMessage(content="x", tool_call_id="b"), run_id=run_id)
         assert [(c.tool, c.reason) for c in handler.recorder.open_calls()] == [("t", "unpaired")]
     assert isinstance(seen[0].error, ToolCallPairingError)
-
-
-def _fault(fault: str, producer: Producer, token: Token, tmp_path: Path) -> Any:
-    return ledger_locked(producer.ledger.path) if fault == "ledger" else token.gone(tmp_path / "token-away")
 
 
 def test_an_interrupted_or_cancelled_tool_stays_open(tmp_path: Path) -> None:

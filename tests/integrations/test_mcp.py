@@ -22,15 +22,19 @@ from capseal.keys import UnsafeEphemeralSigner
 
 from .support import (
     Token,
+    assert_blocked_before_running,
     assert_nothing_raw,
+    assert_outcome_lost,
+    assert_planned_failures_did_not_block,
     assert_reference_accepts,
-    cli_verify,
     digest,
-    failures_of,
     ledger_locked,
     open_items,
     secret,
     tool_calls,
+)
+from .support import (
+    fault as fault_in,
 )
 
 
@@ -171,13 +175,10 @@ def test_a_seal_failure_never_stops_the_calls_by_default(way: str, fault: str, t
     raw, ran, seen = _raw(), list[str](), list[SealFailure]()
     before = token_producer.ledger.count()
     server, _ = _server(way, token_producer, raw, ran, on_seal_error=seen.append)
-    with _fault(fault, token_producer, token, tmp_path):
+    with fault_in(fault, token_producer, token, tmp_path):
         lookup_result, cancel_result = asyncio.run(_two_calls(server, raw))
     assert ran == ["lookup_order", "cancel_order"] and not lookup_result.is_error
-    failures = failures_of(seen, "planned")
-    assert len(failures) == 2 and not any(f.blocked for f in failures)
-    assert all(isinstance(f.error, LedgerBusyError if fault == "ledger" else SignerError) for f in failures)
-    assert token_producer.ledger.count() == before
+    assert_planned_failures_did_not_block(seen, fault, token_producer, before)
 
 
 @pytest.mark.parametrize("fault", ["ledger", "token"])
@@ -197,16 +198,15 @@ def test_fail_closed_a_seal_failure_stops_the_tool_before_it_runs(way: str, faul
             except MCPError as refused:  # inside the session: leaving it with an error would wrap it
                 return refused
 
-    with _fault(fault, token_producer, token, tmp_path):
+    with fault_in(fault, token_producer, token, tmp_path):
         answer = asyncio.run(call())
     if way == "middleware":
         assert isinstance(answer, MCPError) and answer.code == INTERNAL_ERROR
         assert answer.error.message == "the tool call was not run: it could not be recorded"
     else:
         assert answer.is_error and "Error executing tool lookup_order" in answer.content[0].text
-    assert ran == [] and seen and all(f.blocked for f in seen)
     assert all(isinstance(f.error, LedgerBusyError if fault == "ledger" else SignerError) for f in seen)
-    assert token_producer.ledger.count() == before
+    assert_blocked_before_running(ran, seen, token_producer, before)
 
 
 @pytest.mark.parametrize("way", ["middleware", "decorator"])
@@ -219,14 +219,4 @@ def test_an_outcome_lost_mid_run_leaves_an_open_item(way: str, token_producer: P
         asyncio.run(_two_calls(server, raw))
     finally:
         lock.__exit__(None, None, None)
-    assert ran == ["lookup_order", "cancel_order"]
-    assert [f.stage for f in seen] == ["outcome", "planned"]
-    (lookup,) = tool_calls(path)
-    assert lookup.tool == "lookup_order" and lookup.outcome is None
-    assert [c.reason for c in hook.recorder.open_calls()] == ["outcome_not_sealed"]
-    assert open_items(path) == [lookup.planned["action_id"]]
-    assert "open items: 1 planned or dispatched effect(s) with no outcome" in cli_verify(path)
-
-
-def _fault(fault: str, producer: Producer, token: Token, tmp_path: Path) -> Any:
-    return ledger_locked(producer.ledger.path) if fault == "ledger" else token.gone(tmp_path / "token-away")
+    assert_outcome_lost(path, ran, seen, hook.recorder)

@@ -14,24 +14,28 @@ from agents import Agent, Runner, default_tool_error_function, function_tool, se
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from capseal import Producer
-from capseal.errors import LedgerBusyError, SignerError, ToolCallBlockedError
+from capseal.errors import ToolCallBlockedError
 from capseal.integrations import SealFailure
 from capseal.integrations.openai_agents import CapsealRunHooks
 from capseal.keys import UnsafeEphemeralSigner
 
 from .support import (
     Token,
+    assert_blocked_before_running,
     assert_nothing_raw,
+    assert_outcome_lost,
+    assert_planned_failures_did_not_block,
     assert_reference_accepts,
     by_call_id,
     caused_by,
-    cli_verify,
     digest,
-    failures_of,
     ledger_locked,
     open_items,
     secret,
     tool_calls,
+)
+from .support import (
+    fault as fault_in,
 )
 
 set_tracing_disabled(True)
@@ -176,13 +180,10 @@ def test_a_seal_failure_never_stops_the_agent_by_default(fault: str, token_produ
     before = token_producer.ledger.count()
     hooks = CapsealRunHooks(token_producer, on_seal_error=seen.append)
     agent = _agent(hooks, raw, ran)
-    with _fault(fault, token_producer, token, tmp_path):
+    with fault_in(fault, token_producer, token, tmp_path):
         result = _run(agent, hooks)
     assert result.final_output == "done" and sorted(ran) == ["cancel_order", "lookup_order"]
-    failures = failures_of(seen, "planned")
-    assert len(failures) == 2 and not any(f.blocked for f in failures)
-    assert all(isinstance(f.error, LedgerBusyError if fault == "ledger" else SignerError) for f in failures)
-    assert token_producer.ledger.count() == before
+    assert_planned_failures_did_not_block(seen, fault, token_producer, before)
 
 
 @pytest.mark.parametrize("fault", ["ledger", "token"])
@@ -192,11 +193,10 @@ def test_fail_closed_a_seal_failure_stops_the_tool_before_it_runs(fault: str, to
     before = token_producer.ledger.count()
     hooks = CapsealRunHooks(token_producer, on_seal_error=seen.append, fail_closed=True)
     agent = _agent(hooks, raw, ran)
-    with _fault(fault, token_producer, token, tmp_path), pytest.raises(Exception) as stopped:
+    with fault_in(fault, token_producer, token, tmp_path), pytest.raises(Exception) as stopped:
         _run(agent, hooks)
     assert caused_by(stopped.value, ToolCallBlockedError)  # the SDK raises its UserError from it
-    assert ran == [] and seen and all(f.blocked for f in seen)
-    assert token_producer.ledger.count() == before
+    assert_blocked_before_running(ran, seen, token_producer, before)
 
 
 def test_an_outcome_lost_mid_run_leaves_an_open_item(token_producer: Producer) -> None:
@@ -209,14 +209,4 @@ def test_an_outcome_lost_mid_run_leaves_an_open_item(token_producer: Producer) -
         _run(agent, hooks)
     finally:
         lock.__exit__(None, None, None)
-    assert ran == ["lookup_order", "cancel_order"]
-    assert [f.stage for f in seen] == ["outcome", "planned"]
-    (lookup,) = tool_calls(path)
-    assert lookup.tool == "lookup_order" and lookup.outcome is None
-    assert [c.reason for c in hooks.recorder.open_calls()] == ["outcome_not_sealed"]
-    assert open_items(path) == [lookup.planned["action_id"]]
-    assert "open items: 1 planned or dispatched effect(s) with no outcome" in cli_verify(path)
-
-
-def _fault(fault: str, producer: Producer, token: Token, tmp_path: Path) -> Any:
-    return ledger_locked(producer.ledger.path) if fault == "ledger" else token.gone(tmp_path / "token-away")
+    assert_outcome_lost(path, ran, seen, hooks.recorder)
