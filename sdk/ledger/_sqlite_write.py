@@ -4,7 +4,8 @@
 chain heads under it and several processes append to one file safely. A unit
 of rows (one record, or a pair) goes in under a savepoint: a duplicate undoes
 that unit only. Each chain's head is recorded in ``meta`` by the transaction
-that appends to it, and in the side file after the COMMIT (:mod:`._head`).
+that appends to it (updated in place), and in the side file after the COMMIT
+(:mod:`._head`).
 """
 
 from __future__ import annotations
@@ -178,10 +179,9 @@ class SQLiteTransaction:
         records = self._records if self._added else None
         evidence = self._evidence
         if records is not None:
-            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (f"{records[0]} {records[1]}",))
+            _record_head(db, "head", records)
         if evidence is not None:
-            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('evidence_head', ?)",
-                       (f"{evidence[0]} {evidence[1]}",))
+            _record_head(db, "evidence_head", evidence)
         db.execute("COMMIT")
         heads = self._heads
         # a chain whose head this transaction never checked (an import, built under a temporary
@@ -201,11 +201,23 @@ class SQLiteTransaction:
             pass
 
 
+def _record_head(db: sqlite3.Connection, key: str, head: tuple[int, str]) -> None:
+    """Set a chain's ``meta`` head. An UPDATE in place, not INSERT OR REPLACE:
+    a replaced row moves, and its key's index entry with it (one page more in
+    every commit); the row is made once, by a ledger's first commit."""
+    value = f"{head[0]} {head[1]}"
+    if db.execute(_SET_HEAD, (value, key)).rowcount == 0:
+        db.execute("INSERT INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+
+_SET_HEAD = "UPDATE meta SET value = ? WHERE key = ?"
+
+
 def _duplicate(exc: sqlite3.IntegrityError, index: int) -> DuplicateRow:
     text = str(exc)
     if "records.seq" in text:
         column = "seq"
-    elif "action_id" in text:  # the column's index, or the one on a capsule's body
+    elif "action_id" in text:  # the action-id key's index (or a first-layout file's column index)
         column = "action_id"
     else:
         column = "record_id"
