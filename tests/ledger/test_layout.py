@@ -21,6 +21,7 @@ from capseal import Ledger, Producer
 from capseal.errors import DuplicateRecordError, LedgerCorruptError, LedgerFormatError
 from capseal.keys import UnsafeEphemeralSigner
 from capseal.ledger import LedgerEntry
+from tests.conftest import PostgresServer
 
 FIRST_LAYOUT = Path(__file__).parent / "data" / "layout1.sqlite3"
 
@@ -149,3 +150,51 @@ def test_a_layout_of_a_later_capseal_is_refused_untouched(tmp_path: Path, readon
     with pytest.raises(LedgerFormatError, match="layout '3', which a later capseal wrote"):
         Ledger(path, readonly=readonly)
     assert path.read_bytes() == before
+
+
+# the first layout's PostgreSQL objects, as the capseal of ad9e51a made them (a ledger made now is
+# taken back to them: the column's UNIQUE constraint, the body index, no action_id_json, no layout row)
+_PG_FIRST_LAYOUT = (
+    "DROP INDEX records_action_id_key",
+    "ALTER TABLE records DROP COLUMN action_id_json",
+    "ALTER TABLE records ADD CONSTRAINT records_action_id_key UNIQUE (action_id)",
+    "CREATE UNIQUE INDEX records_capsule_action_id ON records ((capseal_member(body, 'capsule', 'action_id'))) "
+    "WHERE record_type = 'capsule'",
+    "DROP FUNCTION capseal_column_key, capseal_action_key, capseal_token_key",
+    "DELETE FROM meta WHERE key = 'layout'",
+)
+
+
+def test_a_postgres_ledger_of_the_first_layout_is_read_then_brought_to_this_one(postgres: PostgresServer) -> None:
+    import psycopg
+
+    url = postgres.new_url()
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), url) as p:
+        p.seal({"action_id": "old-1", "action_type": "fyi"})
+        p.ledger.append(LedgerEntry(f"{7:064x}", "note", "producer_claim", b'{"action_id":"note-7","n":7}',
+                                    action_id="note-7"))
+    with psycopg.connect(url, autocommit=True) as conn:
+        for sql in _PG_FIRST_LAYOUT:
+            conn.execute(sql)
+    with Ledger(url, readonly=True) as ledger:
+        assert ledger.has_action_id("old-1") and ledger.has_action_id("note-7")
+        assert not ledger.has_action_id("old-1\x00") and not ledger.has_action_id("old-2")
+        assert ledger.check_chain() == []
+    _verifies(url, 3)
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), url) as p:
+        for taken in ("old-1", "note-7"):
+            with pytest.raises(DuplicateRecordError):
+                p.seal({"action_id": taken, "action_type": "fyi"})
+        p.seal({"action_id": "old-1\x00a", "action_type": "fyi"})
+        p.seal({"action_id": "old-1\x00b", "action_type": "fyi"})
+        with pytest.raises(DuplicateRecordError):
+            p.seal({"action_id": "old-1\x00a", "action_type": "fyi"})
+        with pytest.raises(DuplicateRecordError, match="action_id 'note-7'"):
+            p.ledger.append(LedgerEntry(f"{8:064x}", "note", "producer_claim", b'{"action_id":"note-7","n":8}',
+                                        action_id="note-7"))
+        assert p.ledger.has_action_id("old-1\x00b") and not p.ledger.has_action_id("old-1\x00c")
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'layout'").fetchone() == ("2",)
+        assert conn.execute("SELECT count(*) FROM pg_class WHERE relname = 'records_capsule_action_id' AND "
+                            "relnamespace = current_schema()::regnamespace").fetchone() == (0,)
+    _verifies(url, 6)
