@@ -39,7 +39,7 @@ def _schema(path: Path) -> tuple[set[str], str | None]:
     return names, None if row is None else str(row[0])
 
 
-def _verifies(path: Path, records: int) -> None:
+def _verifies(path: Path | str, records: int) -> None:
     """verify_ledger finds nothing but what the fixture is made of: a key
     nobody pinned, and the note (a record type it does not know)."""
     report = capseal.verify_ledger(path)
