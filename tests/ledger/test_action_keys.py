@@ -54,3 +54,25 @@ def test_a_record_of_another_type_keeps_its_nul_action_id(engine: Engine) -> Non
             ledger.append(LedgerEntry(f"{3:064x}", "note", "producer_claim", b'{"n":3}', action_id="n\x00a"))
         assert ledger.has_action_id("n\x00a") and not ledger.has_action_id("n\x00c")
         assert ledger.count() == 2
+
+
+def test_a_duplicate_in_a_large_group_refuses_it_alone(engine: Engine) -> None:
+    """A group's rows go in together (past the rows a transaction holds before
+    it sends them, too); a key the ledger holds sends the group again, unit by
+    unit, and only the duplicate is refused. The next group goes in whole."""
+    def note(n: int, action: str) -> LedgerEntry:
+        return LedgerEntry(f"{n:064x}", "note", "producer_claim", b'{"action_id":"%s","n":%d}' % (action.encode(), n),
+                           action_id=action)
+
+    with Ledger(engine.new()) as ledger:
+        ledger.append(note(0, "taken"))
+        appends = [ledger.submit(note(n, f"a-{n}"), wake=False) for n in range(1, 1500)]
+        refused = ledger.submit(note(1500, "taken"), wake=False)
+        appends += [ledger.submit(note(n, f"a-{n}"), wake=False) for n in range(1501, 1600)]
+        ledger.flush()
+        assert refused.error is not None and "taken" in str(refused.error)
+        assert [p.result().seq for p in appends] == list(range(2, 1600))
+        later = [ledger.submit(note(n, f"b-{n}"), wake=False) for n in range(1600, 1700)]
+        ledger.flush()
+        assert [p.result().seq for p in later] == list(range(1600, 1700))
+        assert ledger.count() == 1699 and ledger.check_chain() == []
