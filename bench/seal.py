@@ -21,7 +21,9 @@ over seconds, so each ratio is taken within a round and the median of the
 rounds' ratios is printed with its range. For each durable arm the bench also
 prints the records per fsynced commit and the producer's CPU per durable
 record (``time.process_time()``: every thread of this process, the committer
-included), summed over the rounds.
+included), summed over the rounds, and, from a short run of its own after
+the rounds, the pages written to the WAL per commit and per record (read
+from the ``-wal`` file's frames: the same on any host, unlike the rates).
 
 Usage: python bench/seal.py [--n 3000] [--rounds 7] [--json]
 """
@@ -115,12 +117,22 @@ class RawInsert:
     a sealed record's size under an integer key; nothing else."""
 
     def __init__(self, path: str, body: bytes, n: int) -> None:
+        self.path = path
         self.db = sqlite3.connect(path, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("CREATE TABLE rows (seq INTEGER PRIMARY KEY, body BLOB NOT NULL)")
         self.body, self.n = body, n
         self.cpu = Counted()
+
+    def pages(self, n: int) -> tuple[float, float]:
+        """WAL pages per commit (and per row: the same) over ``n`` commits."""
+        kept, self.n = self.n, n
+        try:
+            per_commit, _, _ = wal_pages(self.path, self.rate)
+        finally:
+            self.n = kept
+        return per_commit, per_commit
 
     def rate(self) -> float:
         db, body = self.db, self.body
@@ -135,6 +147,44 @@ class RawInsert:
 
     def close(self) -> None:
         self.db.close()
+
+
+def wal_frames(path: str) -> tuple[int, int]:
+    """Pages and commits in the ``-wal`` of the file at ``path`` since it was
+    last reset: the frames after its header that carry its salt (a commit
+    frame records the database size; the others hold 0 there)."""
+    try:
+        with open(path + "-wal", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return 0, 0
+    if len(data) < 32:
+        return 0, 0
+    page = int.from_bytes(data[8:12], "big")
+    salt = data[16:24]
+    frames = commits = 0
+    at = 32
+    while at + 24 + page <= len(data) and data[at + 8 : at + 16] == salt:
+        frames += 1
+        commits += int.from_bytes(data[at + 4 : at + 8], "big") != 0
+        at += 24 + page
+    return frames, commits
+
+
+def wal_pages(path: str, run: Callable[[], Any]) -> tuple[float, int, int]:
+    """WAL pages per commit while ``run()`` writes to the file at ``path``
+    (the WAL emptied first; keep the run under the autocheckpoint's 1000
+    pages). Returns pages per commit, pages and commits."""
+    db = sqlite3.connect(path)
+    try:
+        busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    finally:
+        db.close()
+    if busy:
+        return float("nan"), 0, 0
+    run()
+    frames, commits = wal_frames(path)
+    return frames / max(commits, 1), frames, commits
 
 
 class Counted:
@@ -161,14 +211,24 @@ class Durable:
     a record of that ledger, as a producer refuses an unknown parent."""
 
     def __init__(self, tmp: str, n: int, run: Callable[[Durable], None]) -> None:
-        self.producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(),
-                                 os.path.join(tmp, f"durable-{next_id()}.db"))
+        self.path = os.path.join(tmp, f"durable-{next_id()}.db")
+        self.producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), self.path)
         self.parent = self.producer.seal(_typical(-next_id() - 1)).capsule_id
         self.n, self._run = n, run
         self.cpu = Counted()
 
     def spec(self, i: int) -> dict[str, Any]:
         return _typical(i, chained=True, parent=self.parent)
+
+    def pages(self, n: int) -> tuple[float, float]:
+        """WAL pages per commit and per record while ``n`` records are sealed as the rounds seal them."""
+        records = self.producer.ledger.stats.records
+        kept, self.n = self.n, n
+        try:
+            per_commit, frames, _ = wal_pages(self.path, lambda: self._run(self))
+        finally:
+            self.n = kept
+        return per_commit, frames / max(self.producer.ledger.stats.records - records, 1)
 
     def rate(self) -> float:
         stats = self.producer.ledger.stats
@@ -257,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         arms.update({name: arm.rate for name, arm in durable.items()})
         try:
             figures = rotating_rounds(arms, args.rounds)
+            # short enough to stay under the autocheckpoint (1000 pages) in every arm
+            pages = {"raw WAL insert": raw.pages(100), "seal() 1 thread": durable["seal() 1 thread"].pages(100),
+                     "submit()+flush()": durable["submit()+flush()"].pages(300),
+                     "seal() 4 threads": durable["seal() 4 threads"].pages(120)}
         finally:
             bare.close()
             raw.close()
@@ -280,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": {name: {"median": mid, "min": lo, "max": hi} for name, (mid, lo, hi) in compared.items()},
         "cpu_us_per_durable_record": {name: c.us_per_record() for name, c in counted.items()},
         "records_per_commit": {name: c.per_commit() for name, c in counted.items()},
+        "wal_pages_per_commit": {name: p[0] for name, p in pages.items()},
+        "wal_pages_per_record": {name: p[1] for name, p in pages.items()},
     }
     if args.json:
         print(json.dumps(out, indent=1))
@@ -292,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
             c = counted[name]
             line += f"   {c.per_commit():6.1f} records per fsynced commit, CPU {c.us_per_record():5.0f} µs per record"
         print(line)
+    print("  WAL pages written (a short run of each after the rounds):")
+    for name, (per_commit, per_record) in pages.items():
+        print(f"    {name:<22}{per_commit:6.2f} per commit  {per_record:6.2f} per record")
     print("  per-round ratios (median, range):")
     for name, (mid, lo, hi) in compared.items():
         print(f"    {name:<40}{mid:6.2f}x  ({lo:.2f}–{hi:.2f}x)")

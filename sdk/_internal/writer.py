@@ -33,6 +33,8 @@ from ..record import SealedRecord, epistemic_type_for_capsule
 
 __all__ = ["PendingRecord", "OrderedWriter"]
 
+_STORED_PARENTS = 64  # chain parents remembered as found in the ledger (see OrderedWriter.known)
+
 
 class PendingRecord:
     """A record on its way into the ledger (see :meth:`capseal.Producer.submit`).
@@ -159,6 +161,9 @@ class OrderedWriter:
         self._sent: PendingAppend | None = None  # the boundary while its pair is on the way
         self._recent: dict[str, PendingRecord] = {}  # see keep_findable
         self._recent_lock = threading.Lock()
+        # chain parents found in the ledger, the latest few: the ledger is append-only, so one found
+        # stays there, and a producer chaining to the same record does not ask the ledger each time
+        self._stored_parents: dict[str, None] = {}
         self._observers: list[Callable[[SealedRecord], object]] = []
         self._id_observers: list[Callable[[str, int, bool], object]] = []
 
@@ -218,8 +223,15 @@ class OrderedWriter:
             InputError: it is neither.
         """
         on_its_way = self._recent.get(parent)
-        if on_its_way is not None or self.ledger.has_record(parent):
+        if on_its_way is not None or parent in self._stored_parents:
             return on_its_way
+        if self.ledger.has_record(parent):
+            with self._recent_lock:
+                stored = self._stored_parents
+                stored[parent] = None
+                if len(stored) > _STORED_PARENTS:
+                    del stored[next(iter(stored))]
+            return None
         raise InputError(f"chain parent {parent[:16]}… is not in {self.ledger.path.name}: a chain names a record "
                          "of the same ledger (-05 §6 check 6)")
 

@@ -8,15 +8,21 @@ developer) read a capsule's values from its body, through the indexes here;
 the columns are checked against the same values by the verifier and by an
 import (:func:`capsule_columns`).
 
-The indexes are added to an older file on its first write-open; an index
-only, so a capseal without them reads and appends to the file as before.
+Every action id, a capsule's (from its body) and another record's (its
+column), is one key of one unique index (:data:`ACTION_KEY`): an id is
+refused wherever it was used before, and each insert touches one index
+entry for it. The key is the id as decoded, with U+0001 doubled and U+0000
+written as U+0001 U+0002 (:func:`action_key`): SQLite's JSON functions end
+a string at a NUL, so ids that differ only after one would otherwise be one
+key. The indexes are added to an older file on its first write-open.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ACTION_ID", "STREAM", "BOUNDARY", "BOUNDARY_TAG", "INDEXES", "capsule_columns", "row_columns"]
+__all__ = ["ACTION_ID", "ACTION_KEY", "STREAM", "BOUNDARY", "BOUNDARY_TAG", "INDEXES", "OLD_INDEXES", "action_key",
+           "capsule_columns", "row_columns"]
 
 
 def _from_body(path: str) -> str:
@@ -26,8 +32,23 @@ def _from_body(path: str) -> str:
     return f"(CASE WHEN json_valid({body}) THEN json_extract({body}, '{path}') END)"
 
 
+def _token_key(token: str) -> str:
+    """SQL for the key of the JSON value ``token`` (JSON text): decoded, with
+    U+0001 doubled and U+0000 as U+0001 U+0002, as :func:`action_key` does.
+    Why the escapes are rewritten before decoding: json_extract ends a string
+    at U+0000. Every backslash pair goes first (as ``\\u005c``, a backslash
+    too), so each backslash left starts an escape and ``\\u0000`` is found
+    only where it is one. ``token`` is SQL giving JSON text."""
+    return (rf"json_extract(replace(replace(replace({token}, '\\', '\u005c'), '\u0001', '\u0001\u0001'), "
+            rf"'\u0000', '\u0001\u0002'), '$')")
+
+
 #: SQL for a capsule row's values, and the WHERE clause of its epoch boundaries
 ACTION_ID = _from_body("$.capsule.action_id")
+#: SQL for a row's action-id key: a capsule's from its body, another record's from its column
+_BODY_TOKEN = "CAST(body AS TEXT) -> '$.capsule.action_id'"  # the member's JSON text, as the body spells it
+ACTION_KEY = (f"(CASE WHEN record_type = 'capsule' THEN (CASE WHEN json_valid(CAST(body AS TEXT)) THEN "
+              f"{_token_key(_BODY_TOKEN)} END) ELSE {_token_key('json_quote(action_id)')} END)")
 STREAM = f"({_from_body('$.capsule.operator')} || char(31) || {_from_body('$.capsule.developer')})"
 BOUNDARY = f"record_type = 'capsule' AND {_from_body('$.capsule.disposition.verdict_class')} = 'epoch_boundary'"
 BOUNDARY_TAG = "epoch_boundary"
@@ -73,8 +94,25 @@ def row_columns(record_type: str, record: Any) -> tuple[str | None, str | None, 
     return (action_id if isinstance(action_id, str) else None, None, None)
 
 
+def action_key(action_id: str) -> str:
+    """An action id as :data:`ACTION_KEY` keys it (what a lookup compares).
+
+    Args:
+        action_id: the id.
+
+    Returns:
+        The id with U+0001 doubled and U+0000 written as U+0001 U+0002.
+    """
+    return action_id.replace("\x01", "\x01\x01").replace("\x00", "\x01\x02")
+
+
 #: the indexes the lookups use (``has_action_id``; ``last_tagged`` for epoch boundaries)
 INDEXES = f"""
+CREATE UNIQUE INDEX IF NOT EXISTS records_action_id_key ON records({ACTION_KEY});
+CREATE INDEX IF NOT EXISTS records_capsule_boundary ON records({STREAM}, seq) WHERE {BOUNDARY};
+"""
+#: the first layout's index of a capsule's action id (replaced by ``records_action_id_key``)
+OLD_INDEXES = f"""
 CREATE UNIQUE INDEX IF NOT EXISTS records_capsule_action_id ON records({ACTION_ID}) WHERE record_type = 'capsule';
 CREATE INDEX IF NOT EXISTS records_capsule_boundary ON records({STREAM}, seq) WHERE {BOUNDARY};
 """

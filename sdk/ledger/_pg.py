@@ -26,14 +26,15 @@ from typing import Any
 
 from ..canonical import is_hex64
 from ..errors import LedgerClosedError, LedgerError, LedgerUnavailableError
-from . import _pg_schema
+from . import _columns, _pg_schema
 from ._evidence import EvidenceEntry
 from ._fork import ForkGuard
 from ._format import StoredEntry
 from ._pg_connect import connect, failure, is_lost, reason
+from ._pg_rows import COLUMNS, FIRST_LAYOUT_COLUMNS, entry
 from ._pg_url import DatabaseURL, psycopg_module
 from ._pg_write import PGTransaction, WriteConnection
-from ._sqlite_rows import EVIDENCE_COLUMNS, RECORD_COLUMNS, evidence_entry, stored
+from ._sqlite_rows import EVIDENCE_COLUMNS, evidence_entry
 from .storage import Head, RecordedHeads
 
 __all__ = ["PGStorage"]
@@ -79,6 +80,8 @@ class PGStorage:
         self._snap = threading.local()
         self._snaps: set[Any] = set()
         self._idle: list[Any] = []
+        self._layout = _pg_schema.LAYOUT  # the ledger's, once opened (a write-open brings it to this one)
+        self._columns = COLUMNS  # what a record read selects (the layout's)
 
     def _connect(self) -> Any:
         return connect(self.url, readonly=True, synchronous=self._synchronous, lock_timeout=self._lock_timeout)
@@ -98,7 +101,8 @@ class PGStorage:
             else:
                 first = self._link.get()
             try:
-                _pg_schema.prepare(first, self.name, readonly=self.readonly)
+                self._layout = _pg_schema.prepare(first, self.name, readonly=self.readonly)
+                self._columns = COLUMNS if self._layout == _pg_schema.LAYOUT else FIRST_LAYOUT_COLUMNS
             except psycopg.Error as exc:
                 raise failure(exc, self.url, "opening") from None
             if self._rdb is None:
@@ -236,30 +240,35 @@ class PGStorage:
             last = got[-1][0]
 
     def record_rows(self, *, batch: int, damaged: list[str] | None) -> Iterator[StoredEntry]:
-        sql = f"SELECT {RECORD_COLUMNS} FROM records WHERE seq > %s ORDER BY seq LIMIT %s"
+        sql = f"SELECT {self._columns} FROM records WHERE seq > %s ORDER BY seq LIMIT %s"
         for row in self._rows(sql, batch, damaged, "seq"):
-            yield stored(row, tolerant=damaged is not None)
+            yield entry(row, tolerant=damaged is not None)
 
     def record_row(self, record_id: str) -> StoredEntry | None:
-        rows = self._query(f"SELECT {RECORD_COLUMNS} FROM records WHERE record_id = %s", (record_id,))
-        return stored(rows[0]) if rows else None
+        rows = self._query(f"SELECT {self._columns} FROM records WHERE record_id = %s", (record_id,))
+        return entry(rows[0]) if rows else None
 
     def has_record(self, record_id: str) -> bool:
         return bool(self._query("SELECT 1 FROM records WHERE record_id = %s LIMIT 1", (record_id,)))
 
     def has_action_id(self, action_id: str) -> bool:
+        if self._layout == _pg_schema.LAYOUT:
+            return bool(self._query(f"SELECT 1 FROM records WHERE {_pg_schema.ACTION_KEY} = %s LIMIT 1",
+                                    (_columns.action_key(action_id),)))
+        if "\x00" in action_id:  # a first-layout ledger holds none (its text columns cannot)
+            return False
         return bool(self._query(
             f"(SELECT 1 FROM records WHERE record_type = 'capsule' AND {_pg_schema.ACTION_ID} = %s LIMIT 1) UNION ALL "
             "(SELECT 1 FROM records WHERE action_id = %s AND record_type <> 'capsule' LIMIT 1)", (action_id, action_id)))
 
     def last_tagged(self, tag: str, stream: str) -> StoredEntry | None:
         if tag == "epoch_boundary":
-            rows = self._query(f"SELECT {RECORD_COLUMNS} FROM records WHERE {_pg_schema.BOUNDARY} AND "
+            rows = self._query(f"SELECT {self._columns} FROM records WHERE {_pg_schema.BOUNDARY} AND "
                                f"{_pg_schema.STREAM} = %s ORDER BY seq DESC LIMIT 1", (stream,))
         else:
-            rows = self._query(f"SELECT {RECORD_COLUMNS} FROM records WHERE tag = %s AND stream = %s "
+            rows = self._query(f"SELECT {self._columns} FROM records WHERE tag = %s AND stream = %s "
                                "ORDER BY seq DESC LIMIT 1", (tag, stream))
-        return stored(rows[0]) if rows else None
+        return entry(rows[0]) if rows else None
 
     def evidence_rows(self, *, batch: int, damaged: list[str] | None) -> Iterator[EvidenceEntry]:
         sql = f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE eid > %s ORDER BY eid LIMIT %s"
@@ -289,9 +298,9 @@ class PGStorage:
     def epoch_boundaries(self, *, batch: int) -> Iterator[StoredEntry]:
         last = -(1 << 62)
         while True:
-            got = self._query(f"SELECT {RECORD_COLUMNS} FROM records WHERE {_pg_schema.BOUNDARY} AND seq > %s "
+            got = self._query(f"SELECT {self._columns} FROM records WHERE {_pg_schema.BOUNDARY} AND seq > %s "
                               "ORDER BY seq LIMIT %s", (last, batch))
-            yield from (stored(row) for row in got)
+            yield from (entry(row) for row in got)
             if len(got) < batch:
                 return
             last = got[-1][0]

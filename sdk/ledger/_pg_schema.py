@@ -12,6 +12,16 @@ one ledger, and a reader sees all of it or nothing.
 The same lookups as the file engine's read a capsule's action id, stream and
 epoch boundaries from its hashed body (``capseal_member``: NULL for a body
 that is not JSON, so a damaged body fails its own row, never every lookup).
+
+The layout (``meta`` key ``layout``), as the file engine's: layout 2 keys
+every action id in one unique index, ``records_action_id_key`` (a capsule's
+from its body, another record's from its column), as the file engine keys
+it (:func:`._columns.action_key`: U+0001 doubled, U+0000 as U+0001 U+0002).
+PostgreSQL text holds no U+0000, so an action id with one is kept as its
+JSON text in ``action_id_json`` (``action_id`` NULL). A ledger of the first
+layout (no ``layout`` row: the column's UNIQUE constraint and a body index
+beside it) is brought to layout 2 by its first write-open, in the creators'
+transaction; read-only, it is read as it is.
 """
 
 from __future__ import annotations
@@ -22,7 +32,8 @@ from typing import Any
 from ..errors import LedgerError, LedgerFormatError, NotALedgerError
 from ._format import GENESIS, LEDGER_FORMAT
 
-__all__ = ["ACTION_ID", "STREAM", "BOUNDARY", "TABLES", "OBJECTS", "PRESENT_SQL", "prepare", "create", "claim_empty", "usable_schema"]
+__all__ = ["ACTION_ID", "ACTION_KEY", "STREAM", "BOUNDARY", "LAYOUT", "TABLES", "OBJECTS", "PRESENT_SQL", "prepare",
+           "create", "claim_empty", "usable_schema", "layout_of"]
 
 
 def _member(*path: str) -> str:
@@ -31,7 +42,12 @@ def _member(*path: str) -> str:
 
 #: SQL for a capsule row's values read from its body (as the file engine's :mod:`._columns`)
 ACTION_ID = _member("capsule", "action_id")
+#: SQL for a row's action-id key (as the file engine's :data:`._columns.ACTION_KEY`)
+ACTION_KEY = ("(CASE WHEN record_type = 'capsule' THEN capseal_action_key(body) "
+              "ELSE capseal_column_key(action_id, action_id_json) END)")
 STREAM = f"({_member('capsule', 'operator')} || chr(31) || {_member('capsule', 'developer')})"
+#: the layout this capseal writes (see the module)
+LAYOUT = "2"
 BOUNDARY = f"record_type = 'capsule' AND {_member('capsule', 'disposition', 'verdict_class')} = 'epoch_boundary'"
 
 TABLES = ("meta", "heads", "records", "evidence", "evidence_members")
@@ -50,6 +66,37 @@ BEGIN
     RAISE EXCEPTION 'capseal ledger is append-only' USING ERRCODE = 'restrict_violation';
 END $$;
 """
+# the action-id key of a JSON value's text: decoded, U+0001 doubled and U+0000 as U+0001 U+0002
+# (text holds no U+0000). The backslash pairs go first (as \u005c, a backslash too), so each
+# backslash left starts an escape and \u0000 is replaced only where it is one. One EXCEPTION
+# block a call: each is a subtransaction.
+_KEY_FUNCTIONS = r"""
+CREATE OR REPLACE FUNCTION capseal_token_key(token text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    RETURN replace(replace(replace(token, '\\', '\u005c'), '\u0001', '\u0001\u0001'),
+                   '\u0000', '\u0001\u0002')::json #>> '{}';
+EXCEPTION WHEN others THEN
+    RETURN NULL;  -- not JSON (an edited row): this row only
+END $$;
+CREATE OR REPLACE FUNCTION capseal_action_key(body bytea) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    -- the whole body rewritten: PostgreSQL's JSON reader stops at an escaped U+0000 on its way
+    RETURN replace(replace(replace(convert_from(body, 'UTF8'), '\\', '\u005c'), '\u0001', '\u0001\u0001'),
+                   '\u0000', '\u0001\u0002')::json #>> '{capsule,action_id}';
+EXCEPTION WHEN others THEN
+    RETURN NULL;  -- not JSON (a damaged body): this row only, never every lookup
+END $$;
+CREATE OR REPLACE FUNCTION capseal_column_key(action_id text, action_id_json text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    IF action_id_json IS NOT NULL THEN
+        RETURN capseal_token_key(action_id_json);
+    END IF;
+    RETURN replace(action_id, chr(1), chr(1) || chr(1));
+END $$;
+"""
 
 _TABLES = f"""
 CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL);
@@ -63,12 +110,13 @@ CREATE TABLE records (
     epistemic_type text NOT NULL,
     links text NOT NULL,
     nonce text NOT NULL,
-    action_id text UNIQUE,
+    action_id text,  -- unique through records_action_id_key (with a capsule's, read from its body)
     stream text,
     tag text,
     body bytea NOT NULL,
     prev_hash text NOT NULL,
-    row_hash text NOT NULL
+    row_hash text NOT NULL,
+    action_id_json text  -- an action id holding U+0000, as JSON text (action_id is then NULL)
 );
 CREATE TABLE evidence (
     eid bigint PRIMARY KEY,
@@ -91,8 +139,7 @@ INSERT INTO heads VALUES ('records', 0, '{GENESIS}'), ('evidence', 0, '{GENESIS}
 #: every index and trigger a write-open puts back when it is missing (name -> SQL)
 OBJECTS: dict[str, str] = {
     "records_tag": "CREATE INDEX records_tag ON records(tag, stream, seq) WHERE tag IS NOT NULL",
-    "records_capsule_action_id": f"CREATE UNIQUE INDEX records_capsule_action_id ON records (({ACTION_ID})) "
-                                 "WHERE record_type = 'capsule'",
+    "records_action_id_key": f"CREATE UNIQUE INDEX records_action_id_key ON records ({ACTION_KEY})",
     "records_capsule_boundary": f"CREATE INDEX records_capsule_boundary ON records ({STREAM}, seq) WHERE {BOUNDARY}",
 }
 for _table in _APPEND_ONLY:
@@ -101,6 +148,16 @@ for _table in _APPEND_ONLY:
         OBJECTS[f"{_table}_no_{_event}"] = (f"DROP TRIGGER IF EXISTS {_table}_no_{_event} ON {_table}; "
                                             f"CREATE TRIGGER {_table}_no_{_event} BEFORE {_event.upper()} ON {_table} "
                                             f"FOR EACH {_level} EXECUTE FUNCTION capseal_append_only()")
+
+# a first-layout ledger brought to layout 2 (in the creators' transaction, under their lock):
+# the column's UNIQUE constraint (its index has the name the key's index takes) and the body
+# index make way for the key's index; a new column is NULL in every row already there
+_MIGRATE = ("ALTER TABLE records ADD COLUMN IF NOT EXISTS action_id_json text; "
+            "ALTER TABLE records DROP CONSTRAINT IF EXISTS records_action_id_key; "
+            "DROP INDEX IF EXISTS records_capsule_action_id")
+_SET_LAYOUT = ("INSERT INTO meta VALUES ('layout', %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value")
+_OLD_INDEX = ("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+              "AND c.relname = 'records_capsule_action_id'")
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('capseal-ledger:' || current_schema()))"
 _RELATIONS = ("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -123,7 +180,7 @@ def _format_of(cur: Any, relations: list[str]) -> str | None:
     return None if row is None else str(row[0])
 
 
-def prepare(conn: Any, name: str, *, readonly: bool) -> None:
+def prepare(conn: Any, name: str, *, readonly: bool) -> str:
     """Check that the connection's current schema holds a ledger of this
     format, making one in an empty schema (unless ``readonly``), and put
     back a missing index or append-only trigger (a write-open only).
@@ -132,6 +189,9 @@ def prepare(conn: Any, name: str, *, readonly: bool) -> None:
         conn: an autocommit psycopg connection.
         name: the ledger's name for messages (its redacted URL).
         readonly: open for reading only (a ledger must be there).
+
+    Returns:
+        The ledger's layout (this capseal's, unless ``readonly``).
 
     Raises:
         NotALedgerError: the schema holds other tables (nothing written).
@@ -144,15 +204,43 @@ def prepare(conn: Any, name: str, *, readonly: bool) -> None:
     if readonly:
         if found is None:
             raise LedgerError(f"{name} holds no ledger yet (an empty schema {schema!r})")
-        return
-    if found is not None and not _missing(cur):
-        return
+        return layout_of(cur, name)
+    if found is not None and layout_of(cur, name) == LAYOUT and not _missing(cur) and not cur.execute(_OLD_INDEX).fetchone():
+        return LAYOUT
     with conn.transaction():
         cur.execute(_LOCK)  # held to the end of this transaction: creators and repairers take turns
         if _check(cur, name, _relations(cur)) is None:
             create(cur)
+        elif layout_of(cur, name) != LAYOUT or cur.execute(_OLD_INDEX).fetchone():
+            # the first layout (or its body index, put back by an earlier capseal appending since)
+            cur.execute(_KEY_FUNCTIONS)
+            cur.execute(_MIGRATE)
+            cur.execute(_SET_LAYOUT, (LAYOUT,))
         for missing in _missing(cur):
             cur.execute(OBJECTS[missing])
+    return LAYOUT
+
+
+def layout_of(cur: Any, name: str) -> str:
+    """The layout of the ledger in the current schema (see the module).
+
+    Args:
+        cur: a cursor.
+        name: the ledger's name for messages.
+
+    Returns:
+        The layout: "1" for a ledger without a ``layout`` row.
+
+    Raises:
+        LedgerFormatError: a layout a later capseal wrote.
+    """
+    row = cur.execute("SELECT value FROM meta WHERE key = 'layout'").fetchone()
+    layout = "1" if row is None else str(row[0])
+    if layout not in ("1", LAYOUT):
+        raise LedgerFormatError(f"{name} is a {LEDGER_FORMAT} ledger of layout {layout!r}, which a later capseal "
+                                f"wrote; this capseal knows layouts 1 and {LAYOUT} (export it with the capseal that "
+                                "wrote it, then import the export)")
+    return layout
 
 
 def create(cur: Any) -> None:
@@ -162,8 +250,10 @@ def create(cur: Any) -> None:
         cur: a cursor of a connection inside a transaction.
     """
     cur.execute(_FUNCTIONS)
+    cur.execute(_KEY_FUNCTIONS)
     cur.execute(_TABLES)
-    cur.execute("INSERT INTO meta VALUES ('format', %s), ('ledger_id', %s)", (LEDGER_FORMAT, os.urandom(16).hex()))
+    cur.execute("INSERT INTO meta VALUES ('format', %s), ('ledger_id', %s), ('layout', %s)",
+                (LEDGER_FORMAT, os.urandom(16).hex(), LAYOUT))
     for missing in _missing(cur):
         cur.execute(OBJECTS[missing])
 

@@ -35,16 +35,17 @@ from ._evidence import EvidenceEntry
 from ._format import GENESIS, StoredEntry
 from ._head import shortfall
 from ._pg_connect import connect, failure, is_lost, reason
+from ._pg_rows import COLUMNS, row_values
 from ._pg_url import DatabaseURL, psycopg_module
-from ._sqlite_rows import EVIDENCE_COLUMNS, RECORD_COLUMNS, evidence_values, record_values
+from ._sqlite_rows import EVIDENCE_COLUMNS, evidence_values
 from .storage import DuplicateRow, Head
 
 __all__ = ["WriteConnection", "PGTransaction"]
 
-_RECORD_TYPES = "bigint, text, text, text, text, text, text, text, text, bytea, text, text".split(", ")
-_INSERT_RECORDS = (f"INSERT INTO records ({RECORD_COLUMNS}) SELECT * FROM unnest("
+_RECORD_TYPES = "bigint, text, text, text, text, text, text, text, text, bytea, text, text, text".split(", ")
+_INSERT_RECORDS = (f"INSERT INTO records ({COLUMNS}) SELECT * FROM unnest("
                    + ", ".join(f"%s::{t}[]" for t in _RECORD_TYPES) + ")")
-_INSERT_RECORD = f"INSERT INTO records ({RECORD_COLUMNS}) VALUES ({', '.join(['%s'] * len(_RECORD_TYPES))})"
+_INSERT_RECORD = f"INSERT INTO records ({COLUMNS}) VALUES ({', '.join(['%s'] * len(_RECORD_TYPES))})"
 _INSERT_EVIDENCE = (f"INSERT INTO evidence ({EVIDENCE_COLUMNS}) SELECT * FROM unnest("
                     "%s::bigint[], %s::bigint[], %s::text[], %s::bytea[], %s::text[], %s::text[])")
 _INSERT_MEMBERS = ("INSERT INTO evidence_members (record_seq, eid, leaf_index) "
@@ -233,7 +234,7 @@ class PGTransaction:
         self._run("SAVEPOINT unit")
         for i, row in enumerate(rows):
             try:
-                self._run(_INSERT_RECORD, record_values(row))
+                self._run(_INSERT_RECORD, row_values(row))
             except unique as exc:
                 self._run("ROLLBACK TO SAVEPOINT unit")
                 self._run("RELEASE SAVEPOINT unit")
@@ -247,7 +248,7 @@ class PGTransaction:
         rows, self._rows = self._rows, []
         try:
             if rows:
-                self._run(_INSERT_RECORDS, [list(column) for column in zip(*map(record_values, rows))])
+                self._run(_INSERT_RECORDS, [list(column) for column in zip(*map(row_values, rows))])
             evidence, members = self._evidence_rows, self._members
             self._evidence_rows, self._members = [], []
             if evidence:

@@ -28,7 +28,7 @@ from . import _columns, _head, _scan
 from ._evidence import EvidenceEntry
 from ._fork import ForkGuard
 from ._format import StoredEntry
-from ._sqlite_open import connect, is_busy, readonly_uri
+from ._sqlite_open import LAYOUT, connect, is_busy, layout_of, readonly_uri
 from ._sqlite_rows import EVIDENCE_COLUMNS, RECORD_COLUMNS, evidence_entry, stored
 from ._sqlite_write import WRITE_LOCK_STEP, Heads, SQLiteTransaction
 from .storage import RecordedHeads
@@ -36,6 +36,12 @@ from .storage import RecordedHeads
 __all__ = ["SQLiteStorage"]
 
 _MAX_INTEGRITY = 10  # messages from SQLite's integrity check given one by one; the rest are counted
+_HAS_ACTION_ID = f"SELECT 1 FROM records WHERE {_columns.ACTION_KEY} = ? LIMIT 1"
+# a file of the first layout, read-only (so not migrated): its own indexes find the candidates
+# (the body's at the id as json_extract cuts it, at a NUL; the column's), the key tells them apart
+_HAS_ACTION_ID_1 = (f"SELECT 1 FROM records WHERE record_type = 'capsule' AND {_columns.ACTION_ID} = ?1 AND "
+                    f"{_columns.ACTION_KEY} = ?2 UNION ALL "
+                    "SELECT 1 FROM records WHERE action_id = ?3 AND record_type <> 'capsule' LIMIT 1")
 _STATES = ("SELECT m.eid, m.leaf_index, CASE WHEN e.record_id IS NULL THEN NULL ELSE e.body END"
            " FROM records r JOIN evidence_members m ON m.record_seq = r.seq JOIN evidence e ON e.eid = m.eid"
            " WHERE r.record_id=? ORDER BY m.eid")
@@ -76,6 +82,7 @@ class SQLiteStorage:
         self._on_released = on_released
         self._db: sqlite3.Connection | None = None
         self._rdb: sqlite3.Connection | None = None
+        self._layout = LAYOUT  # the file's layout, read once opened (a write-open brings it to this one)
         self._closed = False
         self._snap = threading.local()  # a thread's snapshot connection (see snapshot)
         self._snaps: set[sqlite3.Connection] = set()  # every thread's open snapshot connection (a fork inherits them)
@@ -95,6 +102,11 @@ class SQLiteStorage:
                                lock_timeout=self._lock_timeout, lenient=self._lenient)
             if not self.readonly:  # its writes wait for another process's lock in short steps: see SQLiteTransaction
                 self._db.execute(f"PRAGMA busy_timeout = {int(WRITE_LOCK_STEP * 1000)}")
+            else:
+                try:
+                    self._layout = layout_of(self._db)
+                except sqlite3.DatabaseError:  # the first layout's lookups are right for either (if slower)
+                    self._layout = "1"
             # readers get their own connection: they never see a half-built group
             self._rdb = self._db if self.readonly else sqlite3.connect(
                 str(self.path), isolation_level=None, check_same_thread=False, timeout=self._lock_timeout)
@@ -205,9 +217,10 @@ class SQLiteStorage:
         return bool(self._query("SELECT 1 FROM records WHERE record_id=? LIMIT 1", (record_id,)))
 
     def has_action_id(self, action_id: str) -> bool:
-        return bool(self._query(
-            f"SELECT 1 FROM records WHERE record_type = 'capsule' AND {_columns.ACTION_ID} = ?1 UNION ALL "
-            "SELECT 1 FROM records WHERE action_id = ?1 AND record_type <> 'capsule' LIMIT 1", (action_id,)))
+        key = _columns.action_key(action_id)
+        if self._layout == LAYOUT:
+            return bool(self._query(_HAS_ACTION_ID, (key,)))
+        return bool(self._query(_HAS_ACTION_ID_1, (action_id.partition("\x00")[0], key, action_id)))
 
     def last_tagged(self, tag: str, stream: str) -> StoredEntry | None:
         if tag == _columns.BOUNDARY_TAG:

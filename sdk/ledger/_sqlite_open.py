@@ -4,9 +4,17 @@ A file that is neither a capseal ledger nor empty (another application's
 database, not SQLite at all) is refused with NotALedgerError before anything
 is written to it; a ledger of another format with LedgerFormatError. A new
 file gets the schema and its format row in one transaction, so a reader sees
-all of it or nothing. The body-read indexes (:mod:`._columns`) are added to
-an older file on its first write-open; a capseal without them reads and
-appends to it as before.
+all of it or nothing.
+
+The layout (``meta`` key ``layout``): which indexes keep the refusals and
+lookups. Layout 2 keys every action id in one index (:data:`._columns.ACTION_KEY`),
+so a one-record commit touches the row's page, its record-id entry and its
+action-id entry, and the ``meta`` head's page. A file of the first layout
+(no ``layout`` row: a capsule's action id indexed twice, once from its body
+and once from its column) is brought to layout 2 by its first write-open, in
+one transaction under the write lock; its table keeps the column's own
+unique index (dropping it would copy the whole table). Read-only, it is read
+as it is.
 """
 
 from __future__ import annotations
@@ -21,9 +29,12 @@ from ..errors import LedgerBusyError, LedgerCorruptError, LedgerError, LedgerFor
 from . import _columns
 from ._format import LEDGER_FORMAT
 
-__all__ = ["SCHEMA", "connect", "readonly_uri", "is_busy"]
+__all__ = ["SCHEMA", "LAYOUT", "connect", "layout_of", "readonly_uri", "is_busy"]
 
-SCHEMA = """
+#: the layout this capseal writes (see the module)
+LAYOUT = "2"
+
+_TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS records (
     seq INTEGER PRIMARY KEY,
@@ -32,7 +43,7 @@ CREATE TABLE IF NOT EXISTS records (
     epistemic_type TEXT NOT NULL,
     links TEXT NOT NULL,
     nonce TEXT NOT NULL,
-    action_id TEXT UNIQUE,
+    action_id TEXT,  -- unique through records_action_id_key (with a capsule's, read from its body)
     stream TEXT,
     tag TEXT,
     body BLOB NOT NULL,
@@ -74,7 +85,14 @@ CREATE TRIGGER IF NOT EXISTS evidence_members_no_update BEFORE UPDATE ON evidenc
     BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS evidence_members_no_delete BEFORE DELETE ON evidence_members
     BEGIN SELECT RAISE(ABORT, 'capseal ledger is append-only'); END;
-""" + _columns.INDEXES  # a capsule's lookups, read from its hashed body
+"""
+#: a ledger of this layout: its tables, triggers and indexes (each IF NOT EXISTS: run on an
+#: existing file, it puts back only what is missing)
+SCHEMA = _TABLES + _columns.INDEXES
+# a file of the first layout brought to this one (whole, or not at all: in one transaction);
+# IF EXISTS / IF NOT EXISTS and OR REPLACE, so that two processes doing it in turn do it once
+_MIGRATE = (f"BEGIN IMMEDIATE;{SCHEMA}DROP INDEX IF EXISTS records_capsule_action_id;"
+            f"INSERT OR REPLACE INTO meta(key, value) VALUES ('layout', '{LAYOUT}');COMMIT;")
 
 # SQLITE_BUSY, SQLITE_LOCKED, SQLITE_PROTOCOL (sqlite3.h primary result codes; the
 # last when WAL lock retries run out, e.g. while another process recovers the WAL)
@@ -165,6 +183,11 @@ def _check_and_prepare(db: sqlite3.Connection, path: Path, *, readonly: bool, sy
     if found is not None and found != LEDGER_FORMAT:  # refused before the schema below touches it
         raise LedgerFormatError(f"{path} is a {found} ledger; this capseal reads {LEDGER_FORMAT} "
                                 "(export it with the capseal that wrote it, then import the export)")
+    layout = layout_of(db) if found is not None else LAYOUT
+    if layout not in ("1", LAYOUT):
+        raise LedgerFormatError(f"{path} is a {found} ledger of layout {layout!r}, which a later capseal wrote; "
+                                f"this capseal knows layouts 1 and {LAYOUT} (export it with the capseal that wrote "
+                                "it, then import the export)")
     if readonly and not objects:
         raise LedgerError(f"{path} holds no ledger yet (an empty file: one being created?)")
     if readonly:
@@ -176,10 +199,14 @@ def _check_and_prepare(db: sqlite3.Connection, path: Path, *, readonly: bool, sy
         db.executescript("BEGIN IMMEDIATE;" + SCHEMA +
                          f"INSERT OR IGNORE INTO meta(key, value) VALUES ('format', '{LEDGER_FORMAT}');"
                          f"INSERT OR IGNORE INTO meta(key, value) VALUES ('ledger_id', '{os.urandom(16).hex()}');"
+                         f"INSERT OR IGNORE INTO meta(key, value) VALUES ('layout', '{LAYOUT}');"
                          "COMMIT;")
         # into the main file now: a -wal lost later still leaves the ledger's id, so its
         # head file can tell what was lost (a busy checkpoint does nothing, and is harmless)
         db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    elif layout != LAYOUT or _has_object(db, "records_capsule_action_id"):
+        # the first layout (or an index of it, put back by an earlier capseal appending since)
+        db.executescript(_MIGRATE)
     else:  # IF NOT EXISTS: writes nothing, unless an index or append-only trigger is missing
         db.executescript(SCHEMA)
 
@@ -205,6 +232,24 @@ def _open_failure(exc: sqlite3.DatabaseError, path: Path, lock_timeout: float) -
 def _schema_objects(db: sqlite3.Connection) -> list[str]:
     """The names of (up to five of) the tables, indexes, views and triggers in the file."""
     return [str(r[0]) for r in db.execute("SELECT name FROM sqlite_master LIMIT 5").fetchall()]
+
+
+def _has_object(db: sqlite3.Connection, name: str) -> bool:
+    """Whether the file's schema holds a table, index or trigger of this name."""
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
+
+
+def layout_of(db: sqlite3.Connection) -> str:
+    """The layout of a ledger file (see the module): its ``meta`` row, "1" for a file without one.
+
+    Args:
+        db: a connection to the file (it holds a ledger).
+
+    Returns:
+        The layout, as recorded.
+    """
+    row = db.execute("SELECT value FROM meta WHERE key='layout'").fetchone()
+    return "1" if row is None else str(row[0])
 
 
 def _sqlite_code(exc: sqlite3.Error) -> int:

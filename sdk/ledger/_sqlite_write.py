@@ -1,14 +1,25 @@
 """One write transaction on a ledger file (:class:`~.storage.Transaction`).
 
 ``BEGIN IMMEDIATE`` takes SQLite's write lock, so each transaction reads the
-chain heads under it and several processes append to one file safely. A unit
-of rows (one record, or a pair) goes in under a savepoint: a duplicate undoes
-that unit only. Each chain's head is recorded in ``meta`` by the transaction
-that appends to it, and in the side file after the COMMIT (:mod:`._head`).
+chain heads under it and several processes append to one file safely.
+
+The rows of a group of appends are sent together, a few statements of many
+rows each, when the transaction commits. Why: sqlite3 hands the GIL back
+around every statement, and a thread sealing meanwhile keeps it for up to
+the interpreter's switch interval, so a statement per record made the
+committer wait that long per record. A key the file holds fails the whole
+statement; the group is then written again (``DuplicateRow("seq")`` asks the
+Ledger for it) unit by unit, a unit (one record, or a pair) under a
+savepoint, so that a duplicate undoes that unit only. An import (which never
+takes the chain's head) goes unit by unit throughout: its refusal names the
+line. Each chain's head is recorded in ``meta`` by the transaction
+that appends to it (updated in place), and in the side file after the COMMIT
+(:mod:`._head`).
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -28,7 +39,10 @@ WRITE_LOCK_STEP = 0.1
 
 __all__ = ["Heads", "SQLiteTransaction"]
 
-_INSERT_RECORD = f"INSERT INTO records({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+_ROW_MARKS = "(?,?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT_RECORD = f"INSERT INTO records({RECORD_COLUMNS}) VALUES {_ROW_MARKS}"
+_ROWS_PER_INSERT = 64  # rows per statement (768 values); a group's rest goes in one statement of its size
+_FLUSH_AT = 1024  # rows held before they are sent (a large group stays in bounded memory)
 
 
 class Heads:
@@ -41,6 +55,7 @@ class Heads:
         self.ledger_id: str | None = None  # read by the first head check
         self.side = _head.SideFile(real_path)
         self.real_path = real_path
+        self.careful = False  # a group met a key the file holds: the next transaction goes unit by unit
 
 
 class SQLiteTransaction:
@@ -59,6 +74,7 @@ class SQLiteTransaction:
         self._checked = False  # records_head() read or took it (else, as in an import, nothing is kept of it)
         self._added = False
         self._evidence: tuple[int, str] | None = None  # the last evidence row added
+        self._held: list[StoredEntry] = []  # record rows not sent yet (see the module)
 
     def __enter__(self) -> SQLiteTransaction:
         """BEGIN IMMEDIATE, waiting up to ``lock_timeout`` for another
@@ -105,6 +121,8 @@ class SQLiteTransaction:
         return self._records
 
     def evidence_head(self) -> tuple[int, str]:
+        if self._held:  # evidence rows name records: theirs go in first
+            self._send()
         if self._evidence is not None:
             return self._evidence
         row = self._db.execute("SELECT eid, row_hash FROM evidence ORDER BY eid DESC LIMIT 1").fetchone()
@@ -130,6 +148,35 @@ class SQLiteTransaction:
                      f"{heads.side.path} aside is enough when only it records the lost rows).")
 
     def add_records(self, rows: Sequence[StoredEntry]) -> None:
+        if self._checked and not self._heads.careful:  # a group of appends: sent together (see the module)
+            self._held.extend(rows)
+            if len(self._held) >= _FLUSH_AT:
+                self._send()
+        else:
+            self._insert_unit(rows)
+        if rows:
+            self._records, self._added = (rows[-1].seq, rows[-1].row_hash), True
+
+    def _send(self) -> None:
+        """Insert the rows held, :data:`_ROWS_PER_INSERT` a statement.
+
+        Raises:
+            DuplicateRow: ``"seq"``: a row's key is in the file (the group is written again)."""
+        rows, self._held = self._held, []
+        db = self._db
+        try:
+            for i in range(0, len(rows), _ROWS_PER_INSERT):
+                chunk = rows[i : i + _ROWS_PER_INSERT]
+                db.execute(_INSERT_RECORD if len(chunk) == 1 else _insert_rows(len(chunk)),
+                           [v for row in chunk for v in record_values(row)])
+        except sqlite3.IntegrityError as exc:
+            found = _duplicate(exc, 0)
+            if found.column != "seq":  # another process took the seq: only the head was stale
+                self._heads.careful = True
+            raise DuplicateRow("seq", 0, f"{found.detail} (the group is written again, unit by unit)") from None
+
+    def _insert_unit(self, rows: Sequence[StoredEntry]) -> None:
+        """One unit now; a duplicate undoes this unit only (:class:`DuplicateRow` names it)."""
         db = self._db
         if len(rows) == 1:  # one statement is atomic on its own: no savepoint
             try:
@@ -146,10 +193,10 @@ class SQLiteTransaction:
                     db.execute("RELEASE unit")
                     raise _duplicate(exc, i) from None
             db.execute("RELEASE unit")
-        if rows:
-            self._records, self._added = (rows[-1].seq, rows[-1].row_hash), True
 
     def record_seqs(self, record_ids: Sequence[str]) -> dict[str, int]:
+        if self._held:
+            self._send()
         seqs: dict[str, int] = {}
         for i in range(0, len(record_ids), 500):
             chunk = list(record_ids[i : i + 500])
@@ -159,6 +206,8 @@ class SQLiteTransaction:
         return seqs
 
     def add_evidence(self, rows: Sequence[EvidenceEntry], members: Sequence[tuple[int, int, int]]) -> None:
+        if self._held:
+            self._send()
         db = self._db
         try:
             for i in range(0, len(rows), 100):  # multi-row INSERTs: fewer statement steps per batch
@@ -175,15 +224,17 @@ class SQLiteTransaction:
         """Record the heads of the chains written, then COMMIT (durable on
         return), then the side file (best effort: the rows are durable)."""
         db = self._db
+        if self._held:
+            self._send()
         records = self._records if self._added else None
         evidence = self._evidence
         if records is not None:
-            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (f"{records[0]} {records[1]}",))
+            _record_head(db, "head", records)
         if evidence is not None:
-            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('evidence_head', ?)",
-                       (f"{evidence[0]} {evidence[1]}",))
+            _record_head(db, "evidence_head", evidence)
         db.execute("COMMIT")
         heads = self._heads
+        heads.careful = False
         # a chain whose head this transaction never checked (an import, built under a temporary
         # name) leaves no head to go on from, and no side file: the next write reads and checks it
         if records is not None and self._checked:
@@ -201,11 +252,29 @@ class SQLiteTransaction:
             pass
 
 
+@functools.lru_cache(maxsize=_ROWS_PER_INSERT)
+def _insert_rows(n: int) -> str:
+    """The INSERT of ``n`` record rows."""
+    return f"INSERT INTO records({RECORD_COLUMNS}) VALUES " + ",".join([_ROW_MARKS] * n)
+
+
+def _record_head(db: sqlite3.Connection, key: str, head: tuple[int, str]) -> None:
+    """Set a chain's ``meta`` head. An UPDATE in place, not INSERT OR REPLACE:
+    a replaced row moves, and its key's index entry with it (one page more in
+    every commit); the row is made once, by a ledger's first commit."""
+    value = f"{head[0]} {head[1]}"
+    if db.execute(_SET_HEAD, (value, key)).rowcount == 0:
+        db.execute("INSERT INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+
+_SET_HEAD = "UPDATE meta SET value = ? WHERE key = ?"
+
+
 def _duplicate(exc: sqlite3.IntegrityError, index: int) -> DuplicateRow:
     text = str(exc)
     if "records.seq" in text:
         column = "seq"
-    elif "action_id" in text:  # the column's index, or the one on a capsule's body
+    elif "action_id" in text:  # the action-id key's index (or a first-layout file's column index)
         column = "action_id"
     else:
         column = "record_id"

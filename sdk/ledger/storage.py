@@ -28,9 +28,11 @@ these promises:
 * **one record per id**: ``record_id`` is unique, and so is a capsule's
   action id as its *body* gives it (``$.capsule.action_id``), not the
   ``action_id`` column (outside the row hash); another record's
-  ``action_id`` column is unique too. A unit of rows holding a key the store
-  has is refused whole (:class:`DuplicateRow`), the rest of its transaction
-  unharmed.
+  ``action_id`` column is unique too, in the same key space (one id is
+  taken once, whichever record took it). Ids are compared whole: two that
+  differ only after a U+0000 are two ids. A unit of rows holding a key the
+  store has is refused whole (:class:`DuplicateRow`), the rest of its
+  transaction unharmed.
 * **lookups read the hashed body**: for a capsule, the action id and the
   epoch boundaries of a stream are found from the body; the ``action_id``,
   ``stream`` and ``tag`` columns are stored as given, and only read back.
