@@ -15,12 +15,23 @@ store has (another host's record with the same action id) fails that
 statement; the transaction is then written again unit by unit, each under a
 savepoint, so that only the duplicate is refused (:class:`DuplicateRow`).
 
+**The head lock and the flush.** A durable writer's COMMIT does not wait
+for the WAL flush (``synchronous_commit`` off for that transaction), so the
+head lock goes at once; the writer then waits for the flush with a second,
+tiny transaction that writes one WAL record (a transactional logical-decoding
+message) and commits synchronously. PostgreSQL flushes WAL in order, so that
+flush covers the COMMIT before it, and writers on many hosts waiting at once
+share one flush. Records are acknowledged only after it. A row another
+writer chained to, if its COMMIT never reaches the disk, can only be lost
+together with that writer's later rows, which the same order puts after it.
+
 **A server that goes away.** A transaction the server loses before COMMIT
 leaves nothing (PostgreSQL keeps none of an uncommitted transaction), and
 its records get LedgerUnavailableError. A connection lost *during* COMMIT
-leaves the outcome unknown: the writer reconnects, takes the head lock
-(waiting out a transaction still alive on the server) and looks for the last
-row it wrote; only a row that is there is acknowledged.
+or during the wait for its flush leaves the outcome unknown: the writer
+reconnects, takes the head lock (waiting out a transaction still alive on
+the server), looks for the last row it wrote and, when it is there, waits
+for its flush again; only a row that is there and flushed is acknowledged.
 """
 
 from __future__ import annotations
@@ -50,6 +61,8 @@ _INSERT_EVIDENCE = (f"INSERT INTO evidence ({EVIDENCE_COLUMNS}) SELECT * FROM un
                     "%s::bigint[], %s::bigint[], %s::text[], %s::bytea[], %s::text[], %s::text[])")
 _INSERT_MEMBERS = ("INSERT INTO evidence_members (record_seq, eid, leaf_index) "
                    "SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::integer[])")
+# one WAL record in a transaction of its own, committed synchronously: its flush covers every commit before it
+_WAIT_FOR_FLUSH = "SELECT pg_logical_emit_message(true, 'capseal', '')"
 _FLUSH_AT = 1000  # rows buffered before they are sent (an import of any size stays in bounded memory)
 _TABLE = {"records": ("records", "seq"), "evidence": ("evidence", "eid")}
 _COLUMN_OF = {"records_pkey": "seq", "records_record_id_key": "record_id", "records_action_id_key": "action_id",
@@ -295,8 +308,10 @@ class PGTransaction:
             LedgerError: the server refused the transaction.
         """
         self.finish()
+        durable = self._link.synchronous != "NORMAL"
         try:
-            self._conn.execute("COMMIT")
+            # the head lock goes with the COMMIT; the flush is waited for after it
+            self._conn.execute("SET LOCAL synchronous_commit = off; COMMIT" if durable else "COMMIT")
         except psycopg_module().Error as exc:
             if not is_lost(exc, self._conn):
                 raise self._failed(exc) from None
@@ -305,7 +320,30 @@ class PGTransaction:
                 raise LedgerUnavailableError(f"{self._what} {self._url.name} failed: the server went away before "
                                              f"the COMMIT ({reason(exc, self._url)}); nothing was written",
                                              hint="The ledger reconnects on its next call.") from None
+            self._link.careful = False
+            return
         self._link.careful = False
+        if durable:
+            self._wait_for_flush()
+
+    def _wait_for_flush(self) -> None:
+        """After a COMMIT that did not wait for it: the WAL flush covering it.
+
+        Raises:
+            LedgerUnavailableError: the server went away and the rows are not
+                known to be there and flushed: they are not acknowledged.
+            LedgerError: the server refused the wait.
+        """
+        try:
+            self._conn.execute(_WAIT_FOR_FLUSH)
+        except psycopg_module().Error as exc:
+            if not is_lost(exc, self._conn):
+                raise self._failed(exc) from None
+            self._link.drop()
+            if not self._committed_after_all(exc):
+                raise LedgerUnavailableError(f"{self._what} {self._url.name} failed: the server went away before "
+                                             f"the rows were on disk ({reason(exc, self._url)}); they are not "
+                                             "stored", hint="The ledger reconnects on its next call.") from None
 
     def _committed_after_all(self, lost: BaseException) -> bool:
         """After a connection lost during COMMIT: whether the transaction was
@@ -328,18 +366,21 @@ class PGTransaction:
         try:
             with conn.transaction():
                 conn.execute("SELECT 1 FROM heads WHERE chain = ANY(%s) FOR UPDATE", (chains,))
+                found = False
                 if self._added and self._last_record is not None:
-                    return conn.execute("SELECT 1 FROM records WHERE record_id = %s",
-                                        (self._last_record,)).fetchone() is not None
-                if self._evidence is not None:
-                    return conn.execute("SELECT 1 FROM evidence WHERE eid = %s AND row_hash = %s",
-                                        self._evidence).fetchone() is not None
+                    found = conn.execute("SELECT 1 FROM records WHERE record_id = %s",
+                                         (self._last_record,)).fetchone() is not None
+                elif self._evidence is not None:
+                    found = conn.execute("SELECT 1 FROM evidence WHERE eid = %s AND row_hash = %s",
+                                         self._evidence).fetchone() is not None
+            if found and self._link.synchronous != "NORMAL":
+                conn.execute(_WAIT_FOR_FLUSH)  # it may be committed and not yet on disk
+            return found
         except psycopg_module().Error as exc:
             self._link.drop()
             raise LedgerUnavailableError(f"{self._what} {self._url.name}: the connection was lost during COMMIT and "
                                          f"again while looking for its rows ({reason(exc, self._url)}): they may or "
                                          "may not be stored; they are NOT acknowledged") from None
-        return False
 
     def rollback(self) -> None:
         """Undo everything (a connection the server dropped undid it already)."""
