@@ -298,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                 return bare._sign_here(bare._prepare(_typical(i, chained=True, parent=bare_parent)))
         else:  # the same path before the producer's split (compare.py --scripts head)
             def capseal_no_ledger(i: int) -> Any:
-                return bare._sign(bare._assemble(_typical(i, chained=True, parent=bare_parent)))
+                old: Any = bare
+                return old._sign(old._assemble(_typical(i, chained=True, parent=bare_parent)))
 
         durable = {
             "seal() 1 thread": Durable(tmp, n, seal_one_thread),
