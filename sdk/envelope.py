@@ -154,6 +154,13 @@ def _plain_protected(alg: str, kid: bytes) -> bytes:
     return encode_protected({1: COSE_ALG[alg], 4: kid})
 
 
+@functools.lru_cache(maxsize=64)
+def _sig_structure_head(protected: bytes) -> bytes:
+    """What :func:`sig_structure` writes before a 32-byte payload, which
+    comes last: a key's envelopes differ only in their payload."""
+    return sig_structure(protected, bytes(32))[:-32]
+
+
 @dataclass(frozen=True)
 class ToBeSigned:
     """An envelope waiting for its signature: the protected header and the exact
@@ -190,7 +197,11 @@ def prepare_envelope(signer: Signer, capsule_id_raw: bytes) -> ToBeSigned:
         protected, profile = profile_protected(signer.public_key_raw), PROFILE
     else:
         protected, profile = _plain_protected(alg, bytes.fromhex(signer.kid)), PLAIN
-    return ToBeSigned(profile, alg, signer.kid, protected, capsule_id_raw, sig_structure(protected, capsule_id_raw))
+    if type(capsule_id_raw) is bytes:
+        tbs = _sig_structure_head(protected) + capsule_id_raw
+    else:
+        tbs = sig_structure(protected, capsule_id_raw)  # refuses it
+    return ToBeSigned(profile, alg, signer.kid, protected, capsule_id_raw, tbs)
 
 
 def complete_envelope(signer: Signer, pending: ToBeSigned, result: SignatureResult, *, verify: bool = False) -> Envelope:
