@@ -27,6 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from . import _sodium
+from .cbor import enc_bytes
 from .cose import (
     ALG_NAME,
     COSE_ALG,
@@ -161,6 +162,13 @@ def _sig_structure_head(protected: bytes) -> bytes:
     return sig_structure(protected, bytes(32))[:-32]
 
 
+@functools.lru_cache(maxsize=64)
+def _sign1_head(protected: bytes) -> bytes:
+    """What :func:`assemble_sign1` writes before a 32-byte payload and the
+    signature, which come last (the empty signature's one byte cut off)."""
+    return assemble_sign1(protected, bytes(32), b"")[:-33]
+
+
 @dataclass(frozen=True)
 class ToBeSigned:
     """An envelope waiting for its signature: the protected header and the exact
@@ -236,7 +244,12 @@ def complete_envelope(signer: Signer, pending: ToBeSigned, result: SignatureResu
         raise SignatureFailedError(
             f"{signer.describe_short()} returned a {pending.alg} signature that does not verify under its public key"
         )
-    return Envelope(pending.profile, pending.alg, result.kid, assemble_sign1(pending.protected, pending.payload, result.signature))
+    payload, signature = pending.payload, result.signature
+    if type(signature) is bytes and type(payload) is bytes and len(payload) == 32:
+        cose = _sign1_head(pending.protected) + payload + enc_bytes(signature)
+    else:
+        cose = assemble_sign1(pending.protected, payload, signature)  # refuses what is not bytes
+    return Envelope(pending.profile, pending.alg, result.kid, cose)
 
 
 def _device_signature_ok(signer: Signer, pending: ToBeSigned, signature: bytes) -> bool:
