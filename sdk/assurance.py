@@ -44,7 +44,7 @@ def derive_effect_mode(effect: Any) -> str:
     Returns:
         ``not_applicable``, ``confirmed`` or ``dispatched_unconfirmed``.
     """
-    if not isinstance(effect, Mapping):
+    if type(effect) is not dict and (effect is None or not isinstance(effect, Mapping)):  # the ABC check last: it costs most
         return "not_applicable"
     status = effect.get("status")
     if status == "planned":
@@ -64,7 +64,7 @@ def derive_cross_party_rung(cross_party: Any) -> str | None:
         ``full_bilateral``, ``acknowledged_receipt`` or ``unilateral_fallback``;
         None when there is no block.
     """
-    if not isinstance(cross_party, Mapping):
+    if type(cross_party) is not dict and (cross_party is None or not isinstance(cross_party, Mapping)):
         return None
     correlator = cross_party.get("correlator")
     if not is_hex64(cross_party.get("counterparty_ref")) or not (
@@ -89,14 +89,18 @@ def derive_assurance(capsule: Mapping[str, Any]) -> dict[str, str]:
         The assurance block: attestation_mode, effect_mode, ledger_mode and,
         with a cross_party block, cross_party_rung.
     """
+    chain = capsule.get("chain")
     out = {
         "attestation_mode": "self_attested",
         "effect_mode": derive_effect_mode(capsule.get("effect")),
-        "ledger_mode": "chained" if isinstance(capsule.get("chain"), Mapping) else "standalone",
+        "ledger_mode": "chained" if type(chain) is dict or (chain is not None and isinstance(chain, Mapping))
+        else "standalone",
     }
-    rung = derive_cross_party_rung(capsule.get("cross_party"))
-    if rung is not None:
-        out["cross_party_rung"] = rung
+    cross_party = capsule.get("cross_party")
+    if cross_party is not None:
+        rung = derive_cross_party_rung(cross_party)
+        if rung is not None:
+            out["cross_party_rung"] = rung
     return out
 
 

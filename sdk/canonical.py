@@ -105,26 +105,59 @@ DEPTH_LIMIT = 10_000
 MAX_MEMBERS = 10_000_000
 
 
-def _scan(value: Any, max_depth: int | None = None) -> bool:
-    """Fast pass with no paths: True if a non-BMP key needs the reference
-    serializer; raises a bare ``_Bad`` at the first non-canonical value
-    (``_TooLarge`` past :data:`MAX_MEMBERS`)."""
+def _walk(value: Any, limit: int, copy: bool) -> tuple[bool, Any]:
+    """The -05 JSON rules, checked in one walk with no paths, optionally
+    copying as it goes.
+
+    Args:
+        value: the value.
+        limit: deepest nesting of objects and arrays allowed (the root is 1).
+        copy: also return a copy made as the checks run: every object a new
+            dict with its keys in code-point order, every array a list (as the
+            sorted JSON text parses back). Each container is copied before its
+            members are checked, so what is checked is what the copy holds,
+            whatever another thread does to ``value`` meanwhile; an object's
+            keys are sorted once they are known to be plain strings (a str
+            subclass would compare by code of its own). The root must be an
+            object.
+
+    Returns:
+        Whether some key holds a character outside the BMP (JCS orders such
+        keys apart from Python's sort), and the copy (None without ``copy``).
+
+    Raises:
+        _Bad: at the first value that is not canonical -05 JSON (a bare
+            marker: :func:`_locate` names it); ``_TooLarge`` past
+            :data:`MAX_MEMBERS`.
+    """
+    t = type(value)
+    if t is not dict and (copy or (t is not list and t is not tuple)):
+        if copy or not (t is str or t is bool or value is None or t is int):
+            raise _Bad
+        if t is int and (value > MAX_SAFE_INTEGER or value < -MAX_SAFE_INTEGER):
+            raise _Bad
+        return False, None
     slow = False
-    limit = DEPTH_LIMIT if max_depth is None else max_depth
     budget = MAX_MEMBERS
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    root: list[Any] = [None]
+    # (a container, the copy its copy goes into, under which key or index, its depth)
+    stack: list[tuple[Any, Any, Any, int]] = [(value, root, 0, 1)]
     pop = stack.pop
     push = stack.append
     while stack:
-        v, depth = pop()
-        t = type(v)
-        if depth > limit and (t is dict or t is list or t is tuple):
+        v, parent, slot, depth = pop()
+        if depth > limit:
             raise _Bad
-        if t is dict:
-            budget -= len(v) + 1
-            if budget < 0:
-                raise _TooLarge
-            items = v.items()
+        budget -= len(v) + 1
+        if budget < 0:
+            raise _TooLarge
+        if type(v) is dict:
+            if copy:
+                items: Any = list(v.items())
+                out: Any = {}  # filled below, in key order; its members' copies replace them
+                parent[slot] = out
+            else:
+                items, out = v.items(), None
             for k, item in items:
                 if type(k) is not str:
                     raise _Bad
@@ -138,14 +171,19 @@ def _scan(value: Any, max_depth: int | None = None) -> bool:
                         raise _Bad
                     continue
                 if ti is dict or ti is list or ti is tuple:
-                    push((item, depth + 1))
+                    push((item, out, k, depth + 1))
                     continue
                 raise _Bad
-        elif t is list or t is tuple:
-            budget -= len(v) + 1
-            if budget < 0:
-                raise _TooLarge
-            for item in v:
+            if copy:
+                items.sort()  # distinct str keys: only keys are compared
+                out.update(items)
+        else:
+            if copy:
+                out = list(v)
+                parent[slot] = out
+            else:
+                out = v
+            for i, item in enumerate(out):
                 ti = type(item)
                 if ti is str or ti is bool or item is None:
                     continue
@@ -154,17 +192,17 @@ def _scan(value: Any, max_depth: int | None = None) -> bool:
                         raise _Bad
                     continue
                 if ti is dict or ti is list or ti is tuple:
-                    push((item, depth + 1))
+                    push((item, out, i, depth + 1))
                     continue
                 raise _Bad
-        elif t is str or t is bool or v is None:
-            continue
-        elif t is int:
-            if v > MAX_SAFE_INTEGER or v < -MAX_SAFE_INTEGER:
-                raise _Bad
-        else:
-            raise _Bad
-    return slow
+    return slow, root[0]
+
+
+def _scan(value: Any, max_depth: int | None = None) -> bool:
+    """:func:`_walk` without a copy: True if a non-BMP key needs the
+    reference serializer; raises a bare ``_Bad`` at the first non-canonical
+    value (``_TooLarge`` past :data:`MAX_MEMBERS`)."""
+    return _walk(value, DEPTH_LIMIT if max_depth is None else max_depth, False)[0]
 
 
 class _Bad(Exception):

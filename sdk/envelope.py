@@ -27,6 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from . import _sodium
+from .cbor import enc_bytes
 from .cose import (
     ALG_NAME,
     COSE_ALG,
@@ -154,6 +155,20 @@ def _plain_protected(alg: str, kid: bytes) -> bytes:
     return encode_protected({1: COSE_ALG[alg], 4: kid})
 
 
+@functools.lru_cache(maxsize=64)
+def _sig_structure_head(protected: bytes) -> bytes:
+    """What :func:`sig_structure` writes before a 32-byte payload, which
+    comes last: a key's envelopes differ only in their payload."""
+    return sig_structure(protected, bytes(32))[:-32]
+
+
+@functools.lru_cache(maxsize=64)
+def _sign1_head(protected: bytes) -> bytes:
+    """What :func:`assemble_sign1` writes before a 32-byte payload and the
+    signature, which come last (the empty signature's one byte cut off)."""
+    return assemble_sign1(protected, bytes(32), b"")[:-33]
+
+
 @dataclass(frozen=True)
 class ToBeSigned:
     """An envelope waiting for its signature: the protected header and the exact
@@ -190,7 +205,11 @@ def prepare_envelope(signer: Signer, capsule_id_raw: bytes) -> ToBeSigned:
         protected, profile = profile_protected(signer.public_key_raw), PROFILE
     else:
         protected, profile = _plain_protected(alg, bytes.fromhex(signer.kid)), PLAIN
-    return ToBeSigned(profile, alg, signer.kid, protected, capsule_id_raw, sig_structure(protected, capsule_id_raw))
+    if type(capsule_id_raw) is bytes:
+        tbs = _sig_structure_head(protected) + capsule_id_raw
+    else:
+        tbs = sig_structure(protected, capsule_id_raw)  # refuses it
+    return ToBeSigned(profile, alg, signer.kid, protected, capsule_id_raw, tbs)
 
 
 def complete_envelope(signer: Signer, pending: ToBeSigned, result: SignatureResult, *, verify: bool = False) -> Envelope:
@@ -225,7 +244,12 @@ def complete_envelope(signer: Signer, pending: ToBeSigned, result: SignatureResu
         raise SignatureFailedError(
             f"{signer.describe_short()} returned a {pending.alg} signature that does not verify under its public key"
         )
-    return Envelope(pending.profile, pending.alg, result.kid, assemble_sign1(pending.protected, pending.payload, result.signature))
+    payload, signature = pending.payload, result.signature
+    if type(signature) is bytes and type(payload) is bytes and len(payload) == 32:
+        cose = _sign1_head(pending.protected) + payload + enc_bytes(signature)
+    else:
+        cose = assemble_sign1(pending.protected, payload, signature)  # refuses what is not bytes
+    return Envelope(pending.profile, pending.alg, result.kid, cose)
 
 
 def _device_signature_ok(signer: Signer, pending: ToBeSigned, signature: bytes) -> bool:

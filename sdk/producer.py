@@ -327,7 +327,7 @@ class Producer(LifecycleCalls):
 
     @staticmethod
     def _body(spec: Mapping[str, Any], parent: Parent | None, relation: str) -> dict[str, Any]:
-        if not isinstance(spec, Mapping):
+        if type(spec) is not dict and not isinstance(spec, Mapping):  # the ABC check only for what is not a dict
             raise InputError(f"a capsule spec is a JSON object, not {shown(spec)}")
         inputs.text("relation", relation)
         body = dict(spec)

@@ -1,7 +1,15 @@
 """A capsule serialized once, for the three forms sealing needs: the RFC 8785
 bytes its id is made from, the copy the record holds, and the ledger row's
 storage JSON, with :mod:`capseal.canonical`'s checks made on the way (the
-plain path, ``CAPSEAL_NO_DIRECT=1``, makes each form on its own)."""
+plain path, ``CAPSEAL_NO_DIRECT=1``, makes each form on its own).
+
+The capsule is encoded once, with a stand-in in the sorted place of each
+local-only member (``capsule_id``, ``key_id``, ``signature``); the text is
+cut there into the parts both the bytes hashed and the stored form are
+joined from. Why NaN stands in: the capsule holds no float (the walk refuses
+them) and a string's text escapes its quotes, so ``"capsule_id":NaN`` is
+found nowhere in the text but at the stand-in.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +23,10 @@ from typing import Any
 from ..canonical import (
     DEPTH_LIMIT,
     LOCAL_ONLY_FIELDS,
-    MAX_MEMBERS,
-    MAX_SAFE_INTEGER,
     _Bad,
     _encode,
     _not_json,
-    _TooLarge,
+    _walk,
     canonical_bytes_reference,
     check_json,
     sorted_json,
@@ -36,11 +42,13 @@ __all__ = ["CapsuleForm", "capsule_form"]
 
 # ---------------------------------------------------------------------------- a capsule, serialized once
 
-#: where a capsule's top-level members split around its local-only members, in sorted order
+#: the local-only members, in sorted order
 _LOCAL_SORTED = tuple(sorted(LOCAL_ONLY_FIELDS))
+_STAND_IN = float("nan")
+_STAND_IN_TEXTS = tuple(f"{_encode_string(name)}:NaN" for name in _LOCAL_SORTED)
 
 if _c_make_encoder is not None:
-    # for a copy made by _copy_sorted: its keys are in order already and it holds no cycle
+    # for a copy made by the walk: its keys are in order already and it holds no cycle
     # (a fresh tree), so no sorting and no cycle markers; reentrant (it keeps no state)
     _encode_in_order = _c_make_encoder(None, _not_json, _encode_string, None, ":", ",", False, False, True)
 else:  # pragma: no cover
@@ -48,75 +56,25 @@ else:  # pragma: no cover
         return (json.dumps(value, separators=(",", ":"), ensure_ascii=False),)
 
 
-def _members_text(members: dict[str, Any], in_order: bool) -> str:
-    """The members of an object as JSON text, without the braces ("" for none)."""
-    if not members:
-        return ""
-    text = "".join(_encode_in_order(members, 0)) if in_order else sorted_json(members)
-    return text[1:-1]
+def _members_text(members: dict[str, Any]) -> str:
+    """The members of an object as sorted JSON text, without the braces ("" for none)."""
+    return sorted_json(members)[1:-1] if members else ""
 
 
-def _copy_sorted(value: Any, limit: int) -> tuple[dict[str, Any], bool]:
-    """:func:`_scan`'s checks, and a copy of ``value`` made as they run:
-    every object with its keys in code-point order, every array a list (as
-    the sorted JSON text would parse back). Returns the copy and whether a
-    key holds a non-BMP character; raises a bare ``_Bad`` (``_TooLarge``) at
-    the first value :func:`_scan` refuses, which :func:`check_json` then names."""
-    if type(value) is not dict:
-        raise _Bad
-    slow = False
-    budget = MAX_MEMBERS
-    root: list[Any] = [None]
-    # (value, where its copy goes, its key or index there, depth)
-    stack: list[tuple[Any, Any, Any, int]] = [(value, root, 0, 1)]
-    pop = stack.pop
-    push = stack.append
-    while stack:
-        v, parent, slot, depth = pop()
-        if depth > limit:
-            raise _Bad
-        budget -= len(v) + 1
-        if budget < 0:
-            raise _TooLarge
-        if type(v) is dict:
-            try:
-                items = sorted(v.items())  # distinct keys: only keys are compared
-            except TypeError:  # keys of types that do not compare (refused below either way)
-                raise _Bad from None
-            out: Any = dict(items)
-            parent[slot] = out
-            for k, item in items:
-                if type(k) is not str:
-                    raise _Bad
-                if not k.isascii() and max(k) > "\uffff":
-                    slow = True
-                ti = type(item)
-                if ti is str or ti is bool or item is None:
-                    continue
-                if ti is int:
-                    if item > MAX_SAFE_INTEGER or item < -MAX_SAFE_INTEGER:
-                        raise _Bad
-                    continue
-                if ti is dict or ti is list or ti is tuple:
-                    push((item, out, k, depth + 1))
-                    continue
-                raise _Bad
-        else:
-            out = list(v)
-            parent[slot] = out
-            for i, item in enumerate(out):
-                ti = type(item)
-                if ti is str or ti is bool or item is None:
-                    continue
-                if ti is int:
-                    if item > MAX_SAFE_INTEGER or item < -MAX_SAFE_INTEGER:
-                        raise _Bad
-                    continue
-                if ti is dict or ti is list or ti is tuple:
-                    push((item, out, i, depth + 1))
-                    continue
-                raise _Bad
-    return root[0], slow
+def _parts_in_order(copy: dict[str, Any]) -> tuple[str, str, str, str]:
+    """The members of ``copy`` (made by the walk: keys in order, no float) as
+    JSON text, split where the local-only members go: one run of the encoder,
+    with the stand-ins in their sorted places, cut out of the text."""
+    items = list(copy.items())
+    for name in reversed(_LOCAL_SORTED):  # from the last: each insertion leaves the earlier places as they were
+        items.insert(bisect_left(items, (name,)), (name, _STAND_IN))  # (name,) sorts just before (name, ...)
+    text = "".join(_encode_in_order(dict(items), 0))
+    # each stand-in has "{" or "," before it and "," or "}" after it; the parts go without those
+    a = text.find(_STAND_IN_TEXTS[0])
+    b = text.find(_STAND_IN_TEXTS[1], a)
+    c = text.find(_STAND_IN_TEXTS[2], b)
+    a_end, b_end, c_end = a + len(_STAND_IN_TEXTS[0]), b + len(_STAND_IN_TEXTS[1]), c + len(_STAND_IN_TEXTS[2])
+    return text[1:a - 1], text[a_end + 1:b - 1], text[b_end + 1:c - 1], text[c_end + 1:-1]
 
 
 @dataclass(frozen=True)
@@ -143,14 +101,15 @@ class CapsuleForm:
         Returns:
             Exactly :func:`sorted_json` of :attr:`value` with those members added.
         """
-        local = {"capsule_id": capsule_id, "key_id": key_id, "signature": signature}
-        pieces = [self._parts[0]]
-        for name, part in zip(_LOCAL_SORTED, self._parts[1:]):
-            member = local[name]
-            if member is not None:
-                pieces.append(f"{_encode_string(name)}:{_encode_string(member)}")
-            pieces.append(part)
-        return "{" + ",".join(p for p in pieces if p) + "}"
+        first, after_id, after_kid, last = self._parts
+        pieces = [first, f'"capsule_id":{_encode_string(capsule_id)}', after_id]
+        if key_id is not None:
+            pieces.append(f'"key_id":{_encode_string(key_id)}')
+        pieces.append(after_kid)
+        if signature is not None:
+            pieces.append(f'"signature":{_encode_string(signature)}')
+        pieces.append(last)
+        return "{" + ",".join([p for p in pieces if p]) + "}"
 
 
 def capsule_form(capsule: Mapping[str, Any], *, max_depth: int | None = None, path: str = "$") -> CapsuleForm:
@@ -172,28 +131,28 @@ def capsule_form(capsule: Mapping[str, Any], *, max_depth: int | None = None, pa
     """
     if type(capsule) is not dict:
         raise NonJSONValueError(f"a capsule is a JSON object, not {type(capsule).__name__}", path=path)
-    if any(name in capsule for name in LOCAL_ONLY_FIELDS):
+    if "capsule_id" in capsule or "signature" in capsule or "key_id" in capsule:
         raise ValueError("a capsule's form is made without capsule_id, signature and key_id")
     limit = DEPTH_LIMIT if max_depth is None else max_depth
     try:
         try:
-            copy, slow = _copy_sorted(capsule, limit)
+            slow, copy = _walk(capsule, limit, True)
         except _Bad:
             check_json(capsule, path, max_depth=max_depth)  # names what is wrong, as canonical_bytes does
-            raise AssertionError("unreachable: _copy_sorted and check_json disagree") from None
+            raise AssertionError("unreachable: the walk and check_json disagree") from None
         if slow:
             # JCS orders such keys by UTF-16 code units: the reference bytes, and the copy as they parse
             # back; the stored form (sorted by code points) is encoded apart
             data = canonical_bytes_reference(capsule, path=path)
             copy = json.loads(data)
             items = sorted(copy.items())
+            keys = [k for k, _ in items]
+            cuts = [0, *(bisect_left(keys, name) for name in _LOCAL_SORTED), len(keys)]
+            first, after_id, after_kid, last = (_members_text(dict(items[i:j])) for i, j in zip(cuts, cuts[1:]))
+            parts = (first, after_id, after_kid, last)
         else:
-            items = list(copy.items())
-        keys = [k for k, _ in items]
-        cuts = [0, *(bisect_left(keys, name) for name in _LOCAL_SORTED), len(keys)]
-        parts = tuple(_members_text(dict(items[a:b]), not slow) for a, b in zip(cuts, cuts[1:]))
-        if not slow:
-            data = _encode("{" + ",".join(p for p in parts if p) + "}", capsule, path)
+            parts = _parts_in_order(copy)
+            data = _encode("{" + ",".join([p for p in parts if p]) + "}", capsule, path)
     except RecursionError:
         raise NonJSONValueError("the value nests too deeply to be canonicalized", path=path) from None
-    return CapsuleForm(copy, data, parts)  # type: ignore[arg-type]
+    return CapsuleForm(copy, data, parts)

@@ -125,6 +125,9 @@ local_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size
 @given(objects, local_text, st.none() | local_text, st.none() | local_text)
 @example({"\U0001f600": 1, "\ue000": {"\U0001f600": 2, "\ue000": 3}}, "ab", "cd", "ef")
 @example({"a": (1, (2, {"b": ()})), "z": []}, "", None, None)
+@example({"a": '"capsule_id":NaN,', 'b"key_id":NaN': {"capsule_id": "x", "signature": [0]}, "s": '"signature":NaN'},
+         "ab", None, "cd")  # the stand-ins' text inside the caller's strings and keys
+@example({}, "ab", "cd", "ef")
 def test_capsule_form_equals_the_plain_path(value: dict[str, object], cid: str, sig: str | None,
                                             kid: str | None) -> None:
     """The bytes hashed are rfc8785's; the copy is what they parse back (key

@@ -266,3 +266,35 @@ def test_an_ed25519_key_of_small_order_never_verifies() -> None:
     raw = ordinary.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     assert not small_order_key(raw) and not small_order_key(neutral[:31]) and not small_order_key(b"")
     assert signature_ok("EdDSA", ordinary.public_key(), ordinary.sign(b"m"), b"m")
+
+
+_SIGNERS = {alg: UnsafeEphemeralSigner(alg) for alg in ALGS}
+
+
+@pytest.mark.parametrize("alg", ALGS)
+@given(payload=st.binary(min_size=32, max_size=32))
+def test_the_bytes_an_envelope_signs_are_the_sig_structure(alg: str, payload: bytes) -> None:
+    """prepare_envelope's bytes to sign, made from a head kept per key, are
+    sig_structure's for every payload (the plain path)."""
+    from capseal.envelope import prepare_envelope
+
+    signer = _SIGNERS[alg]
+    pending = prepare_envelope(signer, payload)
+    assert pending.tbs == sig_structure(pending.protected, payload) == cbor2.dumps(
+        ["Signature1", pending.protected, b"", payload])
+
+
+
+@pytest.mark.parametrize("alg", ALGS)
+@given(payload=st.binary(min_size=32, max_size=32))
+def test_an_envelope_is_the_sign1_message_assemble_sign1_writes(alg: str, payload: bytes) -> None:
+    """complete_envelope's message, made from a head kept per key, is
+    assemble_sign1's (the plain path) and cbor2's encoding of it."""
+    from capseal.envelope import complete_envelope, prepare_envelope
+
+    signer = _SIGNERS[alg]
+    pending = prepare_envelope(signer, payload)
+    result = signer.sign(pending.tbs)
+    cose = complete_envelope(signer, pending, result).cose
+    assert cose == assemble_sign1(pending.protected, payload, result.signature) == cbor2.dumps(
+        cbor2.CBORTag(18, [pending.protected, {}, payload, result.signature]))

@@ -195,3 +195,28 @@ def test_a_value_that_would_serialize_to_too_many_members_is_refused() -> None:
         json_digest(bomb, path="request")
     shared = _shared(10)  # shared parts are fine when the whole stays small: hashed as their copy is
     assert json_digest(shared) == json_digest(json.loads(canonical_bytes(shared)))
+
+
+class _RaisingKey(str):
+    """A key whose comparisons raise: sorting it would run its code."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+    def __lt__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+    __hash__ = str.__hash__
+
+
+def test_a_str_subclass_key_that_raises_when_compared_is_refused_by_name(world: dict[str, Any]) -> None:
+    """Its type is refused before any sort compares it: the typed error, not its own."""
+    before, count = _state(world["path"]), world["p"].ledger.count()
+    for method in ("seal", "check", "submit"):
+        spec = {"action_id": "k-1", "action_type": "fyi", "x-extra": {"a": 1, _RaisingKey("b"): 2, "c": 3}}
+        with pytest.raises(NonJSONValueError, match="object key 'b' is not a string") as refused:
+            _spec_call(method, "spec")(world, spec)
+        assert refused.value.path == '$["x-extra"]'  # type: ignore[attr-defined]
+    world["p"].flush()
+    assert world["p"].ledger.count() == count
+    assert _state(world["path"]) == before
