@@ -376,7 +376,7 @@ def _checker(keys: KeyDirectory, facts: StoreFacts) -> Callable[[StoredEntry], A
         if not own:
             rr.findings.append(Finding("capsule_received", "kept as received from another producer, checked on its "
                                        "own: its chain is in its producer's ledger", severity="info"))
-        return rr, next(iter(signed.values()), None), _ambiguous_body(e.body)
+        return rr, next(iter(signed.values()), None), _ambiguous_body(e.body, body)
 
     return check
 
@@ -406,7 +406,8 @@ def _capsule_report(e: StoredEntry, capsule: dict[str, Any], body: Mapping[str, 
         rr.findings.append(Finding("header_mismatch", f"the store header's epistemic_type {e.epistemic_type!r} is not "
                                    f"the capsule's ({epistemic_type_for_capsule(capsule)!r})"))
     envelopes = body.get("envelopes", [])
-    verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)
+    verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys,
+                                                  capsule_id_hex=result.capsule_id)
     rr.signature, rr.signer_kid = verdict, kid
     custody = custody_of(capsule)
     if verdict == "authored" and kid is not None and isinstance(custody, Mapping) and custody.get("kid") == kid:
@@ -426,17 +427,34 @@ def _parsed(body: bytes) -> Any:
         return None
 
 
-def _ambiguous_body(body: bytes) -> str | None:
+def _ambiguous_body(body: bytes, parsed: Any = None) -> str | None:
     """Why a stored body is not the one form capseal writes (compact,
     key-sorted JSON, no NaN, no duplicate member), or None. Such bytes can
     read two ways: with a duplicate member, a reader keeping the first sees
     another capsule than one keeping the last (Python's), and the row hash
-    covers the bytes, not a reading of them."""
+    covers the bytes, not a reading of them.
+
+    ``parsed``: the body as ``json.loads`` read it, when the caller has it.
+    Bytes that are storage JSON of that reading hold no duplicate member
+    (written back, the reading would have one member fewer) and, without the
+    tokens NaN and Infinity, no constant; only other bytes are read again,
+    strictly, to say what is wrong."""
+    if parsed and b"NaN" not in body and b"Infinity" not in body:
+        try:
+            if storage_json(parsed) == body:
+                return None
+        except (TypeError, ValueError, RecursionError):  # not storage JSON: the strict reading below says why
+            pass
     try:
         parsed = strict_json(body, "the stored body")
     except MalformedJSONError as exc:
         return str(exc)
-    if storage_json(parsed) != body:
+    try:
+        written = storage_json(parsed)
+    except UnicodeEncodeError:  # an escaped lone surrogate: a string no UTF-8 text holds
+        return ("the stored body holds a lone UTF-16 surrogate (an escape such as \\ud800), which no UTF-8 text "
+                "holds and capseal never writes: readers could disagree on what it says")
+    if written != body:
         return ("the stored body is not in capseal's canonical form (reordered keys or other spacing): readers "
                 "could disagree on what it says")
     return None
