@@ -7,6 +7,7 @@ what a custody statement's TPM2_Certify says. Never raises.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -105,7 +106,13 @@ def not_pinned(signers: Iterable[str]) -> Finding:
     Returns:
         A ``signer_not_pinned`` warning naming them.
     """
-    kids = ", ".join(dict.fromkeys(signers))
+    return _not_pinned(tuple(dict.fromkeys(signers)))
+
+
+@functools.lru_cache(maxsize=256)
+def _not_pinned(signers: tuple[str, ...]) -> Finding:
+    """:func:`not_pinned` for distinct kids: one (frozen) finding for every record the same keys signed."""
+    kids = ", ".join(signers)
     return Finding("signer_not_pinned", f"signed by {kids}, which no trust anchor pins (no trusted keys were given): "
                    "the record is intact under that key, and nothing says whose key it is", severity="warning")
 

@@ -300,9 +300,10 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
             rr = RecordReport(e.seq, e.record_id, e.record_type, False,
                               [Finding("record_unreadable", f"the row is damaged ({e.damage})")])
         elif checked is not None:
-            rr, custody, body_problem = checked
-            if custody is not None:
-                signed_custody.setdefault(rr.signer_kid, custody)
+            found, signature, kid, custody, body_problem = checked
+            rr = RecordReport(e.seq, e.record_id, e.record_type, False, found, signature, kid)
+            if custody is not None and kid is not None:  # a custody statement comes with the kid that signed it
+                signed_custody.setdefault(kid, custody)
             if evidence and e.record_type == "capsule":
                 _check_evidence(ledger, e, rr, evidence_trust)
             _finish(rr, body_problem, keys)
@@ -354,9 +355,10 @@ def _facts_of(e: StoredEntry) -> tuple[Any, ...]:
 
 def _checker(keys: KeyDirectory, facts: StoreFacts) -> Callable[[StoredEntry], Any]:
     """The check of one capsule row (in a worker of the walk's second pass): its
-    report, the custody statement its signer signed (or None), and why its body
-    is not canonical (or None)."""
+    report's findings, signature verdict and signer kid, the custody statement
+    its signer signed (or None), and why its body is not canonical (or None)."""
     members = facts.members()
+    kids: dict[str, str] = {}
 
     def check(e: StoredEntry) -> Any:
         body = _capsule_body(e)
@@ -376,7 +378,10 @@ def _checker(keys: KeyDirectory, facts: StoreFacts) -> Callable[[StoredEntry], A
         if not own:
             rr.findings.append(Finding("capsule_received", "kept as received from another producer, checked on its "
                                        "own: its chain is in its producer's ledger", severity="info"))
-        return rr, next(iter(signed.values()), None), _ambiguous_body(e.body, body)
+        kid = rr.signer_kid
+        if kid is not None:  # one string for every record a key signed: sent back from a worker once a batch
+            kid = kids.setdefault(kid, kid)
+        return rr.findings, rr.signature, kid, next(iter(signed.values()), None), _ambiguous_body(e.body, body)
 
     return check
 
