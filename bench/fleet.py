@@ -209,22 +209,24 @@ import resource, subprocess, sys, time
 start = time.monotonic()
 proc = subprocess.run([sys.executable, "-m", "capseal", "verify", sys.argv[1]], capture_output=True, text=True)
 took = time.monotonic() - start
-print(took, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, proc.returncode)
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(took, used.ru_maxrss, proc.returncode, used.ru_utime + used.ru_stime)
 print(proc.stdout[:4000])
 """
 
 
-def verify_rate(target: str, n: int) -> tuple[float, float, bool]:
+def verify_rate(target: str, n: int) -> tuple[float, float, bool, float]:
     """``capseal verify`` of ``target``, run from a fresh process: (records/s,
     peak MB of the verifying process and its workers (their largest
-    ru_maxrss), whether it said every record is ok)."""
+    ru_maxrss), whether it said every record is ok, CPU microseconds per
+    record of the process and its workers, user and system)."""
     proc = subprocess.run([sys.executable, "-c", _MEASURE, target], capture_output=True, text=True, check=True)
     head, _, report = proc.stdout.partition("\n")
-    took, peak, code = head.split()
+    took, peak, code, cpu = head.split()
     ok = code == "0" and f"{n} records, {n} ok" in report
     if not ok:
         print(report[-2000:], file=sys.stderr)
-    return n / float(took), int(peak) / 1024, ok
+    return n / float(took), int(peak) / 1024, ok, float(cpu) / n * 1e6
 
 
 # ---------------------------------------------------------------- the floor of a verify
@@ -388,14 +390,18 @@ def main(argv: list[str] | None = None) -> int:
                     if size and "verify" in parts:
                         with Ledger(target, readonly=True) as ledger:
                             n = ledger.count()
-                        rate, peak, ok = verify_rate(target, n)
+                        load = os.getloadavg()[0]
+                        rate, peak, ok, cpu = verify_rate(target, n)
                         floor = floor_rate(target, n)
                         out[f"verify_{name}_{size}_per_s"], out[f"verify_{name}_{size}_peak_mb"] = rate, peak
                         out[f"verify_{name}_{size}_floor_per_s"] = floor
+                        out[f"verify_{name}_{size}_cpu_us_per_record"] = cpu
                         print(f"verify {name:<8} {n:,} records: {rate:8.0f} records/s, peak memory {peak:.0f} MB "
-                              f"(ru_maxrss of capseal verify and its workers){'' if ok else '  NOT OK'}; floor "
-                              f"{floor:,.0f} records/s (rows read, parsed, signature checked), verify at "
-                              f"{rate / floor:.0%} of it", flush=True)
+                              f"(ru_maxrss of capseal verify and its workers){'' if ok else '  NOT OK'}; "
+                              f"{cpu:.0f} us CPU a record (user+sys, all its processes; {os.cpu_count()} CPUs: "
+                              f"{os.cpu_count() * 1e6 / cpu:,.0f} records/s if they were all its own; load "
+                              f"average {load:.1f} at the start); floor {floor:,.0f} records/s (rows read, parsed, "
+                              f"signature checked), verify at {rate / floor:.0%} of it", flush=True)
                     if size:
                         ledgers.release(name, target)
                     elif name == "sqlite":

@@ -99,3 +99,43 @@ def test_a_body_read_once_gets_the_strict_verdict(body: bytes) -> None:
     except (ValueError, RecursionError):
         parsed = None
     assert _ambiguous_body(body, parsed) == _ambiguous_body(body)
+
+
+def _deep(n: int) -> Any:
+    value: Any = "x"
+    for _ in range(n):
+        value = [value]
+    return value
+
+
+EXTRAS: list[Any] = [
+    {},
+    {"x-note": "caf\u00e9 \U0001f600"},
+    {"x-note": {"\U0001f600": 1, "\uffff": 2}},  # keys outside the BMP: the reference serializer's order
+    {"x-note": {"b": [1, -2, 9007199254740991], "a": None}},
+    {"x-note": "\ud800"},  # a lone surrogate: no UTF-8 form
+    {"x-note": _deep(3000)},  # deeper than the C encoder goes
+    {"x-note": 1.5},
+    {"x-note": 2**60},
+    {"signature": {"\U0001f600": 1}},  # a local-only member holding what the id never covers
+]
+
+
+@pytest.mark.parametrize("extra", EXTRAS, ids=range(len(EXTRAS)))
+def test_the_id_verify_recomputes_is_the_one_capsule_id_gives(extra: dict[str, Any]) -> None:
+    from capseal.verify import verify
+
+    capsule = {"spec_version": "1", "format_version": "4", "canonicalization_id": "jcs", "action_id": "a-1",
+               "action_type": "fyi", "operator": "acme", "developer": "d@1", "timestamp": "2026-01-01T00:00:00Z",
+               "capsule_id": "0" * 64}
+    capsule.update(extra)
+    result = verify(capsule)
+    try:
+        expected: str | None = capsule_id(capsule)
+    except Exception as exc:  # noqa: BLE001 - the verifier's finding names it
+        expected = None
+        if not any(f.code in ("float_in_digest_field", "unsafe_integer_in_digest_field") for f in result.findings):
+            assert f"{type(exc).__name__}: {exc}" in [f.detail for f in result.findings
+                                                       if f.code == "capsule_id_uncomputable"]
+    assert result.capsule_id == expected
+    assert any(f.code == "capsule_id_mismatch" for f in result.findings) == (expected is not None)
