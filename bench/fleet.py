@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                     if size and "verify" in parts:
                         with Ledger(target, readonly=True) as ledger:
                             n = ledger.count()
-                        load = os.getloadavg()[0]
+                        load, cpus = os.getloadavg()[0], os.cpu_count() or 1
                         rate, peak, ok, cpu = verify_rate(target, n)
                         floor = floor_rate(target, n)
                         out[f"verify_{name}_{size}_per_s"], out[f"verify_{name}_{size}_peak_mb"] = rate, peak
@@ -398,8 +398,8 @@ def main(argv: list[str] | None = None) -> int:
                         out[f"verify_{name}_{size}_cpu_us_per_record"] = cpu
                         print(f"verify {name:<8} {n:,} records: {rate:8.0f} records/s, peak memory {peak:.0f} MB "
                               f"(ru_maxrss of capseal verify and its workers){'' if ok else '  NOT OK'}; "
-                              f"{cpu:.0f} us CPU a record (user+sys, all its processes; {os.cpu_count()} CPUs: "
-                              f"{os.cpu_count() * 1e6 / cpu:,.0f} records/s if they were all its own; load "
+                              f"{cpu:.0f} us CPU a record (user+sys, all its processes; {cpus} CPUs: "
+                              f"{cpus * 1e6 / cpu:,.0f} records/s if they were all its own; load "
                               f"average {load:.1f} at the start); floor {floor:,.0f} records/s (rows read, parsed, "
                               f"signature checked), verify at {rate / floor:.0%} of it", flush=True)
                     if size:
