@@ -17,8 +17,19 @@ export (JSON lines), in worker processes, and imports it with
 rows are a real producer's (its epoch boundary). The PostgreSQL server is a
 private one started by hardware/postgres.sh (stopped at the end).
 
-Usage: python bench/fleet.py [--quick] [--seconds 4] [--json]
+Beside each verify rate the bench prints the floor's: the same rows read
+from the same ledger and only their signatures checked (one Ed25519 verify a
+record, with cryptography, as the verifier makes it), in as many processes as
+there are CPUs; the ratio says how much of the time goes to the checks other
+than the signature.
+
+Usage: python bench/fleet.py [--quick] [--seconds 4] [--json] [--only PART] [--engine E] [--keep DIR]
   --quick: ledgers of 10k and 50k records instead of 100k and 1M, 2 s per rate.
+  --only fleet|seal|verify: run only that part (repeatable); the big ledgers
+      are built for seal and verify.
+  --engine postgres|sqlite: only that engine (repeatable).
+  --keep DIR: build the big ledgers (and the PostgreSQL server's data) in
+      DIR, and reuse the ones already there on the next run.
 """
 
 from __future__ import annotations
@@ -49,10 +60,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Server:
-    """A private PostgreSQL server (hardware/postgres.sh) in a temporary directory."""
+    """A private PostgreSQL server (hardware/postgres.sh) in a directory (kept
+    between runs with ``keep``: started again on the data already there)."""
 
-    def __init__(self, tmp: Path) -> None:
-        self.dir = tmp / "pg"
+    def __init__(self, tmp: Path, *, keep: bool = False) -> None:
+        self.dir, self.keep = tmp / "pg", keep
         out = subprocess.run([str(ROOT / "hardware" / "postgres.sh"), "start", str(self.dir)], check=True,
                              capture_output=True, text=True).stdout
         env = dict(line.split("=", 1) for line in out.split())
@@ -60,22 +72,36 @@ class Server:
         import psycopg
 
         with psycopg.connect(self.base % "postgres", autocommit=True) as conn:
-            conn.execute("CREATE DATABASE bench")
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'bench'").fetchone() is None:
+                conn.execute("CREATE DATABASE bench")
         self.n = 0
 
     def new_url(self) -> str:
         """An empty schema of the bench database."""
+        self.n += 1
+        return self.schema_url(f"b{os.urandom(4).hex()}" if self.keep else f"b{self.n}", fresh=True)
+
+    def schema_url(self, name: str, *, fresh: bool) -> str:
+        """The URL of schema ``name`` of the bench database (emptied first when ``fresh``)."""
         import psycopg
 
-        self.n += 1
-        name = f"b{self.n}"
         with psycopg.connect(self.base % "bench", autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {name}")
+            if fresh:
+                conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")
         return (self.base % "bench") + f"&options=-csearch_path%3D{name}"
 
+    def drop(self, url: str) -> None:
+        """Drop the schema of ``url`` (a ledger of this server's no longer needed)."""
+        import psycopg
+
+        with psycopg.connect(self.base % "bench", autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {url.rsplit('%3D', 1)[1]} CASCADE")
+
     def stop(self) -> None:
-        subprocess.run([str(ROOT / "hardware" / "postgres.sh"), "stop", str(self.dir)], check=False,
-                       capture_output=True)
+        """Stop the server: its data deleted, or kept (``keep``) for the next run."""
+        subprocess.run([str(ROOT / "hardware" / "postgres.sh"), "halt" if self.keep else "stop", str(self.dir)],
+                       check=False, capture_output=True)
 
 
 # ---------------------------------------------------------------- sealing rates
@@ -183,22 +209,123 @@ import resource, subprocess, sys, time
 start = time.monotonic()
 proc = subprocess.run([sys.executable, "-m", "capseal", "verify", sys.argv[1]], capture_output=True, text=True)
 took = time.monotonic() - start
-print(took, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, proc.returncode)
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(took, used.ru_maxrss, proc.returncode, used.ru_utime + used.ru_stime)
 print(proc.stdout[:4000])
 """
 
 
-def verify_rate(target: str, n: int) -> tuple[float, float, bool]:
+def verify_rate(target: str, n: int) -> tuple[float, float, bool, float]:
     """``capseal verify`` of ``target``, run from a fresh process: (records/s,
     peak MB of the verifying process and its workers (their largest
-    ru_maxrss), whether it said every record is ok)."""
+    ru_maxrss), whether it said every record is ok, CPU microseconds per
+    record of the process and its workers, user and system)."""
     proc = subprocess.run([sys.executable, "-c", _MEASURE, target], capture_output=True, text=True, check=True)
     head, _, report = proc.stdout.partition("\n")
-    took, peak, code = head.split()
+    took, peak, code, cpu = head.split()
     ok = code == "0" and f"{n} records, {n} ok" in report
     if not ok:
         print(report[-2000:], file=sys.stderr)
-    return n / float(took), int(peak) / 1024, ok
+    return n / float(took), int(peak) / 1024, ok, float(cpu) / n * 1e6
+
+
+# ---------------------------------------------------------------- the floor of a verify
+
+_FLOOR: dict[bytes, Any] = {}
+
+
+def _floor_batch(bodies: list[bytes]) -> int:
+    """Parse each body and check its inline Ed25519 signature, nothing else: how many verified."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from capseal.cose import sig_structure
+    from capseal.envelope import profile_protected
+
+    keys = _FLOOR
+    good = 0
+    for body in bodies:
+        capsule = json.loads(body)["capsule"]
+        kid = bytes.fromhex(capsule["key_id"])
+        key = keys.get(kid)
+        if key is None:
+            key = keys[kid] = Ed25519PublicKey.from_public_bytes(kid)
+        sig = bytes.fromhex(capsule["signature"])[-64:]
+        try:
+            key.verify(sig, sig_structure(profile_protected(kid), bytes.fromhex(capsule["capsule_id"])))
+            good += 1
+        except InvalidSignature:
+            pass
+    return good
+
+
+def _floor_main(target: str) -> None:
+    """The floor of a verify of ``target`` (run in a fresh process): the rows
+    read in this process, in batches; parsed and their signature checked in
+    one worker process per CPU. Prints seconds taken and signatures verified."""
+    start = time.monotonic()
+    good = 0
+    with Ledger(target, readonly=True) as ledger, multiprocessing.get_context("fork").Pool() as pool:
+        def batches() -> Any:
+            batch: list[bytes] = []
+            for e in ledger.entries(batch=2000):
+                if e.record_type == "capsule":
+                    batch.append(e.body)
+                    if len(batch) >= 2000:
+                        yield batch
+                        batch = []
+            if batch:
+                yield batch
+
+        for n in pool.imap(_floor_batch, batches()):
+            good += n
+    print(time.monotonic() - start, good)
+
+
+def floor_rate(target: str, n: int) -> float:
+    """Records/s of the floor (:func:`_floor_main`) over ``target``'s ``n`` records."""
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--floor", target], capture_output=True,
+                          text=True, check=True)
+    took, _good = proc.stdout.split()
+    return n / float(took)
+
+
+# ---------------------------------------------------------------- the run
+
+class Ledgers:
+    """The big ledgers of the run: built once (a run with ``--keep`` reuses the
+    ones a previous run built), one per engine and size."""
+
+    def __init__(self, tmp: Path, server: Server | None, keep: bool) -> None:
+        self.tmp, self.server, self.keep = tmp, server, keep
+
+    def get(self, name: str, size: int, export: Any) -> tuple[str, float | None]:
+        """The ledger of ``size`` records in engine ``name``: (target, seconds its import took, None when reused)."""
+        done = self.tmp / f"built-{name}-{size}"
+        if name == "sqlite":
+            target = str(self.tmp / f"ledger-{size}.db")
+            if not (self.keep and done.exists()):
+                for suffix in ("", "-wal", "-shm", "-head"):
+                    Path(target + suffix).unlink(missing_ok=True)
+        else:
+            assert self.server is not None
+            reuse = self.keep and done.exists()
+            target = self.server.schema_url(f"ledger_{size}", fresh=not reuse)
+        if self.keep and done.exists():
+            return target, None
+        took = import_into(export(), target)
+        done.write_text(target)
+        return target, took
+
+    def release(self, name: str, target: str) -> None:
+        """Let a ledger go unless it is kept."""
+        if self.keep:
+            return
+        if name == "sqlite":
+            for suffix in ("", "-wal", "-shm", "-head"):
+                Path(target + suffix).unlink(missing_ok=True)
+        elif self.server is not None:
+            self.server.drop(target)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,49 +333,85 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small ledgers (10k, 50k), 2 s per rate")
     ap.add_argument("--seconds", type=float, default=None, help="seconds each sealing rate runs")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", action="append", choices=("fleet", "seal", "verify"),
+                    help="run only this part (repeatable; default: all)")
+    ap.add_argument("--engine", action="append", choices=("postgres", "sqlite"),
+                    help="only this engine (repeatable; default: both)")
+    ap.add_argument("--keep", metavar="DIR", help="build the big ledgers in DIR and reuse them on the next run")
+    ap.add_argument("--floor", metavar="LEDGER", help=argparse.SUPPRESS)  # the floor's own process
     args = ap.parse_args(argv)
+    if args.floor:
+        _floor_main(args.floor)
+        return 0
+    parts = set(args.only or ("fleet", "seal", "verify"))
+    wanted = args.engine or ["postgres", "sqlite"]
     sizes = (10_000, 50_000) if args.quick else (100_000, 1_000_000)
     seconds = args.seconds or (2.0 if args.quick else 4.0)
     out: dict[str, Any] = {"sizes": sizes, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="capseal-fleet-") as tmpdir:
-        tmp = Path(tmpdir)
-        server = Server(tmp)
+        tmp = Path(args.keep) if args.keep else Path(tmpdir)
+        tmp.mkdir(parents=True, exist_ok=True)
+        server = Server(tmp, keep=bool(args.keep)) if "postgres" in wanted else None
         try:
-            engines = {"postgres": server.new_url, "sqlite": lambda: str(tmp / f"l-{os.urandom(4).hex()}.db")}
-            for name, new in engines.items():
-                for procs in (1, 2, 4, 8):
-                    out[f"fleet_{name}_{procs}p_per_s"] = fleet_rate(new(), procs, seconds)
-                    print(f"fleet  {name:<8} {procs} producer process(es) x 4 threads: "
-                          f"{out[f'fleet_{name}_{procs}p_per_s']:8.0f} durable records/s", flush=True)
-            for size in (0, *sizes):
-                export = tmp / f"export-{size}.jsonl"
-                if size:
-                    took = build_export(size, export, tmp)
-                    print(f"built  an export of {size:,} records in {took:.0f} s (rows generated in worker processes: "
-                          "real capsules, each its own id and signature, one key, hash-chained)", flush=True)
+            fresh: dict[str, Any] = {"postgres": server.new_url if server else None,
+                                     "sqlite": lambda: str(tmp / f"l-{os.urandom(4).hex()}.db")}
+            engines = {name: fresh[name] for name in wanted}
+            if "fleet" in parts:
                 for name, new in engines.items():
-                    target = new()
+                    for procs in (1, 2, 4, 8):
+                        out[f"fleet_{name}_{procs}p_per_s"] = fleet_rate(new(), procs, seconds)
+                        print(f"fleet  {name:<8} {procs} producer process(es) x 4 threads: "
+                              f"{out[f'fleet_{name}_{procs}p_per_s']:8.0f} durable records/s", flush=True)
+            ledgers = Ledgers(tmp, server, bool(args.keep))
+            for size in (0, *sizes) if "seal" in parts else sizes if "verify" in parts else ():
+                export = tmp / f"export-{size}.jsonl"
+
+                def built(size: int = size, export: Path = export) -> Path:
+                    if not export.exists():
+                        took = build_export(size, export, tmp)
+                        print(f"built  an export of {size:,} records in {took:.0f} s (rows generated in worker "
+                              "processes: real capsules, each its own id and signature, one key, hash-chained)",
+                              flush=True)
+                    return export
+
+                for name, new in engines.items():
                     if size:
-                        took = import_into(export, target)
-                        print(f"import {name:<8} {size:,} records by Ledger.import_jsonl in {took:.0f} s "
-                              f"({size / took:,.0f} rows/s)", flush=True)
-                    out[f"seal_{name}_at_{size}_per_s"] = fleet_rate(target, 1, seconds)
-                    print(f"seal   {name:<8} ledger at {size:>9,} records: "
-                          f"{out[f'seal_{name}_at_{size}_per_s']:8.0f} durable records/s (1 process x 4 threads)",
-                          flush=True)
-                    if size:
+                        target, took = ledgers.get(name, size, built)
+                        if took is not None:
+                            print(f"import {name:<8} {size:,} records by Ledger.import_jsonl in {took:.0f} s "
+                                  f"({size / took:,.0f} rows/s)", flush=True)
+                    else:
+                        target = new()
+                    if "seal" in parts:
+                        out[f"seal_{name}_at_{size}_per_s"] = fleet_rate(target, 1, seconds)
+                        print(f"seal   {name:<8} ledger at {size:>9,} records: "
+                              f"{out[f'seal_{name}_at_{size}_per_s']:8.0f} durable records/s (1 process x 4 threads)",
+                              flush=True)
+                    if size and "verify" in parts:
                         with Ledger(target, readonly=True) as ledger:
                             n = ledger.count()
-                        rate, peak, ok = verify_rate(target, n)
+                        load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+                        rate, peak, ok, cpu = verify_rate(target, n)
+                        floor = floor_rate(target, n)
                         out[f"verify_{name}_{size}_per_s"], out[f"verify_{name}_{size}_peak_mb"] = rate, peak
+                        out[f"verify_{name}_{size}_floor_per_s"] = floor
+                        out[f"verify_{name}_{size}_cpu_us_per_record"] = cpu
                         print(f"verify {name:<8} {n:,} records: {rate:8.0f} records/s, peak memory {peak:.0f} MB "
-                              f"(ru_maxrss of capseal verify and its workers){'' if ok else '  NOT OK'}", flush=True)
-                    if name == "sqlite":
+                              f"(ru_maxrss of capseal verify and its workers){'' if ok else '  NOT OK'}; "
+                              f"{cpu:.0f} us CPU a record (user+sys, all its processes; {cpus} CPUs: "
+                              f"{cpus * 1e6 / cpu:,.0f} records/s if they were all its own; load "
+                              f"average {load:.1f} at the start); floor {floor:,.0f} records/s (rows read, parsed, "
+                              f"signature checked), verify at {rate / floor:.0%} of it", flush=True)
+                    if size:
+                        ledgers.release(name, target)
+                    elif name == "sqlite":
                         for suffix in ("", "-wal", "-shm", "-head"):
                             Path(target + suffix).unlink(missing_ok=True)
-                export.unlink(missing_ok=True)
+                if not args.keep:
+                    export.unlink(missing_ok=True)
         finally:
-            server.stop()
+            if server is not None:
+                server.stop()
     if args.json:
         print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in out.items()}))
     return 0

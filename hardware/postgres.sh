@@ -5,6 +5,7 @@
 #
 #   hardware/postgres.sh start DIR   -> prints PGHOST=..., PGPORT=..., PGUSER=..., PGPASSWORD=..., PGDATA=..., PG_PID=...
 #   hardware/postgres.sh crash DIR   -> pg_ctl stop -m immediate (no shutdown checkpoint: as a crash); data kept
+#   hardware/postgres.sh halt DIR    -> pg_ctl stop -m fast (a clean shutdown); data kept
 #   hardware/postgres.sh stop DIR    -> stops it by its PID and deletes its data
 #
 # Starting again after crash (or stop without deleting) recovers the same data.
@@ -13,8 +14,8 @@
 # /tmp that user owns (DIR itself may sit in a directory it cannot enter);
 # DIR/base names that directory.
 set -euo pipefail
-cmd="${1:?usage: postgres.sh start|crash|stop DIR}"
-dir="${2:?usage: postgres.sh start|crash|stop DIR}"
+cmd="${1:?usage: postgres.sh start|crash|halt|stop DIR}"
+dir="${2:?usage: postgres.sh start|crash|halt|stop DIR}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 
@@ -77,6 +78,9 @@ case "$cmd" in
   crash)
     as_server "$bindir/pg_ctl" -D "$data" stop -m immediate -w >/dev/null
     ;;
+  halt)
+    as_server "$bindir/pg_ctl" -D "$data" stop -m fast -w >/dev/null
+    ;;
   stop)
     pid="$(pid_of)"
     if [ -n "$pid" ]; then
@@ -87,5 +91,5 @@ case "$cmd" in
     case "$base" in /tmp/capseal-pg.*|"$dir"/pg) rm -rf "$base" ;; esac
     rm -f "$dir/base" "$dir/password"
     ;;
-  *) echo "usage: postgres.sh start|crash|stop DIR" >&2; exit 2 ;;
+  *) echo "usage: postgres.sh start|crash|halt|stop DIR" >&2; exit 2 ;;
 esac

@@ -7,6 +7,7 @@ what a custody statement's TPM2_Certify says. Never raises.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -105,7 +106,13 @@ def not_pinned(signers: Iterable[str]) -> Finding:
     Returns:
         A ``signer_not_pinned`` warning naming them.
     """
-    kids = ", ".join(dict.fromkeys(signers))
+    return _not_pinned(tuple(dict.fromkeys(signers)))
+
+
+@functools.lru_cache(maxsize=256)
+def _not_pinned(signers: tuple[str, ...]) -> Finding:
+    """:func:`not_pinned` for distinct kids: one (frozen) finding for every record the same keys signed."""
+    kids = ", ".join(signers)
     return Finding("signer_not_pinned", f"signed by {kids}, which no trust anchor pins (no trusted keys were given): "
                    "the record is intact under that key, and nothing says whose key it is", severity="warning")
 
@@ -121,7 +128,8 @@ def custody_of(capsule: Mapping[str, Any]) -> Any:
     return ca.get("x-capseal-key-custody") if isinstance(ca, Mapping) else None
 
 
-def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: KeyDirectory) -> tuple[str, str | None, list[Finding]]:
+def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: KeyDirectory, *,
+                     capsule_id_hex: str | None = None) -> tuple[str, str | None, list[Finding]]:
     """Verify a capsule record's inline profile envelope and its envelopes[].
     Returns (verdict, signer kid, findings). Never raises.
 
@@ -130,10 +138,11 @@ def check_signatures(capsule: Mapping[str, Any], envelopes: list[Any], keys: Key
     their order: ``invalid`` if any fails, else ``authored`` if any verifies
     (the kid returned is a trusted one when trusted keys are given and one
     signed), else ``unverifiable`` if one names a key nobody gave us, else
-    ``unclaimed``. Kids are returned in lower-case hex."""
+    ``unclaimed``. Kids are returned in lower-case hex. ``capsule_id_hex``:
+    the capsule's id when the caller has just computed it (else computed here)."""
     findings: list[Finding] = []
     try:
-        cid = capsule_id(capsule)
+        cid = capsule_id_hex if capsule_id_hex is not None else capsule_id(capsule)
     except Exception as exc:
         return "invalid", None, [Finding("signature_uncheckable", f"capsule id cannot be computed: {exc}")]
     invalid, unverifiable = False, False

@@ -1,5 +1,6 @@
 """libsodium's Ed25519 verify, for the producer's check of each device
-signature before it is written, when the system has libsodium.
+signature before it is written, and a verifier's first check of a profile
+envelope, when the system has libsodium.
 
 Why: with a token's signatures made in a signing process, the producer's
 CPU per record bounds the sealed rate, and this check is its largest part;
@@ -13,9 +14,11 @@ libsodium also refuses small-order and non-canonical R and A. So a signature
 it accepts is one OpenSSL (cryptography, the reference verifier's library)
 accepts too, and the check never lets through what a verifier would refuse.
 
-Only the producer's self-check uses it; verifiers keep cryptography's
-verify, so their findings match the reference's. It is loaded through
-ctypes (which lets go of the GIL during the call, as cryptography does), on
+The producer's self-check uses it; a verifier uses it only to accept: a
+signature libsodium refuses is checked again by cryptography, whose answer
+stands, so a verifier's findings match the reference's either way. It is
+loaded through ctypes (which lets go of the GIL during the call, as
+cryptography does), on
 first use, and only after it has agreed with cryptography on a signature
 made here, the same signature over another message and an altered
 signature; if the library is missing or disagrees, the check stays with

@@ -125,11 +125,22 @@ def is_open(capsule: Mapping[str, Any], facts: StoreFacts) -> str | None:
 _STATE: dict[str, Any] = {}
 
 
-def _scan(rows: list[StoredEntry]) -> list[tuple[bool | None, Any]]:
+def _pack(rows: list[StoredEntry]) -> list[tuple[Any, ...]]:
+    """A batch as plain tuples, the cheapest form to send to a worker (see :func:`_unpack`)."""
+    return [(e.seq, e.record_id, e.record_type, e.epistemic_type, e.links, e.nonce, e.body, e.prev_hash, e.row_hash,
+             e.action_id, e.stream, e.tag, e.damage) for e in rows]
+
+
+def _unpack(rows: list[Any]) -> list[StoredEntry]:
+    """The rows of a batch :func:`_pack` made (rows given as entries are taken as they are)."""
+    return [e if isinstance(e, StoredEntry) else StoredEntry(*e) for e in rows]
+
+
+def _scan(rows: list[Any]) -> list[tuple[bool | None, Any]]:
     """Pass 1 for a batch: whether each row hash matches, and each capsule's store facts."""
     parse: Callable[[StoredEntry], Any] = _STATE["facts_of"]
     out: list[tuple[bool | None, Any]] = []
-    for e in rows:
+    for e in _unpack(rows):
         ok: bool | None = None
         if e.damage is None and len(e.prev_hash) == 64 and len(e.row_hash) == 64:
             try:
@@ -140,10 +151,11 @@ def _scan(rows: list[StoredEntry]) -> list[tuple[bool | None, Any]]:
     return out
 
 
-def _check(rows: list[StoredEntry]) -> list[Any]:
+def _check(rows: list[Any]) -> list[Any]:
     """Pass 2 for a batch: each row's report (None: checked by the caller's process)."""
     check: Callable[[StoredEntry], Any] = _STATE["check"]
-    return [check(e) if e.damage is None and e.record_type in ("capsule", RECEIVED_CAPSULE) else None for e in rows]
+    return [check(e) if e.damage is None and e.record_type in ("capsule", RECEIVED_CAPSULE) else None
+            for e in _unpack(rows)]
 
 
 def run_batches(fn: Callable[[list[StoredEntry]], list[Any]], rows: Iterable[StoredEntry], pool: Any,
@@ -161,12 +173,12 @@ def run_batches(fn: Callable[[list[StoredEntry]], list[Any]], rows: Iterable[Sto
     for e in rows:
         batch.append(e)
         if len(batch) >= BATCH:
-            window.append((batch, pool.apply_async(fn, (batch,)) if pool is not None else fn(batch)))
+            window.append((batch, pool.apply_async(fn, (_pack(batch),)) if pool is not None else fn(batch)))
             batch = []
             while len(window) > ahead or (pool is None and window):
                 yield from done(window.popleft())
     if batch:
-        window.append((batch, pool.apply_async(fn, (batch,)) if pool is not None else fn(batch)))
+        window.append((batch, pool.apply_async(fn, (_pack(batch),)) if pool is not None else fn(batch)))
     while window:
         yield from done(window.popleft())
 

@@ -300,9 +300,10 @@ def _verify_open_ledger(ledger: Ledger, report: LedgerReport, keys: KeyDirectory
             rr = RecordReport(e.seq, e.record_id, e.record_type, False,
                               [Finding("record_unreadable", f"the row is damaged ({e.damage})")])
         elif checked is not None:
-            rr, custody, body_problem = checked
-            if custody is not None:
-                signed_custody.setdefault(rr.signer_kid, custody)
+            found, signature, kid, custody, body_problem = checked
+            rr = RecordReport(e.seq, e.record_id, e.record_type, False, found, signature, kid)
+            if custody is not None and kid is not None:  # a custody statement comes with the kid that signed it
+                signed_custody.setdefault(kid, custody)
             if evidence and e.record_type == "capsule":
                 _check_evidence(ledger, e, rr, evidence_trust)
             _finish(rr, body_problem, keys)
@@ -354,9 +355,10 @@ def _facts_of(e: StoredEntry) -> tuple[Any, ...]:
 
 def _checker(keys: KeyDirectory, facts: StoreFacts) -> Callable[[StoredEntry], Any]:
     """The check of one capsule row (in a worker of the walk's second pass): its
-    report, the custody statement its signer signed (or None), and why its body
-    is not canonical (or None)."""
+    report's findings, signature verdict and signer kid, the custody statement
+    its signer signed (or None), and why its body is not canonical (or None)."""
     members = facts.members()
+    kids: dict[str, str] = {}
 
     def check(e: StoredEntry) -> Any:
         body = _capsule_body(e)
@@ -376,7 +378,10 @@ def _checker(keys: KeyDirectory, facts: StoreFacts) -> Callable[[StoredEntry], A
         if not own:
             rr.findings.append(Finding("capsule_received", "kept as received from another producer, checked on its "
                                        "own: its chain is in its producer's ledger", severity="info"))
-        return rr, next(iter(signed.values()), None), _ambiguous_body(e.body)
+        kid = rr.signer_kid
+        if kid is not None:  # one string for every record a key signed: sent back from a worker once a batch
+            kid = kids.setdefault(kid, kid)
+        return rr.findings, rr.signature, kid, next(iter(signed.values()), None), _ambiguous_body(e.body, body)
 
     return check
 
@@ -406,7 +411,8 @@ def _capsule_report(e: StoredEntry, capsule: dict[str, Any], body: Mapping[str, 
         rr.findings.append(Finding("header_mismatch", f"the store header's epistemic_type {e.epistemic_type!r} is not "
                                    f"the capsule's ({epistemic_type_for_capsule(capsule)!r})"))
     envelopes = body.get("envelopes", [])
-    verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys)
+    verdict, kid, sig_findings = check_signatures(capsule, envelopes if isinstance(envelopes, list) else [], keys,
+                                                  capsule_id_hex=result.capsule_id)
     rr.signature, rr.signer_kid = verdict, kid
     custody = custody_of(capsule)
     if verdict == "authored" and kid is not None and isinstance(custody, Mapping) and custody.get("kid") == kid:
@@ -426,17 +432,34 @@ def _parsed(body: bytes) -> Any:
         return None
 
 
-def _ambiguous_body(body: bytes) -> str | None:
+def _ambiguous_body(body: bytes, parsed: Any = None) -> str | None:
     """Why a stored body is not the one form capseal writes (compact,
     key-sorted JSON, no NaN, no duplicate member), or None. Such bytes can
     read two ways: with a duplicate member, a reader keeping the first sees
     another capsule than one keeping the last (Python's), and the row hash
-    covers the bytes, not a reading of them."""
+    covers the bytes, not a reading of them.
+
+    ``parsed``: the body as ``json.loads`` read it, when the caller has it.
+    Bytes that are storage JSON of that reading hold no duplicate member
+    (written back, the reading would have one member fewer) and, without the
+    tokens NaN and Infinity, no constant; only other bytes are read again,
+    strictly, to say what is wrong."""
+    if parsed and b"NaN" not in body and b"Infinity" not in body:
+        try:
+            if storage_json(parsed) == body:
+                return None
+        except (TypeError, ValueError, RecursionError):  # not storage JSON: the strict reading below says why
+            pass
     try:
         parsed = strict_json(body, "the stored body")
     except MalformedJSONError as exc:
         return str(exc)
-    if storage_json(parsed) != body:
+    try:
+        written = storage_json(parsed)
+    except UnicodeEncodeError:  # an escaped lone surrogate: a string no UTF-8 text holds
+        return ("the stored body holds a lone UTF-16 surrogate (an escape such as \\ud800), which no UTF-8 text "
+                "holds and capseal never writes: readers could disagree on what it says")
+    if written != body:
         return ("the stored body is not in capseal's canonical form (reordered keys or other spacing): readers "
                 "could disagree on what it says")
     return None

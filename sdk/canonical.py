@@ -509,6 +509,17 @@ def capsule_id_bytes(capsule: Mapping[str, Any]) -> bytes:
     return hashlib.sha256(canonical_bytes(_preimage(capsule))).digest()
 
 
+def _capsule_id_scanned(capsule: Mapping[str, Any]) -> str:
+    """:func:`capsule_id` of a capsule :func:`_scan` has just passed whole,
+    finding no key outside the BMP: its members are canonical -05 JSON, so
+    the checks are not made again (the same bytes, the same errors)."""
+    value = _preimage(capsule)
+    try:
+        return hashlib.sha256(_encode(_fast(value), value, "$")).hexdigest()
+    except RecursionError:
+        raise NonJSONValueError("the value nests too deeply to be canonicalized", path="$") from None
+
+
 def capsule_id(capsule: Mapping[str, Any]) -> str:
     """Hex capsule id (see :func:`capsule_id_bytes`).
 

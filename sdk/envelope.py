@@ -20,6 +20,7 @@ reference's ``verify_producer_envelope``.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -308,6 +309,69 @@ def _decode_sign1(data: Any, result: EnvelopeResult) -> Sign1 | None:
         return None
 
 
+#: the plain path (``CAPSEAL_NO_DIRECT=1`` when capseal is imported): every envelope read by the strict
+#: decoder and checked by cryptography alone
+_PLAIN_PATH = os.environ.get("CAPSEAL_NO_DIRECT", "") == "1"
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_frame(key: bytes) -> tuple[bytes, bytes, bool]:
+    """For one raw Ed25519 key: the bytes of every AAC profile envelope it
+    makes up to the payload, the Sig_structure up to the payload, and whether
+    the key is of small order."""
+    protected = profile_protected(key)
+    head = assemble_sign1(protected, bytes(32), bytes(64))[: -(32 + 2 + 64)]
+    return head, sig_structure(protected, bytes(32))[:-32], small_order_key(key)
+
+
+def _profile_shape() -> tuple[int, int]:
+    """Where the key sits in an AAC profile envelope, and the envelope's length."""
+    marker = bytes(range(1, 33))
+    data = assemble_sign1(profile_protected(marker), bytes(32), bytes(64))
+    return data.index(marker), len(data)
+
+
+_KEY_AT, _PROFILE_LEN = _profile_shape()
+_SIG_HEAD = enc_bytes(bytes(64))[:-64]
+
+
+@functools.lru_cache(maxsize=64)
+def _ed25519_key(key: bytes) -> Any:
+    return ed25519.Ed25519PublicKey.from_public_bytes(key)
+
+
+def _profile_fast(capsule_id: str, data: Any) -> EnvelopeResult | None:
+    """The result for an envelope that is, byte for byte, the one shortest-form
+    AAC profile envelope its key makes over ``capsule_id`` and whose signature
+    verifies; None for any other (the strict reading then says why).
+
+    Why this is the strict path's answer: the decoder accepts only shortest-form
+    CBOR, so a well-formed profile envelope over this payload under this key has
+    exactly these bytes, and every check before the signature's holds for them.
+    The signature is taken as valid when libsodium accepts it (it accepts a
+    subset of what OpenSSL accepts: see :mod:`capseal._sodium`) or else when
+    cryptography does, as on the strict path."""
+    if type(data) is not bytes or len(data) != _PROFILE_LEN or len(capsule_id) != 64:
+        return None
+    key = data[_KEY_AT : _KEY_AT + 32]
+    head, tbs_head, weak = _profile_frame(key)
+    try:
+        payload = bytes.fromhex(capsule_id)
+    except ValueError:
+        return None
+    signature = data[-64:]
+    if weak or data != head + payload + _SIG_HEAD + signature or capsule_id != payload.hex():
+        return None
+    tbs = tbs_head + payload
+    check = _sodium.verifier()
+    if check is None or not check(signature, tbs, key):
+        try:
+            _ed25519_key(key).verify(signature, tbs)
+        except (InvalidSignature, ValueError):
+            return None
+    return EnvelopeResult(ok=True, public_key=key, alg="EdDSA", kid=key)
+
+
 def verify_profile_envelope(capsule_id: str, data: Any) -> EnvelopeResult:
     """Check one AAC profile envelope against ``capsule_id``. Never raises.
 
@@ -321,6 +385,13 @@ def verify_profile_envelope(capsule_id: str, data: Any) -> EnvelopeResult:
         authenticated raw Ed25519 key; whether that key is authorized is the
         caller's policy (-05 §3.2).
     """
+    if not _PLAIN_PATH:
+        try:
+            fast = _profile_fast(capsule_id, data)
+        except Exception:  # noqa: BLE001 - the strict reading below says what is wrong
+            fast = None
+        if fast is not None:
+            return fast
     result = EnvelopeResult()
     try:
         return _verify_profile(capsule_id, data, result)

@@ -8,11 +8,12 @@ finding aborts the seal.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .assurance import derive_cross_party_rung, derive_effect_mode
-from .canonical import MAX_SAFE_INTEGER, _Bad, _scan, capsule_id, is_hex64
+from .canonical import MAX_SAFE_INTEGER, _Bad, _capsule_id_scanned, _scan, capsule_id, is_hex64
 from .errors import FloatInDigestError, UnsafeIntegerError
 from .findings import Finding, VerificationResult
 from .vocab import (
@@ -60,6 +61,8 @@ _REGISTRY_FIELDS = (
     ("effect_attestation", "effect", "effect_attestation"),
     ("chain.relation", "chain", "relation"),
 )
+#: the plain path (``CAPSEAL_NO_DIRECT=1`` when capseal is imported): the capsule id computed from scratch
+_PLAIN_PATH = os.environ.get("CAPSEAL_NO_DIRECT", "") == "1"
 _RETENTION_STRINGS = ("declarant", "retained_until", "not_retained_after")
 _BACKFILL_REQUIRED = ("source_ref", "source_asserted_at", "import_batch", "imported_at")
 
@@ -225,7 +228,8 @@ def verify_for_seal(capsule: Mapping[str, Any], computed_id: str) -> Verificatio
         return VerificationResult(ok=False, findings=findings)
 
 
-def _check1(capsule: Mapping[str, Any], findings: list[Finding], blocks: dict[str, Any], numbers_checked: bool) -> tuple[str | None, Any]:
+def _check1(capsule: Mapping[str, Any], findings: list[Finding], blocks: dict[str, Any], numbers_checked: bool,
+            ) -> tuple[str | None, Any, bool]:
     add = findings.append
     for name in _REQUIRED:
         if name not in capsule:
@@ -259,9 +263,10 @@ def _check1(capsule: Mapping[str, Any], findings: list[Finding], blocks: dict[st
         add(Finding("constraints_not_array", "constraints must be an array when present (§8.1)", check=1))
     floats: list[str] = []
     unsafe: list[str] = []
+    canonical = False  # every member canonical -05 JSON, no key outside the BMP: the id needs no second walk
     if not numbers_checked:
         try:
-            _scan(capsule)
+            canonical = not _scan(capsule) and type(capsule) is dict and not _PLAIN_PATH
         except _Bad:
             _bad_numbers(capsule, "", floats, unsafe)
     for path in floats:
@@ -290,7 +295,7 @@ def _check1(capsule: Mapping[str, Any], findings: list[Finding], blocks: dict[st
         block = blocks[block_name]
         if block is not None and member in block and not isinstance(block[member], str):
             add(Finding("field_not_string", f"{block_name}.{member} must be a string when present", check=1))
-    return carried, fv
+    return carried, fv, canonical
 
 
 def _verify(
@@ -313,14 +318,15 @@ def _verify(
     refs = _references(capsule, chain)
 
     # ---- check 1: structure
-    carried, fv = _check1(capsule, findings, blocks, computed_id is not None)
+    carried, fv, canonical = _check1(capsule, findings, blocks, computed_id is not None)
     findings.extend(refs[1])
 
     # ---- check 2: identity (profile validated first; no id computed otherwise)
     recomputed: str | None = None
     if carried is not None and fv == FORMAT_VERSION and capsule.get("canonicalization_id") == CANONICALIZATION_ID:
         try:
-            recomputed = computed_id if computed_id is not None else capsule_id(dict(capsule))
+            recomputed = computed_id if computed_id is not None else \
+                _capsule_id_scanned(capsule) if canonical else capsule_id(dict(capsule))
         except (FloatInDigestError, UnsafeIntegerError):
             recomputed = None  # already reported by check 1
         except Exception as exc:

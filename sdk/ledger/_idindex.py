@@ -20,6 +20,8 @@ from array import array
 __all__ = ["IdIndex"]
 
 _EMPTY = 0
+#: the most of its slots a table fills before it grows (linear probing stays short up to here)
+_FILL = 0.7
 _MAX_SEQ = (1 << 60) - 1
 
 
@@ -30,16 +32,15 @@ class IdIndex:
         expected: how many ids are likely (the table is sized for them; it grows past them).
     """
 
-    __slots__ = ("_key", "_keys", "_values", "_mask", "_used")
+    __slots__ = ("_key", "_keys", "_values", "_size", "_used")
 
     def __init__(self, expected: int = 1024) -> None:
         self._key = os.urandom(16)
-        size = 1024
-        while size * 0.6 < expected:
-            size *= 2
+        # as many slots as the ids need at the fill allowed, not the next power of two (up to twice that)
+        size = max(1024, int(expected / _FILL) + 1)
         self._keys = array("q", bytes(8 * size))
         self._values = array("q", bytes(8 * size))
-        self._mask = size - 1
+        self._size = size
         self._used = 0
 
     def __len__(self) -> int:
@@ -50,13 +51,15 @@ class IdIndex:
         return int.from_bytes(digest, "little", signed=True) or 1
 
     def _slot(self, fp: int) -> int:
-        keys, mask = self._keys, self._mask
-        i = fp & mask
+        keys, size = self._keys, self._size
+        i = fp % size
         while True:
             k = keys[i]
             if k == fp or k == _EMPTY:
                 return i
-            i = (i + 1) & mask
+            i += 1
+            if i == size:
+                i = 0
 
     def add(self, record_id: str, seq: int, flags: int = 0) -> int | None:
         """Add ``record_id`` at ``seq`` unless it is there.
@@ -77,7 +80,7 @@ class IdIndex:
         self._keys[i] = fp
         self._values[i] = (min(max(seq, 0), _MAX_SEQ) << 4) | (flags & 15)
         self._used += 1
-        if self._used > (self._mask + 1) * 0.6:
+        if self._used > self._size * _FILL:
             self._grow()
         return None
 
@@ -102,10 +105,10 @@ class IdIndex:
 
     def _grow(self) -> None:
         keys, values = self._keys, self._values
-        size = 2 * (self._mask + 1)
+        size = 2 * self._size
         self._keys = array("q", bytes(8 * size))
         self._values = array("q", bytes(8 * size))
-        self._mask = size - 1
+        self._size = size
         new_keys, new_values = self._keys, self._values
         for k, v in zip(keys, values):
             if k != _EMPTY:

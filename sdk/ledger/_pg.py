@@ -197,7 +197,7 @@ class PGStorage:
             if last:
                 self._on_released()
 
-    def _query(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
+    def _query(self, sql: str, args: tuple[Any, ...] | list[Any] = (), *, binary: bool = False) -> list[Any]:
         if self._guard.forked:
             raise self._guard.error("reading")
         snap = getattr(self._snap, "db", None)
@@ -208,7 +208,7 @@ class PGStorage:
             for attempt in (1, 2):
                 db = self._rdb if snap is None else snap
                 try:
-                    return list(db.execute(sql, args or None).fetchall())
+                    return list(db.execute(sql, args or None, binary=binary).fetchall())
                 except psycopg.Error as exc:
                     if isinstance(exc, self.damage_errors):
                         raise
@@ -228,7 +228,7 @@ class PGStorage:
         last = 0
         while True:
             try:
-                got = self._query(sql, (last, batch))
+                got = self._query(sql, (last, batch), binary=True)  # bodies as bytes, not hex text
             except self.damage_errors as exc:
                 if damaged is None:
                     raise

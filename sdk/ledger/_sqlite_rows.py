@@ -43,6 +43,8 @@ def _links(raw: Any) -> tuple[dict[str, str], ...]:
     """A row's links column. One that is not a JSON array of objects (edited
     behind SQLite's back) is kept as an unreadable marker, so that row's hash
     fails in check_chain, instead of making every other row unreadable too."""
+    if raw == "[]":  # most rows: no links
+        return ()
     try:
         links = json.loads(raw)
         if isinstance(links, list) and all(isinstance(x, dict) for x in links):
@@ -55,6 +57,11 @@ def _links(raw: Any) -> tuple[dict[str, str], ...]:
 def _record_damage(row: Sequence[Any]) -> str | None:
     """Why a record row read from the file is not one capseal writes (a
     member edited at the SQL level to another type), or None."""
+    if (type(row[9]) is bytes and type(row[1]) is str and type(row[2]) is str and type(row[3]) is str
+            and type(row[5]) is str and type(row[10]) is str and type(row[11]) is str
+            and (row[6] is None or type(row[6]) is str) and (row[7] is None or type(row[7]) is str)
+            and (row[8] is None or type(row[8]) is str)):
+        return None  # every member of the type capseal writes (the common case, checked at once)
     body = row[9]
     if type(body) is not bytes:
         return f"its body is stored as {kind_of(body)}, not a blob"

@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import capseal
 from capseal import Producer
@@ -139,3 +140,76 @@ def test_capseal_verify_reads_a_server_ledger(postgres: PostgresServer) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "effect_outcome_missing ×1" in proc.stdout and postgres.password not in proc.stdout
     assert json.loads(_cli(url, "--json").stdout)["counts"]["ok"] == capseal.verify_ledger(url).counts()["records"]
+
+
+def test_json_is_the_kept_report_streamed_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    _busy_ledger(path)
+    with sqlite3.connect(path) as db:  # one record not ok, so the report says what is wrong with it
+        db.execute("DROP TRIGGER records_no_update")
+        db.execute("UPDATE records SET body = CAST(replace(body, 'fyi-3', 'fyi-Y') AS BLOB) WHERE seq = 5")
+    kept = capseal.verify_ledger(path)
+    proc = _cli(str(path), "--json")
+    assert proc.returncode == 1
+    assert proc.stdout == json.dumps(kept.to_dict(), indent=2, ensure_ascii=False) + "\n"  # the same bytes
+    assert len(json.loads(proc.stdout)["records"]) == kept.counts()["records"] > 30
+    both = _cli(str(path), str(path), "--json")  # several targets: each report inside the one object
+    assert [t["report"] for t in json.loads(both.stdout)["targets"]] == [kept.to_dict()] * 2
+    empty = tmp_path / "empty.db"
+    Producer("acme", "buyer@1", UnsafeEphemeralSigner(), empty).close()
+    assert json.loads(_cli(str(empty), "--json").stdout)["records"] == capseal.verify_ledger(empty).to_dict()["records"]
+
+
+def test_json_never_holds_the_reports_in_memory(tmp_path: Path, monkeypatch: Any) -> None:
+    from capseal._internal.cli import verify as cli_verify
+
+    path, _ = _not_trusted_ledger(tmp_path, 40)
+    reports: list[Any] = []
+    real = capseal.audit.verify_ledger
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        reports.append(real(*args, **kwargs))
+        return reports[-1]
+
+    monkeypatch.setattr(capseal.audit, "verify_ledger", watched)
+    writes: list[int] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            writes.append(len(text))
+            chunks.append(text)
+
+    chunks: list[str] = []
+    monkeypatch.setattr(sys, "stdout", Out())
+    args = cli_verify.argparse.Namespace(target=[str(path)], json=True, evidence=False, ak=None, ak_hardware=None,
+                                         ek_root=None, trust=None, verbose=False)
+    assert cli_verify.cmd_verify(args) == 0
+    assert reports[0].records == []  # the verifier handed each report on and kept none
+    report = json.loads("".join(chunks))
+    assert len(report["records"]) == 41 and report["counts"]["ok"] == 41
+    assert max(writes) < 2000  # written a record at a time, never as one text
+
+
+def test_a_record_deep_in_a_batch_is_found_by_the_workers_as_alone(tmp_path: Path, monkeypatch: Any) -> None:
+    from capseal import _verify_walk
+
+    monkeypatch.setattr(_verify_walk, "BATCH", 64)  # read by the workers forked after it is set
+    path = tmp_path / "l.db"
+    with Producer("acme", "buyer@1", UnsafeEphemeralSigner(), path) as p:
+        for i in range(200):
+            p.seal({"action_id": f"a-{i}", "action_type": "fyi"})
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TRIGGER records_no_update")
+        # deep in the third batch: a capsule edited (its id no longer its own), a signature cut
+        db.execute("UPDATE records SET body = CAST(replace(body, 'a-150\"', 'a-15X\"') AS BLOB) WHERE seq = 152")
+        body = db.execute("SELECT body FROM records WHERE seq = 170").fetchone()[0]
+        record = json.loads(body)
+        record["capsule"]["signature"] = record["capsule"]["signature"][:-2] + "00"
+        db.execute("UPDATE records SET body = ? WHERE seq = 170", (json.dumps(record, sort_keys=True,
+                                                                           separators=(",", ":")).encode(),))
+    alone = capseal.verify_ledger(path, jobs=1)
+    shared = capseal.verify_ledger(path, jobs=2)
+    assert shared.to_dict() == alone.to_dict()
+    bad = {r.seq: {f.code for f in r.findings} for r in alone.records if not r.ok}
+    assert set(bad) == {152, 170}
+    assert "capsule_id_mismatch" in bad[152] and "envelope_signature_invalid" in bad[170]

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ...errors import CapsealError, InputError
-from . import EXIT_ERROR, EXIT_NOT_OK, EXIT_OK, CLIError, emit, load_json_file
+from . import EXIT_ERROR, EXIT_NOT_OK, EXIT_OK, CLIError, load_json_file
 
-__all__ = ["add_parser", "cmd_verify", "verify_targets", "trusted_keys", "ak_pin", "print_signers"]
+__all__ = ["add_parser", "cmd_verify", "verify_targets", "trusted_keys", "ak_pin", "print_signers", "RecordSpool",
+           "write_json"]
 
 
 def add_parser(sub: Any) -> None:
@@ -59,7 +61,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return verify_targets(args, targets, lambda t: _verify_target(args, t, trusted, evidence_trust))
     code, payload = _verify_target(args, targets[0], trusted, evidence_trust)
     if args.json:
-        emit(payload)
+        write_json(payload, sys.stdout)
     return code
 
 
@@ -74,8 +76,15 @@ def _verify_target(args: argparse.Namespace, target: str, trusted: list[Any], ev
         raise CLIError(f"no such file: {target}")
     if server or (target != "-" and _is_ledger_file(path)):
         ledger: Any = target if server else path
-        if args.json:  # every record's report goes into the JSON
-            report = verify_ledger(ledger, trusted_keys=trusted, evidence=args.evidence, evidence_trust=evidence_trust)
+        if args.json:  # every record's report goes into the JSON, spooled to a file as it comes
+            spool = RecordSpool()
+            report = verify_ledger(ledger, trusted_keys=trusted, evidence=args.evidence, evidence_trust=evidence_trust,
+                                   keep_records=False, on_record=spool.add)
+            payload = report.to_dict()
+            payload["records"] = spool
+            code = EXIT_ERROR if any(f.code == "ledger_unreadable" for f in report.findings) else \
+                EXIT_OK if report.ok else EXIT_NOT_OK
+            return code, payload
         else:
             lines = RecordLines(verbose=args.verbose)
             bar = ProgressBar(sys.stderr) if sys.stderr.isatty() and sys.stdout.isatty() else None
@@ -263,6 +272,66 @@ class RecordLines:
         self._file.close()
 
 
+class RecordSpool:
+    """The records' reports of a ledger's ``--json`` report, kept in a
+    temporary file as the verifier hands them on (one JSON object a line), so
+    a ledger of any size is reported without its reports held in memory;
+    :func:`write_json` writes them out as the report's ``records`` array."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self._file = tempfile.TemporaryFile("w+", encoding="utf-8")
+        self.count = 0
+
+    def add(self, r: Any) -> None:
+        """One record's report (``capseal.audit.RecordReport``)."""
+        self._file.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+        self.count += 1
+
+    def __iter__(self) -> Iterator[Any]:
+        self._file.seek(0)
+        for line in self._file:
+            yield json.loads(line)
+
+
+def write_json(data: Any, out: Any) -> None:
+    """``data`` as ``json.dumps(data, indent=2, ensure_ascii=False)`` gives
+    it, and a newline, to ``out``; each :class:`RecordSpool` in it written as
+    the array of its records, read back one at a time.
+
+    Args:
+        data: a JSON value, which may hold RecordSpool objects.
+        out: a text stream.
+    """
+    spools: dict[str, RecordSpool] = {}
+
+    def stand_in(value: Any) -> Any:
+        if isinstance(value, RecordSpool):
+            token = f"\x00records-{os.urandom(8).hex()}\x00"  # no value of the report can spell it
+            spools[json.dumps(token)] = value
+            return token
+        if isinstance(value, dict):
+            return {k: stand_in(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [stand_in(v) for v in value]
+        return value
+
+    text = json.dumps(stand_in(data), indent=2, ensure_ascii=False)
+    for token, spool in spools.items():
+        before, _, text = text.partition(token)
+        out.write(before)
+        line = before.rsplit("\n", 1)[-1]  # the line the array opens on: its items go one level deeper
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        first = True
+        for item in spool:
+            item_text = json.dumps(item, indent=2, ensure_ascii=False).replace("\n", "\n" + indent + "  ")
+            out.write(("[\n" if first else ",\n") + indent + "  " + item_text)
+            first = False
+        out.write("[]" if first else "\n" + indent + "]")
+    out.write(text + "\n")
+
+
 class ProgressBar:
     """A progress bar on a terminal, redrawn in place (``verify_ledger``'s
     ``progress``): the pass, rows done of all, and rows per second.
@@ -327,7 +396,7 @@ def verify_targets(args: argparse.Namespace, targets: list[str], verify_one: Cal
             results.append({"target": target, "exit": code, "error": str(exc)})
         worst = max(worst, code)
     if args.json:
-        sys.stdout.write(json.dumps({"ok": worst == EXIT_OK, "targets": results}, indent=2, ensure_ascii=False) + "\n")
+        write_json({"ok": worst == EXIT_OK, "targets": results}, sys.stdout)
     return worst
 
 
