@@ -20,12 +20,13 @@ reference's ``verify_producer_envelope``.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from capseal.keys.direct import direct_calls_allowed
 
 from . import _sodium
 from .cbor import enc_bytes
@@ -311,7 +312,7 @@ def _decode_sign1(data: Any, result: EnvelopeResult) -> Sign1 | None:
 
 #: the plain path (``CAPSEAL_NO_DIRECT=1`` when capseal is imported): every envelope read by the strict
 #: decoder and checked by cryptography alone
-_PLAIN_PATH = os.environ.get("CAPSEAL_NO_DIRECT", "") == "1"
+_PLAIN_PATH = not direct_calls_allowed()
 
 
 @functools.lru_cache(maxsize=64)

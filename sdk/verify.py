@@ -8,9 +8,10 @@ finding aborts the seal.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from capseal.keys.direct import direct_calls_allowed
 
 from .assurance import derive_cross_party_rung, derive_effect_mode
 from .canonical import MAX_SAFE_INTEGER, _Bad, _capsule_id_scanned, _scan, capsule_id, is_hex64
@@ -62,7 +63,7 @@ _REGISTRY_FIELDS = (
     ("chain.relation", "chain", "relation"),
 )
 #: the plain path (``CAPSEAL_NO_DIRECT=1`` when capseal is imported): the capsule id computed from scratch
-_PLAIN_PATH = os.environ.get("CAPSEAL_NO_DIRECT", "") == "1"
+_PLAIN_PATH = not direct_calls_allowed()
 _RETENTION_STRINGS = ("declarant", "retained_until", "not_retained_after")
 _BACKFILL_REQUIRED = ("source_ref", "source_asserted_at", "import_batch", "imported_at")
 

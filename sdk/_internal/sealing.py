@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
+
+from capseal.keys.direct import direct_calls_allowed
 
 from ..assurance import derive_assurance, enforce_claim
 from ..canonical import MAX_DEPTH, canonical_bytes
@@ -52,7 +53,7 @@ __all__ = ["Identity", "Prepared", "assemble", "prepare", "complete", "signature
 CUSTODY_MEMBER = "x-capseal-key-custody"
 
 #: the plain path (see the module docstring)
-PLAIN_PATH = os.environ.get("CAPSEAL_NO_DIRECT", "") == "1"
+PLAIN_PATH = not direct_calls_allowed()
 
 #: Members the producer writes itself; a spec may repeat them only with the same value.
 _PRODUCER_OWNED = ("spec_version", "format_version", "canonicalization_id", "operator", "developer")

@@ -49,3 +49,23 @@ def test_the_plain_path_writes_the_same_rows(tmp_path: Path) -> None:
     plain, direct = _rows(tmp_path, "plain.db", True), _rows(tmp_path, "direct.db", False)
     assert len(plain) == 2
     assert plain == direct
+
+
+_FLAGS = r"""
+import importlib
+from capseal.keys.direct import direct_calls_allowed
+flags = [getattr(importlib.import_module(m), a) for m, a in
+         [("capseal.envelope", "_PLAIN_PATH"), ("capseal.verify", "_PLAIN_PATH"), ("capseal._internal.sealing", "PLAIN_PATH")]]
+print(*flags, not direct_calls_allowed())
+"""
+
+
+def test_every_fast_path_reads_the_switch_the_same_way() -> None:
+    """The sealer's, the envelope's and the verifier's fast paths go off for
+    the same values of ``CAPSEAL_NO_DIRECT`` as the backends' (any value but
+    empty or ``0``)."""
+    for value, plain in (("1", True), ("yes", True), ("0", False), ("", False)):
+        env = {**os.environ, "CAPSEAL_NO_DIRECT": value}
+        out = subprocess.run([sys.executable, "-c", _FLAGS], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [str(plain)] * 4, (value, out.stdout)
