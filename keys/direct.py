@@ -48,6 +48,9 @@ NO_DIRECT_ENV = "CAPSEAL_NO_DIRECT"
 def direct_calls_allowed() -> bool:
     """Whether the backends may take their fast paths (see the module docstring).
 
+    capseal's core reads the same variable by the same rule, for the sealer's,
+    the envelope's and the verifier's fast paths (a test keeps the two in step).
+
     Returns:
         False when ``CAPSEAL_NO_DIRECT`` is set to anything but ``""`` or ``"0"``.
     """

@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING, Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from capseal.keys.direct import direct_calls_allowed
-
 from . import _sodium
+from ._internal.switch import plain_path
 from .cbor import enc_bytes
 from .cose import (
     ALG_NAME,
@@ -312,7 +311,7 @@ def _decode_sign1(data: Any, result: EnvelopeResult) -> Sign1 | None:
 
 #: the plain path (``CAPSEAL_NO_DIRECT=1`` when capseal is imported): every envelope read by the strict
 #: decoder and checked by cryptography alone
-_PLAIN_PATH = not direct_calls_allowed()
+_PLAIN_PATH = plain_path()
 
 
 @functools.lru_cache(maxsize=64)

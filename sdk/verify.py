@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from capseal.keys.direct import direct_calls_allowed
-
+from ._internal.switch import plain_path
 from .assurance import derive_cross_party_rung, derive_effect_mode
 from .canonical import MAX_SAFE_INTEGER, _Bad, _capsule_id_scanned, _scan, capsule_id, is_hex64
 from .errors import FloatInDigestError, UnsafeIntegerError
@@ -63,7 +62,7 @@ _REGISTRY_FIELDS = (
     ("chain.relation", "chain", "relation"),
 )
 #: the plain path (``CAPSEAL_NO_DIRECT=1`` when capseal is imported): the capsule id computed from scratch
-_PLAIN_PATH = not direct_calls_allowed()
+_PLAIN_PATH = plain_path()
 _RETENTION_STRINGS = ("declarant", "retained_until", "not_retained_after")
 _BACKFILL_REQUIRED = ("source_ref", "source_asserted_at", "import_batch", "imported_at")
 

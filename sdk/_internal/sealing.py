@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from capseal.keys.direct import direct_calls_allowed
-
 from ..assurance import derive_assurance, enforce_claim
 from ..canonical import MAX_DEPTH, canonical_bytes
 from ..envelope import PROFILE, Envelope, ToBeSigned, complete_envelope, prepare_envelope
@@ -43,6 +41,7 @@ from ..record import SealedRecord, stored_body
 from ..verify import verify_for_seal
 from ..vocab import CANONICALIZATION_ID, FORMAT_VERSION, SPEC_VERSION
 from .form import CapsuleForm, capsule_form
+from .switch import plain_path
 
 if TYPE_CHECKING:
     from capseal.keys import SignatureResult, Signer
@@ -53,7 +52,7 @@ __all__ = ["Identity", "Prepared", "assemble", "prepare", "complete", "signature
 CUSTODY_MEMBER = "x-capseal-key-custody"
 
 #: the plain path (see the module docstring)
-PLAIN_PATH = not direct_calls_allowed()
+PLAIN_PATH = plain_path()
 
 #: Members the producer writes itself; a spec may repeat them only with the same value.
 _PRODUCER_OWNED = ("spec_version", "format_version", "canonicalization_id", "operator", "developer")
