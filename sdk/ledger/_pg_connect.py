@@ -100,7 +100,10 @@ def connect(url: DatabaseURL, *, readonly: bool, synchronous: str, lock_timeout:
     except ValueError as exc:  # a URL libpq cannot parse
         raise LedgerError(f"{url.name} is not a PostgreSQL URL libpq can read ({reason(exc, url)})") from None
     try:
+        # no parallel plans or index builds: the key functions catch errors, and a subtransaction
+        # cannot start in a parallel operation (ledgers made before they were labelled unsafe)
         conn.execute(f"SET synchronous_commit = {'off' if synchronous == 'NORMAL' else 'on'}; "
+                     "SET max_parallel_workers_per_gather = 0; SET max_parallel_maintenance_workers = 0; "
                      f"SET lock_timeout = '{max(1, int(lock_timeout * 1000))}ms'" +
                      ("; SET default_transaction_read_only = on" if readonly else ""))
     except psycopg.Error as exc:

@@ -55,7 +55,7 @@ _APPEND_ONLY = ("records", "evidence", "evidence_members")
 
 _FUNCTIONS = r"""
 CREATE FUNCTION capseal_member(body bytea, VARIADIC path text[]) RETURNS text
-    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL UNSAFE AS $$
 BEGIN
     RETURN convert_from(body, 'UTF8')::json #>> path;
 EXCEPTION WHEN others THEN
@@ -72,7 +72,7 @@ END $$;
 # block a call: each is a subtransaction.
 _KEY_FUNCTIONS = r"""
 CREATE OR REPLACE FUNCTION capseal_token_key(token text) RETURNS text
-    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL UNSAFE AS $$
 BEGIN
     RETURN replace(replace(replace(token, '\\', '\u005c'), '\u0001', '\u0001\u0001'),
                    '\u0000', '\u0001\u0002')::json #>> '{}';
@@ -80,7 +80,7 @@ EXCEPTION WHEN others THEN
     RETURN NULL;  -- not JSON (an edited row): this row only
 END $$;
 CREATE OR REPLACE FUNCTION capseal_action_key(body bytea) RETURNS text
-    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL UNSAFE AS $$
 BEGIN
     -- the whole body rewritten: PostgreSQL's JSON reader stops at an escaped U+0000 on its way
     RETURN replace(replace(replace(convert_from(body, 'UTF8'), '\\', '\u005c'), '\u0001', '\u0001\u0001'),
@@ -89,7 +89,7 @@ EXCEPTION WHEN others THEN
     RETURN NULL;  -- not JSON (a damaged body): this row only, never every lookup
 END $$;
 CREATE OR REPLACE FUNCTION capseal_column_key(action_id text, action_id_json text) RETURNS text
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+    LANGUAGE plpgsql IMMUTABLE PARALLEL UNSAFE AS $$
 BEGIN
     IF action_id_json IS NOT NULL THEN
         RETURN capseal_token_key(action_id_json);

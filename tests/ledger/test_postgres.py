@@ -220,6 +220,25 @@ def test_processes_creating_one_ledger_at_once_all_open_it(postgres: PostgresSer
         assert ledger.count() == 0 and ledger.check_chain() == []
 
 
+def test_the_key_functions_never_run_in_a_parallel_plan(postgres: PostgresServer) -> None:
+    """The lookup functions catch errors (a subtransaction each call), which
+    PostgreSQL refuses inside a parallel operation: a large ledger's index
+    build or a parallel scan then failed ("cannot start subtransactions during
+    a parallel operation"). Labelled PARALLEL UNSAFE, they are never planned
+    into one, even when parallel plans are forced."""
+    url = postgres.new_url()
+    with Producer("acme", "agent@1", UnsafeEphemeralSigner(), url) as p:
+        for i in range(5):
+            p.seal({"action_id": f"par-{i}", "action_type": "fyi"})
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET force_parallel_mode = on; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; "
+                     "SET min_parallel_table_scan_size = 0")
+        for function in ("capseal_member(body, 'capsule', 'action_id')", "capseal_action_key(body)",
+                         "capseal_column_key(action_id, action_id_json)"):
+            found = conn.execute(f"SELECT count(*) FROM records WHERE {function} LIKE 'par-%%'").fetchone()
+            assert found is not None and found[0] == 5, function
+
+
 def test_a_server_restarted_mid_run(postgres: PostgresServer) -> None:
     """The server stops as in a crash (``pg_ctl stop -m immediate``) while a
     producer seals from four threads, and stays down until a seal is refused:
