@@ -26,7 +26,7 @@ from typing import Any
 
 from ..canonical import is_hex64
 from ..errors import LedgerClosedError, LedgerError, LedgerUnavailableError
-from . import _columns, _pg_schema
+from . import _columns, _pg_schema, _scan
 from ._evidence import EvidenceEntry
 from ._fork import ForkGuard
 from ._format import StoredEntry
@@ -286,24 +286,15 @@ class PGStorage:
         return {(r[0], r[1], r[2]) for r in self._query("SELECT record_seq, eid, leaf_index FROM evidence_members")}
 
     def evidence_index_rows(self, *, batch: int) -> Iterator[tuple[int, int, int]]:
-        last = (-(1 << 62), -(1 << 62))
-        while True:
-            got = self._query("SELECT record_seq, eid, leaf_index FROM evidence_members WHERE (record_seq, eid) > "
-                              "(%s, %s) ORDER BY record_seq, eid LIMIT %s", (*last, batch))
-            yield from ((r[0], r[1], r[2]) for r in got)
-            if len(got) < batch:
-                return
-            last = (got[-1][0], got[-1][1])
+        sql = ("SELECT record_seq, eid, leaf_index FROM evidence_members WHERE (record_seq, eid) > (%s, %s) "
+               "ORDER BY record_seq, eid LIMIT %s")
+        for r in _scan.pages(self._query, sql, batch, _scan.FIRST_MEMBER, _scan.member_key):
+            yield (r[0], r[1], r[2])
 
     def epoch_boundaries(self, *, batch: int) -> Iterator[StoredEntry]:
-        last = -(1 << 62)
-        while True:
-            got = self._query(f"SELECT {self._columns} FROM records WHERE {_pg_schema.BOUNDARY} AND seq > %s "
-                              "ORDER BY seq LIMIT %s", (last, batch))
-            yield from (entry(row) for row in got)
-            if len(got) < batch:
-                return
-            last = got[-1][0]
+        sql = f"SELECT {self._columns} FROM records WHERE {_pg_schema.BOUNDARY} AND seq > %s ORDER BY seq LIMIT %s"
+        for row in _scan.pages(self._query, sql, batch, _scan.FIRST_SEQ, _scan.seq_key):
+            yield entry(row)
 
     # ------------------------------------------------------------------ checks
 

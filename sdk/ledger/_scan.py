@@ -8,6 +8,9 @@ does not, one row at a time up to the damage; then it probes past the damage
 for the first key from which reading works again, notes the stretch it
 skipped, and goes on from there.
 
+:func:`pages` is the plain form, for either engine: a keyset query read page
+by page, its errors left to the caller.
+
 Everything goes through the ledger's ``query`` (its lock, its snapshot, its
 busy handling): a lock held too long is LedgerBusyError, never taken for
 damage.
@@ -19,7 +22,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["rows"]
+__all__ = ["rows", "pages", "FIRST_SEQ", "FIRST_MEMBER", "seq_key", "member_key"]
 
 Query = Callable[[str, tuple[Any, ...]], list[Any]]
 
@@ -62,6 +65,45 @@ def rows(query: Query, sql: str, batch: int, damaged: list[str] | None, what: st
             return
         damaged.append(f"{what} {last}: the rows after it cannot be read ({error}); read on from {what} {found}")
         last = resume
+
+
+#: the key before every ``seq`` (records) and every ``(record_seq, eid)`` (evidence members)
+FIRST_SEQ = (-(1 << 62),)
+FIRST_MEMBER = (-(1 << 62), -(1 << 62))
+
+
+def seq_key(row: Any) -> tuple[Any, ...]:
+    """The key of a row whose first column is ``seq``."""
+    return (row[0],)
+
+
+def member_key(row: Any) -> tuple[Any, ...]:
+    """The key of an evidence-members row: ``(record_seq, eid)``."""
+    return (row[0], row[1])
+
+
+def pages(query: Query, sql: str, batch: int, start: tuple[Any, ...],
+          key: Callable[[Any], tuple[Any, ...]]) -> Iterator[Any]:
+    """The rows of a keyset query, one page of ``batch`` rows at a time.
+
+    Args:
+        query: the ledger's query function.
+        sql: a SELECT in key order whose parameters are the last key read
+            (its columns, in order) and then the page size.
+        batch: rows per page.
+        start: the key before the first row.
+        key: the key of a row.
+
+    Returns:
+        An iterator of the rows, in key order.
+    """
+    last = start
+    while True:
+        got = query(sql, (*last, batch))
+        yield from got
+        if len(got) < batch:
+            return
+        last = key(got[-1])
 
 
 def _read_one(query: Query, sql: str, after: int) -> tuple[Any, str | None]:

@@ -250,27 +250,18 @@ class SQLiteStorage:
             raise LedgerCorruptError(str(exc)) from None
 
     def evidence_index_rows(self, *, batch: int) -> Iterator[tuple[int, int, int]]:
-        last = (-(1 << 62), -(1 << 62))
-        while True:
-            try:
-                got = self._query("SELECT record_seq, eid, leaf_index FROM evidence_members WHERE (record_seq, eid) > "
-                                  "(?, ?) ORDER BY record_seq, eid LIMIT ?", (*last, batch))
-            except sqlite3.DatabaseError as exc:
-                raise LedgerCorruptError(str(exc)) from None
-            yield from ((r[0], r[1], r[2]) for r in got)
-            if len(got) < batch:
-                return
-            last = (got[-1][0], got[-1][1])
+        sql = ("SELECT record_seq, eid, leaf_index FROM evidence_members WHERE (record_seq, eid) > (?, ?) "
+               "ORDER BY record_seq, eid LIMIT ?")
+        try:
+            for r in _scan.pages(self._query, sql, batch, _scan.FIRST_MEMBER, _scan.member_key):
+                yield (r[0], r[1], r[2])
+        except sqlite3.DatabaseError as exc:
+            raise LedgerCorruptError(str(exc)) from None
 
     def epoch_boundaries(self, *, batch: int) -> Iterator[StoredEntry]:
-        last = -(1 << 62)
-        while True:
-            got = self._query(f"SELECT {RECORD_COLUMNS} FROM records WHERE {_columns.BOUNDARY} AND seq > ? "
-                              "ORDER BY seq LIMIT ?", (last, batch))
-            yield from (stored(row) for row in got)
-            if len(got) < batch:
-                return
-            last = got[-1][0]
+        sql = f"SELECT {RECORD_COLUMNS} FROM records WHERE {_columns.BOUNDARY} AND seq > ? ORDER BY seq LIMIT ?"
+        for row in _scan.pages(self._query, sql, batch, _scan.FIRST_SEQ, _scan.seq_key):
+            yield stored(row)
 
     # ------------------------------------------------------------------ checks
 
