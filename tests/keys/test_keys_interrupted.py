@@ -39,8 +39,12 @@ def _present(uri: str, pin: str | None = None) -> bool:
 
 
 def _interrupt_self_test(monkeypatch: Any) -> None:
-    """A Ctrl-C while the new key signs its self-test (the backend has made it)."""
+    """A Ctrl-C as the new key's self-test ends: the backend made the key and
+    the device really signed the self-test; the caller has nothing yet."""
+    real = provision.SignerSelfTest.run
+
     def interrupted(signer: Any) -> None:
+        real(signer)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(provision.SignerSelfTest, "run", staticmethod(interrupted))
