@@ -245,7 +245,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     tr = terminalreporter
-    tr.section("hardware and server tests (real SoftHSM2 token, real swtpm, real PostgreSQL)")
+    tr.section("device and server tests (SoftHSM2 token and swtpm: software devices, run for real; real PostgreSQL)")
     for marker, label in (("softhsm", "SoftHSM2"), ("swtpm", "swtpm"), ("postgres", "PostgreSQL")):
         counts = _HW_COUNTS[marker]
         ran = sum(counts.values())
