@@ -5,7 +5,10 @@ Prints:
     into one ledger (each process one Producer, 4 threads each, every seal
     waited for: durable on return), into PostgreSQL and into SQLite;
   * the seal rate with the ledger already holding 0, 100k and 1M records
-    (one process, 4 threads), both engines;
+    (one process, 4 threads), both engines: the median of rounds that
+    rotate the order of the sizes, each rate counted after a warm-up (the
+    rate a producer keeps up, not the first seconds after the server or the
+    file was opened), with its ratio to the fresh ledger's;
   * ``capseal verify`` of the 100k and 1M ledgers: records/s and the peak
     memory of the verifying process and its workers (ru_maxrss of the
     children), both engines.
@@ -23,8 +26,9 @@ record, with cryptography, as the verifier makes it), in as many processes as
 there are CPUs; the ratio says how much of the time goes to the checks other
 than the signature.
 
-Usage: python bench/fleet.py [--quick] [--seconds 4] [--json] [--only PART] [--engine E] [--keep DIR]
+Usage: python bench/fleet.py [--quick] [--seconds 4] [--rounds 3] [--json] [--only PART] [--engine E] [--keep DIR]
   --quick: ledgers of 10k and 50k records instead of 100k and 1M, 2 s per rate.
+  --rounds N: rounds of the seal-rate curve.
   --only fleet|seal|verify: run only that part (repeatable); the big ledgers
       are built for seal and verify.
   --engine postgres|sqlite: only that engine (repeatable).
@@ -39,11 +43,13 @@ import io
 import json
 import multiprocessing
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,19 +112,22 @@ class Server:
 
 # ---------------------------------------------------------------- sealing rates
 
-def _seal_for(target: str, who: str, seconds: float, threads: int, out: Any) -> None:
-    """One producer process: ``threads`` threads sealing for ``seconds``; writes its count."""
+def _seal_for(target: str, who: str, seconds: float, threads: int, out: Any, warm: float = 0.0) -> None:
+    """One producer process: ``threads`` threads sealing for ``warm`` then
+    ``seconds`` seconds; writes the records sealed in the last ``seconds``."""
     with Producer("acme", f"{who}@1", UnsafeEphemeralSigner(), target) as p:
         p.seal({"action_id": f"{who}-warm", "action_type": "fyi"})
-        stop = time.monotonic() + seconds
+        start = time.monotonic() + warm
+        stop = start + seconds
         counts = [0] * threads
 
         def run(t: int) -> None:
-            i = 0
-            while time.monotonic() < stop:
+            i = counted = 0
+            while (now := time.monotonic()) < stop:
                 p.seal({"action_id": f"{who}-{t}-{i}", "action_type": "fyi"})
                 i += 1
-            counts[t] = i
+                counted += now >= start
+            counts[t] = counted
 
         workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
         for w in workers:
@@ -128,20 +137,30 @@ def _seal_for(target: str, who: str, seconds: float, threads: int, out: Any) -> 
     out.put(sum(counts))
 
 
-def fleet_rate(target: str, processes: int, seconds: float, threads: int = 4) -> float:
-    """Durable sealed records/s of ``processes`` producer processes on one ledger."""
+def fleet_rate(target: str, processes: int, seconds: float, threads: int = 4, warm: float = 0.0) -> float:
+    """Durable sealed records/s of ``processes`` producer processes on one
+    ledger (after ``warm`` seconds of sealing not counted: then the rate of
+    the counted window; else of the whole run, the processes' start included)."""
     Ledger(target).close()
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_seal_for, args=(target, f"p{k}-{os.urandom(2).hex()}", seconds, threads, q))
+    procs = [ctx.Process(target=_seal_for, args=(target, f"p{k}-{os.urandom(2).hex()}", seconds, threads, q, warm))
              for k in range(processes)]
     start = time.monotonic()
     for proc in procs:
         proc.start()
-    total = sum(q.get(timeout=seconds + 120) for _ in procs)
+    total = sum(q.get(timeout=warm + seconds + 120) for _ in procs)
     for proc in procs:
         proc.join()
-    return total / max(time.monotonic() - start - 0.0, seconds)
+    if warm:
+        return total / seconds
+    return total / max(time.monotonic() - start, seconds)
+
+
+def size_of(target: str) -> int:
+    """The records the ledger at ``target`` holds now."""
+    with Ledger(target, readonly=True) as ledger:
+        return ledger.count()
 
 
 # ---------------------------------------------------------------- big ledgers
@@ -328,10 +347,56 @@ class Ledgers:
             self.server.drop(target)
 
 
+def seal_curve(name: str, new: Callable[[], str], discard: Callable[[str], None], big: dict[int, str], *,
+               seconds: float, warm: float, rounds: int) -> dict[str, Any]:
+    """The seal rate against the ledger's size: a fresh ledger (a new one
+    each round) and each big one, in ``rounds`` rounds that rotate the order
+    of the sizes (a machine that slows down mid-run slows each size alike);
+    each rate counted after ``warm`` seconds of sealing. Prints the median
+    of each size and its ratio to the fresh ledger's."""
+    sizes = [0, *big]
+    rates: dict[int, list[float]] = {size: [] for size in sizes}
+    held: dict[int, list[int]] = {size: [] for size in sizes}
+    for r in range(rounds):
+        for size in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
+            target = big[size] if size else new()
+            held[size].append(size_of(target) if size else 0)
+            rates[size].append(fleet_rate(target, 1, seconds, warm=warm))
+            if not size:
+                discard(target)
+    out: dict[str, Any] = {}
+    base = statistics.median(rates[0])
+    for size in sizes:
+        rate = statistics.median(rates[size])
+        out[f"seal_{name}_at_{size}_per_s"] = rate
+        what = "a fresh ledger" if not size else f"{min(held[size]):,}-{max(held[size]):,} records"
+        print(f"seal   {name:<8} ledger at {size:>9,}: {rate:8.0f} durable records/s, {rate / base:.2f}x the fresh "
+              f"ledger's (median of {rounds} rotating rounds: {', '.join(f'{x:.0f}' for x in rates[size])}; "
+              f"{what}; 1 process x 4 threads, {seconds:g} s counted after {warm:g} s)", flush=True)
+    return out
+
+
+def verify_figures(name: str, size: int, target: str) -> dict[str, Any]:
+    """``capseal verify`` of the ledger at ``target`` beside its floor; prints and returns the figures."""
+    n = size_of(target)
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    rate, peak, ok, cpu = verify_rate(target, n)
+    floor = floor_rate(target, n)
+    print(f"verify {name:<8} {n:,} records: {rate:8.0f} records/s, peak memory {peak:.0f} MB "
+          f"(ru_maxrss of capseal verify and its workers){'' if ok else '  NOT OK'}; "
+          f"{cpu:.0f} us CPU a record (user+sys, all its processes; {cpus} CPUs: "
+          f"{cpus * 1e6 / cpu:,.0f} records/s if they were all its own; load "
+          f"average {load:.1f} at the start); floor {floor:,.0f} records/s (rows read, parsed, "
+          f"signature checked), verify at {rate / floor:.0%} of it", flush=True)
+    return {f"verify_{name}_{size}_per_s": rate, f"verify_{name}_{size}_peak_mb": peak,
+            f"verify_{name}_{size}_floor_per_s": floor, f"verify_{name}_{size}_cpu_us_per_record": cpu}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small ledgers (10k, 50k), 2 s per rate")
     ap.add_argument("--seconds", type=float, default=None, help="seconds each sealing rate runs")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the seal-rate curve (median printed)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", action="append", choices=("fleet", "seal", "verify"),
                     help="run only this part (repeatable; default: all)")
@@ -347,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.engine or ["postgres", "sqlite"]
     sizes = (10_000, 50_000) if args.quick else (100_000, 1_000_000)
     seconds = args.seconds or (2.0 if args.quick else 4.0)
+    warm = 1.0 if args.quick else 2.0
+    rounds = args.rounds
     out: dict[str, Any] = {"sizes": sizes, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="capseal-fleet-") as tmpdir:
         tmp = Path(args.keep) if args.keep else Path(tmpdir)
@@ -356,14 +423,26 @@ def main(argv: list[str] | None = None) -> int:
             fresh: dict[str, Any] = {"postgres": server.new_url if server else None,
                                      "sqlite": lambda: str(tmp / f"l-{os.urandom(4).hex()}.db")}
             engines = {name: fresh[name] for name in wanted}
+
+            def discard(target: str) -> None:
+                if target.startswith("postgresql:"):
+                    assert server is not None
+                    server.drop(target)
+                else:
+                    for suffix in ("", "-wal", "-shm", "-head"):
+                        Path(target + suffix).unlink(missing_ok=True)
+
             if "fleet" in parts:
                 for name, new in engines.items():
                     for procs in (1, 2, 4, 8):
-                        out[f"fleet_{name}_{procs}p_per_s"] = fleet_rate(new(), procs, seconds)
+                        target = new()
+                        out[f"fleet_{name}_{procs}p_per_s"] = fleet_rate(target, procs, seconds)
+                        discard(target)
                         print(f"fleet  {name:<8} {procs} producer process(es) x 4 threads: "
                               f"{out[f'fleet_{name}_{procs}p_per_s']:8.0f} durable records/s", flush=True)
             ledgers = Ledgers(tmp, server, bool(args.keep))
-            for size in (0, *sizes) if "seal" in parts else sizes if "verify" in parts else ():
+            targets: dict[tuple[str, int], str] = {}
+            for size in sizes if parts & {"seal", "verify"} else ():
                 export = tmp / f"export-{size}.jsonl"
 
                 def built(size: int = size, export: Path = export) -> Path:
@@ -374,41 +453,24 @@ def main(argv: list[str] | None = None) -> int:
                               flush=True)
                     return export
 
-                for name, new in engines.items():
-                    if size:
-                        target, took = ledgers.get(name, size, built)
-                        if took is not None:
-                            print(f"import {name:<8} {size:,} records by Ledger.import_jsonl in {took:.0f} s "
-                                  f"({size / took:,.0f} rows/s)", flush=True)
-                    else:
-                        target = new()
-                    if "seal" in parts:
-                        out[f"seal_{name}_at_{size}_per_s"] = fleet_rate(target, 1, seconds)
-                        print(f"seal   {name:<8} ledger at {size:>9,} records: "
-                              f"{out[f'seal_{name}_at_{size}_per_s']:8.0f} durable records/s (1 process x 4 threads)",
-                              flush=True)
-                    if size and "verify" in parts:
-                        with Ledger(target, readonly=True) as ledger:
-                            n = ledger.count()
-                        load, cpus = os.getloadavg()[0], os.cpu_count() or 1
-                        rate, peak, ok, cpu = verify_rate(target, n)
-                        floor = floor_rate(target, n)
-                        out[f"verify_{name}_{size}_per_s"], out[f"verify_{name}_{size}_peak_mb"] = rate, peak
-                        out[f"verify_{name}_{size}_floor_per_s"] = floor
-                        out[f"verify_{name}_{size}_cpu_us_per_record"] = cpu
-                        print(f"verify {name:<8} {n:,} records: {rate:8.0f} records/s, peak memory {peak:.0f} MB "
-                              f"(ru_maxrss of capseal verify and its workers){'' if ok else '  NOT OK'}; "
-                              f"{cpu:.0f} us CPU a record (user+sys, all its processes; {cpus} CPUs: "
-                              f"{cpus * 1e6 / cpu:,.0f} records/s if they were all its own; load "
-                              f"average {load:.1f} at the start); floor {floor:,.0f} records/s (rows read, parsed, "
-                              f"signature checked), verify at {rate / floor:.0%} of it", flush=True)
-                    if size:
-                        ledgers.release(name, target)
-                    elif name == "sqlite":
-                        for suffix in ("", "-wal", "-shm", "-head"):
-                            Path(target + suffix).unlink(missing_ok=True)
+                for name in engines:
+                    target, took = ledgers.get(name, size, built)
+                    targets[name, size] = target
+                    if took is not None:
+                        print(f"import {name:<8} {size:,} records by Ledger.import_jsonl in {took:.0f} s "
+                              f"({size / took:,.0f} rows/s)", flush=True)
                 if not args.keep:
                     export.unlink(missing_ok=True)
+            if "seal" in parts:
+                for name, new in engines.items():
+                    out.update(seal_curve(name, new, discard, {size: targets[name, size] for size in sizes},
+                                          seconds=seconds, warm=warm, rounds=rounds))
+            if "verify" in parts:
+                for name in engines:
+                    for size in sizes:
+                        out.update(verify_figures(name, size, targets[name, size]))
+            for (name, _), target in targets.items():
+                ledgers.release(name, target)
         finally:
             if server is not None:
                 server.stop()
