@@ -4,10 +4,27 @@ constraints, and a chain when asked), so figures from different scripts compare.
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+#: the bench token's user PIN, security officer's PIN and label
+PIN, SO_PIN, LABEL = "bench-pin-Qx~7", "bench-so-Jw~3", "capseal-bench"
+
+
+def start_softhsm(tmp: str) -> dict[str, str]:
+    """A new SoftHSM2 token in ``tmp`` (hardware/softhsm-token.sh); its
+    ``SOFTHSM2_CONF`` is set in this process's environment (SoftHSM2 reads it
+    at C_Initialize, and the processes started from here inherit it)."""
+    out = subprocess.run([str(ROOT / "hardware" / "softhsm-token.sh"), os.path.join(tmp, "softhsm"), LABEL, PIN, SO_PIN],
+                         check=True, capture_output=True, text=True).stdout
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    os.environ["SOFTHSM2_CONF"] = env["SOFTHSM2_CONF"]
+    return env
 
 PARENT = "1" * 64
 

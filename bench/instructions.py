@@ -13,7 +13,14 @@ out). The workloads:
   * ``seal``: ``seal()`` from one thread, one commit per record;
   * ``submit``: ``submit()`` from one thread, then ``flush()``;
   * ``threads``: ``seal()`` from 4 threads at once (callgrind runs one
-    thread at a time, so the groups differ from a real run's).
+    thread at a time, so the groups differ from a real run's);
+  * ``softhsm``: ``seal()`` from one thread with an Ed25519 key on a
+    SoftHSM2 token (made by hardware/softhsm-token.sh in a temp dir), in
+    this process: SoftHSM2's signing is counted too, the same instructions
+    for any version of capseal;
+  * ``softhsm-process``: the same through the signing process
+    (``signing_process=True``): only this process is counted, the child
+    that signs is not.
 
 Instructions are not time: C code such as a signature runs more of them per
 cycle than the interpreter does. SHA-256 is counted without the CPU's SHA
@@ -38,7 +45,8 @@ import tempfile
 import threading
 from typing import Any
 
-WORKLOADS = ("no-ledger", "seal", "submit", "threads")
+WORKLOADS = ("no-ledger", "seal", "submit", "threads", "softhsm", "softhsm-process")
+_TOKEN_URI = "CAPSEAL_BENCH_IR_URI"  # the SoftHSM2 key's URI, handed to the counted process
 
 
 def run_workload(name: str, n: int) -> None:
@@ -48,8 +56,15 @@ def run_workload(name: str, n: int) -> None:
     from capseal import Producer
     from capseal.keys import UnsafeEphemeralSigner
 
+    signer: Any = UnsafeEphemeralSigner()
+    if name.startswith("softhsm"):
+        from _common import PIN
+
+        from capseal.keys import open_signer
+
+        signer = open_signer(os.environ[_TOKEN_URI], pin=PIN, signing_process=name == "softhsm-process")
     with tempfile.TemporaryDirectory(prefix="capseal-bench-ir-") as tmp:
-        producer = Producer("acme", "buyer-agent@1.4", UnsafeEphemeralSigner(), os.path.join(tmp, "l.db"),
+        producer = Producer("acme", "buyer-agent@1.4", signer, os.path.join(tmp, "l.db"),
                             clock=lambda: "2026-12-01T00:00:00Z", epoch_id="epoch-fixed")
         parent = producer.seal(typical_spec(-1)).capsule_id
         specs = [typical_spec(i, chained=True, parent=parent) for i in range(n)]
@@ -59,7 +74,7 @@ def run_workload(name: str, n: int) -> None:
                 (old._sign, old._assemble)
             for spec in specs:
                 sign(prepare(spec))  # private on purpose: the path without the ledger
-        elif name == "seal":
+        elif name in ("seal", "softhsm", "softhsm-process"):
             for spec in specs:
                 producer.seal(spec)
         elif name == "submit":
@@ -77,6 +92,23 @@ def run_workload(name: str, n: int) -> None:
             for t in pool:
                 t.join()
         producer.close()
+    signer.close()
+
+
+def softhsm_key(tmp: str) -> str:
+    """A new SoftHSM2 token in ``tmp`` with an Ed25519 key on it: the key's URI
+    (``SOFTHSM2_CONF`` is set in this process's environment, so the counted
+    processes find the token)."""
+    from _common import LABEL, PIN, start_softhsm
+
+    from capseal.keys.provision import create_key
+
+    start_softhsm(tmp)
+    module = next(p for p in ("/usr/lib/softhsm/libsofthsm2.so", "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so")
+                  if os.path.exists(p))
+    uri = f"pkcs11:token={LABEL};object=bench-ir-ed25519?module-path={module}"
+    create_key(uri, "ed25519", pin=PIN).close()
+    return uri
 
 
 def count(name: str, n: int) -> int:
@@ -108,9 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     print(f"instructions per record (callgrind; {args.large} records minus {args.small}, over the difference)")
-    for name in args.workloads or WORKLOADS:
-        small, large = count(name, args.small), count(name, args.large)
-        print(f"  {name:<10} {(large - small) / (args.large - args.small):>12,.0f}")
+    with tempfile.TemporaryDirectory(prefix="capseal-bench-ir-token-") as tmp:
+        for name in args.workloads or WORKLOADS:
+            if name.startswith("softhsm") and _TOKEN_URI not in os.environ:
+                os.environ[_TOKEN_URI] = softhsm_key(tmp)
+            small, large = count(name, args.small), count(name, args.large)
+            print(f"  {name:<16} {(large - small) / (args.large - args.small):>12,.0f}", flush=True)
     return 0
 
 

@@ -49,23 +49,27 @@ _sys.path.insert(0, str(_Path(__file__).resolve().parent))
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-from _common import CpuPerRecord, SealedArm, print_row, rotating_rounds, summarize, typical_spec  # noqa: E402
+from _common import (  # noqa: E402
+    LABEL,
+    PIN,
+    CpuPerRecord,
+    SealedArm,
+    print_row,
+    rotating_rounds,
+    start_softhsm,
+    summarize,
+    typical_spec,
+)
 from _fallback import cryptography_check  # noqa: E402
 
 from capseal import _sodium  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-PIN, SO_PIN, LABEL = "bench-pin-Qx~7", "bench-so-Jw~3", "capseal-bench"
-
 
 spec = typical_spec  # the same capsule as bench/seal.py
 
@@ -82,14 +86,6 @@ def best_rate(fn: Callable[[], Any], n: int, repeats: int = 3) -> float:
     """Best of ``repeats`` runs of :func:`ops_rate` (the software row only)."""
     fn()
     return max(ops_rate(fn, n) for _ in range(repeats))
-
-
-def start_softhsm(tmp: str) -> dict[str, str]:
-    out = subprocess.run([str(ROOT / "hardware" / "softhsm-token.sh"), os.path.join(tmp, "softhsm"), LABEL, PIN, SO_PIN],
-                         check=True, capture_output=True, text=True).stdout
-    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    os.environ["SOFTHSM2_CONF"] = env["SOFTHSM2_CONF"]  # read by SoftHSM2 at C_Initialize
-    return env
 
 
 def raw_signers(signer: Any) -> dict[str, Callable[[], Any]]:
