@@ -43,6 +43,7 @@ import io
 import json
 import multiprocessing
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,6 +51,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +116,9 @@ class Server:
 
 def _seal_for(target: str, who: str, seconds: float, threads: int, out: Any, warm: float = 0.0) -> None:
     """One producer process: ``threads`` threads sealing for ``warm`` then
-    ``seconds`` seconds; writes the records sealed in the last ``seconds``."""
+    ``seconds`` seconds; writes the records sealed in the last ``seconds``,
+    and this process's CPU seconds (user+sys) and bytes written to storage
+    in them."""
     with Producer("acme", f"{who}@1", UnsafeEphemeralSigner(), target) as p:
         p.seal({"action_id": f"{who}-warm", "action_type": "fyi"})
         start = time.monotonic() + warm
@@ -132,15 +136,31 @@ def _seal_for(target: str, who: str, seconds: float, threads: int, out: Any, war
         workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
         for w in workers:
             w.start()
+        time.sleep(max(0.0, start - time.monotonic()))
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        time.sleep(max(0.0, stop - time.monotonic()))
+        after = resource.getrusage(resource.RUSAGE_SELF)
         for w in workers:
             w.join()
-    out.put(sum(counts))
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    out.put((sum(counts), cpu, (after.ru_oublock - before.ru_oublock) * 512))
 
 
-def fleet_rate(target: str, processes: int, seconds: float, threads: int = 4, warm: float = 0.0) -> float:
-    """Durable sealed records/s of ``processes`` producer processes on one
-    ledger (after ``warm`` seconds of sealing not counted: then the rate of
-    the counted window; else of the whole run, the processes' start included)."""
+@dataclass
+class Run:
+    """A sealing run's figures: records/s, and per record the producers' CPU
+    microseconds and kB they wrote to storage (counted after the warm-up; for
+    PostgreSQL the server writes, not the producers)."""
+
+    rate: float
+    cpu_us: float
+    written_kb: float
+
+
+def fleet_run(target: str, processes: int, seconds: float, threads: int = 4, warm: float = 0.0) -> Run:
+    """``processes`` producer processes sealing into one ledger (after
+    ``warm`` seconds of sealing not counted: the counted window's rate; else
+    the whole run's, the processes' start included)."""
     Ledger(target).close()
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
@@ -149,12 +169,18 @@ def fleet_rate(target: str, processes: int, seconds: float, threads: int = 4, wa
     start = time.monotonic()
     for proc in procs:
         proc.start()
-    total = sum(q.get(timeout=warm + seconds + 120) for _ in procs)
+    results = [q.get(timeout=warm + seconds + 120) for _ in procs]
     for proc in procs:
         proc.join()
-    if warm:
-        return total / seconds
-    return total / max(time.monotonic() - start, seconds)
+    total = sum(r[0] for r in results)
+    rate = total / seconds if warm else total / max(time.monotonic() - start, seconds)
+    per = max(total, 1)
+    return Run(rate, sum(r[1] for r in results) / per * 1e6, sum(r[2] for r in results) / per / 1024)
+
+
+def fleet_rate(target: str, processes: int, seconds: float, threads: int = 4) -> float:
+    """Durable sealed records/s of ``processes`` producer processes on one ledger (see :func:`fleet_run`)."""
+    return fleet_run(target, processes, seconds, threads).rate
 
 
 def size_of(target: str) -> int:
@@ -353,26 +379,34 @@ def seal_curve(name: str, new: Callable[[], str], discard: Callable[[str], None]
     each round) and each big one, in ``rounds`` rounds that rotate the order
     of the sizes (a machine that slows down mid-run slows each size alike);
     each rate counted after ``warm`` seconds of sealing. Prints the median
-    of each size and its ratio to the fresh ledger's."""
+    of each size, its ratio to the fresh ledger's, and the median CPU and
+    bytes written per record."""
     sizes = [0, *big]
-    rates: dict[int, list[float]] = {size: [] for size in sizes}
+    runs: dict[int, list[Run]] = {size: [] for size in sizes}
     held: dict[int, list[int]] = {size: [] for size in sizes}
     for r in range(rounds):
         for size in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
             target = big[size] if size else new()
             held[size].append(size_of(target) if size else 0)
-            rates[size].append(fleet_rate(target, 1, seconds, warm=warm))
+            runs[size].append(fleet_run(target, 1, seconds, warm=warm))
             if not size:
                 discard(target)
     out: dict[str, Any] = {}
-    base = statistics.median(rates[0])
+    base = statistics.median(run.rate for run in runs[0])
     for size in sizes:
-        rate = statistics.median(rates[size])
+        rate = statistics.median(run.rate for run in runs[size])
+        cpu = statistics.median(run.cpu_us for run in runs[size])
+        written = statistics.median(run.written_kb for run in runs[size])
         out[f"seal_{name}_at_{size}_per_s"] = rate
+        out[f"seal_{name}_at_{size}_cpu_us_per_record"] = cpu
         what = "a fresh ledger" if not size else f"{min(held[size]):,}-{max(held[size]):,} records"
+        disk = f"{written:.1f} kB written a record" if name == "sqlite" else "the server writes"
         print(f"seal   {name:<8} ledger at {size:>9,}: {rate:8.0f} durable records/s, {rate / base:.2f}x the fresh "
-              f"ledger's (median of {rounds} rotating rounds: {', '.join(f'{x:.0f}' for x in rates[size])}; "
-              f"{what}; 1 process x 4 threads, {seconds:g} s counted after {warm:g} s)", flush=True)
+              f"ledger's (median of {rounds} rotating rounds: {', '.join(f'{run.rate:.0f}' for run in runs[size])}; "
+              f"{what}; 1 process x 4 threads, {seconds:g} s counted after {warm:g} s); the producer's "
+              f"{cpu:.0f} us CPU and {disk}", flush=True)
+        if name == "sqlite":
+            out[f"seal_{name}_at_{size}_kb_written_per_record"] = written
     return out
 
 
