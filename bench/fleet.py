@@ -8,8 +8,9 @@ Prints:
     (one process, 4 threads), both engines: the median of rounds that
     rotate the order of the sizes, each rate counted after a warm-up (the
     rate a producer keeps up, not the first seconds after the server or the
-    file was opened), with its ratio to the fresh ledger's, and the
-    producer's CPU and (SQLite) the bytes it wrote to storage a record;
+    file was opened; the big ledgers' files read into the page cache
+    first), with its ratio to the fresh ledger's, and the producer's CPU
+    and (SQLite) the bytes it wrote to storage a record;
   * ``capseal verify`` of the 100k and 1M ledgers (run first, on the
     ledgers as built): records/s and the peak memory of the verifying
     process and its workers (ru_maxrss of the children), both engines.
@@ -79,6 +80,7 @@ class Server:
                              capture_output=True, text=True).stdout
         env = dict(line.split("=", 1) for line in out.split())
         self.base = f"postgresql://{env['PGUSER']}:{env['PGPASSWORD']}@/%s?host={env['PGHOST']}&port={env['PGPORT']}"
+        self.data = Path(env["PGDATA"])
         import psycopg
 
         with psycopg.connect(self.base % "postgres", autocommit=True) as conn:
@@ -375,14 +377,37 @@ class Ledgers:
             self.server.drop(target)
 
 
+def read_through(paths: list[Path]) -> tuple[float, float]:
+    """Read every file under ``paths`` once (into the page cache): (GB read, seconds)."""
+    start, total = time.monotonic(), 0
+    files = [p for path in paths for p in ([path] if path.is_file() else sorted(path.rglob("*")))]
+    for path in files:
+        try:
+            with path.open("rb", buffering=0) as f:
+                while chunk := f.read(1 << 24):
+                    total += len(chunk)
+        except OSError:  # a file gone meanwhile (a server's temporary one), or a directory
+            continue
+    return total / 1e9, time.monotonic() - start
+
+
 def seal_curve(name: str, new: Callable[[], str], discard: Callable[[str], None], big: dict[int, str], *,
-               seconds: float, warm: float, rounds: int) -> dict[str, Any]:
+               seconds: float, warm: float, rounds: int, files: list[Path]) -> dict[str, Any]:
     """The seal rate against the ledger's size: a fresh ledger (a new one
     each round) and each big one, in ``rounds`` rounds that rotate the order
     of the sizes (a machine that slows down mid-run slows each size alike);
     each rate counted after ``warm`` seconds of sealing. Prints the median
     of each size, its ratio to the fresh ledger's, and the median CPU and
-    bytes written per record."""
+    bytes written per record.
+
+    ``files`` (the big ledgers' files, or the server's data) are read once
+    first, so that every size starts from the page cache, as a ledger in use
+    does: a host may drop file pages left idle (this one's DAMON pages out
+    what was not touched for a minute), and a big ledger idle while the other
+    engine ran would otherwise be read back from the disk in its first
+    rounds."""
+    gb, took = read_through(files)
+    print(f"seal   {name:<8} read {gb:.1f} GB of the ledgers' files first, in {took:.0f} s", flush=True)
     sizes = [0, *big]
     runs: dict[int, list[Run]] = {size: [] for size in sizes}
     held: dict[int, list[int]] = {size: [] for size in sizes}
@@ -503,8 +528,13 @@ def main(argv: list[str] | None = None) -> int:
                         out.update(verify_figures(name, size, targets[name, size]))
             if "seal" in parts:
                 for name, new in engines.items():
+                    if name == "postgres":
+                        assert server is not None
+                        files = [server.data]
+                    else:
+                        files = [Path(targets[name, size] + suffix) for size in sizes for suffix in ("", "-wal")]
                     out.update(seal_curve(name, new, discard, {size: targets[name, size] for size in sizes},
-                                          seconds=seconds, warm=warm, rounds=rounds))
+                                          seconds=seconds, warm=warm, rounds=rounds, files=files))
             for (name, _), target in targets.items():
                 ledgers.release(name, target)
         finally:
