@@ -12,8 +12,9 @@ Prints:
     first), with its ratio to the fresh ledger's, and the producer's CPU
     and (SQLite) the bytes it wrote to storage a record;
   * ``capseal verify`` of the 100k and 1M ledgers (run first, on the
-    ledgers as built, their files read into the page cache first): records/s and the peak memory of the verifying
-    process and its workers (ru_maxrss of the children), both engines.
+    ledgers as built, their files read into the page cache first):
+    records/s and the peak memory of the verifying process and its workers
+    (ru_maxrss of the children), both engines.
 
 The big ledgers are built fast: the bench generates the rows itself (each a
 real capsule, with its own capsule id, signed by one key, hash-chained) as an
@@ -522,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"({size / took:,.0f} rows/s)", flush=True)
                 if not args.keep:
                     export.unlink(missing_ok=True)
+
             def files_of(name: str) -> list[Path]:
                 if name == "postgres":
                     assert server is not None
@@ -531,8 +533,8 @@ def main(argv: list[str] | None = None) -> int:
             if "verify" in parts:  # first: the big ledgers as built (the seal curve adds to them)
                 for name in engines:
                     gb, took = read_through(files_of(name))
-                    print(f"verify {name:<8} read {gb:.1f} GB of the ledgers' files first, in {took:.0f} s "
-                          "(see seal_curve)", flush=True)
+                    print(f"verify {name:<8} read {gb:.1f} GB of the ledgers' files first, in {took:.0f} s",
+                          flush=True)
                     for size in sizes:
                         out.update(verify_figures(name, size, targets[name, size]))
             if "seal" in parts:
