@@ -227,10 +227,10 @@ def verify_ledger(
 ) -> LedgerReport:
     """Verify a whole ledger file. Never raises; ``ok`` gates everything.
 
-    The records are read in two passes inside one snapshot, in memory that
-    does not grow with the ledger (unless ``keep_records``, the default,
-    keeps every record's report), the signature checks shared among worker
-    processes on a large ledger.
+    The records are read as a stream in two passes inside one snapshot,
+    keeping of each record only its id, in 16 bytes (unless
+    ``keep_records``, the default, keeps every record's report), the
+    signature checks shared among worker processes on a large ledger.
 
     A file that is damaged, empty or not a capseal ledger is reported as such
     (``ledger_corrupt``, ``ledger_empty``, ``ledger_not_capseal``), and every

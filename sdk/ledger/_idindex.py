@@ -1,4 +1,4 @@
-"""A set of record ids, with a seq and a few flags each, in bounded memory.
+"""A set of record ids, with a seq and a few flags each, in 16 bytes an id.
 
 A check that walks a ledger of a million records must know which ids it has
 seen (a record stored twice, the record an evidence row names, a chain

@@ -365,7 +365,8 @@ class Ledger(LedgerReads):
     def check_chain(self, *, on_record: Callable[[StoredEntry], object] | None = None, index: IdIndex | None = None,
                     rows: _chain.CheckedRows | None = None, damaged: list[str] | None = None) -> list[str]:
         """Recompute both hash chains and the evidence index, in one snapshot,
-        in memory that does not grow with the ledger.
+        the rows read as a stream (what is kept of each record is its id, in
+        16 bytes: see :class:`IdIndex`).
 
         What the file holds never raises here: a row SQLite cannot read, a column of another type, a hash
         that is not hex or a record stored twice is a problem of its own, and the rows around it are still checked.
