@@ -309,41 +309,43 @@ class PGTransaction:
         """
         self.finish()
         durable = self._link.synchronous != "NORMAL"
-        try:
-            # the head lock goes with the COMMIT; the flush is waited for after it
-            self._conn.execute("SET LOCAL synchronous_commit = off; COMMIT" if durable else "COMMIT")
-        except psycopg_module().Error as exc:
-            if not is_lost(exc, self._conn):
-                raise self._failed(exc) from None
-            self._link.drop()
-            if not self._committed_after_all(exc):
-                raise LedgerUnavailableError(f"{self._what} {self._url.name} failed: the server went away before "
-                                             f"the COMMIT ({reason(exc, self._url)}); nothing was written",
-                                             hint="The ledger reconnects on its next call.") from None
-            self._link.careful = False
-            return
+        # the head lock goes with the COMMIT; the flush is waited for after it
+        ran = self._end("SET LOCAL synchronous_commit = off; COMMIT" if durable else "COMMIT",
+                        "the COMMIT", "nothing was written")
         self._link.careful = False
-        if durable:
-            self._wait_for_flush()
+        if ran and durable:  # (a lost COMMIT found committed: that check waited for the flush already)
+            self._end(_WAIT_FOR_FLUSH, "the rows were on disk", "they are not stored")
 
-    def _wait_for_flush(self) -> None:
-        """After a COMMIT that did not wait for it: the WAL flush covering it.
+    def _end(self, sql: str, before: str, lost: str) -> bool:
+        """Run a statement that ends the write: the COMMIT, or the wait for the
+        WAL flush covering a COMMIT that did not wait for it.
+
+        Args:
+            sql: the statement.
+            before: what the server going away came before, for the error.
+            lost: what that means for the rows, for the error.
+
+        Returns:
+            True once it ran; False when the connection was lost and the rows
+            were found committed and flushed after all.
 
         Raises:
             LedgerUnavailableError: the server went away and the rows are not
                 known to be there and flushed: they are not acknowledged.
-            LedgerError: the server refused the wait.
+            LedgerError: the server refused the statement.
         """
         try:
-            self._conn.execute(_WAIT_FOR_FLUSH)
+            self._conn.execute(sql)
+            return True
         except psycopg_module().Error as exc:
             if not is_lost(exc, self._conn):
                 raise self._failed(exc) from None
             self._link.drop()
             if not self._committed_after_all(exc):
                 raise LedgerUnavailableError(f"{self._what} {self._url.name} failed: the server went away before "
-                                             f"the rows were on disk ({reason(exc, self._url)}); they are not "
-                                             "stored", hint="The ledger reconnects on its next call.") from None
+                                             f"{before} ({reason(exc, self._url)}); {lost}",
+                                             hint="The ledger reconnects on its next call.") from None
+            return False
 
     def _committed_after_all(self, lost: BaseException) -> bool:
         """After a connection lost during COMMIT: whether the transaction was
