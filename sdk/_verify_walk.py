@@ -1,6 +1,6 @@
 """A ledger walked for verification, its rows read as a stream (what is kept
-of each record is its id, in 16 bytes), the per-row work shared among
-processes.
+of each record is its id, in 16 bytes, in a file past a quarter of a
+million ids), the per-row work shared among processes.
 
 Two passes over the record rows, both inside one snapshot:
 

@@ -228,8 +228,10 @@ def verify_ledger(
     """Verify a whole ledger file. Never raises; ``ok`` gates everything.
 
     The records are read as a stream in two passes inside one snapshot,
-    keeping of each record only its id, in 16 bytes (unless
-    ``keep_records``, the default, keeps every record's report), the
+    keeping of each record only its id, in 16 bytes (in a temporary file
+    past a quarter of a million ids, so memory does not grow with the
+    ledger, unless ``keep_records``, the default, keeps every record's
+    report), the
     signature checks shared among worker processes on a large ledger.
 
     A file that is damaged, empty or not a capseal ledger is reported as such

@@ -17,7 +17,8 @@ hands it), :class:`StoredEntry`, :class:`EvidenceEntry`, :class:`PendingAppend`
 :func:`column_findings`; for a ledger on a PostgreSQL server,
 :class:`DatabaseURL` (``Ledger.path`` there), :func:`as_url`, :func:`is_database_url` and
 :func:`redact_url` (a URL as capseal shows it: no password); :class:`IdIndex`
-(record ids in 16 bytes each, for a walk over a whole ledger). Public modules: :mod:`capseal.ledger.storage` (the
+(record ids in 16 bytes each, in a file past a quarter of a million, for a
+walk over a whole ledger). Public modules: :mod:`capseal.ledger.storage` (the
 interface an engine implements). Every other module here is private.
 
 What it promises:

@@ -366,7 +366,7 @@ class Ledger(LedgerReads):
                     rows: _chain.CheckedRows | None = None, damaged: list[str] | None = None) -> list[str]:
         """Recompute both hash chains and the evidence index, in one snapshot,
         the rows read as a stream (what is kept of each record is its id, in
-        16 bytes: see :class:`IdIndex`).
+        16 bytes, in a temporary file past a quarter of a million: see :class:`IdIndex`).
 
         What the file holds never raises here: a row SQLite cannot read, a column of another type, a hash
         that is not hex or a record stored twice is a problem of its own, and the rows around it are still checked.

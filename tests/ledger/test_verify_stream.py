@@ -53,6 +53,28 @@ def test_the_workers_give_the_report_one_process_gives(tmp_path: Path) -> None:
     assert alone.counts()["not_ok"] == 1 and codes["capsule_id_mismatch"] == 1
 
 
+def test_id_tables_on_file_give_the_report_the_tables_in_memory_give(tmp_path: Path, monkeypatch: Any) -> None:
+    from capseal.ledger import _idindex
+
+    path = tmp_path / "l.db"
+    _busy_ledger(path)
+    in_memory = capseal.verify_ledger(path, jobs=2)
+    made: list[Any] = []
+    real = _idindex._File
+
+    def counted(size: int) -> Any:
+        made.append(size)
+        return real(size)
+
+    monkeypatch.setattr(_idindex, "MEMORY_IDS", 0)  # every table in a file, in the workers forked after it too
+    monkeypatch.setattr(_idindex, "_File", counted)
+    on_file = capseal.verify_ledger(path, jobs=2)
+    assert len(made) >= 3  # the chain's ids, the capsules' facts, the superseded parents
+    assert on_file.to_dict() == in_memory.to_dict()
+    codes = on_file.finding_counts
+    assert codes["concurrent_supersedes"] == 1 and codes["effect_outcome_missing"] == 1
+
+
 def test_reports_are_handed_on_in_order_and_not_kept(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     _busy_ledger(path)
