@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import sqlite3
 import subprocess
@@ -119,6 +120,33 @@ def test_repeated_seals_continue_an_unchanged_epoch(tmp_path: Path, key: Path) -
     assert all(f["severity"] != "error" for r in report["records"] for f in r["findings"])
 
 
+#: x86-64 system call numbers, as /proc/<pid>/syscall gives them
+_READ, _NANOSLEEP, _CLOCK_NANOSLEEP = 0, 35, 230
+
+
+def _wait_until_blocked_in(proc: subprocess.Popen[str], calls: set[int], first_arg: str | None = None) -> None:
+    """Wait until ``proc`` sits in one of the system calls ``calls`` (a
+    fixed delay can end before a loaded machine has started it); elsewhere
+    than Linux on x86-64, wait a fixed 1.5 s."""
+    if platform.machine() != "x86_64" or not os.path.exists(f"/proc/{proc.pid}/syscall"):
+        time.sleep(1.5)
+        return
+    deadline, seen = time.monotonic() + 60, 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/syscall", encoding="ascii") as f:
+                fields = f.read().split()
+        except OSError:
+            fields = []
+        blocked = bool(fields) and fields[0].isdigit() and int(fields[0]) in calls \
+            and (first_arg is None or fields[1] == first_arg)
+        seen = seen + 1 if blocked else 0
+        if seen >= 3:  # there a while, not passing through
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the process never waited in system calls {sorted(calls)}")
+
+
 def _interrupted(proc: subprocess.Popen[str]) -> tuple[int, str]:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -129,7 +157,7 @@ def test_ctrl_c_while_reading_the_spec_exits_130_with_one_line(tmp_path: Path, k
     proc = subprocess.Popen([CLI, "seal", "-", "--key", f"file:{key}", "--ledger", str(tmp_path / "l.db"),
                              "--operator", "acme", "--developer", "a@1"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)  # started, waiting for the spec on stdin
+    _wait_until_blocked_in(proc, {_READ}, first_arg="0x0")  # started, waiting for the spec on stdin
     code, err = _interrupted(proc)
     assert (code, err) == (130, "capseal: interrupted\n")
 
@@ -144,7 +172,7 @@ def test_ctrl_c_while_the_ledger_is_locked_at_start_up_exits_130(tmp_path: Path,
         proc = subprocess.Popen([CLI, "seal", str(_spec(tmp_path, "l-2")), "--key", f"file:{key}", "--ledger",
                                  str(ledger), "--operator", "acme", "--developer", "a@1"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.5)
+        _wait_until_blocked_in(proc, {_NANOSLEEP, _CLOCK_NANOSLEEP})  # started, waiting for the lock
         code, err = _interrupted(proc)
     finally:
         holder.execute("ROLLBACK")
