@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +25,11 @@ HARDWARE = ROOT / "hardware"
 VECTORS = Path(__file__).resolve().parent / "vectors"
 
 os.environ.setdefault("TSS2_LOG", "all+NONE")  # expected TPM failures must not spam stderr
+
+# A suite started in the background of a shell without job control (`make test &` in a script)
+# inherits SIGINT ignored, and so would every process it starts: the Ctrl-C tests need it live.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Hypothesis: a fixed profile so the suite's time stays bounded on 2 cores.
 try:

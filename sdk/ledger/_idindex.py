@@ -6,7 +6,7 @@ parent) without keeping a million strings: 16 bytes an id here (a 64-bit
 keyed fingerprint and a 64-bit value), against some 150 in a dict of str.
 
 Past :data:`MEMORY_IDS` ids a table moves to a temporary file, read and
-written a slot at a time: the process's memory stays the same whatever the
+written a probe at a time: the process's memory stays the same whatever the
 ledger's size, and the file is the kernel's to cache or write out. A file
 that cannot be made (no room, no temporary directory) leaves the table in
 memory: the walk goes on, using more memory.
@@ -37,8 +37,8 @@ _MAX_SEQ = (1 << 60) - 1
 MEMORY_IDS = 1 << 18
 #: slots a file table reads at once when probing (linear probing rarely goes past them)
 _PROBE = 8
-_PROBE_READ = struct.Struct(f"<{2 * _PROBE}q")
-_SLOT = struct.Struct("<qq")
+_PROBE_READ = struct.Struct(f"={2 * _PROBE}q")  # native order, as array("q") reads them
+_SLOT = struct.Struct("=qq")
 #: a file table needs pread, pwrite and room taken up front (not every system has them)
 _FILES = all(hasattr(os, name) for name in ("pread", "pwrite", "posix_fallocate"))
 
@@ -110,7 +110,7 @@ class _File:
         i = fp % size
         while True:
             buf = os.pread(fd, 16 * _PROBE, 16 * i)
-            got = _PROBE_READ.unpack(buf) if len(buf) == 16 * _PROBE else struct.unpack(f"<{len(buf) // 8}q", buf)
+            got = _PROBE_READ.unpack(buf) if len(buf) == 16 * _PROBE else struct.unpack(f"={len(buf) // 8}q", buf)
             for j in range(0, len(got), 2):
                 k = got[j]
                 if k == fp or k == _EMPTY:
