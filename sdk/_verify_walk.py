@@ -60,6 +60,11 @@ class StoreFacts:
     superseded: IdIndex = field(default_factory=IdIndex)  # parent id -> seq of the first capsule superseding it
     custody: list[Any] = field(default_factory=list)  # custody statements of epoch-boundary capsules
 
+    def close(self) -> None:
+        """Give back the tables' temporary files (the facts are empty after)."""
+        self.ids.close()
+        self.superseded.close()
+
     def members(self) -> StoreMembers:
         """The capsule ids of the store, for :func:`capseal.verify.verify`."""
         ids = self.ids
@@ -234,6 +239,7 @@ class Walk:
             The problems, one sentence each.
         """
         damaged: list[str] = []
+        index = IdIndex(self.total)  # the chain check's: each record id's first seq
         pool = self._pool()
         try:
             scanned = self._tick("chains", run_batches(_scan, self.ledger.entries(batch=2000, damaged=damaged),
@@ -246,10 +252,11 @@ class Walk:
                     yield e, ok
 
             problems: list[str] = self.ledger.check_chain(on_record=on_record, rows=rows(), damaged=damaged,
-                                                          index=IdIndex(self.total))
+                                                          index=index)
             return problems
         finally:
             _close(pool)
+            index.close()
 
     def records(self) -> Iterator[tuple[StoredEntry, Any]]:
         """Pass 2: every row with its report from the workers (None for a

@@ -276,7 +276,10 @@ def verify_ledger(
             with ledger.snapshot():
                 walk = Walk(ledger, facts_of=_facts_of, check=lambda e: check(e), jobs=jobs, progress=progress)
                 check = _checker(keys, walk.facts)
-                _verify_open_ledger(ledger, report, keys, evidence, evidence_trust, walk, keep_records, on_record)
+                try:
+                    _verify_open_ledger(ledger, report, keys, evidence, evidence_trust, walk, keep_records, on_record)
+                finally:  # the id tables' files now, not when the collector gets to them
+                    walk.facts.close()
     except Exception as exc:  # never raise: report why it could not run
         report.findings.append(failure_finding(exc))
         report.ok = False

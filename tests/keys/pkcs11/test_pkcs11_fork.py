@@ -158,7 +158,7 @@ def test_a_ctrl_c_during_a_forks_wait_is_handed_on_after_it(softhsm: Any, monkey
     raised in the code that forked; the fork, which could not wait, refuses
     PKCS#11; the parent's lock is free again."""
     uri = _key(softhsm)
-    monkeypatch.setattr(process, "FORK_WAIT", 3.0)  # the one deadline of every fork: room on a loaded machine
+    monkeypatch.setattr(process, "FORK_WAIT", 1.0)  # the one deadline of every fork
     signer = open_signer(uri, pin=softhsm.pin)
     try:
         code, answer = _in_fork(lambda: "a fork that took the lock")  # this thread's last fork: lock taken
